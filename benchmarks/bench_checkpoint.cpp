@@ -1,0 +1,157 @@
+#include "benchmarks/bench_checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "launcher/bootstrap.h"
+#include "launcher/cli.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/io.h"
+#include "runtime/error.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Drops the page cache of a file (its pages are clean after fsync), so reads hit the disk.
+void drop_cache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Wall time of fn across the world: barrier, fn on every rank, barrier.
+template <class Fn>
+double timed(comm::Communicator& world, Fn&& fn) {
+  world.barrier()->wait();
+  const auto t0 = Clock::now();
+  fn();
+  world.barrier()->wait();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The baseline: `bytes` written sequentially in 8 MiB blocks and fsync'ed, then read back.
+void dd_write(const std::string& path, uint64_t bytes) {
+  std::vector<char> block(8u << 20, 'x');
+  auto f = checkpoint::io::File::create(path);
+  for (uint64_t done = 0; done < bytes;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(block.size(), bytes - done));
+    f.write_all(block.data(), n);
+    done += n;
+  }
+  f.fsync();
+  f.close();
+}
+void dd_read(const std::string& path) {
+  std::vector<char> block(8u << 20);
+  auto f = checkpoint::io::File::open_read(path);
+  while (f.read_some(block.data(), block.size()) > 0) {
+  }
+}
+
+}  // namespace
+
+int run_bench_checkpoint(const std::vector<std::string>& args) {
+  launcher::po::options_description desc("Options");
+  desc.add_options()("dir", launcher::po::value<std::string>()->default_value("/tmp"), "where to write (a scratch dir is made inside)")(
+      "mb-per-rank", launcher::po::value<int64_t>()->default_value(256), "checkpoint bytes per rank (params + 2 moments), MiB")(
+      "units", launcher::po::value<int>()->default_value(8), "FSDP units (like decoder layers)")(
+      "repeat", launcher::po::value<int>()->default_value(3), "measurements per figure (best is reported)");
+  const auto vm = launcher::parse_command("tessera bench checkpoint [--dir DIR] [--mb-per-rank 256] [--units 8] [--repeat 3]", desc, args);
+  if (!vm) return 0;
+  const auto& groups = launcher::current().groups;
+  comm::Communicator& world = *groups.world;
+  const int W = world.size(), rank = world.rank();
+  const int64_t mb = (*vm)["mb-per-rank"].as<int64_t>();
+  const int units = (*vm)["units"].as<int>(), repeat = (*vm)["repeat"].as<int>();
+  TESSERA_CHECK_INPUT(mb > 0 && units > 0 && repeat > 0, "--mb-per-rank, --units and --repeat must be positive");
+
+  // Units of [rows, 1024] fp32 parameters sized so each rank stores ~mb MiB (3 x 4 bytes per element).
+  const int64_t cols = 1024;
+  const int64_t rows = std::max<int64_t>(1, (mb << 20) * W / 12 / cols / units / 2);
+  std::vector<fsdp::UnitDef> defs;
+  for (int u = 0; u < units; ++u)
+    defs.push_back({"unit." + std::to_string(u),
+                    {{"unit" + std::to_string(u) + ".a", at::empty({rows, cols})},
+                     {"unit" + std::to_string(u) + ".b", at::empty({rows, cols})}}});
+  fsdp::Engine engine(defs, [](int64_t, const at::Tensor& h) { return h; }, groups, {}, [](const std::string&) { return true; });
+  for (auto& s : engine.shards()) {
+    s.master.normal_();
+    s.exp_avg.normal_();
+    s.exp_avg_sq.uniform_();
+  }
+
+  std::string scratch;
+  if (rank == 0) {
+    scratch = (fs::path((*vm)["dir"].as<std::string>()) / ("tessera-bench-ckpt-" + std::to_string(::getpid()))).string();
+    fs::create_directories(scratch);
+  }
+  scratch = world.broadcast_string(scratch, 0);
+  const nlohmann::json state = {{"step", 0}, {"bench", true}};
+  checkpoint::Checkpointer sync_ck(scratch + "/sync", {1, false}, groups);
+  checkpoint::Checkpointer async_ck(scratch + "/async", {1, true}, groups);
+
+  double best_dd_w = 1e30, best_dd_r = 1e30, best_save = 1e30, best_load = 1e30, best_blocked = 1e30, best_async_total = 1e30;
+  int64_t my_bytes = 0;
+  for (int i = 0; i < repeat; ++i) {
+    checkpoint::SaveTiming st;
+    best_save = std::min(best_save, timed(world, [&] { st = sync_ck.save(i, engine, state); }));
+    my_bytes = st.bytes;
+    const std::string my_file = st.dir + "/" + [&] {
+      char b[32];
+      std::snprintf(b, sizeof b, "rank-%05d.bin", engine.shard_group().rank());
+      return std::string(b);
+    }();
+    drop_cache(my_file);
+    best_load = std::min(best_load, timed(world, [&] { checkpoint::load(st.dir, engine); }));
+
+    const std::string dd = scratch + "/dd-" + std::to_string(rank) + ".bin";
+    best_dd_w = std::min(best_dd_w, timed(world, [&] { dd_write(dd, static_cast<uint64_t>(my_bytes)); }));
+    drop_cache(dd);
+    best_dd_r = std::min(best_dd_r, timed(world, [&] { dd_read(dd); }));
+    fs::remove(dd);
+
+    double blocked = 0;
+    best_async_total = std::min(best_async_total, timed(world, [&] {
+      blocked = async_ck.save(i, engine, state).blocked_s;
+      async_ck.wait();
+    }));
+    // Worst rank's blocked time.
+    at::Tensor b = at::full({1}, blocked, at::TensorOptions().dtype(at::kDouble));
+    world.all_reduce(b, comm::ReduceOp::Max)->wait();
+    best_blocked = std::min(best_blocked, b.item<double>());
+  }
+  at::Tensor total = at::full({1}, my_bytes, at::TensorOptions().dtype(at::kLong));
+  world.all_reduce(total, comm::ReduceOp::Sum)->wait();
+  const double gb = static_cast<double>(total.item<int64_t>()) / 1e9;
+
+  if (rank == 0) {
+    std::printf("checkpoint benchmark: %d ranks, %.3f GB per checkpoint (%d units), best of %d, dir %s\n", W, gb, units,
+                repeat, scratch.c_str());
+    std::printf("  %-28s %10s %10s\n", "", "seconds", "GB/s");
+    std::printf("  %-28s %10.3f %10.3f\n", "dd write + fsync (baseline)", best_dd_w, gb / best_dd_w);
+    std::printf("  %-28s %10.3f %10.3f\n", "checkpoint save (sync)", best_save, gb / best_save);
+    std::printf("  %-28s %10.3f %10.3f\n", "dd read (baseline)", best_dd_r, gb / best_dd_r);
+    std::printf("  %-28s %10.3f %10.3f\n", "checkpoint load", best_load, gb / best_load);
+    std::printf("  %-28s %10.3f %10.3f\n", "async save, total", best_async_total, gb / best_async_total);
+    std::printf("  save / dd write ratio  %.2f  (goal >= 0.7)\n", best_dd_w / best_save);
+    std::printf("  load / dd read ratio   %.2f  (goal >= 0.7)\n", best_dd_r / best_load);
+    std::printf("  async blocked / sync save  %.3f s / %.3f s = %.3f  (goal <= 0.2)\n", best_blocked, best_save,
+                best_blocked / best_save);
+  }
+  world.barrier()->wait();
+  if (rank == 0) fs::remove_all(scratch);
+  return 0;
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,375 @@
+// nccl-tests-style collectives benchmark (see bench_collectives.h). Each collective is a small
+// plug-in (how to size its buffers, its busbw factor, how Tessera / raw MPI / Gloo run it, what
+// the right answer is) driven by one harness.
+#include "benchmarks/bench_collectives.h"
+
+#include <mpi.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+
+#include "launcher/bootstrap.h"
+#include "launcher/cli.h"
+#include "runtime/comm/mpi_backend.h"
+#include "runtime/error.h"
+
+#if __has_include(<gloo/context.h>)
+#define TESSERA_HAVE_GLOO 1
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
+namespace tessera::bench {
+namespace {
+
+using comm::ReduceOp;
+using Clock = std::chrono::steady_clock;
+enum class Op { AllGather, ReduceScatter, AllReduce, Broadcast };
+const std::vector<std::pair<std::string, Op>> kOps = {{"all_gather", Op::AllGather},
+                                                      {"reduce_scatter", Op::ReduceScatter},
+                                                      {"all_reduce", Op::AllReduce},
+                                                      {"broadcast", Op::Broadcast}};
+
+double busbw_factor(Op op, int n) {
+  switch (op) {
+    case Op::AllGather:
+    case Op::ReduceScatter: return double(n - 1) / n;
+    case Op::AllReduce: return 2.0 * (n - 1) / n;
+    case Op::Broadcast: return 1.0;
+  }
+  return 1.0;
+}
+
+at::ScalarType parse_dtype(const std::string& s) {
+  if (s == "float" || s == "float32" || s == "fp32") return at::kFloat;
+  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
+  if (s == "half" || s == "float16" || s == "fp16") return at::kHalf;
+  if (s == "int32") return at::kInt;
+  if (s == "int64") return at::kLong;
+  if (s == "uint8") return at::kByte;
+  throw TESSERA_INPUT_ERROR("--dtype '" + s + "' is not one of float, bfloat16, half, int32, int64, uint8");
+}
+
+MPI_Datatype raw_type(at::ScalarType t, bool reducing) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kHalf:
+    case at::kBFloat16: return reducing ? MPI_DATATYPE_NULL : MPI_UINT16_T;  // MPI cannot add them
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+// The buffers of one measurement. nccl-tests convention: `bytes` is the full (gathered / reduced)
+// buffer; all-gather sends bytes/n per rank, reduce-scatter receives bytes/n per rank.
+struct Buffers {
+  at::Tensor send, recv;  // out-of-place
+  at::Tensor inplace;     // in-place: full buffer; own chunk is the all-gather input / RS output
+  int64_t count = 0, chunk = 0;
+};
+
+// Rank r's input value at element i: small integers, exact in every dtype and every sum.
+at::Tensor pattern(int64_t n, int r, int64_t offset, at::ScalarType dt) {
+  return (at::remainder(at::arange(offset, offset + n, at::kLong), 7) + (r + 1)).to(dt);
+}
+
+struct Impl {
+  std::function<void(Buffers&, bool in_place)> run;  // one collective, completed
+  bool can_in_place = true;
+};
+
+// ---- the three implementations of each collective ------------------------------------------------
+
+Impl tessera_impl(Op op, comm::Communicator& c) {
+  const int r = c.rank();
+  switch (op) {
+    case Op::AllGather:
+      return {[&c, r](Buffers& b, bool ip) {
+        if (ip) c.all_gather_into(b.inplace, b.inplace.narrow(0, r * b.chunk, b.chunk))->wait();
+        else c.all_gather_into(b.recv, b.send)->wait();
+      }};
+    case Op::ReduceScatter:
+      return {[&c, r](Buffers& b, bool ip) {
+        if (ip) c.reduce_scatter_into(b.inplace.narrow(0, r * b.chunk, b.chunk), b.inplace)->wait();
+        else c.reduce_scatter_into(b.recv, b.send)->wait();
+      }};
+    case Op::AllReduce:  // Tessera's all_reduce is in place; out-of-place = copy, then reduce
+      return {[&c](Buffers& b, bool ip) {
+        if (!ip) b.recv.copy_(b.send);
+        c.all_reduce(ip ? b.inplace : b.recv)->wait();
+      }};
+    case Op::Broadcast:
+      return {[&c](Buffers& b, bool ip) {
+        if (!ip && c.rank() == 0) b.recv.copy_(b.send);
+        c.broadcast(ip ? b.inplace : b.recv, 0)->wait();
+      }};
+  }
+  return {};
+}
+
+Impl raw_mpi_impl(Op op, MPI_Comm mc, int rank, MPI_Datatype type) {
+  auto check = [](int rc) {
+    if (rc != MPI_SUCCESS) throw Error(ErrorKind::Internal, "raw MPI baseline failed", __FILE__, __LINE__);
+  };
+  switch (op) {
+    case Op::AllGather:
+      return {[=](Buffers& b, bool ip) {
+        check(ip ? MPI_Allgather(MPI_IN_PLACE, 0, type, b.inplace.data_ptr(), b.chunk, type, mc)
+                 : MPI_Allgather(b.send.data_ptr(), b.chunk, type, b.recv.data_ptr(), b.chunk, type, mc));
+      }};
+    case Op::ReduceScatter:  // MPI's in-place form leaves the result at the start of the buffer
+      return {[=](Buffers& b, bool ip) {
+        check(ip ? MPI_Reduce_scatter_block(MPI_IN_PLACE, b.inplace.data_ptr(), b.chunk, type, MPI_SUM, mc)
+                 : MPI_Reduce_scatter_block(b.send.data_ptr(), b.recv.data_ptr(), b.chunk, type, MPI_SUM, mc));
+      }};
+    case Op::AllReduce:
+      return {[=](Buffers& b, bool ip) {
+        check(ip ? MPI_Allreduce(MPI_IN_PLACE, b.inplace.data_ptr(), b.count, type, MPI_SUM, mc)
+                 : MPI_Allreduce(b.send.data_ptr(), b.recv.data_ptr(), b.count, type, MPI_SUM, mc));
+      }};
+    case Op::Broadcast:
+      return {[=](Buffers& b, bool ip) {
+        if (!ip && rank == 0) b.recv.copy_(b.send);
+        check(MPI_Bcast((ip ? b.inplace : b.recv).data_ptr(), b.count, type, 0, mc));
+      }};
+  }
+  return {};
+}
+
+#ifdef TESSERA_HAVE_GLOO
+// Gloo in LibTorch 1.13 has no reduce_scatter; it is reported as n/a. Out-of-place only.
+Impl gloo_impl(Op op, c10d::ProcessGroupGloo& pg, int size) {
+  switch (op) {
+    case Op::AllGather:
+      return {[&pg, size](Buffers& b, bool) {
+                std::vector<std::vector<at::Tensor>> outs(1);
+                for (int r = 0; r < size; ++r) outs[0].push_back(b.recv.narrow(0, r * b.chunk, b.chunk));
+                std::vector<at::Tensor> ins{b.send};
+                pg.allgather(outs, ins)->wait();
+              },
+              false};
+    case Op::AllReduce:
+      return {[&pg](Buffers& b, bool) {
+                b.recv.copy_(b.send);
+                std::vector<at::Tensor> t{b.recv};
+                pg.allreduce(t)->wait();
+              },
+              false};
+    case Op::Broadcast:
+      return {[&pg](Buffers& b, bool) {
+                std::vector<at::Tensor> t{b.recv};
+                pg.broadcast(t)->wait();
+              },
+              false};
+    default: return {};
+  }
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo(comm::Communicator& c) {
+  // Rendezvous through a FileStore whose path rank 0 picks (same host or shared file system).
+  std::string path = c.broadcast_string(
+      (std::filesystem::temp_directory_path() / ("tessera-gloo-" + std::to_string(getpid()) + "-" + c.name())).string(),
+      0);
+  auto store = c10::make_intrusive<c10d::FileStore>(path, c.size());
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, c.rank(), c.size(), opts);
+  c.barrier()->wait();
+  if (c.rank() == 0) std::filesystem::remove(path);
+  return pg;
+}
+#endif
+
+Buffers make_buffers(Op op, int64_t bytes, at::ScalarType dt, int n) {
+  Buffers b;
+  const int64_t esz = c10::elementSize(dt);
+  b.count = std::max<int64_t>(bytes / esz / n, 1) * n;  // a multiple of n, as in nccl-tests
+  b.chunk = b.count / n;
+  auto o = at::TensorOptions().dtype(dt);
+  const bool gather = op == Op::AllGather, scatter = op == Op::ReduceScatter;
+  b.send = at::zeros({gather ? b.chunk : b.count}, o);
+  b.recv = at::zeros({scatter ? b.chunk : b.count}, o);
+  b.inplace = at::zeros({b.count}, o);
+  return b;
+}
+
+// Fills inputs with pattern(), runs once, counts wrong output elements on this rank.
+int64_t count_wrong(Op op, const Impl& impl, Buffers& b, bool ip, int rank, int n, at::ScalarType dt) {
+  at::Tensor expected;
+  if (op == Op::AllGather) {
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < n; ++r) parts.push_back(pattern(b.chunk, r, 0, dt));
+    expected = at::cat(parts);
+    if (ip) b.inplace.narrow(0, rank * b.chunk, b.chunk).copy_(pattern(b.chunk, rank, 0, dt));
+    else b.send.copy_(pattern(b.chunk, rank, 0, dt));
+  } else if (op == Op::Broadcast) {
+    expected = pattern(b.count, 0, 0, dt);
+    (ip ? b.inplace : b.send).copy_(pattern(b.count, rank, 0, dt));
+  } else {  // sum over ranks of pattern(r)
+    at::Tensor sum = at::zeros({b.count}, at::kDouble);
+    for (int r = 0; r < n; ++r) sum += pattern(b.count, r, 0, at::kDouble);
+    expected = sum.to(dt);
+    if (op == Op::ReduceScatter) expected = expected.narrow(0, rank * b.chunk, b.chunk);
+    (ip ? b.inplace : b.send).copy_(pattern(b.count, rank, 0, dt));
+  }
+  b.recv.fill_(-1);
+  impl.run(b, ip);
+  at::Tensor got = ip ? b.inplace : b.recv;
+  if (ip && op == Op::ReduceScatter) got = got.narrow(0, rank * b.chunk, b.chunk);
+  return at::ne(got.to(at::kDouble), expected.to(at::kDouble)).sum().item<int64_t>();
+}
+
+// Mean seconds per collective, the slowest rank's.
+double time_impl(const Impl& impl, Buffers& b, bool ip, int warmup, int iters, MPI_Comm sync) {
+  for (int i = 0; i < warmup; ++i) impl.run(b, ip);
+  MPI_Barrier(sync);
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) impl.run(b, ip);
+  double t = std::chrono::duration<double>(Clock::now() - t0).count() / iters, tmax = 0;
+  MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, sync);
+  return tmax;
+}
+
+struct Result {
+  double time_s = -1;  // < 0: not measured
+  int64_t wrong = 0;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+int run_bench_collectives(const std::vector<std::string>& args) {
+  namespace po = launcher::po;
+  po::options_description desc("bench collectives options");
+  desc.add_options()("minbytes,b", po::value<std::string>()->default_value("1M"), "smallest buffer (e.g. 8, 1M, 64MiB)")(
+      "maxbytes,e", po::value<std::string>()->default_value("64M"), "largest buffer")(
+      "stepfactor,f", po::value<int>()->default_value(2), "multiply the size by this each step")(
+      "iters,n", po::value<int>()->default_value(20), "timed iterations per size")(
+      "warmup_iters,w", po::value<int>()->default_value(5), "untimed warm-up iterations")(
+      "op", po::value<std::string>()->default_value("all"), "all_gather|reduce_scatter|all_reduce|broadcast|all")(
+      "group", po::value<std::string>()->default_value("world"), "world|intra|inter|all")(
+      "dtype", po::value<std::string>()->default_value("float"), "float|bfloat16|half|int32|int64|uint8")(
+      "no-baselines", po::bool_switch(), "skip the raw MPI and Gloo baselines")(
+      "json", po::bool_switch(), "print one JSON document instead of the table");
+  auto vm = launcher::parse_command("tessera bench collectives [-b MIN] [-e MAX] [-f F] [-n N] [-w W] ...", desc, args);
+  if (!vm) return 0;
+  const auto& v = *vm;
+  const uint64_t minb = launcher::parse_byte_size(v["minbytes"].as<std::string>(), "-b");
+  const uint64_t maxb = launcher::parse_byte_size(v["maxbytes"].as<std::string>(), "-e");
+  const int factor = v["stepfactor"].as<int>(), iters = v["iters"].as<int>(), warmup = v["warmup_iters"].as<int>();
+  TESSERA_CHECK_INPUT(minb > 0 && minb <= maxb, "-b must be positive and at most -e");
+  TESSERA_CHECK_INPUT(factor >= 2, "-f must be at least 2");
+  TESSERA_CHECK_INPUT(iters >= 1 && warmup >= 0, "-n must be >= 1 and -w >= 0");
+  const at::ScalarType dt = parse_dtype(v["dtype"].as<std::string>());
+  const bool json = v["json"].as<bool>(), baselines = !v["no-baselines"].as<bool>();
+
+  std::vector<std::pair<std::string, Op>> ops;
+  for (const auto& o : kOps)
+    if (v["op"].as<std::string>() == "all" || v["op"].as<std::string>() == o.first) ops.push_back(o);
+  TESSERA_CHECK_INPUT(!ops.empty(), "--op '" + v["op"].as<std::string>() +
+                                        "' is not one of all_gather, reduce_scatter, all_reduce, broadcast, all");
+  const auto& groups = launcher::current().groups;
+  std::vector<comm::CommPtr> comms;
+  for (const auto& g : {groups.world, groups.intra, groups.inter})
+    if (g && (v["group"].as<std::string>() == "all" || v["group"].as<std::string>() == g->name())) comms.push_back(g);
+  TESSERA_CHECK_INPUT(!comms.empty(), "--group '" + v["group"].as<std::string>() + "' is not one of world, intra, inter, all");
+
+  const bool root = launcher::current().world_rank == 0;
+  nlohmann::json out = nlohmann::json::array();
+  at::NoGradGuard no_grad;
+  for (const auto& c : comms) {
+    const int n = c->size(), rank = c->rank();
+    const bool is_mpi = c->backend() == "mpi";
+    MPI_Comm raw = is_mpi ? comm::mpi_comm_dup(*c) : MPI_COMM_NULL;
+    MPI_Comm sync = raw != MPI_COMM_NULL ? raw : MPI_COMM_WORLD;
+#ifdef TESSERA_HAVE_GLOO
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+    if (baselines && is_mpi) gloo = make_gloo(*c);
+#else
+    if (root && !json && baselines) std::printf("# Gloo baseline: not built (c10d Gloo needs the libgloo-dev headers)\n");
+#endif
+    for (const auto& [opname, op] : ops) {
+      double bus_sum = 0;
+      int bus_count = 0;
+      if (root && !json) {
+        std::printf("#\n# %s on group '%s' (%s, %d ranks), dtype %s, %d iters, %d warm-up\n", opname.c_str(),
+                    c->name().c_str(), c->backend().c_str(), n, c10::toString(dt), iters, warmup);
+        std::printf("#%11s %12s %6s | %10s %8s %8s %6s | %10s %8s %8s %6s | %9s %9s %7s %7s | %9s %7s\n", "size",
+                    "count", "type", "oop us", "algbw", "busbw", "#wrong", "ip us", "algbw", "busbw", "#wrong",
+                    "raw oop", "raw ip", "x raw", "x rawip", "gloo us", "x gloo");
+      }
+      for (uint64_t bytes = minb; bytes <= maxb; bytes *= factor) {
+        Buffers b = make_buffers(op, bytes, dt, n);
+        const double size_bytes = double(b.count) * c10::elementSize(dt);
+        Impl tess = tessera_impl(op, *c);
+        Result t_oop, t_ip, r_oop, r_ip, g_oop;
+        t_oop.wrong = count_wrong(op, tess, b, false, rank, n, dt);
+        t_ip.wrong = count_wrong(op, tess, b, true, rank, n, dt);
+        t_oop.time_s = time_impl(tess, b, false, warmup, iters, sync);
+        t_ip.time_s = time_impl(tess, b, true, warmup, iters, sync);
+        MPI_Datatype rt = raw_type(dt, op == Op::ReduceScatter || op == Op::AllReduce);
+        if (baselines && is_mpi && rt != MPI_DATATYPE_NULL) {
+          Impl r = raw_mpi_impl(op, raw, rank, rt);
+          r_oop.time_s = time_impl(r, b, false, warmup, iters, sync);
+          r_ip.time_s = time_impl(r, b, true, warmup, iters, sync);
+        }
+#ifdef TESSERA_HAVE_GLOO
+        if (gloo && op != Op::ReduceScatter) g_oop.time_s = time_impl(gloo_impl(op, *gloo, n), b, false, warmup, iters, sync);
+#endif
+        int64_t wrong[2] = {t_oop.wrong, t_ip.wrong}, wrong_all[2] = {0, 0};
+        MPI_Allreduce(wrong, wrong_all, 2, MPI_INT64_T, MPI_SUM, sync);
+        auto algbw = [&](double t) { return size_bytes / t / 1e9; };
+        auto busbw = [&](double t) { return algbw(t) * busbw_factor(op, n); };
+        auto ratio = [](const Result& base, const Result& ours) {
+          return base.time_s > 0 ? base.time_s / ours.time_s : -1.0;  // > 1: Tessera faster
+        };
+        bus_sum += busbw(t_oop.time_s) + busbw(t_ip.time_s);
+        bus_count += 2;
+        if (!root) continue;
+        if (json) {
+          auto opt = [](double x) { return x > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
+          out.push_back({{"group", c->name()}, {"ranks", n}, {"op", opname}, {"dtype", c10::toString(dt)},
+                         {"bytes", int64_t(size_bytes)}, {"count", b.count},
+                         {"oop", {{"time_us", t_oop.time_s * 1e6}, {"algbw", algbw(t_oop.time_s)},
+                                  {"busbw", busbw(t_oop.time_s)}, {"wrong", wrong_all[0]}}},
+                         {"ip", {{"time_us", t_ip.time_s * 1e6}, {"algbw", algbw(t_ip.time_s)},
+                                 {"busbw", busbw(t_ip.time_s)}, {"wrong", wrong_all[1]}}},
+                         {"raw_mpi_us", {{"oop", opt(r_oop.time_s * 1e6)}, {"ip", opt(r_ip.time_s * 1e6)}}},
+                         {"gloo_us", opt(g_oop.time_s * 1e6)},
+                         {"ratio_vs_raw", {{"oop", opt(ratio(r_oop, t_oop))}, {"ip", opt(ratio(r_ip, t_ip))}}},
+                         {"ratio_vs_gloo", opt(ratio(g_oop, t_oop))}});
+        } else {
+          auto us = [](const Result& r) { return r.time_s > 0 ? fmt("%9.1f", r.time_s * 1e6) : std::string("      n/a"); };
+          auto x = [](double q) { return q > 0 ? fmt("%6.2fx", q) : std::string("    n/a"); };
+          std::printf("%12lld %12lld %6s | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f %6lld | %9s %9s %7s %7s | %9s %7s\n",
+                      (long long)size_bytes, (long long)b.count, c10::toString(dt), t_oop.time_s * 1e6,
+                      algbw(t_oop.time_s), busbw(t_oop.time_s), (long long)wrong_all[0], t_ip.time_s * 1e6,
+                      algbw(t_ip.time_s), busbw(t_ip.time_s), (long long)wrong_all[1], us(r_oop).c_str(),
+                      us(r_ip).c_str(), x(ratio(r_oop, t_oop)).c_str(), x(ratio(r_ip, t_ip)).c_str(),
+                      us(g_oop).c_str(), x(ratio(g_oop, t_oop)).c_str());
+        }
+      }
+      if (root && !json) std::printf("# Avg bus bandwidth    : %g GB/s\n", bus_count ? bus_sum / bus_count : 0.0);
+    }
+    if (raw != MPI_COMM_NULL) MPI_Comm_free(&raw);
+  }
+  if (root && json) std::cout << out.dump(2) << std::endl;
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,45 @@
+# TESSERA_WITH_CUDA: AUTO turns the CUDA/NCCL path on only when LibTorch was built with CUDA and NCCL
+# is found. The NCCL communicator itself (runtime/comm/*_cuda.cpp) needs only the CUDA runtime and
+# NCCL headers, so it always compiles and links when those exist (CI: /usr/local/cuda), as the
+# separate library tessera_nccl_check, even with a CPU-only LibTorch.
+set(_cuda_hints /usr/local/cuda $ENV{CUDA_HOME})
+find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_cuda_hints} $ENV{NCCL_HOME} PATH_SUFFIXES include)
+find_library(NCCL_LIBRARY nccl HINTS ${_cuda_hints} $ENV{NCCL_HOME} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
+find_path(CUDART_INCLUDE_DIR cuda_runtime_api.h HINTS ${_cuda_hints} PATH_SUFFIXES include)
+find_library(CUDART_LIBRARY cudart HINTS ${_cuda_hints} PATH_SUFFIXES lib64 lib)
+
+set(_torch_has_cuda OFF)
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
+  set(_torch_has_cuda ON)
+endif()
+set(TESSERA_CUDA_ENABLED OFF)
+if(TESSERA_WITH_CUDA STREQUAL "ON")
+  if(NOT (_torch_has_cuda AND NCCL_LIBRARY))
+    message(FATAL_ERROR "TESSERA_WITH_CUDA=ON but CUDA LibTorch (${_torch_has_cuda}) or NCCL (${NCCL_LIBRARY}) missing")
+  endif()
+  set(TESSERA_CUDA_ENABLED ON)
+elseif(TESSERA_WITH_CUDA STREQUAL "AUTO" AND _torch_has_cuda AND NCCL_LIBRARY AND CUDART_LIBRARY)
+  set(TESSERA_CUDA_ENABLED ON)
+endif()
+message(STATUS "Tessera: CUDA LibTorch=${_torch_has_cuda} NCCL=${NCCL_LIBRARY} -> TESSERA_WITH_CUDA=${TESSERA_CUDA_ENABLED}")
+
+function(tessera_add_cuda_sources tgt)
+  file(GLOB _cuda_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/comm/*_cuda.cpp)
+  if(NOT _cuda_src OR NOT NCCL_LIBRARY OR NOT CUDART_LIBRARY)
+    return()
+  endif()
+  # Always compile + link the NCCL backend when headers exist, so CI proves it builds.
+  add_library(tessera_nccl STATIC ${_cuda_src})
+  target_include_directories(tessera_nccl PUBLIC ${CMAKE_SOURCE_DIR} ${NCCL_INCLUDE_DIR} ${CUDART_INCLUDE_DIR})
+  target_link_libraries(tessera_nccl PUBLIC ${TORCH_LIBRARIES} MPI::MPI_C ${NCCL_LIBRARY} ${CUDART_LIBRARY})
+  tessera_use_pch(tessera_nccl)
+  if(TESSERA_CUDA_ENABLED)
+    target_compile_definitions(tessera_nccl PUBLIC TESSERA_WITH_CUDA=1)
+    target_link_libraries(${tgt} PUBLIC tessera_nccl)
+  else()
+    # Link check: a tiny executable that references the backend's factory must link.
+    add_executable(tessera_nccl_linkcheck ${CMAKE_SOURCE_DIR}/cmake/nccl_linkcheck.cpp)
+    target_link_libraries(tessera_nccl_linkcheck PRIVATE tessera_nccl tessera_runtime)
+    tessera_use_pch(tessera_nccl_linkcheck)
+  endif()
+endfunction()

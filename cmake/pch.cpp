@@ -1,0 +1,1 @@
+// translation unit that builds the shared precompiled header

@@ -1,0 +1,226 @@
+#include "launcher/bootstrap.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "runtime/comm/mpi_backend.h"
+#include "runtime/error.h"
+
+namespace tessera::launcher {
+namespace {
+
+Bootstrap g_boot;
+bool g_mpi_initialised_here = false;
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+const char* env(const char* k) { return std::getenv(k); }
+
+// All ranks' strings, gathered to every rank.
+std::vector<std::string> allgather_strings(const std::string& s, int size) {
+  int len = static_cast<int>(s.size());
+  std::vector<int> lens(size);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> displs(size, 0);
+  for (int i = 1; i < size; ++i) displs[i] = displs[i - 1] + lens[i - 1];
+  std::vector<char> all(displs[size - 1] + lens[size - 1] + 1);
+  MPI_Allgatherv(s.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> out(size);
+  for (int i = 0; i < size; ++i) out[i] = std::string(all.data() + displs[i], lens[i]);
+  return out;
+}
+
+// Every rank agrees on an error (the lowest failing rank's message) before anything else happens,
+// so bad input stops all ranks with the same one-line message and no rank hangs.
+void agree_or_throw(const std::string& my_error, int size) {
+  auto errors = allgather_strings(my_error, size);
+  for (int r = 0; r < size; ++r)
+    if (!errors[r].empty()) throw TESSERA_INPUT_ERROR(errors[r]);
+}
+
+}  // namespace
+
+const Bootstrap& current() { return g_boot; }
+
+Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
+  Bootstrap b;
+  b.host = hostname();
+  b.slurm = read_slurm_env();
+  if (!opts.init_mpi) {
+    b.layout_source = "single process (no MPI)";
+    b.threads = opts.threads > 0 ? opts.threads : usable_cores();
+    torch::set_num_threads(b.threads);
+    b.groups = {comm::make_self_communicator("world"), comm::make_self_communicator("intra"),
+                comm::make_self_communicator("inter")};
+    set_process_identity(0, b.host);
+    g_boot = b;
+    return g_boot;
+  }
+
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    g_mpi_initialised_here = true;
+    if (provided < MPI_THREAD_MULTIPLE) {
+      // The communication thread and the compute thread both call MPI.
+      throw Error(ErrorKind::Internal, "MPI does not provide MPI_THREAD_MULTIPLE", __FILE__, __LINE__);
+    }
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &b.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &b.world_size);
+  set_process_identity(b.world_rank, b.host);
+
+  // ---- which node am I on? explicit flag > launcher environment > MPI shared memory ----------
+  std::string err;
+  const bool under_mpirun = env("OMPI_COMM_WORLD_RANK") != nullptr;
+  const bool under_srun = !under_mpirun && b.slurm.in_step;
+  long node_key = 0;
+  if (opts.ranks_per_node > 0) {
+    if (b.world_size % opts.ranks_per_node != 0)
+      err = "--ranks-per-node " + std::to_string(opts.ranks_per_node) + " does not divide the world size " +
+            std::to_string(b.world_size);
+    node_key = b.world_rank / std::max(1, opts.ranks_per_node);
+    b.layout_source = "--ranks-per-node " + std::to_string(opts.ranks_per_node);
+  } else if (under_srun) {
+    // srun starts every task itself: its SLURM_PROCID/SLURM_NTASKS must match MPI's view.
+    if (b.slurm.procid != b.world_rank || (b.slurm.ntasks > 0 && b.slurm.ntasks != b.world_size))
+      err = "SLURM and MPI disagree: SLURM_PROCID=" + std::to_string(b.slurm.procid) +
+            " SLURM_NTASKS=" + std::to_string(b.slurm.ntasks) + " but MPI rank " +
+            std::to_string(b.world_rank) + " of " + std::to_string(b.world_size) +
+            " (launch with srun --mpi=pmix, or mpirun inside the allocation)";
+    node_key = b.slurm.nodeid;
+    b.layout_source = "slurm (SLURM_NODEID/SLURM_LOCALID)";
+  } else {
+    MPI_Comm shared;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, b.world_rank, MPI_INFO_NULL, &shared);
+    int leader = b.world_rank;
+    MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
+    node_key = leader;
+    b.layout_source = under_mpirun ? "mpi shared-memory split (under mpirun)" : "mpi shared-memory split";
+  }
+  agree_or_throw(err, b.world_size);
+
+  // Node ids: distinct node keys in order of their lowest world rank; local rank: order within node.
+  std::vector<long> keys(b.world_size);
+  MPI_Allgather(&node_key, 1, MPI_LONG, keys.data(), 1, MPI_LONG, MPI_COMM_WORLD);
+  std::map<long, int> node_of_key;
+  for (int r = 0; r < b.world_size; ++r)
+    if (!node_of_key.count(keys[r])) node_of_key.emplace(keys[r], static_cast<int>(node_of_key.size()));
+  b.num_nodes = static_cast<int>(node_of_key.size());
+  b.node_id = node_of_key[node_key];
+  b.local_rank = 0;
+  b.local_size = 0;
+  for (int r = 0; r < b.world_size; ++r) {
+    if (keys[r] != node_key) continue;
+    if (r < b.world_rank) ++b.local_rank;
+    ++b.local_size;
+  }
+  if (under_srun && b.slurm.localid >= 0 && b.slurm.localid != b.local_rank)
+    err = "SLURM_LOCALID=" + std::to_string(b.slurm.localid) + " but rank " + std::to_string(b.world_rank) +
+          " is local rank " + std::to_string(b.local_rank) + " of node " + std::to_string(b.node_id);
+  agree_or_throw(err, b.world_size);
+
+  // ---- threads: the physical cores of a host are shared by every rank on that host ------------
+  auto hosts = allgather_strings(b.host, b.world_size);
+  int ranks_on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), b.host));
+  b.threads = opts.threads > 0 ? opts.threads : std::max(1, usable_cores() / ranks_on_host);
+  torch::set_num_threads(b.threads);
+
+  // ---- device: local rank -> visible GPU (CUDA_VISIBLE_DEVICES already renumbers them) --------
+  int gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus > 0) {
+    if (b.local_size > gpus)
+      err = "host " + b.host + " node " + std::to_string(b.node_id) + " runs " + std::to_string(b.local_size) +
+            " local ranks but sees only " + std::to_string(gpus) + " GPU(s)" +
+            (env("CUDA_VISIBLE_DEVICES") ? std::string(" (CUDA_VISIBLE_DEVICES=") + env("CUDA_VISIBLE_DEVICES") + ")" : "");
+    b.gpu = b.local_rank % gpus;
+    b.gpu_source = env("CUDA_VISIBLE_DEVICES") ? "local rank over CUDA_VISIBLE_DEVICES" : "local rank";
+  }
+  agree_or_throw(err, b.world_size);
+
+  // ---- process groups -------------------------------------------------------------------------
+  MPI_Comm intra, inter;
+  MPI_Comm_split(MPI_COMM_WORLD, b.node_id, b.world_rank, &intra);
+  MPI_Comm_split(MPI_COMM_WORLD, b.local_rank, b.world_rank, &inter);
+  b.groups.world = comm::make_mpi_communicator(MPI_COMM_WORLD, "world");
+  b.groups.intra = comm::make_mpi_communicator(intra, "intra");
+  b.groups.inter = comm::make_mpi_communicator(inter, "inter");
+  MPI_Comm_free(&intra);
+  MPI_Comm_free(&inter);
+  g_boot = b;
+  return g_boot;
+}
+
+void finalize() {
+  g_boot.groups = {};  // communicator threads stop before MPI goes away
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin && g_mpi_initialised_here) MPI_Finalize();
+}
+
+void abort_all(int code) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  fflush(stdout);
+  fflush(stderr);
+  if (init && !fin && g_boot.world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace tessera::launcher
+
+namespace tessera::launcher {
+
+void collectively(const std::function<void()>& fn) {
+  std::string msg;
+  int code = 0;
+  try {
+    fn();
+  } catch (const Error& e) {
+    msg = e.what();
+    code = e.exit_code();
+  } catch (const std::exception& e) {
+    msg = e.what();
+    code = 2;  // model/ format errors and LibTorch argument checks on user input
+  }
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin || g_boot.world_size == 1) {
+    if (!msg.empty()) throw CollectiveError(code == 2 ? ErrorKind::Input : code == 3 ? ErrorKind::Timeout : ErrorKind::Internal, msg);
+    return;
+  }
+  auto msgs = allgather_strings(msg.empty() ? std::string() : std::to_string(code) + "|" + msg, g_boot.world_size);
+  for (int r = 0; r < g_boot.world_size; ++r) {
+    if (msgs[r].empty()) continue;
+    auto bar = msgs[r].find('|');
+    int c = std::stoi(msgs[r].substr(0, bar));
+    std::string m = msgs[r].substr(bar + 1);
+    if (g_boot.world_size > 1 && r != 0) m = "rank " + std::to_string(r) + ": " + m;
+    throw CollectiveError(c == 2 ? ErrorKind::Input : c == 3 ? ErrorKind::Timeout : ErrorKind::Internal, m);
+  }
+}
+
+}  // namespace tessera::launcher

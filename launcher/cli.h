@@ -1,0 +1,27 @@
+// Shared CLI plumbing for subcommands (Boost.Program_options). Every subcommand has the signature
+//   int run_<name>(const std::vector<std::string>& args)   // args after the subcommand name
+// and uses parse_command() so that --help, unknown options (with the closest valid one suggested)
+// and bad values behave the same everywhere: bad input throws tessera::Error(Input) -> exit 2.
+#pragma once
+#include <boost/program_options.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::launcher {
+
+namespace po = boost::program_options;
+
+// Parses `args` against `desc` (which gets --help added). Returns nullopt after printing help
+// (the caller returns 0). `usage` is the first help line, e.g. "tessera eval --model DIR ...".
+std::optional<po::variables_map> parse_command(const std::string& usage, po::options_description desc,
+                                               const std::vector<std::string>& args,
+                                               const po::positional_options_description* pos = nullptr);
+
+// Closest string to `key` among `candidates` (Levenshtein), or "" if nothing is reasonably close.
+std::string closest_match(const std::string& key, const std::vector<std::string>& candidates);
+
+// Parses a size like "2GB", "500MB", "64MiB", "1024" into bytes; throws Error(Input) naming `what`.
+uint64_t parse_byte_size(const std::string& text, const std::string& what);
+
+}  // namespace tessera::launcher

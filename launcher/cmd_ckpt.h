@@ -1,0 +1,15 @@
+// `tessera ckpt`: offline tools for sharded checkpoints (single process, no MPI world needed).
+//   tessera ckpt consolidate --checkpoint DIR --out HFDIR [--dtype bf16|fp32|fp16] [--max-shard-size 2GB]
+//   tessera ckpt inspect DIR
+//   tessera ckpt verify DIR
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tessera::launcher {
+
+// args: everything after "ckpt" (the action first). Returns the exit code; bad input throws
+// tessera::Error(Input) / model::ModelError (exit 2).
+int run_ckpt(const std::vector<std::string>& args);
+
+}  // namespace tessera::launcher

@@ -1,0 +1,256 @@
+// `tessera train`: one fine-tuning run, launched by mpirun or srun (or alone for one rank).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "launcher/bootstrap.h"
+#include "launcher/cli.h"
+#include "launcher/commands.h"
+#include "launcher/config.h"
+#include "launcher/llama_lm.h"
+#include "model/eval.h"
+#include "model/safetensors.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/error.h"
+#include "runtime/train/trainer.h"
+
+namespace tessera::launcher {
+namespace fs = std::filesystem;
+
+fsdp::Options fsdp_options_from(const Config& cfg, const model::LlamaConfig& mc) {
+  fsdp::Options o;
+  o.strategy = fsdp::parse_strategy(cfg.get_string("fsdp.strategy"));
+  o.param_dtype = fsdp::parse_dtype(cfg.get_string("fsdp.mixed_precision"));
+  o.reduce_dtype = fsdp::parse_dtype(cfg.get_string("fsdp.reduce_dtype"));
+  std::string ac = cfg.get_string("fsdp.activation_checkpointing");
+  o.activation_checkpointing = ac == "true" || (ac == "auto" && mc.hidden_size >= 4096);
+  o.prefetch = cfg.get_bool("fsdp.prefetch");
+  o.limit_all_gathers = static_cast<int>(cfg.get_int("fsdp.limit_all_gathers"));
+  TESSERA_CHECK_INPUT(o.limit_all_gathers >= 1, "fsdp.limit_all_gathers must be >= 1");
+  return o;
+}
+
+namespace {
+
+// Checks a directory can be created and written without touching anything already in it.
+void check_writable_dir(const std::string& dir, const std::string& key) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || access(dir.c_str(), W_OK) != 0)
+    throw TESSERA_INPUT_ERROR(key + " '" + dir + "' is not a writable directory");
+}
+
+train::TrainOptions train_options_from(const Config& cfg) {
+  train::TrainOptions t;
+  t.steps = cfg.get_int("train.steps");
+  t.micro_batch = cfg.get_int("train.micro_batch");
+  t.grad_accum = cfg.get_int("train.grad_accum");
+  t.seq_len = cfg.get_int("data.seq_len");
+  t.lr = cfg.get_float("train.lr");
+  t.min_lr = cfg.get_float("train.min_lr");
+  t.warmup_steps = cfg.get_int("train.warmup_steps");
+  t.schedule = cfg.get_string("train.schedule");
+  t.weight_decay = cfg.get_float("train.weight_decay");
+  t.beta1 = cfg.get_float("train.beta1");
+  t.beta2 = cfg.get_float("train.beta2");
+  t.eps = cfg.get_float("train.eps");
+  t.clip = cfg.get_float("train.clip");
+  t.seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
+  t.checkpoint_dir = cfg.get_string("checkpoint.dir");
+  t.checkpoint_every = cfg.get_int("checkpoint.every");
+  t.checkpoint_keep = static_cast<int>(cfg.get_int("checkpoint.keep"));
+  t.checkpoint_async = cfg.get_bool("checkpoint.async");
+  t.log_dir = cfg.get_string("log.dir").empty() ? t.checkpoint_dir : cfg.get_string("log.dir");
+  t.log_every = std::max<int64_t>(1, cfg.get_int("log.every"));
+  t.preempt_signal = cfg.get_string("train.preempt_signal") == "USR1" ? SIGUSR1 : SIGUSR2;
+  TESSERA_CHECK_INPUT(t.steps >= 1, "train.steps must be >= 1 (got " + std::to_string(t.steps) + ")");
+  TESSERA_CHECK_INPUT(t.micro_batch >= 1, "train.micro_batch must be >= 1 (got " + std::to_string(t.micro_batch) + ")");
+  TESSERA_CHECK_INPUT(t.grad_accum >= 1, "train.grad_accum must be >= 1 (got " + std::to_string(t.grad_accum) + ")");
+  TESSERA_CHECK_INPUT(t.seq_len >= 1, "data.seq_len must be >= 1");
+  TESSERA_CHECK_INPUT(t.checkpoint_keep >= 1, "checkpoint.keep must be >= 1");
+  return t;
+}
+
+}  // namespace
+
+// Everything `train` and `eval` set up before the first collective of the engine; run inside
+// collectively() so that bad input stops every rank with one message and nothing written.
+struct ModelSetup {
+  model::LlamaConfig config;
+  std::shared_ptr<model::ModelDir> dir;  // null: initialise from the preset
+  std::string source;
+};
+
+ModelSetup setup_model(const Config& cfg) {
+  ModelSetup s;
+  std::string path = cfg.get_string("model.path");
+  if (!path.empty()) {
+    s.dir = std::make_shared<model::ModelDir>(path);
+    s.dir->validate();
+    s.config = s.dir->config();
+    s.source = path;
+  } else {
+    s.config = model::LlamaConfig::preset(cfg.get_string("model.preset"));
+    s.source = "preset " + cfg.get_string("model.preset") + " (seed " + std::to_string(cfg.get_int("model.seed")) + ")";
+  }
+  return s;
+}
+
+void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg) {
+  if (ms.dir) {
+    HfWeightSource src(ms.dir);
+    trainer.load_weights(src);
+  } else {
+    InitWeightSource src(static_cast<uint64_t>(cfg.get_int("model.seed")));
+    trainer.load_weights(src);
+  }
+}
+
+int run_train(const std::vector<std::string>& args) {
+  po::options_description desc("train options");
+  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON)")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.lr=1e-4")(
+      "resume", po::value<std::string>()->implicit_value("latest"),
+      "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory");
+  auto vm = parse_command("tessera train --config run.json [--set key=value]... [--resume [DIR]]", desc, args);
+  if (!vm) return 0;
+  const Bootstrap& b = current();
+  const bool rank0 = b.world_rank == 0;
+
+  Config cfg;
+  ModelSetup ms;
+  train::TrainOptions topts;
+  fsdp::Options fopts;
+  std::shared_ptr<data::TokenDataset> dataset;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::string resume_dir;
+  collectively([&] {
+    std::vector<std::string> sets;
+    if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
+    cfg = Config::load((*vm)["config"].as<std::string>(), sets);
+    topts = train_options_from(cfg);
+    ms = setup_model(cfg);
+    fopts = fsdp_options_from(cfg, ms.config);
+    TESSERA_CHECK_INPUT(topts.seq_len <= ms.config.max_position_embeddings,
+                        "data.seq_len " + std::to_string(topts.seq_len) + " exceeds the model's max_position_embeddings " +
+                            std::to_string(ms.config.max_position_embeddings));
+    if (fopts.strategy == fsdp::Strategy::HybridShard)
+      TESSERA_CHECK_INPUT(b.num_nodes >= 1 && b.world_size == b.num_nodes * b.local_size &&
+                              b.groups.intra->size() * b.groups.inter->size() == b.world_size,
+                          "fsdp.strategy hybrid_shard needs the same number of ranks on every node (world " +
+                              std::to_string(b.world_size) + ", " + std::to_string(b.num_nodes) +
+                              " nodes); use --ranks-per-node");
+    tokenizer = data::make_tokenizer(cfg.get_string("data.tokenizer"));
+    dataset = std::make_shared<data::TokenDataset>(cfg.get_string("data.path"), topts.seq_len, tokenizer.get());
+    dataset->check_vocab(ms.config.vocab_size);
+    const int64_t global = b.world_size * topts.micro_batch * topts.grad_accum;
+    TESSERA_CHECK_INPUT(dataset->num_sequences() >= global,
+                        "data.path " + cfg.get_string("data.path") + " holds " + std::to_string(dataset->num_sequences()) +
+                            " sequences of " + std::to_string(topts.seq_len + 1) + " tokens, fewer than one global batch (" +
+                            std::to_string(b.world_size) + " ranks x micro_batch " + std::to_string(topts.micro_batch) +
+                            " x grad_accum " + std::to_string(topts.grad_accum) + " = " + std::to_string(global) + ")");
+    if (!topts.checkpoint_dir.empty()) check_writable_dir(topts.checkpoint_dir, "checkpoint.dir");
+    if (!topts.log_dir.empty()) check_writable_dir(topts.log_dir, "log.dir");
+    std::string resume = vm->count("resume") ? (*vm)["resume"].as<std::string>() : cfg.get_string("checkpoint.resume");
+    if (resume == "latest" || resume == "auto") {
+      TESSERA_CHECK_INPUT(!(resume == "latest" && topts.checkpoint_dir.empty()),
+                          "--resume needs checkpoint.dir (or --resume DIR)");
+      if (!topts.checkpoint_dir.empty()) resume_dir = checkpoint::latest(topts.checkpoint_dir);
+    } else if (resume != "never") {
+      TESSERA_CHECK_INPUT(fs::is_directory(resume), "--resume " + resume + ": no such checkpoint directory");
+      resume_dir = resume;
+    }
+  });
+
+  nlohmann::json run_state = {{"config", cfg.json()}, {"model_config", ms.config.to_json()},
+                              {"model_source", ms.source}};
+  if (rank0) {
+    std::cout << "tessera train: " << b.world_size << " rank(s) on " << b.num_nodes << " node(s), "
+              << fsdp::to_string(fopts.strategy) << ", " << cfg.get_string("fsdp.mixed_precision") << ", model "
+              << ms.source << " (" << ms.config.num_parameters() << " parameters), data "
+              << dataset->description() << " (" << dataset->num_tokens() << " tokens, "
+              << dataset->num_sequences() << " sequences of " << topts.seq_len << ")" << std::endl;
+  }
+  train::Trainer trainer(make_llama_lm(ms.config), b.groups, fopts, topts, dataset, run_state);
+  if (!resume_dir.empty()) {
+    collectively([&] { trainer.resume(resume_dir); });
+    if (rank0) std::cout << "resumed from " << resume_dir << " at step " << trainer.step() << std::endl;
+  } else {
+    collectively([&] { load_model_weights(trainer, ms, cfg); });
+  }
+  train::install_preemption_handlers(topts.preempt_signal);
+  auto res = trainer.run();
+  if (rank0) {
+    if (res.preempted) {
+      std::cout << "preempted at step " << res.end_step << ": checkpoint " << res.last_checkpoint << std::endl;
+      const Bootstrap& bb = current();
+      if (bb.slurm.present && !bb.slurm.job_id.empty()) {
+        std::string cmd = "scontrol requeue " + bb.slurm.job_id;
+        int rc = std::system(cmd.c_str());
+        std::cout << cmd << (rc == 0 ? ": requeued" : ": failed (job not requeueable?)") << std::endl;
+      }
+    }
+    std::string where = res.last_checkpoint.empty() ? std::string("no checkpoint (checkpoint.dir unset)")
+                                                    : "checkpoint " + res.last_checkpoint;
+    std::cout << "done: steps " << res.start_step << " -> " << res.end_step;
+    if (!res.records.empty())
+      std::cout << ", loss " << res.records.front().loss << " -> " << res.records.back().loss;
+    std::cout << "; " << where;
+    if (!topts.log_dir.empty()) std::cout << "; metrics " << topts.log_dir << "/metrics.jsonl";
+    std::cout << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace tessera::launcher
+
+namespace tessera::launcher {
+
+// `tessera eval`: the model sharded with FSDP (full_shard) over every rank, each sequence's forward
+// run by all ranks together; rank 0 prints the same numbers a single process prints.
+int run_eval(const std::vector<std::string>& args) {
+  po::options_description desc("eval options");
+  desc.add_options()("model", po::value<std::string>()->required(), "Hugging Face model directory (config.json + safetensors)")(
+      "tokens", po::value<std::string>()->required(), "token ids, one sequence per line, whitespace-separated")(
+      "dtype", po::value<std::string>()->default_value("fp32"), "compute dtype: fp32 or bf16");
+  auto vm = parse_command("tessera eval --model DIR --tokens FILE [--dtype fp32|bf16]", desc, args);
+  if (!vm) return 0;
+  const Bootstrap& b = current();
+  std::shared_ptr<model::ModelDir> dir;
+  std::vector<std::vector<int64_t>> sequences;
+  fsdp::Options fopts;
+  collectively([&] {
+    std::string dtype = (*vm)["dtype"].as<std::string>();
+    TESSERA_CHECK_INPUT(dtype == "fp32" || dtype == "bf16", "--dtype '" + dtype + "' must be fp32 or bf16");
+    fopts.param_dtype = fsdp::parse_dtype(dtype);
+    dir = std::make_shared<model::ModelDir>((*vm)["model"].as<std::string>());
+    dir->validate();
+    sequences = model::read_token_file((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
+  });
+  train::Trainer trainer(make_llama_lm(dir->config()), b.groups, fopts, train::TrainOptions{}, nullptr, {});
+  collectively([&] {
+    HfWeightSource src(dir);
+    trainer.load_weights(src);
+  });
+  std::vector<double> losses;
+  int64_t predicted = 0;
+  for (const auto& s : sequences) {
+    at::Tensor t = torch::tensor(s, torch::kLong).unsqueeze(0);
+    losses.push_back(trainer.sequence_losses(t)[0]);
+    predicted += static_cast<int64_t>(s.size()) - 1;
+  }
+  if (b.world_rank == 0)
+    std::cout << nlohmann::json{{"per_sequence_loss", losses},
+                                {"mean_loss", model::mean_token_loss(losses, sequences)},
+                                {"tokens", predicted}}
+                     .dump()
+              << std::endl;
+  return 0;
+}
+
+}  // namespace tessera::launcher

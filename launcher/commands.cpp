@@ -1,0 +1,71 @@
+#include "launcher/commands.h"
+
+#include <iostream>
+
+#include "launcher/cli.h"
+#include "benchmarks/bench_checkpoint.h"
+#include "benchmarks/bench_collectives.h"
+#include "launcher/cmd_ckpt.h"
+#include "launcher/cmd_model.h"
+#include "launcher/cmd_tokenize.h"
+#include "launcher/config.h"
+#include "runtime/error.h"
+
+namespace tessera::launcher {
+
+GlobalOptions& global_options() {
+  static GlobalOptions g;
+  return g;
+}
+
+int run_config(const std::vector<std::string>& args) {
+  po::options_description desc("config options");
+  desc.add_options()("reference", "print every configuration key as a Markdown table")(
+      "check", po::value<std::string>(), "validate a config file and print it with defaults filled in")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override key=value");
+  auto vm = parse_command("tessera config --reference | --check run.json [--set key=value]", desc, args);
+  if (!vm) return 0;
+  if (vm->count("reference")) {
+    std::cout << Config::reference_markdown();
+    return 0;
+  }
+  std::vector<std::string> sets;
+  if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
+  Config c = Config::load(vm->count("check") ? (*vm)["check"].as<std::string>() : "", sets);
+  std::cout << c.json().dump(2) << std::endl;
+  return 0;
+}
+
+// `tessera bench <what>`: benchmarks that print ratios against a baseline measured in the same run.
+int run_bench(const std::vector<std::string>& args) {
+  static const std::vector<std::pair<std::string, int (*)(const std::vector<std::string>&)>> benches = {
+      {"collectives", bench::run_bench_collectives},
+      {"checkpoint", bench::run_bench_checkpoint},
+  };
+  std::vector<std::string> names;
+  for (const auto& b : benches) names.push_back(b.first);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << "usage: tessera bench <collectives|checkpoint> [options]   (tessera bench <name> --help)" << std::endl;
+    return args.empty() ? 2 : 0;
+  }
+  for (const auto& b : benches)
+    if (b.first == args[0]) return b.second(std::vector<std::string>(args.begin() + 1, args.end()));
+  std::string hint = closest_match(args[0], names);
+  throw TESSERA_INPUT_ERROR("unknown benchmark '" + args[0] + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+}
+
+const std::vector<CommandInfo>& commands() {
+  static const std::vector<CommandInfo> list = {
+      {"topo", "print the discovered world: hosts, nodes, local ranks, process groups, threads, GPUs", true, run_topo},
+      {"train", "fine-tune with FSDP (mpirun -np N / srun): tessera train --config run.json", true, run_train},
+      {"eval", "per-sequence next-token loss of a model on token ids (single process or mpirun, sharded)", true, run_eval},
+      {"init-model", "write a Hugging Face model directory with the Llama initialisation", false, run_init_model},
+      {"tokenize", "pre-tokenise a corpus into a token file that train reads", false, run_tokenize},
+      {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
+      {"bench", "benchmarks: collectives, checkpoint", true, run_bench},
+      {"config", "print the configuration reference or validate a config file", false, run_config},
+  };
+  return list;
+}
+
+}  // namespace tessera::launcher

@@ -1,0 +1,29 @@
+// Subcommands of the `tessera` binary. Each takes the arguments after its name and returns the
+// process exit code; bad input throws tessera::Error(Input) (exit 2).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tessera::launcher {
+
+struct CommandInfo {
+  std::string name;
+  std::string summary;
+  bool needs_mpi;  // bootstrap MPI (and process groups) before running
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const std::vector<CommandInfo>& commands();
+
+// Global options accepted before or after the subcommand by MPI commands.
+struct GlobalOptions {
+  int ranks_per_node = 0;
+  int threads = 0;
+};
+GlobalOptions& global_options();
+
+int run_topo(const std::vector<std::string>& args);
+int run_config(const std::vector<std::string>& args);
+int run_train(const std::vector<std::string>& args);
+
+}  // namespace tessera::launcher

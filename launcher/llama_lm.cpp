@@ -1,0 +1,46 @@
+#include "launcher/llama_lm.h"
+
+#include <torch/torch.h>
+
+#include "model/llama.h"
+#include "model/safetensors.h"
+#include "runtime/error.h"
+
+namespace tessera::launcher {
+
+train::CausalLm make_llama_lm(const model::LlamaConfig& cfg) {
+  auto llama = std::make_shared<model::Llama>(cfg, torch::kMeta);
+  model::Llama& m = *llama;
+  train::CausalLm lm;
+  lm.units.push_back({"root", m->root_parameters()});
+  for (int64_t i = 0; i < m->num_layers(); ++i)
+    lm.units.push_back({"model.layers." + std::to_string(i), m->layer_parameters(i)});
+  model::LlamaImpl* impl = m.get();
+  lm.embed = [impl](const at::Tensor& tokens) { return impl->embed(tokens); };
+  lm.layer = [impl](int64_t i, const at::Tensor& h) { return impl->layer(i)->forward(h); };
+  lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
+  lm.decay = [](const std::string& name) { return !model::is_norm_weight(name); };
+  lm.vocab_size = cfg.vocab_size;
+  lm.num_parameters = cfg.num_parameters();
+  lm.num_layers = cfg.num_hidden_layers;
+  lm.hidden_size = cfg.hidden_size;
+  lm.keep_alive = llama;
+  return lm;
+}
+
+void InitWeightSource::read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+                            int64_t count, float* dst) {
+  if (name != cached_name_) {
+    cached_ = model::init_tensor({name, shape}, seed_).contiguous();
+    cached_name_ = name;
+  }
+  TESSERA_CHECK(offset + count <= cached_.numel(), "slice out of range for " + name);
+  std::memcpy(dst, cached_.data_ptr<float>() + offset, count * sizeof(float));
+}
+
+void HfWeightSource::read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+                          int64_t count, float* dst) {
+  dir_->read_into(name, offset, count, dst, model::DType::F32);
+}
+
+}  // namespace tessera::launcher

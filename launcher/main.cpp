@@ -1,0 +1,129 @@
+// tessera: one binary, many subcommands. Errors from any rank end every rank: an error raised on all
+// ranks together (CollectiveError) exits cleanly with its code; an error on one rank aborts the world
+// so that no rank waits forever in a collective.
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "launcher/bootstrap.h"
+#include "launcher/cli.h"
+#include "launcher/commands.h"
+#include "model/errors.h"
+#include "runtime/error.h"
+
+using namespace tessera;
+using namespace tessera::launcher;
+
+namespace {
+
+void print_usage() {
+  std::cout << "tessera - fully sharded data-parallel fine-tuning of Llama 2 (FSDP / ZeRO-3)\n\n"
+               "usage: tessera <command> [options]      (tessera <command> --help for its options)\n\n"
+               "commands:\n";
+  for (const auto& c : commands()) {
+    std::string name = c.name;
+    name.resize(14, ' ');
+    std::cout << "  " << name << c.summary << "\n";
+  }
+  std::cout << "\nMPI commands run under `mpirun -np N tessera ...` or `srun --mpi=pmix tessera ...` and accept\n"
+               "--ranks-per-node N (emulate nodes of N consecutive ranks) and --threads N (torch threads per rank).\n";
+}
+
+// Pulls --ranks-per-node / --threads out of args (they are global to MPI commands).
+std::vector<std::string> take_global_options(std::vector<std::string> args) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    for (const char* name : {"--ranks-per-node", "--threads"}) {
+      std::string n = name;
+      std::string value;
+      bool hit = false;
+      if (a == n) {
+        if (i + 1 >= args.size()) throw TESSERA_INPUT_ERROR(n + " needs a value");
+        value = args[++i];
+        hit = true;
+      } else if (a.rfind(n + "=", 0) == 0) {
+        value = a.substr(n.size() + 1);
+        hit = true;
+      }
+      if (!hit) continue;
+      int v = 0;
+      try {
+        size_t used = 0;
+        v = std::stoi(value, &used);
+        if (used != value.size()) v = -1;
+      } catch (...) {
+        v = -1;
+      }
+      if (v <= 0) throw TESSERA_INPUT_ERROR(n + " '" + value + "' must be a positive integer");
+      (n == "--threads" ? global_options().threads : global_options().ranks_per_node) = v;
+      a.clear();
+      break;
+    }
+    if (!a.empty()) rest.push_back(a);
+  }
+  return rest;
+}
+
+int report(int code, const std::string& what, bool collective) {
+  const auto& b = current();
+  bool print = !collective || b.world_rank == 0;
+  if (print) {
+    if (collective || b.world_size == 1)
+      std::cerr << "tessera: error: " << what << std::endl;
+    else
+      std::cerr << "tessera: error on rank " << b.world_rank << " (" << b.host << "): " << what << std::endl;
+  }
+  if (!collective && b.world_size > 1) abort_all(code);
+  finalize();
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> all(argv + 1, argv + argc);
+  if (all.empty() || all[0] == "--help" || all[0] == "-h" || all[0] == "help") {
+    print_usage();
+    return all.empty() ? 2 : 0;
+  }
+  const CommandInfo* cmd = nullptr;
+  for (const auto& c : commands())
+    if (c.name == all[0]) cmd = &c;
+  if (!cmd) {
+    std::vector<std::string> names;
+    for (const auto& c : commands()) names.push_back(c.name);
+    std::string hint = closest_match(all[0], names);
+    std::cerr << "tessera: error: unknown command '" << all[0] << "'"
+              << (hint.empty() ? "" : " (did you mean '" + hint + "'?)") << "; see tessera --help" << std::endl;
+    return 2;
+  }
+  std::vector<std::string> args(all.begin() + 1, all.end());
+  try {
+    if (cmd->needs_mpi) {
+      args = take_global_options(args);
+      BootstrapOptions opts;
+      opts.ranks_per_node = global_options().ranks_per_node;
+      opts.threads = global_options().threads;
+      collectively([&] { bootstrap(argc, argv, opts); });
+    } else {
+      BootstrapOptions opts;
+      opts.init_mpi = false;
+      bootstrap(argc, argv, opts);
+    }
+    int rc = cmd->run(args);
+    finalize();
+    return rc;
+  } catch (const CollectiveError& e) {
+    return report(e.exit_code(), e.what(), true);
+  } catch (const Error& e) {
+    return report(e.exit_code(), e.what(), false);
+  } catch (const model::ModelError& e) {
+    return report(2, e.what(), false);
+  } catch (const c10::Error& e) {
+    return report(1, e.what_without_backtrace(), false);
+  } catch (const std::exception& e) {
+    return report(1, e.what(), false);
+  }
+}

@@ -1,0 +1,256 @@
+#include "model/llama.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <limits>
+
+#include "model/errors.h"
+
+namespace tessera::model {
+
+// ------------------------------------------------------------------------------------------------
+// Math
+// ------------------------------------------------------------------------------------------------
+namespace ops {
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat32);
+  auto variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * torch::rsqrt(variance + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t T, int64_t head_dim, double theta,
+                                                      torch::Dtype dtype, torch::Device device) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  auto exponent = torch::arange(0, head_dim, 2, f32) / (double)head_dim;
+  auto inv_freq = 1.0 / torch::pow(theta, exponent);                   // [D/2]
+  auto freqs = torch::outer(torch::arange(T, f32), inv_freq);          // [T, D/2]
+  auto emb = torch::cat({freqs, freqs}, -1);                           // [T, D]
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  auto rotated = torch::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const int64_t B = x.size(0), KV = x.size(1), T = x.size(2), D = x.size(3);
+  return x.unsqueeze(2).expand({B, KV, n_rep, T, D}).reshape({B, KV * n_rep, T, D});
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  const int64_t T = q.size(-2), S = k.size(-2);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt((double)q.size(-1)));
+  auto future = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  return torch::matmul(probs, v);
+#endif
+}
+
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
+                     const torch::Tensor& down) {
+  return torch::linear(torch::silu(torch::linear(x, gate)) * torch::linear(x, up), down);
+}
+
+}  // namespace ops
+
+// ------------------------------------------------------------------------------------------------
+// Modules
+// ------------------------------------------------------------------------------------------------
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) {
+  weight = register_parameter("weight", torch::empty({out, in}, opts));
+}
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+
+EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t hidden, const torch::TensorOptions& opts) {
+  weight = register_parameter("weight", torch::empty({vocab, hidden}, opts));
+}
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
+
+RMSNormImpl::RMSNormImpl(int64_t hidden, double eps_, const torch::TensorOptions& opts) : eps(eps_) {
+  weight = register_parameter("weight", torch::empty({hidden}, opts));
+}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
+
+AttentionImpl::AttentionImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts)
+    : num_heads(cfg.num_attention_heads),
+      num_kv_heads(cfg.num_key_value_heads),
+      head_dim(cfg.head_dim()),
+      rope_theta(cfg.rope_theta) {
+  const int64_t h = cfg.hidden_size;
+  q_proj = register_module("q_proj", Linear(h, num_heads * head_dim, opts));
+  k_proj = register_module("k_proj", Linear(h, num_kv_heads * head_dim, opts));
+  v_proj = register_module("v_proj", Linear(h, num_kv_heads * head_dim, opts));
+  o_proj = register_module("o_proj", Linear(num_heads * head_dim, h, opts));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2);  // [B, nh, T, D]
+  auto k = k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  auto [cos, sin] = ops::rotary_tables(T, head_dim, rope_theta, q.scalar_type(), q.device());
+  q = ops::apply_rotary(q, cos, sin);
+  k = ops::apply_rotary(k, cos, sin);
+  const int64_t n_rep = num_heads / num_kv_heads;
+  auto out = ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep));
+  return o_proj(out.transpose(1, 2).reshape({B, T, num_heads * head_dim}));
+}
+
+MlpImpl::MlpImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts) {
+  gate_proj = register_module("gate_proj", Linear(cfg.hidden_size, cfg.intermediate_size, opts));
+  up_proj = register_module("up_proj", Linear(cfg.hidden_size, cfg.intermediate_size, opts));
+  down_proj = register_module("down_proj", Linear(cfg.intermediate_size, cfg.hidden_size, opts));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return ops::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts) {
+  // Registration order = HF module order = file order of the layer's tensors.
+  self_attn = register_module("self_attn", Attention(cfg, opts));
+  mlp = register_module("mlp", Mlp(cfg, opts));
+  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h) {
+  auto x = h + self_attn(input_layernorm(h));
+  return x + mlp(post_attention_layernorm(x));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts) {
+  embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, opts));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    layer_list.emplace_back(cfg, opts);
+    layers->push_back(layer_list.back());
+  }
+  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
+}
+
+LlamaImpl::LlamaImpl(const LlamaConfig& cfg, torch::Device device, torch::Dtype dtype) : cfg_(cfg) {
+  cfg_.validate();
+  auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  model = register_module("model", LlamaModel(cfg_, opts));
+  if (!cfg_.tie_word_embeddings)
+    lm_head = register_module("lm_head", Linear(cfg_.hidden_size, cfg_.vocab_size, opts));
+}
+
+torch::Tensor LlamaImpl::embed(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == torch::kLong,
+              "Llama::embed expects [B, T] int64 tokens, got ", tokens.sizes(), " ", tokens.scalar_type());
+  return model->embed_tokens(tokens);
+}
+
+DecoderLayer& LlamaImpl::layer(int64_t i) {
+  TORCH_CHECK(i >= 0 && i < num_layers(), "layer index ", i, " out of range [0, ", num_layers(), ")");
+  return model->layer_list[i];
+}
+
+torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
+  auto x = model->norm(h);
+  return cfg_.tie_word_embeddings ? torch::linear(x, model->embed_tokens->weight) : lm_head(x);
+}
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
+  auto h = embed(tokens);
+  for (auto& l : model->layer_list) h = l(h);
+  return head(h);
+}
+
+namespace {
+NamedTensors prefixed(const torch::nn::Module& m, const std::string& prefix) {
+  NamedTensors out;
+  for (const auto& item : m.named_parameters(/*recurse=*/true)) out.emplace_back(prefix + item.key(), item.value());
+  return out;
+}
+}  // namespace
+
+NamedTensors LlamaImpl::root_parameters() {
+  NamedTensors out = {{"model.embed_tokens.weight", model->embed_tokens->weight},
+                      {"model.norm.weight", model->norm->weight}};
+  if (lm_head) out.emplace_back("lm_head.weight", lm_head->weight);
+  return out;
+}
+
+NamedTensors LlamaImpl::layer_parameters(int64_t i) {
+  return prefixed(*layer(i), "model.layers." + std::to_string(i) + ".");
+}
+
+NamedTensors LlamaImpl::named_hf_parameters() { return prefixed(*this, ""); }
+
+// ------------------------------------------------------------------------------------------------
+// Names and initialisation
+// ------------------------------------------------------------------------------------------------
+
+namespace {
+std::vector<TensorSpec> specs_of(const NamedTensors& params) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : params) specs.push_back({name, t.sizes().vec()});
+  return specs;
+}
+}  // namespace
+
+std::vector<TensorSpec> hf_tensor_specs(const LlamaConfig& cfg) {
+  return specs_of(Llama(cfg, torch::kMeta)->named_hf_parameters());
+}
+
+std::vector<TensorSpec> hf_layer_specs(const LlamaConfig& cfg, int64_t i) {
+  auto one_layer = cfg;
+  one_layer.num_hidden_layers = 1;  // layer shapes do not depend on the index
+  auto specs = specs_of(Llama(one_layer, torch::kMeta)->layer_parameters(0));
+  TORCH_CHECK(i >= 0 && i < cfg.num_hidden_layers, "layer index ", i, " out of range");
+  const std::string from = "model.layers.0.", to = "model.layers." + std::to_string(i) + ".";
+  for (auto& s : specs) s.name = to + s.name.substr(from.size());
+  return specs;
+}
+
+bool is_norm_weight(const std::string& name) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with("layernorm.weight") || name == "model.norm.weight";
+}
+
+namespace {
+// splitmix64 finaliser over (seed, FNV-1a(name)): an independent, order-free stream per tensor.
+uint64_t tensor_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (h | 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) {
+  if (is_norm_weight(spec.name)) return torch::ones(spec.shape, torch::kFloat32);
+  auto gen = at::detail::createCPUGenerator(tensor_seed(seed, spec.name));
+  return torch::empty(spec.shape, torch::kFloat32).normal_(0.0, 0.02, gen);
+}
+
+void init_parameters(const NamedTensors& params, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : params) t.copy_(init_tensor({name, t.sizes().vec()}, seed));
+}
+
+void init_weights(Llama& model, uint64_t seed) { init_parameters(model->named_hf_parameters(), seed); }
+
+}  // namespace tessera::model

@@ -1,0 +1,336 @@
+// Writing side of sharded checkpoints: Checkpointer (sync and async save, atomic publish,
+// keep-last-K) and latest().
+//
+// One save, on every rank:
+//   1. world rank 0 prepares <root>/step-<N>.tmp/ (stale *.tmp from a crash removed); agreement.
+//   2. writers (replicate rank 0) write rank-<shard rank>.bin with a running CRC32C, fsync it.
+//      async: the shards were cloned in save() and this runs on a background thread.
+//   3. agreement on errors; CRCs and sizes summed to every rank (each writer fills its own slot).
+//   4. world rank 0 writes manifest.json, fsyncs it and the directory, renames step-<N>.tmp to
+//      step-<N> (an existing step-<N> is moved aside first and deleted after), fsyncs the root,
+//      deletes checkpoints beyond `keep`; agreement, so every rank knows the save is complete.
+// Steps 1, 3 and 4 use the Checkpointer's own duplicate of the world communicator, so a
+// background save never interleaves with the engine's collectives.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <regex>
+#include <thread>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/io.h"
+#include "runtime/checkpoint/layout.h"
+#include "runtime/comm/mpi_backend.h"
+#include "runtime/error.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace tessera::checkpoint {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// step-<N> -> N, or -1 for any other name.
+int64_t parse_step_dir(const std::string& name) {
+  static const std::regex re("step-([0-9]+)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return -1;
+  return std::stoll(m[1].str());
+}
+
+std::string step_dir(const std::string& root, int64_t step) {
+  return (fs::path(root) / ("step-" + std::to_string(step))).string();
+}
+
+void throw_if(const std::string& error) {
+  if (!error.empty()) throw TESSERA_INPUT_ERROR(error);
+}
+
+// Everything one save needs after save() returns (async): no references into the engine.
+struct Job {
+  int64_t step = 0;
+  std::string root, tmp, final_dir;
+  int keep = 2;
+  bool writer = false, leader = false;
+  int shard_rank = 0, shard_size = 1;
+  std::vector<fsdp::ShardPlan> plans;
+  std::vector<std::string> unit_names;
+  std::vector<std::array<at::Tensor, 3>> data;  // writer: per unit master / exp_avg / exp_avg_sq
+  json manifest;                                // leader: everything but the file checksums
+};
+
+}  // namespace
+
+struct Checkpointer::Impl {
+  comm::CommPtr comm;  // private duplicate of the world communicator
+  std::thread worker;
+  bool in_flight = false;
+  std::string error;  // of the job on the worker
+  SaveTiming timing;  // of the job on the worker
+
+  std::string agree(const std::string& e) { return strip_rank_prefix(comm->agree_error(e)); }
+
+  void write_file(const Job& job, uint32_t& crc, uint64_t& bytes);
+  void publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes);
+  void prune(const Job& job);
+  SaveTiming run(const Job& job);  // steps 2-4, on the caller's thread or the worker
+};
+
+void Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
+  const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
+  io::File f = io::File::create(path);
+  io::ChecksumWriter w(f);
+  for (const Piece& p : file_layout(job.plans, job.shard_rank)) {
+    const float* src = job.data[p.unit][p.kind].data_ptr<float>() + p.shard_offset;
+    w.write(src, static_cast<size_t>(p.length) * sizeof(float));
+  }
+  w.flush();
+  f.fsync();
+  f.close();
+  crc = w.crc();
+  bytes = w.bytes();
+}
+
+void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes) {
+  json manifest = job.manifest;
+  for (int r = 0; r < job.shard_size; ++r)
+    manifest["files"].push_back({{"name", rank_file_name(r)}, {"bytes", sizes[r]}, {"crc32c", crcs[r]}});
+  const std::string mpath = (fs::path(job.tmp) / "manifest.json").string();
+  {
+    io::File f = io::File::create(mpath);
+    const std::string text = manifest.dump(1) + "\n";
+    f.write_all(text.data(), text.size());
+    f.fsync();
+    f.close();
+  }
+  io::fsync_dir(job.tmp);
+  // Publish. If step-<N> exists (a run resumed from an earlier step), it is moved aside first: a
+  // crash in between leaves the previous checkpoints, never a half one under a step-<N> name.
+  std::error_code ec;
+  const std::string old = job.final_dir + ".old";
+  if (fs::exists(job.final_dir, ec)) {
+    fs::remove_all(old, ec);
+    fs::rename(job.final_dir, old, ec);
+    if (ec) throw TESSERA_INPUT_ERROR("cannot move aside " + job.final_dir + ": " + ec.message());
+  }
+  fs::rename(job.tmp, job.final_dir, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + job.tmp + " to " + job.final_dir + ": " + ec.message());
+  io::fsync_dir(job.root);
+  fs::remove_all(old, ec);
+  prune(job);
+}
+
+void Checkpointer::Impl::prune(const Job& job) {
+  if (job.keep <= 0) return;
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(job.root, ec)) {
+    const int64_t s = parse_step_dir(e.path().filename().string());
+    if (s >= 0 && s != job.step) steps.push_back(s);
+  }
+  // The checkpoint just written always stays; the newest keep-1 others stay with it.
+  std::sort(steps.rbegin(), steps.rend());
+  for (size_t i = static_cast<size_t>(job.keep - 1); i < steps.size(); ++i)
+    fs::remove_all(step_dir(job.root, steps[i]), ec);
+}
+
+SaveTiming Checkpointer::Impl::run(const Job& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SaveTiming t;
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+  std::string error;
+  if (job.writer) {
+    try {
+      write_file(job, crc, bytes);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  throw_if(agree(error));
+
+  // Every writer's CRC and size, in its shard-rank slot (replicas contribute zeros).
+  at::Tensor info = at::zeros({2 * job.shard_size}, at::TensorOptions().dtype(at::kLong));
+  if (job.writer) {
+    info.data_ptr<int64_t>()[job.shard_rank] = static_cast<int64_t>(crc);
+    info.data_ptr<int64_t>()[job.shard_size + job.shard_rank] = static_cast<int64_t>(bytes);
+  }
+  comm->all_reduce(info, comm::ReduceOp::Sum)->wait();
+  if (job.leader) {
+    std::vector<uint32_t> crcs(job.shard_size);
+    std::vector<uint64_t> sizes(job.shard_size);
+    const int64_t* p = info.data_ptr<int64_t>();
+    for (int r = 0; r < job.shard_size; ++r) {
+      crcs[r] = static_cast<uint32_t>(p[r]);
+      sizes[r] = static_cast<uint64_t>(p[job.shard_size + r]);
+    }
+    try {
+      publish(job, crcs, sizes);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  throw_if(agree(error));
+  t.write_s = seconds_since(t0);
+  t.bytes = static_cast<int64_t>(bytes);
+  t.dir = job.final_dir;
+  return t;
+}
+
+Checkpointer::Checkpointer(std::string root_dir, SaveOptions opts, const comm::ProcessGroups& groups)
+    : root_(std::move(root_dir)), opts_(opts), groups_(groups), impl_(std::make_unique<Impl>()) {
+  TESSERA_CHECK_INPUT(!root_.empty(), "checkpoint.dir is empty");
+  if (groups_.world->backend() == "mpi") {
+    MPI_Comm dup = comm::mpi_comm_dup(*groups_.world);
+    impl_->comm = comm::make_mpi_communicator(dup, "checkpoint");
+    MPI_Comm_free(&dup);
+  } else {
+    TESSERA_CHECK(groups_.world->size() == 1, "a non-MPI world communicator must have size 1");
+    impl_->comm = comm::make_self_communicator("checkpoint");
+  }
+}
+
+Checkpointer::~Checkpointer() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::cerr << "tessera: asynchronous checkpoint failed: " << e.what() << std::endl;
+  }
+}
+
+SaveTiming Checkpointer::wait() {
+  if (!impl_->in_flight) return {};
+  impl_->worker.join();
+  impl_->in_flight = false;
+  SaveTiming t = impl_->timing;
+  const std::string error = impl_->error;
+  impl_->timing = {};
+  impl_->error.clear();
+  throw_if(error);
+  return t;
+}
+
+SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const json& state) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TESSERA_CHECK_INPUT(step >= 0, "checkpoint step must be >= 0, got " + std::to_string(step));
+  wait();  // the previous async save (rethrows its error)
+
+  Job job;
+  job.step = step;
+  job.root = root_;
+  job.final_dir = step_dir(root_, step);
+  job.tmp = job.final_dir + ".tmp";
+  job.keep = opts_.keep;
+  job.leader = impl_->comm->rank() == 0;
+  job.writer = engine.replicate_group().rank() == 0;
+  job.shard_rank = engine.shard_group().rank();
+  job.shard_size = engine.shard_group().size();
+  TESSERA_CHECK(!job.leader || job.writer, "world rank 0 must hold replicate rank 0");
+
+  // Step 1: the leader prepares an empty step-<N>.tmp (removing leftovers of crashed saves).
+  std::string error;
+  if (job.leader) {
+    try {
+      std::error_code ec;
+      fs::create_directories(root_, ec);
+      if (ec) throw TESSERA_INPUT_ERROR("cannot create checkpoint directory " + root_ + ": " + ec.message());
+      for (const auto& e : fs::directory_iterator(root_)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("step-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+          fs::remove_all(e.path());
+      }
+      if (!fs::create_directory(job.tmp, ec) || ec)
+        throw TESSERA_INPUT_ERROR("cannot create " + job.tmp + ": " + (ec ? ec.message() : "exists"));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  throw_if(impl_->agree(error));
+
+  const auto& shards = engine.shards();
+  for (const auto& u : shards) {
+    job.plans.push_back(u.plan);
+    job.unit_names.push_back(u.name);
+    if (job.writer) {
+      if (opts_.async)
+        job.data.push_back({u.master.clone(), u.exp_avg.clone(), u.exp_avg_sq.clone()});
+      else
+        job.data.push_back({u.master, u.exp_avg, u.exp_avg_sq});
+    }
+  }
+  if (job.leader) {
+    json& m = job.manifest;
+    m["format"] = kFormatName;
+    m["format_version"] = kFormatVersion;
+    m["step"] = step;
+    m["world_size"] = groups_.world->size();
+    m["strategy"] = fsdp::to_string(engine.options().strategy);
+    m["shard_group_size"] = job.shard_size;
+    m["replicate_group_size"] = engine.replicate_group().size();
+    m["align"] = job.plans.empty() ? 1 : job.plans[0].align;
+    m["files"] = json::array();
+    // Units, then tensors with their slices in every rank file.
+    json units = json::array(), tensors = json::array();
+    for (size_t u = 0; u < shards.size(); ++u) {
+      json names = json::array();
+      for (const auto& p : job.plans[u].params) names.push_back(p.name);
+      units.push_back({{"name", job.unit_names[u]}, {"params", names}});
+    }
+    // index of (unit, kind, param) in `tensors`
+    std::vector<std::vector<std::vector<size_t>>> idx(shards.size());
+    for (size_t u = 0; u < shards.size(); ++u) {
+      idx[u].resize(3);
+      for (int k = 0; k < 3; ++k)
+        for (const auto& p : job.plans[u].params) {
+          idx[u][k].push_back(tensors.size());
+          tensors.push_back({{"name", p.name}, {"kind", kKinds[k]}, {"unit", job.unit_names[u]}, {"dtype", "F32"},
+                             {"shape", p.shape}, {"slices", json::array()}});
+        }
+    }
+    for (int r = 0; r < job.shard_size; ++r)
+      for (const Piece& p : file_layout(job.plans, r))
+        tensors[idx[p.unit][p.kind][p.param]]["slices"].push_back(
+            {{"file", rank_file_name(r)}, {"offset", p.byte_offset}, {"begin", p.param_offset}, {"numel", p.length}});
+    m["units"] = std::move(units);
+    m["tensors"] = std::move(tensors);
+    m["state"] = state;
+  }
+
+  if (!opts_.async) {
+    SaveTiming t = impl_->run(job);
+    t.blocked_s = seconds_since(t0);
+    return t;
+  }
+  impl_->in_flight = true;
+  const double blocked = seconds_since(t0);
+  impl_->worker = std::thread([this, job = std::move(job), blocked]() {
+    try {
+      impl_->timing = impl_->run(job);
+      impl_->timing.blocked_s = blocked;
+    } catch (const std::exception& e) {
+      impl_->error = e.what();
+    }
+  });
+  SaveTiming t;
+  t.blocked_s = blocked;
+  return t;
+}
+
+std::string latest(const std::string& root_dir) {
+  std::error_code ec;
+  int64_t best = -1;
+  for (const auto& e : fs::directory_iterator(root_dir, ec)) {
+    const int64_t s = parse_step_dir(e.path().filename().string());
+    if (s > best && fs::exists(e.path() / "manifest.json", ec)) best = s;
+  }
+  return best < 0 ? "" : step_dir(root_dir, best);
+}
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,154 @@
+// Sharded checkpoints (format documented in runtime/checkpoint/FORMAT.md).
+//
+// A checkpoint is a directory <root>/step-<N>/ holding one tensor file per shard-group rank (that
+// rank's slices of every unit's fp32 master parameters and AdamW moments) and manifest.json, written
+// last by rank 0, which records for every tensor its global shape, dtype and which byte range of
+// which file holds which slice, per-file checksums (CRC32C), the step and the caller's training
+// state. Writes go to step-<N>.tmp/ (files and directory fsync'ed) and are renamed into place, so a
+// crash leaves either the previous checkpoint or the new one complete.
+//
+// Who writes: replicas hold identical shards (no_shard: every rank; hybrid_shard: the same
+// intra-node rank on every node), so only the ranks with replicate-group rank 0 write a file, named
+// after their shard-group rank (rank-00000.bin ...). World rank 0 (always such a writer) prepares
+// the directory, writes the manifest and renames.
+//
+// Tensor coordinates in the manifest are element ranges of the row-major parameter, independent of
+// world size, padding and alignment, so load() can read a checkpoint saved at any world size and
+// strategy into any other.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/fsdp/fsdp.h"
+
+namespace tessera::checkpoint {
+
+constexpr int kFormatVersion = 1;
+constexpr const char* kFormatName = "tessera-checkpoint";
+// The three tensors saved per parameter: fp32 master weight and AdamW's two moments.
+constexpr const char* kKinds[3] = {"param", "exp_avg", "exp_avg_sq"};
+
+struct SaveOptions {
+  int keep = 2;        // complete checkpoints retained (older ones deleted after a successful save); <=0: all
+  bool async = false;  // snapshot to host memory, write on a background thread
+};
+
+struct SaveTiming {
+  double blocked_s = 0;  // time the caller was blocked
+  double write_s = 0;    // total write time (background for async), known once complete
+  int64_t bytes = 0;     // bytes this rank wrote (0 on replicas that do not write)
+  std::string dir;       // the complete checkpoint directory, once complete
+};
+
+// Collective over every group in `groups` used by the engine. `state` is the caller's JSON
+// (step, sampler, scheduler, RNG, config, model config, strategy, layout) stored in the manifest
+// under "state". Every rank must construct it at the same point (it duplicates the world's MPI
+// communicator: the checkpoint's own collectives, possibly on a background thread, never interleave
+// with training collectives).
+class Checkpointer {
+ public:
+  Checkpointer(std::string root_dir, SaveOptions opts, const comm::ProcessGroups& groups);
+  ~Checkpointer();  // waits for an async save in flight (errors are reported on stderr, not thrown)
+
+  // Saves step `step`. With async, returns after the snapshot; the next save() or wait() waits for
+  // the previous one to finish (and rethrows its error). An existing step-<N> is replaced atomically.
+  // Bad input (unwritable directory, disk full) throws Error(Input) on every rank.
+  SaveTiming save(int64_t step, fsdp::Engine& engine, const nlohmann::json& state);
+  SaveTiming wait();  // completes an async save in flight; returns its timing (zeros if none)
+
+  const std::string& root() const { return root_; }
+
+  struct Impl;
+
+ private:
+  std::string root_;
+  SaveOptions opts_;
+  comm::ProcessGroups groups_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Latest complete checkpoint directory under root ("" if none). Incomplete *.tmp dirs are ignored.
+std::string latest(const std::string& root_dir);
+
+// Loads a checkpoint saved at any world size and strategy into the engine's shards (each rank reads
+// only the byte ranges it needs) and returns the stored training state. Validates the manifest,
+// checksums of the files it reads, and that the checkpoint's tensors match the engine's units
+// (names and shapes); errors name the file / tensor. Collective-free except for error agreement
+// (over the engine's shard and replicate groups): an error on any rank throws the same one-line
+// Error(Input) on every rank. Each file's checksum is verified by one rank of the shard group, in
+// the same pass that reads its ranges. On error the engine's shards are unspecified (stop the run).
+nlohmann::json load(const std::string& ckpt_dir, fsdp::Engine& engine);
+
+// ---- offline access (single process, no MPI): inspect, verify, consolidate, other tools ---------
+struct TensorEntry {
+  std::string name;   // parameter name (Hugging Face name for Llama)
+  std::string kind;   // "param" | "exp_avg" | "exp_avg_sq"
+  std::string unit;   // FSDP unit it belonged to
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  struct Slice {
+    int file = 0;         // index into Reader::files()
+    uint64_t offset = 0;  // byte offset in that file
+    int64_t begin = 0;    // first element (row-major) of the tensor held there
+    int64_t numel = 0;
+  };
+  std::vector<Slice> slices;  // sorted by begin
+};
+
+struct FileEntry {
+  std::string name;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
+// One contiguous byte range of a checkpoint file and where its fp32 elements go.
+struct ReadRequest {
+  int file = 0;
+  uint64_t offset = 0, bytes = 0;
+  float* dst = nullptr;
+};
+
+class Reader {
+ public:
+  // Parses and validates manifest.json: format name and version, structure, every tensor covered
+  // exactly once by in-bounds slices, every file present with its recorded size. Error(Input)
+  // naming the file / tensor otherwise. Does not read tensor data.
+  explicit Reader(const std::string& ckpt_dir);
+
+  const std::string& dir() const { return dir_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  const nlohmann::json& state() const { return manifest_.at("state"); }
+  int64_t step() const { return manifest_.at("step").get<int64_t>(); }
+  const std::vector<FileEntry>& files() const { return files_; }
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }
+  // nullptr if absent.
+  const TensorEntry* find(const std::string& name, const std::string& kind) const;
+  std::string file_path(int file) const;
+
+  // Elements [begin, begin + count) of a tensor as fp32 into dst (pread of the needed ranges only).
+  void read(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const;
+  // The byte ranges holding elements [begin, begin + count) of a tensor, dst filled from `dst` on.
+  std::vector<ReadRequest> requests(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const;
+  // Streams file `file` once: fills the given requests (all in that file) and compares the file's
+  // CRC32C with the manifest; Error(Input) naming the file on a mismatch.
+  void stream_file(int file, std::vector<ReadRequest> reqs) const;
+  void verify_file(int file) const { stream_file(file, {}); }
+
+ private:
+  std::string dir_;
+  nlohmann::json manifest_;
+  std::vector<FileEntry> files_;
+  std::vector<TensorEntry> tensors_;
+};
+
+struct VerifyReport {
+  int64_t files = 0, tensors = 0, bytes = 0;
+};
+// Reader validation plus every file's checksum. Throws Error(Input) naming the first problem.
+VerifyReport verify(const std::string& ckpt_dir);
+
+}  // namespace tessera::checkpoint

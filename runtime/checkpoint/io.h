@@ -1,0 +1,54 @@
+// Small POSIX file helpers for checkpoints: every failure throws Error(Input) naming the path and
+// the OS reason (disk full, permission denied, missing file are the user's to fix).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tessera::checkpoint::io {
+
+// An open file descriptor, closed on destruction.
+class File {
+ public:
+  static File open_read(const std::string& path);
+  static File create(const std::string& path);  // O_CREAT | O_TRUNC, 0644
+  File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  File(const File&) = delete;
+  ~File();
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  void write_all(const void* data, size_t n);
+  // Exactly n bytes at `offset`; a short file is an error naming the path.
+  void pread_all(void* data, size_t n, uint64_t offset) const;
+  size_t read_some(void* data, size_t n);  // sequential read, 0 at end of file
+  void fsync();
+  void close();  // checks close() errors (delayed write errors surface here)
+
+ private:
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Buffered sequential writer that keeps a running CRC32C of everything written.
+class ChecksumWriter {
+ public:
+  explicit ChecksumWriter(File& f, size_t buffer_bytes = 8u << 20);
+  void write(const void* data, size_t n);
+  void flush();
+  uint32_t crc() const { return crc_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  File& f_;
+  std::string buf_;
+  size_t used_ = 0;
+  uint32_t crc_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+void fsync_dir(const std::string& dir);
+std::string errno_message();
+
+}  // namespace tessera::checkpoint::io

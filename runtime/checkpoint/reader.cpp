@@ -1,0 +1,306 @@
+// Reading side of sharded checkpoints: manifest validation (Reader), verify(), and load() with
+// resharding. The manifest stores tensor slices in element coordinates of the row-major parameter,
+// so any world size reads any other: a rank intersects its shard's parameter ranges with the
+// stored slices and preads exactly those bytes.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/crc32c.h"
+#include "runtime/checkpoint/io.h"
+#include "runtime/checkpoint/layout.h"
+#include "runtime/error.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace tessera::checkpoint {
+
+namespace {
+
+constexpr size_t kStreamBlock = 8u << 20;
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string tensor_label(const TensorEntry& t) {
+  return t.kind == "param" ? t.name : t.name + " (" + t.kind + ")";
+}
+
+}  // namespace
+
+// ---- Reader ------------------------------------------------------------------------------------
+
+Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
+  const std::string mpath = (fs::path(dir_) / "manifest.json").string();
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) throw TESSERA_INPUT_ERROR("checkpoint " + dir_ + " does not exist or is not a directory");
+  std::ifstream in(mpath);
+  if (!in) throw TESSERA_INPUT_ERROR("checkpoint " + dir_ + " is not complete: " + mpath + " is missing");
+  try {
+    manifest_ = json::parse(in);
+  } catch (const json::exception& e) {
+    throw TESSERA_INPUT_ERROR("malformed manifest " + mpath + ": " + e.what());
+  }
+  try {
+    if (!manifest_.is_object() || manifest_.value("format", "") != kFormatName)
+      throw TESSERA_INPUT_ERROR("manifest " + mpath + " is not a " + kFormatName + " manifest (key \"format\")");
+    const json& ver = manifest_.at("format_version");
+    if (!ver.is_number_integer() || ver.get<int>() != kFormatVersion)
+      throw TESSERA_INPUT_ERROR("manifest " + mpath + " has unknown format_version " + ver.dump() +
+                                " (this build reads version " + std::to_string(kFormatVersion) + ")");
+    manifest_.at("step").get<int64_t>();
+    manifest_.at("state");
+
+    std::map<std::string, int> file_index;
+    for (const json& f : manifest_.at("files")) {
+      FileEntry fe{f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>()};
+      const std::string path = (fs::path(dir_) / fe.name).string();
+      if (fe.name.find('/') != std::string::npos || fe.name.empty() || fe.name[0] == '.')
+        throw TESSERA_INPUT_ERROR("manifest " + mpath + " lists an invalid file name \"" + fe.name + "\"");
+      if (!fs::exists(path, ec))
+        throw TESSERA_INPUT_ERROR("checkpoint file " + path + " is missing (listed in " + mpath + ")");
+      const uint64_t size = fs::file_size(path, ec);
+      if (ec || size != fe.bytes)
+        throw TESSERA_INPUT_ERROR("checkpoint file " + path + " has " + std::to_string(size) + " bytes, manifest says " +
+                                  std::to_string(fe.bytes) + " (truncated or replaced)");
+      file_index[fe.name] = static_cast<int>(files_.size());
+      files_.push_back(std::move(fe));
+    }
+
+    for (const json& tj : manifest_.at("tensors")) {
+      TensorEntry t;
+      t.name = tj.at("name").get<std::string>();
+      t.kind = tj.at("kind").get<std::string>();
+      t.unit = tj.value("unit", "");
+      t.shape = tj.at("shape").get<std::vector<int64_t>>();
+      if (tj.at("dtype").get<std::string>() != "F32")
+        throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has dtype " + tj.at("dtype").dump() +
+                                  " (only F32 is defined in version 1)");
+      t.numel = 1;
+      for (int64_t d : t.shape) {
+        if (d < 0) throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has a negative dimension");
+        t.numel *= d;
+      }
+      for (const json& sj : tj.at("slices")) {
+        TensorEntry::Slice s;
+        const std::string fname = sj.at("file").get<std::string>();
+        auto it = file_index.find(fname);
+        if (it == file_index.end())
+          throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " refers to unlisted file " + fname);
+        s.file = it->second;
+        s.offset = sj.at("offset").get<uint64_t>();
+        s.begin = sj.at("begin").get<int64_t>();
+        s.numel = sj.at("numel").get<int64_t>();
+        if (s.numel <= 0 || s.begin < 0 || s.offset + static_cast<uint64_t>(s.numel) * 4 > files_[s.file].bytes)
+          throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " has a slice outside file " + fname);
+        t.slices.push_back(s);
+      }
+      // Every element stored exactly once.
+      std::sort(t.slices.begin(), t.slices.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+      int64_t cursor = 0;
+      for (const auto& s : t.slices) {
+        if (s.begin != cursor)
+          throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " elements [" +
+                                    std::to_string(std::min(cursor, s.begin)) + ", " + std::to_string(std::max(cursor, s.begin)) +
+                                    (s.begin > cursor ? ") are not stored" : ") are stored twice"));
+        cursor = s.begin + s.numel;
+      }
+      if (cursor != t.numel)
+        throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " stores " + std::to_string(cursor) +
+                                  " of " + std::to_string(t.numel) + " elements");
+      if (find(t.name, t.kind))
+        throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " is listed twice");
+      tensors_.push_back(std::move(t));
+    }
+  } catch (const json::exception& e) {
+    throw TESSERA_INPUT_ERROR("malformed manifest " + mpath + ": " + e.what());
+  }
+}
+
+const TensorEntry* Reader::find(const std::string& name, const std::string& kind) const {
+  for (const auto& t : tensors_)
+    if (t.name == name && t.kind == kind) return &t;
+  return nullptr;
+}
+
+std::string Reader::file_path(int file) const { return (fs::path(dir_) / files_.at(file).name).string(); }
+
+std::vector<ReadRequest> Reader::requests(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const {
+  TESSERA_CHECK(begin >= 0 && count >= 0 && begin + count <= t.numel, "read range out of bounds for " + t.name);
+  std::vector<ReadRequest> out;
+  const int64_t end = begin + count;
+  // First slice whose end is past `begin` (slices are sorted and contiguous).
+  auto it = std::upper_bound(t.slices.begin(), t.slices.end(), begin,
+                             [](int64_t v, const TensorEntry::Slice& s) { return v < s.begin + s.numel; });
+  for (; it != t.slices.end() && it->begin < end; ++it) {
+    const int64_t lo = std::max(begin, it->begin), hi = std::min(end, it->begin + it->numel);
+    out.push_back({it->file, it->offset + static_cast<uint64_t>(lo - it->begin) * 4,
+                   static_cast<uint64_t>(hi - lo) * 4, dst + (lo - begin)});
+  }
+  return out;
+}
+
+void Reader::read(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const {
+  std::map<int, io::File> open;
+  for (const auto& r : requests(t, begin, count, dst)) {
+    auto it = open.find(r.file);
+    if (it == open.end()) it = open.emplace(r.file, io::File::open_read(file_path(r.file))).first;
+    it->second.pread_all(r.dst, r.bytes, r.offset);
+  }
+}
+
+void Reader::stream_file(int file, std::vector<ReadRequest> reqs) const {
+  // One sequential pass: checksum every block and copy the parts of it that requests ask for.
+  std::sort(reqs.begin(), reqs.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  io::File f = io::File::open_read(file_path(file));
+  std::vector<char> buf(kStreamBlock);
+  uint32_t crc = 0;
+  uint64_t pos = 0;
+  size_t next = 0;  // first request not yet fully copied
+  for (;;) {
+    size_t n = f.read_some(buf.data(), buf.size());
+    if (n == 0) break;
+    crc = crc32c(buf.data(), n, crc);
+    const uint64_t block_end = pos + n;
+    for (size_t i = next; i < reqs.size() && reqs[i].offset < block_end; ++i) {
+      const uint64_t lo = std::max(pos, reqs[i].offset), hi = std::min(block_end, reqs[i].offset + reqs[i].bytes);
+      if (lo < hi) std::memcpy(reinterpret_cast<char*>(reqs[i].dst) + (lo - reqs[i].offset), buf.data() + (lo - pos), hi - lo);
+      if (reqs[i].offset + reqs[i].bytes <= block_end && i == next) ++next;
+    }
+    pos = block_end;
+  }
+  const FileEntry& fe = files_.at(file);
+  if (pos != fe.bytes)
+    throw TESSERA_INPUT_ERROR("checkpoint file " + file_path(file) + " has " + std::to_string(pos) + " bytes, manifest says " +
+                              std::to_string(fe.bytes));
+  if (crc != fe.crc32c) {
+    char got[16], want[16];
+    std::snprintf(got, sizeof got, "%08x", crc);
+    std::snprintf(want, sizeof want, "%08x", fe.crc32c);
+    throw TESSERA_INPUT_ERROR("checksum mismatch in checkpoint file " + file_path(file) + ": crc32c " + got +
+                              ", manifest says " + want + " (file corrupted)");
+  }
+}
+
+VerifyReport verify(const std::string& ckpt_dir) {
+  Reader r(ckpt_dir);
+  VerifyReport rep;
+  // Every byte of every file belongs to exactly one tensor slice (nothing unaccounted for).
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ranges(r.files().size());
+  for (const auto& t : r.tensors())
+    for (const auto& s : t.slices) ranges[s.file].push_back({s.offset, s.offset + static_cast<uint64_t>(s.numel) * 4});
+  for (size_t f = 0; f < ranges.size(); ++f) {
+    auto& rs = ranges[f];
+    std::sort(rs.begin(), rs.end());
+    uint64_t cursor = 0;
+    for (const auto& [lo, hi] : rs) {
+      if (lo != cursor)
+        throw TESSERA_INPUT_ERROR("checkpoint file " + r.file_path(static_cast<int>(f)) + ": bytes [" +
+                                  std::to_string(std::min(lo, cursor)) + ", " + std::to_string(std::max(lo, cursor)) +
+                                  (lo > cursor ? ") belong to no tensor" : ") belong to two tensor slices"));
+      cursor = hi;
+    }
+    if (cursor != r.files()[f].bytes)
+      throw TESSERA_INPUT_ERROR("checkpoint file " + r.file_path(static_cast<int>(f)) + ": bytes from " +
+                                std::to_string(cursor) + " on belong to no tensor");
+    r.verify_file(static_cast<int>(f));
+    rep.bytes += static_cast<int64_t>(r.files()[f].bytes);
+  }
+  rep.files = static_cast<int64_t>(r.files().size());
+  rep.tensors = static_cast<int64_t>(r.tensors().size());
+  return rep;
+}
+
+// ---- load ----------------------------------------------------------------------------------------
+
+namespace {
+
+// Same error on every rank of the engine's world (shard group, then replicate group: together they
+// span every data-parallel rank).
+void agree(fsdp::Engine& engine, const std::string& error) {
+  std::string e = strip_rank_prefix(engine.shard_group().agree_error(error));
+  e = strip_rank_prefix(engine.replicate_group().agree_error(e));
+  if (!e.empty()) throw TESSERA_INPUT_ERROR(e);
+}
+
+// The engine's parameters must be exactly the checkpoint's (names and shapes, all three kinds).
+void check_matches(const Reader& r, const std::vector<fsdp::UnitShard>& shards) {
+  size_t expected = 0;
+  for (const auto& u : shards)
+    for (const auto& p : u.plan.params) {
+      for (const char* kind : kKinds) {
+        const TensorEntry* t = r.find(p.name, kind);
+        if (!t)
+          throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: tensor " + p.name +
+                                    (std::string(kind) == "param" ? "" : std::string(" (") + kind + ")") + " is missing");
+        if (t->shape != p.shape)
+          throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: tensor " + p.name + " has shape " +
+                                    shape_str(t->shape) + " in the checkpoint, " + shape_str(p.shape) + " in the model");
+        ++expected;
+      }
+    }
+  if (r.tensors().size() != expected)
+    for (const auto& t : r.tensors()) {
+      bool known = false;
+      for (const auto& u : shards)
+        for (const auto& p : u.plan.params) known = known || p.name == t.name;
+      if (!known)
+        throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: it has tensor " + t.name +
+                                  " which the model lacks");
+    }
+}
+
+}  // namespace
+
+json load(const std::string& ckpt_dir, fsdp::Engine& engine) {
+  auto& shards = engine.shards();
+  std::unique_ptr<Reader> reader;
+  std::string error;
+  try {
+    reader = std::make_unique<Reader>(ckpt_dir);
+    check_matches(*reader, shards);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(engine, error);
+
+  // Requests for this rank's shard, grouped by file.
+  const int W = engine.shard_group().size(), rank = engine.shard_group().rank();
+  std::vector<std::vector<ReadRequest>> per_file(reader->files().size());
+  for (auto& u : shards) {
+    at::Tensor dsts[3] = {u.master, u.exp_avg, u.exp_avg_sq};
+    for (int k = 0; k < 3; ++k) {
+      dsts[k].zero_();  // padding stays zero
+      float* base = dsts[k].data_ptr<float>();
+      for (const auto& s : u.plan.slices(u.shard_rank)) {
+        const TensorEntry* t = reader->find(u.plan.params[s.param].name, kKinds[k]);
+        for (auto& req : reader->requests(*t, s.param_offset, s.length, base + s.shard_offset))
+          per_file[req.file].push_back(req);
+      }
+    }
+  }
+  // File f's checksum is verified by shard rank f % W in the pass that reads its ranges; others pread.
+  try {
+    for (size_t f = 0; f < per_file.size(); ++f) {
+      if (static_cast<int>(f % W) == rank) {
+        reader->stream_file(static_cast<int>(f), per_file[f]);
+      } else if (!per_file[f].empty()) {
+        io::File file = io::File::open_read(reader->file_path(static_cast<int>(f)));
+        for (const auto& r : per_file[f]) file.pread_all(r.dst, r.bytes, r.offset);
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(engine, error);
+  return reader->state();
+}
+
+}  // namespace tessera::checkpoint

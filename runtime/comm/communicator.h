@@ -1,0 +1,86 @@
+// The Communicator seam: every collective Tessera issues goes through this interface.
+//
+// CONTRACT (as in c10d's ProcessGroup): collectives are issued in the SAME ORDER on every rank of
+// the communicator. Each call enqueues one operation and returns a Work handle; operations on one
+// communicator complete in issue order. Tensors passed to an operation must stay alive and
+// untouched until its Work completes. wait(timeout) throws tessera::Error(Timeout) naming the
+// operation, rank and host if the operation does not complete in time.
+//
+// Uneven sizes are handled here, not refused:
+//  - reduce_scatter_into(out, in): in has N elements (any N); chunk = ceil(N / size) and
+//    out.numel() == chunk. Rank r receives the reduction of in[r*chunk, min(N, (r+1)*chunk));
+//    elements of out past the end of in are set to zero (padding).
+//  - all_gather_into(out, in): out has N elements (any N) and in has chunk = ceil(N / size)
+//    elements on every rank; out = concat(in_0, ..., in_{size-1}) truncated to N. This is the exact
+//    inverse of reduce_scatter_into's sharding (trailing ranks' chunks may be pure padding).
+//  - In-place: all_gather_into may be called with `in` a view of out's own chunk
+//    (out[rank*chunk, ...)) and reduce_scatter_into with `out` a view of in's own chunk; backends
+//    avoid the extra copy where they can. Otherwise out and in must not overlap.
+// Supported dtypes: float32, bfloat16, float16 (plus int32/int64/uint8 for bookkeeping). Reductions
+// of bf16/fp16 are computed in fp32 and rounded once (never on raw bits).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::comm {
+
+enum class ReduceOp { Sum, Mean, Max, Min };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation completes; throws tessera::Error(Timeout) after `timeout`.
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+  void wait();  // uses default_timeout()
+  virtual bool is_completed() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// Default timeout for wait(); settable from config (`comm.timeout_s`).
+std::chrono::milliseconds default_timeout();
+void set_default_timeout(std::chrono::milliseconds t);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi", "nccl", "self"
+  virtual std::string name() const = 0;     // "world", "intra", "inter", ...
+  // Where this communicator's tensors live (CPU for "mpi"/"self", the bound GPU for "nccl"); the
+  // helpers below allocate their small tensors there.
+  virtual at::Device device() const { return at::Device(at::kCPU); }
+
+  virtual WorkPtr all_gather_into(at::Tensor out, at::Tensor in) = 0;
+  virtual WorkPtr reduce_scatter_into(at::Tensor out, at::Tensor in, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr all_reduce(at::Tensor t, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr broadcast(at::Tensor t, int root) = 0;
+  virtual WorkPtr barrier() = 0;
+
+  // ---- synchronous helpers built on the collectives above (same ordering contract) ----
+  // True on every rank if `flag` is true on any rank.
+  bool any(bool flag);
+  // Rank `root`'s string on every rank.
+  std::string broadcast_string(const std::string& s, int root);
+  // Error agreement: if any rank has a non-empty `error`, every rank returns the message of the
+  // lowest such rank (prefixed "rank R: "), else "". Used before side effects so that bad input
+  // stops all ranks together with the same one-line message.
+  std::string agree_error(const std::string& error);
+};
+using CommPtr = std::shared_ptr<Communicator>;
+
+// The three process groups the runtime uses. intra: ranks on the same node; inter: ranks with the
+// same local rank across nodes. For a single node inter has size 1; with one rank per node intra
+// has size 1.
+struct ProcessGroups {
+  CommPtr world, intra, inter;
+};
+
+// A communicator of size 1 (no MPI): for single-process runs and pure unit tests.
+CommPtr make_self_communicator(const std::string& name = "self");
+
+}  // namespace tessera::comm

@@ -1,0 +1,359 @@
+// MPI backend: one communication thread per communicator running a FIFO of collectives on a
+// private duplicate of the MPI communicator. Even-sized float32 collectives go straight from/to the
+// caller's buffers; only uneven sizes (padding), 16-bit float reductions (computed in fp32, rounded
+// once) and aliasing buffers use a temporary.
+#include "runtime/comm/mpi_backend.h"
+
+#include <torch/torch.h>
+
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <iomanip>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "runtime/comm/collective_checks.h"
+#include "runtime/error.h"
+
+namespace tessera::comm {
+namespace {
+
+using detail::chunk_of;
+using detail::overlaps;
+
+std::string seconds_text(std::chrono::milliseconds t) {
+  std::ostringstream s;
+  s << std::setprecision(6) << t.count() / 1000.0 << "s";
+  return s.str();
+}
+
+// ---- Work: completed by the communication thread, awaited by the caller -----------------------
+
+class MpiWork : public Work {
+ public:
+  explicit MpiWork(std::string what) : what_(std::move(what)) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    // Clamp so that "wait forever" style values do not overflow the clock arithmetic.
+    auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
+    std::unique_lock<std::mutex> lk(m_);
+    if (!cv_.wait_for(lk, limit, [&] { return done_; }))
+      throw Error(ErrorKind::Timeout,
+                  what_ + " did not complete within " + seconds_text(timeout) +
+                      " (collectives must be issued in the same order on every rank of the communicator)",
+                  __FILE__, __LINE__);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lk(m_);
+    return done_;
+  }
+
+  void finish(std::exception_ptr error) {
+    std::lock_guard<std::mutex> lk(m_);
+    done_ = true;
+    error_ = error;
+    cv_.notify_all();
+  }
+
+  const std::string& what() const { return what_; }
+
+ private:
+  std::string what_;  // "all_gather on comm 'world' (rank 0 of 2, host h)"
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+// ---- dtype mapping ----------------------------------------------------------------------------
+
+// The MPI type used to MOVE elements of `t` (16-bit floats travel as opaque 16-bit words).
+MPI_Datatype move_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kHalf:
+    case at::kBFloat16: return MPI_UINT16_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    case at::kByte: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+// 16-bit floats are reduced in fp32: MPI has no bf16, and summing raw bits would be wrong.
+bool reduce_in_fp32(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return MPI_SUM;  // Mean divides by size afterwards
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+// ---- the communicator -------------------------------------------------------------------------
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Takes ownership of `comm` (already a private duplicate).
+  MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);  // MPI failures become exceptions in wait()
+    MPI_Comm_set_name(comm_, const_cast<char*>(("tessera:" + name_).c_str()));
+    host_ = process_host();
+    if (host_.empty()) {
+      char buf[MPI_MAX_PROCESSOR_NAME];
+      int len = 0;
+      MPI_Get_processor_name(buf, &len);
+      host_.assign(buf, len);
+    }
+    worker_ = std::thread([this] { run_queue(); });
+  }
+
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lk(qm_);
+      stop_ = true;
+    }
+    qcv_.notify_all();
+    worker_.join();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  std::string name() const override { return name_; }
+
+  WorkPtr all_gather_into(at::Tensor out, at::Tensor in) override {
+    std::string where = describe("all_gather");
+    int64_t chunk = detail::check_all_gather(out, in, size_, where);
+    MPI_Datatype type = check_movable(in, where);
+    check_count(chunk * size_, where);
+    return enqueue(where, [this, out, in, chunk, type] {
+      const int64_t n = out.numel(), esz = in.element_size();
+      if (n == 0) return;
+      char* outp = static_cast<char*>(out.data_ptr());
+      if (n == chunk * size_) {
+        if (in.data_ptr() == outp + rank_ * chunk * esz) {  // in place: in is out's own chunk
+          check_mpi(MPI_Allgather(MPI_IN_PLACE, 0, type, outp, chunk, type, comm_), "MPI_Allgather");
+        } else {
+          at::Tensor src = overlaps(in, out) ? in.clone() : in;
+          check_mpi(MPI_Allgather(src.data_ptr(), chunk, type, outp, chunk, type, comm_), "MPI_Allgather");
+        }
+        return;
+      }
+      // Uneven: gather size*chunk elements, keep the first n.
+      at::Tensor full = at::empty({chunk * size_}, in.options());
+      check_mpi(MPI_Allgather(in.data_ptr(), chunk, type, full.data_ptr(), chunk, type, comm_), "MPI_Allgather");
+      std::memcpy(outp, full.data_ptr(), n * esz);
+    });
+  }
+
+  WorkPtr reduce_scatter_into(at::Tensor out, at::Tensor in, ReduceOp op) override {
+    std::string where = describe(std::string("reduce_scatter(") + detail::op_name(op) + ")");
+    int64_t chunk = detail::check_reduce_scatter(out, in, op, size_, where);
+    check_movable(in, where);
+    check_count(chunk * size_, where);
+    return enqueue(where, [this, out, in, op, chunk] {
+      const int64_t n = in.numel(), padded = chunk * size_;
+      if (n == 0) return;
+      const bool widen = reduce_in_fp32(in.scalar_type());
+      const auto red_dtype = widen ? at::kFloat : in.scalar_type();
+      // Source: the caller's buffer, unless it must be padded to size*chunk or widened to fp32.
+      at::Tensor src = in;
+      if (widen || n != padded) {
+        src = at::empty({padded}, in.options().dtype(red_dtype));
+        src.narrow(0, 0, n).copy_(in.view({-1}));
+        src.narrow(0, n, padded - n).zero_();  // padding reduces to 0 in every op
+      }
+      // Destination: the caller's chunk, unless widened or aliasing the source (MPI forbids that).
+      at::Tensor dst = (widen || overlaps(out, src)) ? at::empty({chunk}, src.options()) : out;
+      MPI_Datatype type = move_type(red_dtype);
+      check_mpi(MPI_Reduce_scatter_block(src.data_ptr(), dst.data_ptr(), chunk, type, mpi_op(op), comm_),
+                "MPI_Reduce_scatter_block");
+      if (op == ReduceOp::Mean) dst.div_(size_);
+      if (!dst.is_same(out)) out.view({-1}).copy_(dst);  // rounds fp32 -> bf16/fp16 once
+    });
+  }
+
+  WorkPtr all_reduce(at::Tensor t, ReduceOp op) override {
+    std::string where = describe(std::string("all_reduce(") + detail::op_name(op) + ")");
+    detail::check_reducible(t, op, where);
+    check_movable(t, where);
+    check_count(t.numel(), where);
+    return enqueue(where, [this, t, op] {
+      if (t.numel() == 0) return;
+      at::Tensor buf = reduce_in_fp32(t.scalar_type()) ? t.to(at::kFloat) : t;
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf.data_ptr(), buf.numel(), move_type(buf.scalar_type()), mpi_op(op),
+                              comm_),
+                "MPI_Allreduce");
+      if (op == ReduceOp::Mean) buf.div_(size_);
+      if (!buf.is_same(t)) t.copy_(buf);
+    });
+  }
+
+  WorkPtr broadcast(at::Tensor t, int root) override {
+    std::string where = describe("broadcast");
+    detail::check_contiguous(t, "broadcast", where);
+    MPI_Datatype type = check_movable(t, where);
+    check_count(t.numel(), where);
+    if (root < 0 || root >= size_)
+      throw TESSERA_INPUT_ERROR(where + ": root " + std::to_string(root) + " is not a rank");
+    return enqueue(where, [this, t, root, type] {
+      if (t.numel() == 0) return;
+      check_mpi(MPI_Bcast(t.data_ptr(), t.numel(), type, root, comm_), "MPI_Bcast");
+    });
+  }
+
+  WorkPtr barrier() override {
+    return enqueue(describe("barrier"), [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
+  }
+
+  // Runs `fn(comm)` on the communication thread (ordered with the collectives) and waits for it.
+  void run_ordered(const std::string& op, const std::function<void(MPI_Comm)>& fn) const {
+    auto self = const_cast<MpiCommunicator*>(this);  // the queue is internally synchronised
+    self->enqueue(describe(op), [self, &fn] { fn(self->comm_); })->wait();
+  }
+
+ private:
+  std::string describe(const std::string& op) const {
+    return op + " on " + detail::describe(name_, rank_, size_, host_);
+  }
+
+  static MPI_Datatype check_movable(const at::Tensor& t, const std::string& where) {
+    if (!t.device().is_cpu())
+      throw TESSERA_INPUT_ERROR(where + ": the MPI backend takes CPU tensors, got one on " + t.device().str());
+    MPI_Datatype type = move_type(t.scalar_type());
+    if (type == MPI_DATATYPE_NULL)
+      throw TESSERA_INPUT_ERROR(where + ": dtype " + std::string(c10::toString(t.scalar_type())) +
+                                " is not supported (float32, bfloat16, float16, int32, int64, uint8)");
+    return type;
+  }
+
+  static void check_count(int64_t count, const std::string& where) {
+    if (count > INT_MAX)
+      throw TESSERA_INPUT_ERROR(where + ": " + std::to_string(count) +
+                                " elements exceed MPI's per-call count limit (2^31-1); split the tensor");
+  }
+
+  void check_mpi(int rc, const char* call) const {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw Error(ErrorKind::Internal, std::string(call) + " failed: " + std::string(msg, len), __FILE__, __LINE__);
+  }
+
+  WorkPtr enqueue(std::string what, std::function<void()> fn) {
+    auto work = std::make_shared<MpiWork>(std::move(what));
+    {
+      std::lock_guard<std::mutex> lk(qm_);
+      queue_.push_back({std::move(fn), work});
+    }
+    qcv_.notify_one();
+    return work;
+  }
+
+  void run_queue() {
+    at::NoGradGuard no_grad;  // grad mode is thread-local: collectives never record autograd history
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lk(qm_);
+        qcv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_ and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        task.fn();
+      } catch (const Error& e) {
+        error = std::make_exception_ptr(prefixed(e, task.work->what()));
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(
+            Error(ErrorKind::Internal, task.work->what() + ": " + e.what(), __FILE__, __LINE__));
+      }
+      task.work->finish(error);
+    }
+  }
+
+  // `e` with the operation and communicator named in front of its message; kind and source
+  // location are kept.
+  static Error prefixed(const Error& e, const std::string& prefix) {
+    const std::string& loc = e.location();
+    auto colon = loc.rfind(':');
+    std::string file = colon == std::string::npos ? "" : loc.substr(0, colon);
+    int line = colon == std::string::npos ? 0 : std::atoi(loc.c_str() + colon + 1);
+    return Error(e.kind(), prefix + ": " + e.what(), file.empty() ? nullptr : file.c_str(), line);
+  }
+
+  struct Task {
+    std::function<void()> fn;
+    std::shared_ptr<MpiWork> work;
+  };
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::string name_, host_;
+  std::mutex qm_;
+  std::condition_variable qcv_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+const MpiCommunicator& as_mpi(const Communicator& c, const char* what) {
+  auto* mpi = dynamic_cast<const MpiCommunicator*>(&c);
+  if (!mpi)
+    throw TESSERA_INPUT_ERROR(std::string(what) + ": comm '" + c.name() + "' uses the '" + c.backend() +
+                              "' backend, not 'mpi'");
+  return *mpi;
+}
+
+}  // namespace
+
+CommPtr make_mpi_communicator(MPI_Comm comm, const std::string& name) {
+  int initialized = 0, level = 0;
+  MPI_Initialized(&initialized);
+  TESSERA_CHECK(initialized, "make_mpi_communicator('" + name + "') called before MPI_Init_thread");
+  MPI_Query_thread(&level);
+  TESSERA_CHECK(level == MPI_THREAD_MULTIPLE,
+                "the MPI backend runs collectives on a communication thread and needs MPI_THREAD_MULTIPLE "
+                "(MPI was initialised with level " + std::to_string(level) + ")");
+  MPI_Comm dup = MPI_COMM_NULL;
+  TESSERA_CHECK(MPI_Comm_dup(comm, &dup) == MPI_SUCCESS, "MPI_Comm_dup failed for comm '" + name + "'");
+  return std::make_shared<MpiCommunicator>(dup, name);
+}
+
+CommPtr mpi_split(const Communicator& parent, int color, int key, const std::string& name) {
+  MPI_Comm split = MPI_COMM_NULL;
+  int rc = MPI_SUCCESS;
+  as_mpi(parent, "mpi_split").run_ordered("split", [&](MPI_Comm c) { rc = MPI_Comm_split(c, color, key, &split); });
+  TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_split of comm '" + parent.name() + "' into '" + name + "' failed");
+  if (split == MPI_COMM_NULL) return nullptr;
+  return std::make_shared<MpiCommunicator>(split, name);
+}
+
+MPI_Comm mpi_comm_dup(const Communicator& comm) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  int rc = MPI_SUCCESS;
+  as_mpi(comm, "mpi_comm_dup").run_ordered("dup", [&](MPI_Comm c) { rc = MPI_Comm_dup(c, &dup); });
+  TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_dup of comm '" + comm.name() + "' failed");
+  return dup;
+}
+
+}  // namespace tessera::comm

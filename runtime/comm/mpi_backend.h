@@ -1,0 +1,31 @@
+// MPI backend of the Communicator seam: CPU tensors (float32, bfloat16, float16, int32, int64,
+// uint8), any MPI communicator (world, intra-node, inter-node).
+//
+// Each communicator owns a duplicate of the MPI communicator it was made from and ONE
+// communication thread that runs its operations from a FIFO queue: issue order is execution order,
+// and the caller's thread keeps computing while a collective is in flight (FSDP prefetch relies on
+// this). MPI must be initialised with MPI_THREAD_MULTIPLE (the launcher's bootstrap does this).
+// Errors raised on the communication thread are rethrown by Work::wait().
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+#include "runtime/comm/communicator.h"
+
+namespace tessera::comm {
+
+// A communicator over a duplicate of `comm` (the caller keeps ownership of `comm`).
+CommPtr make_mpi_communicator(MPI_Comm comm, const std::string& name);
+
+// MPI_Comm_split of an MPI communicator (collective over `parent`, ordered with its other
+// operations): ranks with the same `color` form one communicator, ordered by `key`. A rank passing
+// color MPI_UNDEFINED gets nullptr. Throws Error(Input) if `parent` is not an MPI communicator.
+CommPtr mpi_split(const Communicator& parent, int color, int key, const std::string& name);
+
+// A fresh duplicate of the MPI communicator behind `comm` (collective over `comm`, ordered with
+// its other operations), e.g. for raw-MPI baselines or NCCL's unique-id broadcast. The caller
+// frees it with MPI_Comm_free. Throws Error(Input) if `comm` is not an MPI communicator.
+MPI_Comm mpi_comm_dup(const Communicator& comm);
+
+}  // namespace tessera::comm

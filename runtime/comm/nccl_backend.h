@@ -1,0 +1,35 @@
+// NCCL backend of the Communicator seam: CUDA tensors on one device per process.
+//
+// One NCCL communicator per process group (unique id created by rank 0 and broadcast over the
+// given MPI communicator), its own CUDA stream. Each operation first makes that stream wait for an
+// event recorded on the caller's current (compute) stream, so collectives are ordered after the
+// compute that produced their inputs; the Work records an event on the NCCL stream.
+//
+// Work::wait(timeout) makes the caller's current stream wait for that event: it does NOT block the
+// host (no synchronisation in the training step). The timeout is enforced by a watchdog thread per
+// communicator that polls the events and ncclCommGetAsyncError: an operation still incomplete
+// `timeout` after its wait() (or an asynchronous NCCL error) aborts the communicator with
+// ncclCommAbort, which unblocks the GPU, and every later call on it throws the recorded
+// tessera::Error (Timeout naming operation, communicator, rank, host and device).
+// Reductions of bf16/fp16 are computed in fp32 and rounded once, as in every backend.
+//
+// This file compiles against the CUDA runtime and NCCL alone; code that needs a CUDA-enabled
+// LibTorch (streams, allocator) is under TESSERA_WITH_CUDA.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+#include "runtime/comm/communicator.h"
+
+namespace tessera::comm {
+
+// True when NCCL is linked in and at least one CUDA device is visible.
+bool nccl_available();
+
+// Collective over `comm`: an NCCL communicator over the same ranks, bound to CUDA `device`.
+// Throws tessera::Error(Input) naming rank, host and device if the device does not exist, and
+// Error(Internal) if NCCL initialisation fails.
+CommPtr make_nccl_communicator(MPI_Comm comm, const std::string& name, int device);
+
+}  // namespace tessera::comm

@@ -1,0 +1,47 @@
+// Tokenizers for the data pipeline.
+//
+// Two implementations behind one interface:
+//  - ByteTokenizer: the fallback when no tokenizer file is configured. Ids 0..255 are the bytes of
+//    the UTF-8 text, BOS = 256, EOS = 257, vocab 258. Needs no file and never fails.
+//  - SentencePieceTokenizer: a SentencePiece `tokenizer.model` (the Llama 2 tokenizer format),
+//    loaded with libsentencepiece. BOS/EOS are the model's own ids (1 and 2 for Llama 2).
+//    libsentencepiece is dlopen()ed in isolation, never linked: its bundled protobuf clashes with
+//    LibTorch's (see tokenizer.cpp). Do not call sentencepiece directly anywhere else.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Token ids of `text`, without BOS/EOS (the dataset adds them per document).
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // BOS / EOS ids; -1 when the tokenizer defines none (then the dataset leaves it out).
+  virtual int32_t bos_id() const = 0;
+  virtual int32_t eos_id() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // "byte" or "sentencepiece:<path>", for messages and metrics.
+  virtual std::string name() const = 0;
+};
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr int32_t kBos = 256;
+  static constexpr int32_t kEos = 257;
+  static constexpr int64_t kVocab = 258;
+  std::vector<int32_t> encode(const std::string& text) const override;
+  int32_t bos_id() const override { return kBos; }
+  int32_t eos_id() const override { return kEos; }
+  int64_t vocab_size() const override { return kVocab; }
+  std::string name() const override { return "byte"; }
+};
+
+// Empty path -> ByteTokenizer; otherwise loads a SentencePiece model. A missing file, or a file
+// that is not a SentencePiece model, throws tessera::Error(Input) naming the file.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path_or_empty);
+
+}  // namespace tessera::data

@@ -1,0 +1,55 @@
+// Errors in Tessera are exceptions that carry what went wrong, where (file/key/tensor in the
+// message, source location), and who (rank, host). launcher/ turns any of them into a one-line
+// message and an exit code on every rank (2 for bad input, 1 for internal faults, 3 for timeouts).
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+enum class ErrorKind { Input, Internal, Timeout };
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& what, const char* file = nullptr, int line = 0);
+  ErrorKind kind() const { return kind_; }
+  int exit_code() const { return kind_ == ErrorKind::Input ? 2 : kind_ == ErrorKind::Timeout ? 3 : 1; }
+  int rank() const { return rank_; }
+  const std::string& host() const { return host_; }
+  const std::string& location() const { return location_; }  // "file.cpp:123" or ""
+
+ private:
+  ErrorKind kind_;
+  int rank_;
+  std::string host_;
+  std::string location_;
+};
+
+// An error every rank of the world raised together (after an agreement step), so each rank can
+// exit cleanly with the same message instead of aborting the others.
+class CollectiveError : public Error {
+ public:
+  CollectiveError(ErrorKind kind, const std::string& what) : Error(kind, what) {}
+};
+
+// Process identity attached to every Error; set once by the bootstrap (rank -1 before).
+void set_process_identity(int rank, const std::string& host);
+int process_rank();
+const std::string& process_host();
+
+}  // namespace tessera
+
+// Bad user input (config, files, CLI): exit code 2.
+#define TESSERA_INPUT_ERROR(msg) ::tessera::Error(::tessera::ErrorKind::Input, (msg), __FILE__, __LINE__)
+#define TESSERA_CHECK_INPUT(cond, msg)                     \
+  do {                                                     \
+    if (!(cond)) throw TESSERA_INPUT_ERROR(msg);           \
+  } while (0)
+// Broken invariant inside Tessera: exit code 1.
+#define TESSERA_CHECK(cond, msg)                                                               \
+  do {                                                                                         \
+    if (!(cond))                                                                               \
+      throw ::tessera::Error(::tessera::ErrorKind::Internal,                                   \
+                             std::string("internal check failed: ") + #cond + ": " + (msg),    \
+                             __FILE__, __LINE__);                                              \
+  } while (0)

@@ -1,0 +1,52 @@
+#include "runtime/optim/clip.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/error.h"
+
+namespace tessera::optim {
+
+double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::Communicator* shard_group) {
+  at::NoGradGuard no_grad;
+  at::Device device = at::kCPU;
+  at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
+  bool first = true;
+  for (const at::Tensor& g : local_grad_shards) {
+    if (!g.defined() || g.numel() == 0) continue;
+    if (first) {
+      device = g.device();
+      local = local.to(device);
+      first = false;
+    }
+    const at::Tensor g64 = g.to(at::kDouble);
+    local.add_((g64 * g64).sum());
+  }
+  if (shard_group == nullptr || shard_group->size() == 1) return std::sqrt(local.item<double>());
+
+  // All-gather the raw bits of every rank's partial sum, then add them in rank order.
+  const at::Tensor bits_in = local.view(at::kLong);
+  at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
+  shard_group->all_gather_into(bits_out, bits_in)->wait();
+  const at::Tensor partial = bits_out.view(at::kDouble).cpu();
+  const double* p = partial.data_ptr<double>();
+  double total = 0;
+  for (int r = 0; r < shard_group->size(); ++r) total += p[r];
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group) {
+  TESSERA_CHECK_INPUT(max_norm > 0, "gradient clipping max_norm must be positive, got " + std::to_string(max_norm));
+  const double norm = global_grad_norm(grads, shard_group);
+  const double coef = max_norm / (norm + 1e-6);
+  if (std::isfinite(norm) && coef < 1.0) {
+    at::NoGradGuard no_grad;
+    for (at::Tensor& g : grads)
+      if (g.defined()) g.mul_(coef);
+  }
+  return norm;
+}
+
+}  // namespace tessera::optim

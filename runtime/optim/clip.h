@@ -1,0 +1,28 @@
+// Global gradient-norm clipping over sharded gradients.
+//
+// Each rank holds disjoint shards of the gradients; the global L2 norm is
+// sqrt(sum over ranks of the local sum of squares). Local sums are taken in double. They are then
+// exchanged with an all-gather of their raw 8 bytes (the Communicator's reductions are for
+// float/bf16/fp16, and gathering lets every rank add the partial sums in the same rank order), so
+// every rank gets a bit-identical norm and a shard group of size 1 gives exactly the local norm.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace tessera::comm {
+class Communicator;
+}
+
+namespace tessera::optim {
+
+// L2 norm of all gradients of the shard group. `shard_group` null (or of size 1) -> local only.
+// Collective over `shard_group`: every rank must call it. Undefined tensors are skipped.
+double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::Communicator* shard_group);
+
+// Like torch::nn::utils::clip_grad_norm_(params, max_norm): computes the global norm, then scales
+// every gradient in place by min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping.
+// A non-finite norm leaves the gradients untouched (the caller decides whether to skip the step).
+double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
+
+}  // namespace tessera::optim

@@ -1,0 +1,97 @@
+// The training loop: FSDP forward/backward over micro-batches, gradient clipping, AdamW on the
+// fp32 shards, LR schedule, progress line, metrics JSONL, checkpoints and preemption. It knows a
+// causal language model only through CausalLm (embed -> layers -> head), not Llama.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/fsdp/fsdp.h"
+
+namespace tessera::data {
+class TokenDataset;
+}
+
+namespace tessera::train {
+
+// A causal LM as the runtime sees it.
+struct CausalLm {
+  std::vector<fsdp::UnitDef> units;  // [0] root (embeddings, final norm, head), [1..] decoder layers
+  std::function<at::Tensor(const at::Tensor& tokens)> embed;
+  fsdp::Engine::LayerFn layer;
+  std::function<at::Tensor(const at::Tensor& h)> head;
+  std::function<bool(const std::string& param)> decay;  // weight decay applies
+  int64_t vocab_size = 0;
+  int64_t num_parameters = 0;
+  int64_t num_layers = 0, hidden_size = 0;  // for the FLOP estimate
+  std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables
+};
+
+struct TrainOptions {
+  int64_t steps = 20, micro_batch = 2, grad_accum = 1, seq_len = 128;
+  double lr = 3e-4, min_lr = 3e-5;
+  int64_t warmup_steps = 5;
+  std::string schedule = "cosine";
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
+  uint64_t seed = 42;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int checkpoint_keep = 2;
+  bool checkpoint_async = false;
+  std::string log_dir;
+  int64_t log_every = 1;
+  int preempt_signal = 0;  // SIGUSR1 / SIGUSR2 (SIGTERM is always handled)
+  bool quiet = false;      // no progress lines (tests)
+};
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based number of optimizer steps done
+  double loss = 0, grad_norm = 0, lr = 0;
+  double step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  int64_t peak_rss_bytes = 0;
+};
+
+struct RunResult {
+  int64_t start_step = 0, end_step = 0;
+  bool preempted = false;
+  std::vector<StepRecord> records;
+  std::string last_checkpoint;
+};
+
+class Trainer {
+ public:
+  Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, TrainOptions opts,
+          std::shared_ptr<const data::TokenDataset> dataset, nlohmann::json run_state);
+  ~Trainer();
+
+  fsdp::Engine& engine();
+  void load_weights(fsdp::WeightSource& source);
+  // Restores shards, optimizer and sampler from a checkpoint directory; returns its step.
+  int64_t resume(const std::string& ckpt_dir);
+  StepRecord train_step();  // one optimizer step (grad_accum micro-batches)
+  RunResult run();          // from the current step to opts.steps, with logging/checkpoints/signals
+  std::string save_checkpoint();  // returns the directory written
+  int64_t step() const;
+
+  // Forward only (no grad, FSDP-sharded): next-token cross entropy per sequence for [B, T] tokens.
+  std::vector<double> sequence_losses(const at::Tensor& tokens);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Installs handlers: the signal sets a flag the loop checks once per step (all ranks agree).
+void install_preemption_handlers(int preempt_signal);
+bool preemption_requested();
+
+// Peak resident set size of this process (VmHWM), bytes.
+int64_t peak_rss_bytes();
+
+}  // namespace tessera::train

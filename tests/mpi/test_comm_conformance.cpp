@@ -1,0 +1,338 @@
+// Communicator conformance: the same assertions against every backend this build and machine
+// have (MPI world, MPI split communicators, the launcher's process groups, the self communicator at
+// world size 1, NCCL where CUDA is compiled in and a GPU exists), at any world size (ctest runs
+// np 1, 2, 4). Inputs are chosen so that typical mistakes fail: a reduce-scatter that forgets the
+// padding of sizes that do not divide the world size, bf16/fp16 sums done on raw bits or rounded
+// hop by hop, 64-bit integers truncated to 32 bits, operations run out of issue order.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include "launcher/bootstrap.h"
+#include "runtime/comm/collective_checks.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/mpi_backend.h"
+#include "runtime/error.h"
+#ifdef TESSERA_WITH_CUDA
+#include "runtime/comm/nccl_backend.h"
+#endif
+
+namespace tc = tessera::comm;
+using tessera::comm::ReduceOp;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// Every communicator under test. Built once (construction is collective over MPI_COMM_WORLD).
+const std::vector<tc::CommPtr>& backends() {
+  static std::vector<tc::CommPtr> all = [] {
+    std::vector<tc::CommPtr> v;
+    auto world = tc::make_mpi_communicator(MPI_COMM_WORLD, "world");
+    v.push_back(world);
+    const int r = world_rank();
+    // Emulated 2-rank nodes: "pairs" = {0,1},{2,3} (intra-node), "stride" = {0,2},{1,3} (inter-node).
+    v.push_back(tc::mpi_split(*world, r / 2, r, "pairs"));
+    v.push_back(tc::mpi_split(*world, r % 2, r, "stride"));
+    const auto& groups = tessera::launcher::current().groups;  // what the bootstrap built
+    for (const auto& g : {groups.world, groups.intra, groups.inter})
+      if (g) v.push_back(g);
+    if (world_size() == 1) v.push_back(tc::make_self_communicator("self"));
+#ifdef TESSERA_WITH_CUDA
+    if (torch::cuda::is_available() && tc::nccl_available())
+      v.push_back(tc::make_nccl_communicator(MPI_COMM_WORLD, "nccl-world",
+                                             tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0));
+#endif
+    return v;
+  }();
+  return all;
+}
+
+const std::vector<at::ScalarType> kAllTypes = {at::kFloat, at::kBFloat16, at::kHalf, at::kInt, at::kLong, at::kByte};
+
+bool is_float(at::ScalarType t) { return at::isFloatingType(t); }
+
+std::vector<int64_t> test_sizes(int size) { return {1, 7, 1000003, int64_t(size) * 1000}; }
+
+// Element i of rank r's contribution, for i in [begin, begin+n), as exact doubles. Every value is
+// exactly representable in `dt` and every sum over <= 4 ranks is exact in fp32, so the expected
+// result of a reduction is "exact sum, rounded once to dt". For bf16, rank 0 contributes 256-768
+// and the others 1-3: with 4 ranks 256+1+1+1 = 259 rounds to 260 once but to 256 hop by hop, and a
+// sum of raw bf16 bits is nowhere near. int64 values exceed 2^32.
+at::Tensor values(at::ScalarType dt, int r, int64_t begin, int64_t n) {
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor i = at::arange(begin, begin + n, opts);
+  at::Tensor sign = 1.0 - 2.0 * at::remainder(at::floor(i / 3.0), 2.0);  // + + + - - - + + + ...
+  switch (dt) {
+    case at::kByte: return at::remainder(i + 7.0 * r, 50.0);
+    case at::kInt: return at::remainder(i, 1000.0) - 500.0 + 100000.0 * r;
+    case at::kLong: return sign * (double(int64_t(r + 1) << 33) + i);
+    default:
+      return sign * (r == 0 ? 256.0 * (1.0 + at::remainder(i, 3.0)) : 1.0 + at::remainder(i + r, 3.0));
+  }
+}
+
+// The exact reduction over `size` ranks of values(dt, r, begin, n), rounded once to dt.
+at::Tensor reduced(at::ScalarType dt, ReduceOp op, int size, int64_t begin, int64_t n) {
+  at::Tensor acc = values(dt, 0, begin, n);
+  for (int r = 1; r < size; ++r) {
+    at::Tensor v = values(dt, r, begin, n);
+    acc = op == ReduceOp::Max ? at::maximum(acc, v) : op == ReduceOp::Min ? at::minimum(acc, v) : acc + v;
+  }
+  if (op == ReduceOp::Mean) acc = acc / size;
+  return acc.to(dt);
+}
+
+// Exact comparison (through double, which holds every value of every tested dtype).
+void expect_same(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+  at::Tensor a = actual.cpu().reshape({-1}).to(at::kDouble), e = expected.reshape({-1}).to(at::kDouble);
+  ASSERT_EQ(a.numel(), e.numel()) << what;
+  at::Tensor bad = at::ne(a, e).nonzero();
+  if (bad.numel() == 0) return;
+  int64_t k = bad[0][0].item<int64_t>();
+  ADD_FAILURE() << what << ": " << bad.size(0) << " of " << a.numel() << " elements wrong; first at " << k
+                << ": got " << a[k].item<double>() << ", expected " << e[k].item<double>();
+}
+
+std::string label(const tc::Communicator& c, const char* op, at::ScalarType dt, int64_t n, const char* mode,
+                  ReduceOp rop = ReduceOp::Sum) {
+  return std::string(op) + "(" + tc::detail::op_name(rop) + ") on " + c.name() + "/" + c.backend() + " size " +
+         std::to_string(c.size()) + " dtype " + c10::toString(dt) + " N=" + std::to_string(n) + " " + mode;
+}
+
+at::TensorOptions opts_on(const tc::Communicator& c, at::ScalarType dt) {
+  return at::TensorOptions().dtype(dt).device(c.device());
+}
+
+std::vector<ReduceOp> ops_for(at::ScalarType dt) {
+  if (is_float(dt)) return {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min};
+  return {ReduceOp::Sum, ReduceOp::Max};
+}
+
+}  // namespace
+
+TEST(CommConformance, AllGatherUnevenAllDtypesInAndOutOfPlace) {
+  for (const auto& comm : backends()) {
+    const int rank = comm->rank(), size = comm->size();
+    for (at::ScalarType dt : kAllTypes) {
+      for (int64_t n : test_sizes(size)) {
+        const int64_t chunk = tc::detail::chunk_of(n, size);
+        // Every rank's chunk, including the padding part past n that all_gather must drop.
+        at::Tensor expected = at::empty({0}, at::kDouble);
+        std::vector<at::Tensor> parts;
+        for (int r = 0; r < size; ++r) parts.push_back(values(dt, r, r * chunk, chunk));
+        expected = at::cat(parts).narrow(0, 0, n).to(dt);
+        at::Tensor mine = values(dt, rank, rank * chunk, chunk).to(opts_on(*comm, dt));
+        {  // out of place; out pre-filled with a sentinel
+          at::Tensor out = at::full({n}, 3, opts_on(*comm, dt));
+          at::Tensor in = mine.clone();
+          comm->all_gather_into(out, in)->wait();
+          expect_same(out, expected, label(*comm, "all_gather", dt, n, "out-of-place"));
+          expect_same(in, mine, label(*comm, "all_gather", dt, n, "input untouched"));
+        }
+        {  // in place where this rank's chunk lies inside out (others pass a separate input)
+          at::Tensor out = at::full({n}, 3, opts_on(*comm, dt));
+          at::Tensor in = (rank + 1) * chunk <= n ? out.narrow(0, rank * chunk, chunk) : at::empty_like(mine);
+          in.copy_(mine);
+          comm->all_gather_into(out, in)->wait();
+          expect_same(out, expected, label(*comm, "all_gather", dt, n, "in-place"));
+        }
+      }
+    }
+  }
+}
+
+TEST(CommConformance, ReduceScatterPadsUnevenSizes) {
+  for (const auto& comm : backends()) {
+    const int rank = comm->rank(), size = comm->size();
+    for (at::ScalarType dt : kAllTypes) {
+      for (ReduceOp op : ops_for(dt)) {
+        for (int64_t n : test_sizes(size)) {
+          if (n > 100000 && (op == ReduceOp::Max || op == ReduceOp::Min)) continue;  // keep the suite fast
+          const int64_t chunk = tc::detail::chunk_of(n, size);
+          const int64_t begin = std::min(n, rank * chunk), real = std::min(n, begin + chunk) - begin;
+          // My chunk of the reduction, then zeros where it runs past the end of the input.
+          at::Tensor expected = at::cat({reduced(dt, op, size, begin, real).to(at::kDouble),
+                                         at::zeros({chunk - real}, at::kDouble)}).to(dt);
+          at::Tensor input = values(dt, rank, 0, n).to(opts_on(*comm, dt));
+          {
+            at::Tensor in = input.clone();
+            at::Tensor out = at::full({chunk}, 9, opts_on(*comm, dt));
+            comm->reduce_scatter_into(out, in, op)->wait();
+            expect_same(out, expected, label(*comm, "reduce_scatter", dt, n, "out-of-place", op));
+            expect_same(in, input, label(*comm, "reduce_scatter", dt, n, "input untouched", op));
+          }
+          {  // in place: out is a view of in's own chunk where that fits inside in
+            at::Tensor in = input.clone();
+            at::Tensor out = (rank + 1) * chunk <= n ? in.narrow(0, rank * chunk, chunk)
+                                                     : at::full({chunk}, 9, opts_on(*comm, dt));
+            comm->reduce_scatter_into(out, in, op)->wait();
+            expect_same(out, expected, label(*comm, "reduce_scatter", dt, n, "in-place", op));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CommConformance, AllReduceAllDtypesAndOps) {
+  for (const auto& comm : backends()) {
+    for (at::ScalarType dt : kAllTypes) {
+      for (ReduceOp op : ops_for(dt)) {
+        for (int64_t n : test_sizes(comm->size())) {
+          if (n > 100000 && (op == ReduceOp::Max || op == ReduceOp::Min)) continue;  // keep the suite fast
+          at::Tensor t = values(dt, comm->rank(), 0, n).to(opts_on(*comm, dt));
+          comm->all_reduce(t, op)->wait();
+          expect_same(t, reduced(dt, op, comm->size(), 0, n), label(*comm, "all_reduce", dt, n, "in-place", op));
+        }
+      }
+    }
+  }
+}
+
+TEST(CommConformance, BroadcastFromFirstAndLastRank) {
+  for (const auto& comm : backends()) {
+    for (at::ScalarType dt : kAllTypes) {
+      for (int root : {0, comm->size() - 1}) {
+        for (int64_t n : {int64_t(1), int64_t(100003)}) {
+          at::Tensor t = values(dt, comm->rank(), 0, n).to(opts_on(*comm, dt));
+          comm->broadcast(t, root)->wait();
+          expect_same(t, values(dt, root, 0, n).to(dt),
+                      label(*comm, "broadcast", dt, n, ("root " + std::to_string(root)).c_str()));
+        }
+      }
+    }
+  }
+}
+
+// Several operations in flight at once, waited for in reverse: they must still have run in issue
+// order (the second all_reduce sees the first one's result) and all complete.
+TEST(CommConformance, AsyncOperationsCompleteInIssueOrder) {
+  for (const auto& comm : backends()) {
+    const int rank = comm->rank(), size = comm->size();
+    const int64_t n = 100003, chunk = tc::detail::chunk_of(n, size);
+    auto o = opts_on(*comm, at::kFloat);
+    at::Tensor t = values(at::kFloat, rank, 0, n).to(o);
+    at::Tensor gathered = at::zeros({n}, o), shard = at::zeros({chunk}, o);
+    at::Tensor b = at::full({5}, double(rank), o);
+    std::vector<tc::WorkPtr> works;
+    works.push_back(comm->all_reduce(t, ReduceOp::Sum));   // t = sum
+    works.push_back(comm->all_reduce(t, ReduceOp::Mean));  // identical everywhere: t stays the sum
+    works.push_back(comm->reduce_scatter_into(shard, t, ReduceOp::Max));  // t equal everywhere: my chunk of it
+    works.push_back(comm->all_gather_into(gathered, shard));              // back to the full sum
+    works.push_back(comm->broadcast(b, size - 1));
+    works.push_back(comm->barrier());
+    for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+    for (auto& w : works) EXPECT_TRUE(w->is_completed());
+    at::Tensor sum = reduced(at::kFloat, ReduceOp::Sum, size, 0, n);
+    expect_same(t, sum, comm->name() + ": all_reduce sum then mean in issue order");
+    expect_same(gathered, sum, comm->name() + ": reduce_scatter then all_gather of the sum");
+    expect_same(b, at::full({5}, double(size - 1)), comm->name() + ": broadcast from last rank");
+  }
+}
+
+// A wait on an operation the other ranks have not issued yet times out with a one-line message
+// naming the operation, communicator, rank and host; the operation completes once they issue it.
+TEST(CommConformance, WaitTimesOutWhileOtherRanksHaveNotIssued) {
+  for (const auto& comm : backends()) {
+    // NCCL waits do not block the host (its watchdog aborts the communicator instead; see nccl_backend.h).
+    if (comm->size() < 2 || comm->backend() == "nccl") continue;
+    const int rank = comm->rank();
+    at::Tensor in = at::full({3}, double(rank), opts_on(*comm, at::kFloat));
+    at::Tensor out = at::zeros({3 * comm->size()}, opts_on(*comm, at::kFloat));
+    tc::WorkPtr late;
+    if (rank == 0) {
+      late = comm->all_gather_into(out, in);
+      EXPECT_FALSE(late->is_completed());
+      try {
+        late->wait(std::chrono::milliseconds(50));
+        ADD_FAILURE() << comm->name() << ": wait returned although rank 1 has not issued the all_gather";
+      } catch (const tessera::Error& e) {
+        EXPECT_EQ(e.kind(), tessera::ErrorKind::Timeout);
+        std::string msg = e.what();
+        std::string want = "all_gather on comm '" + comm->name() + "' (rank 0 of " + std::to_string(comm->size());
+        EXPECT_NE(msg.find(want), std::string::npos) << msg;
+        EXPECT_NE(msg.find("did not complete within 0.05s"), std::string::npos) << msg;
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 0 has timed out: now the others issue the all_gather
+    if (rank != 0) late = comm->all_gather_into(out, in);
+    late->wait();
+    at::Tensor expected = at::arange(comm->size(), at::kFloat).repeat_interleave(3);
+    expect_same(out, expected, comm->name() + ": all_gather after a timed-out wait");
+  }
+}
+
+TEST(CommConformance, SynchronousHelpers) {
+  for (const auto& comm : backends()) {
+    const int rank = comm->rank(), size = comm->size();
+    EXPECT_TRUE(comm->any(rank == size - 1)) << comm->name();
+    EXPECT_FALSE(comm->any(false)) << comm->name();
+    std::string s = comm->broadcast_string(rank == size - 1 ? "from the last rank " + std::to_string(rank) : "",
+                                           size - 1);
+    EXPECT_EQ(s, "from the last rank " + std::to_string(size - 1)) << comm->name();
+    EXPECT_EQ(comm->broadcast_string("", 0), "") << comm->name();
+    EXPECT_EQ(comm->agree_error(""), "") << comm->name();
+    // Ranks >= 1 fail (rank 0 alone at size 1): the lowest failing rank's message reaches everyone.
+    int lowest = size > 1 ? 1 : 0;
+    std::string err = rank >= lowest ? "bad key 'x' on rank " + std::to_string(rank) : "";
+    EXPECT_EQ(comm->agree_error(err), "rank " + std::to_string(lowest) + ": bad key 'x' on rank " +
+                                          std::to_string(lowest))
+        << comm->name();
+  }
+}
+
+// Bad arguments are refused on the calling thread, before anything is issued, with Error(Input).
+TEST(CommConformance, BadArgumentsAreInputErrors) {
+  for (const auto& comm : backends()) {
+    auto o = opts_on(*comm, at::kFloat);
+    const int size = comm->size();
+    auto expect_input_error = [&](const std::function<void()>& fn, const std::string& needle) {
+      try {
+        fn();
+        ADD_FAILURE() << comm->name() << ": no error, expected one mentioning '" << needle << "'";
+      } catch (const tessera::Error& e) {
+        EXPECT_EQ(e.kind(), tessera::ErrorKind::Input) << e.what();
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(comm->name()), std::string::npos) << e.what();
+      }
+    };
+    // out of 10 elements needs ceil(10/size) per rank.
+    expect_input_error([&] { comm->all_gather_into(at::zeros({10}, o), at::zeros({tc::detail::chunk_of(10, size) + 1}, o)); },
+                       "elements");
+    expect_input_error([&] { comm->reduce_scatter_into(at::zeros({tc::detail::chunk_of(10, size) + 1}, o), at::zeros({10}, o)); },
+                       "elements");
+    expect_input_error([&] { comm->all_reduce(at::zeros({4, 4}, o).t()); }, "contiguous");
+    expect_input_error([&] { comm->all_reduce(at::zeros({4}, opts_on(*comm, at::kInt)), ReduceOp::Mean); }, "mean");
+    expect_input_error([&] { comm->all_gather_into(at::zeros({size}, o), at::zeros({1}, opts_on(*comm, at::kHalf))); },
+                       "Half");
+    expect_input_error([&] { comm->broadcast(at::zeros({1}, o), size); }, "root");
+    if (comm->backend() == "mpi")
+      expect_input_error([&] { comm->all_reduce(at::zeros({3}, at::kBool)); }, "not supported");
+  }
+}
+
+TEST(CommConformance, SplitWithUndefinedColorGivesNoCommunicator) {
+  const auto& world = backends().front();
+  int rank = world->rank();
+  tc::CommPtr c = tc::mpi_split(*world, rank == 0 ? MPI_UNDEFINED : 1, rank, "all-but-0");
+  if (rank == 0) {
+    EXPECT_EQ(c, nullptr);
+  } else {
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->size(), world->size() - 1);
+    EXPECT_EQ(c->rank(), rank - 1);
+    EXPECT_EQ(c->name(), "all-but-0");
+  }
+  EXPECT_THROW(tc::mpi_split(*tc::make_self_communicator(), 0, 0, "x"), tessera::Error);
+}

@@ -1,0 +1,60 @@
+// The size-1 communicator and the backend-independent parts of runtime/comm, without MPI.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/error.h"
+
+namespace tc = tessera::comm;
+
+TEST(SelfComm, CollectivesAreCopiesOfOneRank) {
+  auto c = tc::make_self_communicator("solo");
+  EXPECT_EQ(c->rank(), 0);
+  EXPECT_EQ(c->size(), 1);
+  EXPECT_EQ(c->backend(), "self");
+  EXPECT_EQ(c->name(), "solo");
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kInt}) {
+    at::Tensor in = at::arange(7, at::TensorOptions().dtype(dt));
+    at::Tensor out = at::full({7}, -1, in.options());
+    auto w = c->reduce_scatter_into(out, in, tc::ReduceOp::Sum);
+    EXPECT_TRUE(w->is_completed());
+    w->wait();
+    EXPECT_TRUE(at::equal(out, in));
+    at::Tensor gathered = at::full({7}, -1, in.options());
+    c->all_gather_into(gathered, in)->wait();
+    EXPECT_TRUE(at::equal(gathered, in));
+    at::Tensor t = in.clone();
+    c->all_reduce(t, tc::ReduceOp::Max)->wait();
+    c->broadcast(t, 0)->wait();
+    EXPECT_TRUE(at::equal(t, in));
+  }
+  c->barrier()->wait();
+}
+
+TEST(SelfComm, HelpersAndBadInput) {
+  auto c = tc::make_self_communicator();
+  EXPECT_TRUE(c->any(true));
+  EXPECT_FALSE(c->any(false));
+  EXPECT_EQ(c->broadcast_string("hello", 0), "hello");
+  EXPECT_EQ(c->agree_error(""), "");
+  EXPECT_EQ(c->agree_error("bad key 'lr'"), "rank 0: bad key 'lr'");
+  at::Tensor f = at::zeros({4});
+  EXPECT_THROW(c->broadcast(f, 1), tessera::Error);
+  EXPECT_THROW(c->all_gather_into(at::zeros({4}), at::zeros({3})), tessera::Error);
+  EXPECT_THROW(c->all_reduce(at::zeros({4}, at::kInt), tc::ReduceOp::Mean), tessera::Error);
+  try {
+    c->reduce_scatter_into(at::zeros({5}), at::zeros({4}));
+    FAIL() << "expected an error";
+  } catch (const tessera::Error& e) {
+    EXPECT_EQ(e.kind(), tessera::ErrorKind::Input);
+    EXPECT_NE(std::string(e.what()).find("out must have ceil(4/1) = 4 elements"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CommTimeout, DefaultIsTenMinutesAndSettable) {
+  EXPECT_EQ(tc::default_timeout(), std::chrono::seconds(600));
+  tc::set_default_timeout(std::chrono::seconds(5));
+  EXPECT_EQ(tc::default_timeout(), std::chrono::seconds(5));
+  EXPECT_THROW(tc::set_default_timeout(std::chrono::milliseconds(0)), tessera::Error);
+  tc::set_default_timeout(std::chrono::seconds(600));
+}

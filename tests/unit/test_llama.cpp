@@ -1,0 +1,424 @@
+// Llama 2 modules: hand-derived math, parameter counts (on meta), HF naming, initialisation, and an
+// independent reference forward pass written from the equations (no model/ code in the reference).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "model/config.h"
+#include "model/errors.h"
+#include "model/llama.h"
+
+using namespace tessera::model;
+
+namespace {
+
+torch::Tensor T(std::vector<float> v) { return torch::tensor(v, torch::kFloat32); }
+
+void expect_close(const torch::Tensor& a, const torch::Tensor& b, double atol, const std::string& what = "") {
+  ASSERT_EQ(a.sizes(), b.sizes()) << what;
+  double diff = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+  EXPECT_LE(diff, atol) << what;
+}
+
+LlamaConfig small_cfg(int64_t heads, int64_t kv_heads, bool tied = false) {
+  LlamaConfig c = LlamaConfig::preset("tiny");
+  c.vocab_size = 37;
+  c.hidden_size = 24;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 500.0;  // not the default, so a wrong theta shows
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+// Random weights with non-trivial norms (so a missing norm multiplication shows).
+Llama random_model(const LlamaConfig& cfg, uint64_t seed) {
+  torch::manual_seed(seed);
+  Llama m(cfg);
+  torch::NoGradGuard g;
+  for (auto& [name, t] : m->named_hf_parameters()) {
+    if (is_norm_weight(name)) t.uniform_(0.5, 1.5);
+    else t.normal_(0, 0.3);
+  }
+  return m;
+}
+
+int64_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, rss = 0;
+  in >> size >> rss;
+  return rss * 4096;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- math vs hand-derived values
+
+TEST(LlamaMath, RmsNormOfKnownVector) {
+  // x = [3, 4]: mean(x^2) = 12.5, rms = 3.5355339; weight [1, 2].
+  auto y = ops::rms_norm(T({3, 4}), T({1, 2}), 0.0);
+  expect_close(y, T({3 / 3.5355339f, 2 * 4 / 3.5355339f}), 1e-6);
+  // eps enters under the square root.
+  auto y_eps = ops::rms_norm(T({3, 4}), T({1, 1}), 1.0);
+  expect_close(y_eps, T({3 / std::sqrt(13.5f), 4 / std::sqrt(13.5f)}), 1e-6);
+  // Normalised per row (last dim) and computed in fp32, returned in the input dtype.
+  auto rows = ops::rms_norm(torch::tensor({{3.f, 4.f}, {6.f, 8.f}}), T({1, 1}), 0.0);
+  expect_close(rows[0], rows[1], 1e-6);
+  auto bf = ops::rms_norm(T({3, 4}).to(torch::kBFloat16), T({1, 2}).to(torch::kBFloat16), 0.0);
+  EXPECT_EQ(bf.scalar_type(), torch::kBFloat16);
+  expect_close(bf, y, 1e-2);
+}
+
+TEST(LlamaMath, RopeRotatesKnownVectorAtKnownPosition) {
+  // head_dim 4, theta 10000: inv_freq = [1, 10000^-0.5 = 0.01]. Rotate-half pairs dims (0,2), (1,3).
+  auto [cos, sin] = ops::rotary_tables(3, 4, 10000.0, torch::kFloat32, torch::kCPU);
+  ASSERT_EQ(cos.sizes(), (std::vector<int64_t>{3, 4}));
+  auto x = T({1, 0, 0, 0}).view({1, 4});
+  // position 1: (x0, x2) rotated by angle 1 -> [cos 1, 0, sin 1, 0]
+  expect_close(ops::apply_rotary(x, cos[1], sin[1]), T({std::cos(1.f), 0, std::sin(1.f), 0}).view({1, 4}), 1e-6);
+  // position 2, second pair rotated by 2 * 0.01
+  auto y = T({0, 1, 0, 0}).view({1, 4});
+  expect_close(ops::apply_rotary(y, cos[2], sin[2]), T({0, std::cos(0.02f), 0, std::sin(0.02f)}).view({1, 4}), 1e-6);
+  // general vector at position 2: [a,b,c,d] -> [a cos2 - c sin2, b cos.02 - d sin.02, c cos2 + a sin2, ...]
+  auto v = T({1, 2, 3, 4}).view({1, 4});
+  float c1 = std::cos(2.f), s1 = std::sin(2.f), c2 = std::cos(0.02f), s2 = std::sin(0.02f);
+  expect_close(ops::apply_rotary(v, cos[2], sin[2]),
+               T({1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 3 * c1 + 1 * s1, 4 * c2 + 2 * s2}).view({1, 4}), 1e-5);
+  // position 0 is the identity
+  expect_close(ops::apply_rotary(v, cos[0], sin[0]), v, 0);
+}
+
+TEST(LlamaMath, RopeScoresDependOnlyOnRelativePosition) {
+  torch::manual_seed(1);
+  auto q = torch::randn({8}), k = torch::randn({8});
+  auto [cos, sin] = ops::rotary_tables(10, 8, 10000.0, torch::kFloat32, torch::kCPU);
+  auto score = [&](int m, int n) {
+    return (ops::apply_rotary(q, cos[m], sin[m]) * ops::apply_rotary(k, cos[n], sin[n])).sum().item<double>();
+  };
+  EXPECT_NEAR(score(3, 1), score(9, 7), 1e-5);
+  EXPECT_NEAR(score(5, 5), (q * k).sum().item<double>(), 1e-5);
+  EXPECT_GT(std::abs(score(3, 1) - score(3, 2)), 1e-3);
+}
+
+TEST(LlamaMath, RepeatKvGroupsConsecutiveQueryHeads) {
+  // 2 KV heads, 3 query heads per group: query head h uses KV head h / 3.
+  auto kv = torch::stack({torch::full({5, 4}, 10.f), torch::full({5, 4}, 20.f)}).unsqueeze(0);  // [1,2,5,4]
+  auto r = ops::repeat_kv(kv, 3);
+  ASSERT_EQ(r.sizes(), (std::vector<int64_t>{1, 6, 5, 4}));
+  for (int h = 0; h < 6; ++h) EXPECT_EQ(r[0][h][0][0].item<float>(), h < 3 ? 10.f : 20.f) << h;
+}
+
+TEST(LlamaMath, GqaAttentionEqualsMhaWithDuplicatedKvHeads) {
+  // A 4-head / 2-KV-head attention must equal a 4/4 one whose K/V heads (2h, 2h+1) are copies of h.
+  auto gqa_cfg = small_cfg(4, 2), mha_cfg = small_cfg(4, 4);
+  torch::manual_seed(3);
+  Attention gqa(gqa_cfg, torch::TensorOptions()), mha(mha_cfg, torch::TensorOptions());
+  torch::NoGradGuard g;
+  for (auto& p : gqa->parameters()) p.normal_(0, 0.3);
+  const int64_t D = gqa_cfg.head_dim();
+  auto dup = [&](const torch::Tensor& w) {  // [2D, H] -> [4D, H], head order 0,0,1,1
+    auto heads = w.view({2, D, -1});
+    return torch::stack({heads[0], heads[0], heads[1], heads[1]}).reshape({4 * D, -1});
+  };
+  mha->q_proj->weight.copy_(gqa->q_proj->weight);
+  mha->o_proj->weight.copy_(gqa->o_proj->weight);
+  mha->k_proj->weight.copy_(dup(gqa->k_proj->weight));
+  mha->v_proj->weight.copy_(dup(gqa->v_proj->weight));
+  auto x = torch::randn({2, 7, gqa_cfg.hidden_size});
+  expect_close(gqa(x), mha(x), 1e-5);
+  // ... and differs from interleaved grouping (head h using KV head h % 2).
+  auto inter = [&](const torch::Tensor& w) {
+    auto heads = w.view({2, D, -1});
+    return torch::stack({heads[0], heads[1], heads[0], heads[1]}).reshape({4 * D, -1});
+  };
+  mha->k_proj->weight.copy_(inter(gqa->k_proj->weight));
+  mha->v_proj->weight.copy_(inter(gqa->v_proj->weight));
+  EXPECT_GT((gqa(x) - mha(x)).abs().max().item<double>(), 1e-3);
+}
+
+TEST(LlamaMath, CausalAttentionOfKnownValues) {
+  // One head, D = 1: q = k = [1, 1], v = [2, 4]. Position 0 sees only v0; position 1 averages
+  // (equal scores) -> 3.
+  auto q = torch::ones({1, 1, 2, 1}), v = T({2, 4}).view({1, 1, 2, 1});
+  expect_close(ops::causal_attention(q, q, v).flatten(), T({2, 3}), 1e-6);
+  // Unequal scores: k = [0, ln 3] * sqrt(D)=1, q=1 at pos 1 -> weights 1/4, 3/4 -> 0.5 + 3 = 3.5.
+  auto k = T({0, std::log(3.f)}).view({1, 1, 2, 1});
+  expect_close(ops::causal_attention(q, k, v).flatten(), T({2, 3.5}), 1e-5);
+}
+
+TEST(LlamaMath, SwigluOfKnownVector) {
+  // x = [1, 2]; gate = I -> [1, 2]; up = [[1,1],[0,1]] -> [3, 2]; silu(1) = 0.7310586,
+  // silu(2) = 1.7615942; product [2.1931758, 3.5231884]; down = [[1, 1]] -> 5.7163642.
+  auto y = ops::swiglu(T({1, 2}), torch::eye(2), torch::tensor({{1.f, 1.f}, {0.f, 1.f}}), torch::tensor({{1.f, 1.f}}));
+  expect_close(y, T({5.7163642f}), 1e-5);
+}
+
+// ---------------------------------------------------------------- sizes, names, meta device
+
+TEST(LlamaPresets, ParameterCountsAreExact) {
+  EXPECT_EQ(LlamaConfig::preset("llama2-7b").num_parameters(), 6738415616LL);
+  EXPECT_EQ(LlamaConfig::preset("llama2-13b").num_parameters(), 13015864320LL);
+  EXPECT_EQ(LlamaConfig::preset("llama2-70b").num_parameters(), 68976648192LL);
+  EXPECT_EQ(LlamaConfig::preset("tiny").num_parameters(), 445056);
+  EXPECT_EQ(LlamaConfig::preset("small").num_parameters(), 22712576);
+  for (const auto& name : LlamaConfig::preset_names()) {
+    auto cfg = LlamaConfig::preset(name);
+    int64_t total = 0;
+    for (const auto& s : hf_tensor_specs(cfg)) total += s.numel();
+    EXPECT_EQ(total, cfg.num_parameters()) << name;
+    std::cout << name << ": " << cfg.num_parameters() << " parameters\n";
+  }
+  auto tiny = LlamaConfig::preset("tiny");
+  EXPECT_GE(tiny.vocab_size, 258);
+  EXPECT_GE(tiny.max_position_embeddings, 512);
+  EXPECT_GE(LlamaConfig::preset("small").vocab_size, 258);
+}
+
+TEST(LlamaPresets, Llama70bOnMetaAllocatesNothing) {
+  const int64_t before = resident_bytes();
+  auto cfg = LlamaConfig::preset("llama2-70b");
+  Llama m(cfg, torch::kMeta, torch::kBFloat16);
+  const int64_t after = resident_bytes();
+  int64_t total = 0;
+  for (const auto& [name, t] : m->named_hf_parameters()) {
+    EXPECT_TRUE(t.is_meta()) << name;
+    total += t.numel();
+  }
+  EXPECT_EQ(total, 68976648192LL);
+  EXPECT_EQ(m->num_layers(), 80);
+  EXPECT_EQ(m->layer(79)->self_attn->k_proj->weight.sizes(), (std::vector<int64_t>{1024, 8192}));
+  EXPECT_LT(after - before, 64LL << 20) << "building 70B on meta must not allocate weights";
+}
+
+TEST(LlamaNames, HfNamesShapesAndOrder) {
+  auto cfg = LlamaConfig::preset("llama2-70b");
+  auto specs = hf_tensor_specs(cfg);
+  ASSERT_EQ(specs.size(), 2 + 9 * 80 + 1u);
+  EXPECT_EQ(specs.front(), (TensorSpec{"model.embed_tokens.weight", {32000, 8192}}));
+  EXPECT_EQ(specs[1], (TensorSpec{"model.layers.0.self_attn.q_proj.weight", {8192, 8192}}));
+  EXPECT_EQ(specs[specs.size() - 2], (TensorSpec{"model.norm.weight", {8192}}));
+  EXPECT_EQ(specs.back(), (TensorSpec{"lm_head.weight", {32000, 8192}}));
+  std::vector<TensorSpec> expected_layer = {
+      {"model.layers.7.self_attn.q_proj.weight", {8192, 8192}},
+      {"model.layers.7.self_attn.k_proj.weight", {1024, 8192}},
+      {"model.layers.7.self_attn.v_proj.weight", {1024, 8192}},
+      {"model.layers.7.self_attn.o_proj.weight", {8192, 8192}},
+      {"model.layers.7.mlp.gate_proj.weight", {28672, 8192}},
+      {"model.layers.7.mlp.up_proj.weight", {28672, 8192}},
+      {"model.layers.7.mlp.down_proj.weight", {8192, 28672}},
+      {"model.layers.7.input_layernorm.weight", {8192}},
+      {"model.layers.7.post_attention_layernorm.weight", {8192}},
+  };
+  EXPECT_EQ(hf_layer_specs(cfg, 7), expected_layer);
+  EXPECT_EQ(std::vector<TensorSpec>(specs.begin() + 1 + 9 * 7, specs.begin() + 1 + 9 * 8), expected_layer);
+
+  Llama m(cfg, torch::kMeta);
+  auto roots = m->root_parameters();
+  ASSERT_EQ(roots.size(), 3u);
+  EXPECT_EQ(roots[2].first, "lm_head.weight");
+  auto lp = m->layer_parameters(7);
+  ASSERT_EQ(lp.size(), 9u);
+  EXPECT_TRUE(lp[3].second.is_same(m->layer(7)->self_attn->o_proj->weight));
+
+  EXPECT_TRUE(is_norm_weight("model.norm.weight"));
+  EXPECT_TRUE(is_norm_weight("model.layers.3.input_layernorm.weight"));
+  EXPECT_TRUE(is_norm_weight("model.layers.3.post_attention_layernorm.weight"));
+  EXPECT_FALSE(is_norm_weight("model.layers.3.mlp.up_proj.weight"));
+  EXPECT_FALSE(is_norm_weight("model.embed_tokens.weight"));
+  EXPECT_FALSE(is_norm_weight("lm_head.weight"));
+}
+
+TEST(LlamaNames, TiedEmbeddingsHaveNoLmHead) {
+  auto cfg = small_cfg(4, 2, /*tied=*/true);
+  auto specs = hf_tensor_specs(cfg);
+  EXPECT_EQ(specs.back().name, "model.norm.weight");
+  EXPECT_EQ(cfg.num_parameters(), [&] { int64_t n = 0; for (auto& s : specs) n += s.numel(); return n; }());
+  Llama m = random_model(cfg, 5);
+  EXPECT_EQ(m->root_parameters().size(), 2u);
+  auto h = torch::randn({1, 3, cfg.hidden_size});
+  auto expected = torch::matmul(ops::rms_norm(h, m->model->norm->weight, cfg.rms_norm_eps),
+                                m->model->embed_tokens->weight.t());
+  expect_close(m->head(h), expected, 1e-5);
+}
+
+// ---------------------------------------------------------------- independent reference forward
+
+namespace reference {
+// Llama 2 from the equations, with loops over heads and positions and explicit 2x2 rotations of
+// the (i, i + D/2) pairs; reads weights only by their Hugging Face names.
+using W = std::map<std::string, torch::Tensor>;
+
+torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  return w * x / torch::sqrt(x.square().mean(-1, true) + eps);
+}
+
+torch::Tensor rope(const torch::Tensor& x /*[T, D]*/, double theta) {
+  const int64_t Tn = x.size(0), D = x.size(1), half = D / 2;
+  auto out = x.clone();
+  for (int64_t p = 0; p < Tn; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      double angle = p * std::pow(theta, -2.0 * i / D);
+      double a = x[p][i].item<double>(), b = x[p][i + half].item<double>();
+      out[p][i] = a * std::cos(angle) - b * std::sin(angle);
+      out[p][i + half] = b * std::cos(angle) + a * std::sin(angle);
+    }
+  return out;
+}
+
+torch::Tensor logits(W& w, const LlamaConfig& c, const std::vector<int64_t>& tokens) {
+  const int64_t Tn = tokens.size(), D = c.hidden_size / c.num_attention_heads;
+  auto x = torch::stack([&] {
+    std::vector<torch::Tensor> rows;
+    for (auto t : tokens) rows.push_back(w["model.embed_tokens.weight"][t]);
+    return rows;
+  }());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto a = norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps);
+    auto q = torch::matmul(a, w[p + "self_attn.q_proj.weight"].t());
+    auto k = torch::matmul(a, w[p + "self_attn.k_proj.weight"].t());
+    auto v = torch::matmul(a, w[p + "self_attn.v_proj.weight"].t());
+    std::vector<torch::Tensor> heads;
+    const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+    for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+      const int64_t kvh = h / group;
+      auto qh = rope(q.narrow(1, h * D, D), c.rope_theta);
+      auto kh = rope(k.narrow(1, kvh * D, D), c.rope_theta);
+      auto vh = v.narrow(1, kvh * D, D);
+      std::vector<torch::Tensor> outs;
+      for (int64_t t = 0; t < Tn; ++t) {
+        auto s = torch::matmul(kh.narrow(0, 0, t + 1), qh[t]) / std::sqrt((double)D);  // only past keys
+        auto e = torch::exp(s - s.max());
+        outs.push_back(torch::matmul(e / e.sum(), vh.narrow(0, 0, t + 1)));
+      }
+      heads.push_back(torch::stack(outs));
+    }
+    x = x + torch::matmul(torch::cat(heads, 1), w[p + "self_attn.o_proj.weight"].t());
+    auto m = norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps);
+    auto g = torch::matmul(m, w[p + "mlp.gate_proj.weight"].t());
+    auto u = torch::matmul(m, w[p + "mlp.up_proj.weight"].t());
+    x = x + torch::matmul(g * torch::sigmoid(g) * u, w[p + "mlp.down_proj.weight"].t());
+  }
+  x = norm(x, w["model.norm.weight"], c.rms_norm_eps);
+  auto head = c.tie_word_embeddings ? w["model.embed_tokens.weight"] : w["lm_head.weight"];
+  return torch::matmul(x, head.t());
+}
+}  // namespace reference
+
+class LlamaReference : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+
+TEST_P(LlamaReference, LogitsMatchIndependentImplementation) {
+  auto [heads, kv_heads, tied] = GetParam();
+  auto cfg = small_cfg(heads, kv_heads, tied);
+  Llama m = random_model(cfg, 11);
+  reference::W w;
+  for (auto& [name, t] : m->named_hf_parameters()) w[name] = t.detach().to(torch::kFloat64);
+  std::vector<int64_t> tokens = {3, 17, 0, 36, 5, 5, 21, 9};
+  torch::NoGradGuard g;
+  auto got = m->forward(torch::tensor(tokens).unsqueeze(0))[0];
+  auto want = reference::logits(w, cfg, tokens);
+  EXPECT_GT(want.abs().max().item<double>(), 0.1);
+  expect_close(got, want, 2e-4, "logits");
+  // Batched: two sequences in one call give the same rows.
+  auto batch = torch::tensor(tokens).view({2, 4});
+  auto b = m->forward(batch);
+  expect_close(b[0], m->forward(batch.narrow(0, 0, 1))[0], 1e-5);
+  expect_close(b[1], reference::logits(w, cfg, {5, 5, 21, 9}).to(torch::kFloat32), 2e-4, "second row");
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, LlamaReference,
+                         ::testing::Values(std::make_tuple(4, 4, false),   // multi-head
+                                           std::make_tuple(4, 2, false),   // grouped-query
+                                           std::make_tuple(6, 1, false),   // multi-query
+                                           std::make_tuple(2, 2, true)));  // tied embeddings
+
+// ---------------------------------------------------------------- layer-wise use by a runtime
+
+TEST(LlamaLayers, LayerByLayerEqualsForwardAndSeesSwappedParameters) {
+  auto cfg = small_cfg(4, 2);
+  Llama m = random_model(cfg, 21);
+  torch::NoGradGuard g;
+  auto tokens = torch::tensor(std::vector<int64_t>{1, 2, 3, 4, 5}).unsqueeze(0);
+  auto h = m->embed(tokens);
+  for (int64_t i = 0; i < m->num_layers(); ++i) h = m->layer(i)->forward(h);
+  expect_close(m->head(h), m->forward(tokens), 0);
+
+  // A runtime swaps storage with set_data: the next forward must use the new values.
+  auto before = m->forward(tokens);
+  auto w = m->layer_parameters(1)[0].second;  // q_proj of layer 1 (shares its TensorImpl)
+  auto replaced = w.detach().clone() * 3;
+  w.set_data(replaced);
+  EXPECT_TRUE(m->layer(1)->self_attn->q_proj->weight.data_ptr() == replaced.data_ptr());
+  auto after = m->forward(tokens);
+  EXPECT_GT((after - before).abs().max().item<double>(), 1e-4);
+  reference::W ref;
+  for (auto& [name, t] : m->named_hf_parameters()) ref[name] = t.detach().to(torch::kFloat64);
+  expect_close(after[0], reference::logits(ref, cfg, {1, 2, 3, 4, 5}), 2e-4);
+}
+
+TEST(LlamaLayers, CausalFutureTokensDoNotChangePastLogits) {
+  auto cfg = small_cfg(4, 2);
+  Llama m = random_model(cfg, 8);
+  torch::NoGradGuard g;
+  auto a = m->forward(torch::tensor(std::vector<int64_t>{4, 8, 15, 16, 23}).unsqueeze(0));
+  auto b = m->forward(torch::tensor(std::vector<int64_t>{4, 8, 15, 30, 1}).unsqueeze(0));
+  expect_close(a.narrow(1, 0, 3), b.narrow(1, 0, 3), 1e-6);
+  EXPECT_GT((a.narrow(1, 3, 2) - b.narrow(1, 3, 2)).abs().max().item<double>(), 1e-4);
+}
+
+TEST(LlamaLayers, Bf16ForwardTracksFp32AndGradientsFlow) {
+  auto cfg = small_cfg(4, 2);
+  Llama m = random_model(cfg, 9);
+  Llama mb(cfg, torch::kCPU, torch::kBFloat16);
+  {
+    torch::NoGradGuard g;
+    auto src = m->named_hf_parameters(), dst = mb->named_hf_parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].second.copy_(src[i].second);
+  }
+  auto tokens = torch::tensor(std::vector<int64_t>{2, 4, 6, 8, 10, 12}).unsqueeze(0);
+  auto lf = m->forward(tokens);
+  auto lb = mb->forward(tokens);
+  EXPECT_EQ(lb.scalar_type(), torch::kBFloat16);
+  double rel = (lf - lb.to(torch::kFloat32)).norm().item<double>() / lf.norm().item<double>();
+  EXPECT_LT(rel, 0.05);
+
+  auto loss = torch::nn::functional::cross_entropy(lf[0], torch::tensor(std::vector<int64_t>{4, 6, 8, 10, 12, 14}));
+  loss.backward();
+  for (auto& [name, t] : m->named_hf_parameters()) {
+    ASSERT_TRUE(t.grad().defined()) << name;
+    EXPECT_GT(t.grad().abs().sum().item<double>(), 0) << name;
+  }
+}
+
+// ---------------------------------------------------------------- initialisation
+
+TEST(LlamaInit, NormalStd002NormsOneDeterministicPerName) {
+  auto cfg = LlamaConfig::preset("tiny");
+  Llama a(cfg), b(cfg);
+  init_weights(a, 42);
+  // Layer-at-a-time, in reverse order, gives the same values.
+  for (int64_t i = b->num_layers() - 1; i >= 0; --i) init_parameters(b->layer_parameters(i), 42);
+  init_parameters(b->root_parameters(), 42);
+  auto pa = a->named_hf_parameters(), pb = b->named_hf_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::equal(pa[i].second, pb[i].second)) << pa[i].first;
+    if (is_norm_weight(pa[i].first)) {
+      EXPECT_TRUE(torch::all(pa[i].second == 1).item<bool>()) << pa[i].first;
+    } else {
+      EXPECT_NEAR(pa[i].second.std().item<double>(), 0.02, 0.002) << pa[i].first;
+      EXPECT_NEAR(pa[i].second.mean().item<double>(), 0.0, 0.002) << pa[i].first;
+    }
+  }
+  // Different tensors and different seeds give different streams.
+  auto q0 = init_tensor({"model.layers.0.self_attn.q_proj.weight", {16, 16}}, 42);
+  auto q1 = init_tensor({"model.layers.1.self_attn.q_proj.weight", {16, 16}}, 42);
+  EXPECT_FALSE(torch::equal(q0, q1));
+  EXPECT_FALSE(torch::equal(q0, init_tensor({"model.layers.0.self_attn.q_proj.weight", {16, 16}}, 43)));
+  EXPECT_TRUE(torch::equal(q0, init_tensor({"model.layers.0.self_attn.q_proj.weight", {16, 16}}, 42)));
+}

@@ -1,0 +1,392 @@
+// safetensors reader/writer and Hugging Face model directories: round trips for every dtype
+// (single file and sharded), the on-disk format, and every malformed-file case with its error.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "model/errors.h"
+#include "model/llama.h"
+#include "model/safetensors.h"
+
+using namespace tessera::model;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("tessera_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ModelError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+#define EXPECT_ERROR_CONTAINS(stmt, text)                          \
+  do {                                                             \
+    std::string msg_ = error_of([&] { stmt; });                    \
+    EXPECT_NE(msg_.find(text), std::string::npos) << msg_;         \
+    EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;         \
+  } while (0)
+
+LlamaConfig test_config() {
+  LlamaConfig c = LlamaConfig::preset("tiny");
+  c.vocab_size = 50;
+  c.hidden_size = 32;
+  c.intermediate_size = 86;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  return c;
+}
+
+// Deterministic distinct content per tensor (seeded by name) so mix-ups show.
+torch::Tensor content(const TensorSpec& s) { return init_tensor(s, 7) * 10 + (double)(s.name.size() % 5); }
+
+// Writes a raw safetensors file: explicit header length, JSON text and data bytes.
+void write_raw(const std::string& path, uint64_t header_len, const std::string& json, size_t data_bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&header_len), 8);
+  out << json;
+  out << std::string(data_bytes, '\x01');
+}
+void write_raw(const std::string& path, const std::string& json, size_t data_bytes) {
+  write_raw(path, json.size(), json, data_bytes);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- round trips
+
+class SafetensorsRoundTrip : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(SafetensorsRoundTrip, WriteThenReadEveryTensor) {
+  auto [dtype, sharded] = GetParam();
+  TempDir tmp;
+  const auto cfg = test_config();
+  const auto specs = hf_tensor_specs(cfg);
+  const std::string out = tmp / "model";
+  int produced = 0;
+  write_safetensors_dir(out, cfg, specs, dtype, sharded ? 20000 : (1ULL << 40), [&](const TensorSpec& s) {
+    EXPECT_EQ(s, specs[produced]) << "produce() is called once per tensor, in spec order";
+    ++produced;
+    return content(s);
+  });
+  EXPECT_EQ(produced, (int)specs.size());
+  EXPECT_EQ(fs::exists(fs::path(out) / "model.safetensors.index.json"), sharded);
+  EXPECT_EQ(fs::exists(fs::path(out) / "model.safetensors"), !sharded);
+
+  ModelDir dir(out);
+  EXPECT_EQ(dir.config().hidden_size, cfg.hidden_size);
+  EXPECT_EQ(dir.config().torch_dtype, torch_dtype_name(dtype));
+  dir.validate();
+  EXPECT_EQ(dir.tensor_names().size(), specs.size());
+  for (const auto& s : specs) {
+    auto t = dir.read(s.name);
+    EXPECT_EQ(t.scalar_type(), to_torch(dtype)) << s.name;
+    EXPECT_TRUE(torch::equal(t, content(s).to(to_torch(dtype)))) << s.name;
+    EXPECT_EQ(dir.info(s.name).shape, s.shape);
+    EXPECT_EQ(dir.info(s.name).dtype, dtype);
+  }
+  // Partial read with conversion to fp32: a slice of the flattened tensor.
+  const auto& up = specs[6];
+  ASSERT_EQ(up.name, "model.layers.0.mlp.up_proj.weight");
+  std::vector<float> slice(100);
+  dir.read_into(up.name, 37, 100, slice.data(), DType::F32);
+  auto expected = content(up).to(to_torch(dtype)).to(torch::kFloat32).flatten().narrow(0, 37, 100);
+  EXPECT_TRUE(torch::equal(torch::from_blob(slice.data(), {100}), expected));
+
+  // load_into a model's layer.
+  Llama m(cfg);
+  dir.load_into(m->layer_parameters(2));
+  EXPECT_TRUE(torch::equal(m->layer(2)->mlp->down_proj->weight,
+                           content(hf_layer_specs(cfg, 2)[6]).to(to_torch(dtype)).to(torch::kFloat32)));
+
+  if (sharded) {
+    auto index = nlohmann::json::parse(std::ifstream(fs::path(out) / "model.safetensors.index.json"));
+    std::set<std::string> files;
+    uint64_t total = 0;
+    for (const auto& s : specs) {
+      files.insert(index["weight_map"][s.name].get<std::string>());
+      total += s.numel() * element_size(dtype);
+    }
+    EXPECT_GT(files.size(), 2u);
+    EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+    char last[64];
+    std::snprintf(last, sizeof last, "model-%05zu-of-%05zu.safetensors", files.size(), files.size());
+    EXPECT_TRUE(files.count(last)) << last;
+    for (const auto& f : files) {  // every shard under the limit unless it holds one oversized tensor
+      SafetensorsFile sf((fs::path(out) / f).string());
+      uint64_t bytes = 0;
+      for (const auto& [n, e] : sf.entries()) bytes += e.end - e.begin;
+      EXPECT_TRUE(bytes <= 20000 || sf.entries().size() == 1) << f;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, SafetensorsRoundTrip,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16, DType::F16),
+                                            ::testing::Bool()));
+
+TEST(Safetensors, OnDiskFormatIsHuggingFaceCompatible) {
+  TempDir tmp;
+  const std::string path = tmp / "a.safetensors";
+  std::vector<TensorSpec> specs = {{"b", {3}}, {"a", {2, 2}}};
+  write_safetensors_file(path, specs, DType::BF16, [](const TensorSpec& s) {
+    return torch::arange(TensorSpec{s.name, s.shape}.numel(), torch::kFloat32).view(s.shape) + 0.5;
+  });
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(n % 8, 0u);
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["__metadata__"], (nlohmann::json{{"format", "pt"}}));
+  EXPECT_EQ(header["b"]["dtype"], "BF16");
+  EXPECT_EQ(header["b"]["data_offsets"], nlohmann::json::array({0, 6}));
+  EXPECT_EQ(header["a"]["shape"], nlohmann::json::array({2, 2}));
+  EXPECT_EQ(header["a"]["data_offsets"], nlohmann::json::array({6, 14}));
+  EXPECT_EQ(bytes.size(), 8 + n + 14);
+  // bf16(0.5) = 0x3F00, little endian.
+  EXPECT_EQ((unsigned char)bytes[8 + n], 0x00);
+  EXPECT_EQ((unsigned char)bytes[8 + n + 1], 0x3F);
+  SafetensorsFile f(path);
+  EXPECT_EQ(f.entry("a").begin, 8 + n + 6);
+  EXPECT_TRUE(torch::equal(f.read("a").to(torch::kFloat32), torch::tensor({{0.5f, 1.5f}, {2.5f, 3.5f}})));
+}
+
+TEST(Safetensors, ConversionRoundsToNearestEven) {
+  // 1 + 2^-8 lies exactly between two bf16 values (1 and 1 + 2^-7): ties to even -> 1.
+  float in[3] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.0f};
+  uint16_t out[3];
+  convert_elements(in, DType::F32, out, DType::BF16, 3);
+  EXPECT_EQ(out[0], 0x3F80);
+  EXPECT_EQ(out[1], 0x3F82);
+  EXPECT_EQ(out[2], 0xC000);
+  float back[3];
+  convert_elements(out, DType::BF16, back, DType::F32, 3);
+  EXPECT_EQ(back[2], -2.0f);
+  uint16_t half[1];
+  convert_elements(&in[2], DType::F32, half, DType::F16, 1);
+  EXPECT_EQ(half[0], 0xC000);  // f16(-2) = 0xC000 too
+}
+
+// ---------------------------------------------------------------- writer safety
+
+TEST(Safetensors, WriterRefusesNonEmptyDirAndLeavesNothingOnFailure) {
+  TempDir tmp;
+  const auto cfg = test_config();
+  const auto specs = hf_tensor_specs(cfg);
+  const std::string out = tmp / "existing";
+  fs::create_directories(out);
+  std::ofstream(fs::path(out) / "keep.txt") << "precious";
+  EXPECT_ERROR_CONTAINS(write_safetensors_dir(out, cfg, specs, DType::F32, 1 << 30, content),
+                        "output directory exists and is not empty");
+  EXPECT_TRUE(fs::exists(fs::path(out) / "keep.txt"));
+
+  const std::string failed = tmp / "failed";
+  int calls = 0;
+  EXPECT_THROW(write_safetensors_dir(failed, cfg, specs, DType::F32, 10000,
+                                     [&](const TensorSpec& s) {
+                                       if (++calls == 5) throw std::runtime_error("disk on fire");
+                                       return content(s);
+                                     }),
+               std::runtime_error);
+  EXPECT_FALSE(fs::exists(failed));
+  for (const auto& e : fs::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+
+  EXPECT_ERROR_CONTAINS(write_safetensors_dir(tmp / "bad_shape", cfg, specs, DType::F32, 1 << 30,
+                                              [](const TensorSpec& s) { return torch::zeros({2, 2}); }),
+                        "produced with shape [2,2], expected [50,32]");
+  EXPECT_FALSE(fs::exists(tmp / "bad_shape"));
+
+  // An existing empty directory is fine.
+  const std::string empty = tmp / "empty";
+  fs::create_directories(empty);
+  write_safetensors_dir(empty, cfg, specs, DType::F16, 1 << 30, content);
+  ModelDir(empty).validate();
+}
+
+// ---------------------------------------------------------------- malformed files
+
+TEST(SafetensorsMalformed, TruncatedFileShorterThanLength) {
+  TempDir tmp;
+  std::ofstream(tmp / "t.safetensors") << "abc";
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "t.safetensors"),
+                        tmp / "t.safetensors" + ": truncated: 3 bytes is shorter than the 8-byte header length");
+}
+
+TEST(SafetensorsMalformed, HeaderLengthLargerThanFile) {
+  TempDir tmp;
+  write_raw(tmp / "h.safetensors", 1000, "{}", 0);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "h.safetensors"),
+                        ": truncated: header length 1000 exceeds the 2 bytes after the length field");
+}
+
+TEST(SafetensorsMalformed, HeaderLengthTwoToThe63) {
+  TempDir tmp;
+  write_raw(tmp / "h.safetensors", 1ULL << 63, "{}", 0);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "h.safetensors"),
+                        "header length 9223372036854775808 exceeds the safetensors limit");
+}
+
+TEST(SafetensorsMalformed, HeaderNotJson) {
+  TempDir tmp;
+  write_raw(tmp / "j.safetensors", "{\"a\": {\"dtype\": ", 0);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "j.safetensors"), "j.safetensors: header is not valid JSON");
+}
+
+TEST(SafetensorsMalformed, OverlappingOffsets) {
+  TempDir tmp;
+  write_raw(tmp / "o.safetensors",
+            R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+            12);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "o.safetensors"),
+                        "o.safetensors: tensor 'y' data_offsets overlap tensor 'x'");
+}
+
+TEST(SafetensorsMalformed, GapAndUncoveredBytes) {
+  TempDir tmp;
+  write_raw(tmp / "g.safetensors",
+            R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+            12);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "g.safetensors"), "gap of 4 bytes before tensor 'y'");
+  write_raw(tmp / "c.safetensors", R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 10);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "c.safetensors"), "data section is 10 bytes but tensors cover 4");
+}
+
+TEST(SafetensorsMalformed, OffsetsOutOfBounds) {
+  TempDir tmp;
+  write_raw(tmp / "b.safetensors", R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "b.safetensors"),
+                        "tensor 'x': data_offsets [0,16] out of bounds of the 8-byte data section");
+}
+
+TEST(SafetensorsMalformed, UnknownAndUnsupportedDtype) {
+  TempDir tmp;
+  write_raw(tmp / "d.safetensors", R"({"x":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "d.safetensors"), "d.safetensors: tensor 'x': unknown dtype 'Q4'");
+  write_raw(tmp / "i.safetensors", R"({"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "i.safetensors"), "tensor 'x': dtype I64 is not supported");
+}
+
+TEST(SafetensorsMalformed, ShapeDoesNotMatchByteCount) {
+  TempDir tmp;
+  write_raw(tmp / "s.safetensors", R"({"x":{"dtype":"BF16","shape":[3,2],"data_offsets":[0,8]}})", 8);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "s.safetensors"),
+                        "tensor 'x': shape [3,2] BF16 needs 12 bytes but data_offsets span 8");
+  // Huge dimensions must not overflow into a "match".
+  write_raw(tmp / "big.safetensors",
+            R"({"x":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0);
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(tmp / "big.safetensors"), "tensor 'x': shape [4611686018427387904,4]");
+}
+
+TEST(SafetensorsMalformed, TruncatedDataOfRealCheckpoint) {
+  TempDir tmp;
+  const auto cfg = test_config();
+  write_safetensors_dir(tmp / "m", cfg, hf_tensor_specs(cfg), DType::F32, 1ULL << 40, content);
+  fs::resize_file(tmp / "m/model.safetensors", fs::file_size(tmp / "m/model.safetensors") - 100);
+  EXPECT_ERROR_CONTAINS(ModelDir(tmp / "m"), "model.safetensors: tensor 'lm_head.weight': data_offsets");
+}
+
+TEST(SafetensorsMalformed, ShapeDoesNotMatchConfig) {
+  TempDir tmp;
+  auto cfg = test_config();
+  auto specs = hf_tensor_specs(cfg);
+  for (auto& s : specs)
+    if (s.name == "model.layers.1.mlp.up_proj.weight") s.shape = {64, 32};
+  write_safetensors_dir(tmp / "m", cfg, specs, DType::F32, 1ULL << 40,
+                        [](const TensorSpec& s) { return torch::zeros(s.shape); });
+  ModelDir dir(tmp / "m");
+  std::string msg = error_of([&] { dir.validate(); });
+  EXPECT_EQ(msg, "model.layers.1.mlp.up_proj.weight: shape [64,32] in " + (tmp / "m/model.safetensors") +
+                     " does not match config [86,32]");
+  Llama m(cfg);
+  EXPECT_ERROR_CONTAINS(dir.load_into(m->layer_parameters(1)),
+                        "tensor 'model.layers.1.mlp.up_proj.weight' has shape [64,32] but the model expects [86,32]");
+}
+
+TEST(SafetensorsMalformed, MissingTensor) {
+  TempDir tmp;
+  auto cfg = test_config();
+  auto specs = hf_tensor_specs(cfg);
+  specs.erase(specs.begin() + 3);  // model.layers.0.self_attn.v_proj.weight
+  write_safetensors_dir(tmp / "m", cfg, specs, DType::F32, 1ULL << 40, content);
+  EXPECT_ERROR_CONTAINS(ModelDir(tmp / "m").validate(),
+                        "model.safetensors: tensor 'model.layers.0.self_attn.v_proj.weight' is missing");
+}
+
+TEST(SafetensorsMalformed, TensorListedInIndexMissingFromShard) {
+  TempDir tmp;
+  const auto cfg = test_config();
+  write_safetensors_dir(tmp / "m", cfg, hf_tensor_specs(cfg), DType::F32, 20000, content);
+  const auto index_path = tmp / "m/model.safetensors.index.json";
+  auto index = nlohmann::json::parse(std::ifstream(index_path));
+  const std::string name = "model.layers.2.mlp.gate_proj.weight";
+  const std::string real = index["weight_map"][name];
+  const std::string wrong = index["weight_map"]["model.embed_tokens.weight"];
+  ASSERT_NE(real, wrong);
+  index["weight_map"][name] = wrong;
+  std::ofstream(index_path) << index.dump();
+  ModelDir dir(tmp / "m");
+  const std::string expected = (tmp / "m/") + wrong + ": tensor '" + name + "' listed in " + index_path +
+                               " is missing from the file";
+  EXPECT_EQ(error_of([&] { dir.validate(); }), expected);
+  EXPECT_EQ(error_of([&] { dir.read(name); }), expected);
+}
+
+TEST(SafetensorsMalformed, MissingShardFile) {
+  TempDir tmp;
+  const auto cfg = test_config();
+  write_safetensors_dir(tmp / "m", cfg, hf_tensor_specs(cfg), DType::F32, 20000, content);
+  auto index = nlohmann::json::parse(std::ifstream(tmp / "m/model.safetensors.index.json"));
+  const std::string shard = index["weight_map"]["lm_head.weight"];
+  fs::remove(tmp / ("m/" + shard));
+  EXPECT_ERROR_CONTAINS(ModelDir(tmp / "m"), "model.safetensors.index.json: shard file '" + shard +
+                                                 "' (listed for tensor '");
+}
+
+TEST(SafetensorsMalformed, MissingConfigOrWeights) {
+  TempDir tmp;
+  fs::create_directories(tmp / "empty");
+  EXPECT_ERROR_CONTAINS(ModelDir(tmp / "empty"), "config.json: missing config.json");
+  std::ofstream(tmp / "empty/config.json") << test_config().to_json().dump();
+  EXPECT_ERROR_CONTAINS(ModelDir(tmp / "empty"), "no model.safetensors or model.safetensors.index.json");
+  EXPECT_ERROR_CONTAINS(ModelDir(tmp / "nowhere"), "nowhere: model directory does not exist");
+}
+
+TEST(SafetensorsLazy, ReadingOneShardDoesNotTouchOthers) {
+  // A corrupted shard does not prevent reading tensors from the other shards: shards are opened
+  // only when one of their tensors is needed.
+  TempDir tmp;
+  const auto cfg = test_config();
+  write_safetensors_dir(tmp / "m", cfg, hf_tensor_specs(cfg), DType::F32, 20000, content);
+  auto index = nlohmann::json::parse(std::ifstream(tmp / "m/model.safetensors.index.json"));
+  const std::string last = index["weight_map"]["lm_head.weight"];
+  const std::string first = index["weight_map"]["model.embed_tokens.weight"];
+  ASSERT_NE(first, last);
+  std::ofstream(tmp / ("m/" + last), std::ios::trunc) << "garbage";
+  ModelDir dir(tmp / "m");
+  auto spec = hf_tensor_specs(cfg).front();
+  EXPECT_TRUE(torch::equal(dir.read(spec.name), content(spec)));
+  EXPECT_ERROR_CONTAINS(dir.read("lm_head.weight"), last + ": truncated");
+}
