@@ -88,6 +88,9 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   MPI_Comm_rank(MPI_COMM_WORLD, &b.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &b.world_size);
   set_process_identity(b.world_rank, b.host);
+  g_boot.world_rank = b.world_rank;  // known before any agreement below can throw
+  g_boot.world_size = b.world_size;
+  g_boot.host = b.host;
 
   // ---- which node am I on? explicit flag > launcher environment > MPI shared memory ----------
   std::string err;

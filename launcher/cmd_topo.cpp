@@ -1,12 +1,14 @@
 // `tessera topo`: what the bootstrap discovered, gathered from every rank and printed by rank 0.
 #include <mpi.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
+#include "runtime/comm/topology.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -48,8 +50,20 @@ int run_topo(const std::vector<std::string>& args) {
   auto vm = parse_command("tessera topo [--json] [--ranks-per-node N]", desc, args);
   if (!vm) return 0;
   const Bootstrap& b = current();
-  auto records = gather_records(rank_record(b), b);
+  // Each node's local rank 0 probes the machine (GPUs, NVLink, InfiniBand, NCCL settings); its
+  // record carries the result to rank 0, which files it under the node.
+  nlohmann::json mine = rank_record(b);
+  // TESSERA_SYSFS_ROOT points the probe at another sysfs tree (tests use tests/unit/fixtures).
+  const char* sysfs = std::getenv("TESSERA_SYSFS_ROOT");
+  if (b.local_rank == 0) mine["topology"] = comm::topology_to_json(comm::probe_topology(sysfs && *sysfs ? sysfs : "/sys"));
+  auto records = gather_records(mine, b);
   if (b.world_rank != 0) return 0;
+  std::map<int, nlohmann::json> topology_of_node;
+  for (auto& r : records)
+    if (r.contains("topology")) {
+      topology_of_node[r["node"].get<int>()] = std::move(r["topology"]);
+      r.erase("topology");
+    }
 
   nlohmann::json nodes = nlohmann::json::array();
   std::map<int, std::vector<int>> ranks_of_node;
@@ -59,7 +73,7 @@ int run_topo(const std::vector<std::string>& args) {
     host_of_node[r["node"].get<int>()] = r["host"].get<std::string>();
   }
   for (const auto& [node, ranks] : ranks_of_node)
-    nodes.push_back({{"node", node}, {"host", host_of_node[node]}, {"ranks", ranks}});
+    nodes.push_back({{"node", node}, {"host", host_of_node[node]}, {"ranks", ranks}, {"topology", topology_of_node[node]}});
   nlohmann::json doc = {
       {"world_size", b.world_size},
       {"num_nodes", b.num_nodes},
@@ -86,7 +100,10 @@ int run_topo(const std::vector<std::string>& args) {
   if (b.slurm.present)
     std::cout << "slurm: job " << b.slurm.job_id << ", " << b.slurm.nnodes << " node(s), " << b.slurm.ntasks
               << " task(s), nodelist expands to " << b.slurm.nodes.size() << " host(s)\n";
-  for (const auto& n : nodes) std::cout << "node " << n["node"] << " (" << n["host"].get<std::string>() << "): ranks " << n["ranks"].dump() << "\n";
+  for (const auto& n : nodes) {
+    std::cout << "node " << n["node"] << " (" << n["host"].get<std::string>() << "): ranks " << n["ranks"].dump() << "\n";
+    if (n["topology"].is_object()) std::cout << comm::format_topology(n["topology"]);
+  }
   std::cout << "rank  host              node  local  intra    inter    threads  gpu\n";
   for (const auto& r : records) {
     char line[256];

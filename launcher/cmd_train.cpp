@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/fsdp/loader.h"
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
 
@@ -103,8 +104,9 @@ ModelSetup setup_model(const Config& cfg) {
 
 void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg) {
   if (ms.dir) {
+    // model.load: rank0 (only the reading rank's source is used), parallel, or naive (baseline).
     HfWeightSource src(ms.dir);
-    trainer.load_weights(src);
+    fsdp::load_weights(trainer.engine(), &src, fsdp::parse_load_mode(cfg.get_string("model.load")));
   } else {
     InitWeightSource src(static_cast<uint64_t>(cfg.get_int("model.seed")));
     trainer.load_weights(src);

@@ -5,6 +5,7 @@
 #include "launcher/cli.h"
 #include "benchmarks/bench_checkpoint.h"
 #include "benchmarks/bench_collectives.h"
+#include "benchmarks/bench_load.h"
 #include "launcher/cmd_ckpt.h"
 #include "launcher/cmd_model.h"
 #include "launcher/cmd_tokenize.h"
@@ -41,11 +42,12 @@ int run_bench(const std::vector<std::string>& args) {
   static const std::vector<std::pair<std::string, int (*)(const std::vector<std::string>&)>> benches = {
       {"collectives", bench::run_bench_collectives},
       {"checkpoint", bench::run_bench_checkpoint},
+      {"load", bench::run_bench_load},
   };
   std::vector<std::string> names;
   for (const auto& b : benches) names.push_back(b.first);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "usage: tessera bench <collectives|checkpoint> [options]   (tessera bench <name> --help)" << std::endl;
+    std::cout << "usage: tessera bench <collectives|checkpoint|load> [options]   (tessera bench <name> --help)" << std::endl;
     return args.empty() ? 2 : 0;
   }
   for (const auto& b : benches)
@@ -62,7 +64,7 @@ const std::vector<CommandInfo>& commands() {
       {"init-model", "write a Hugging Face model directory with the Llama initialisation", false, run_init_model},
       {"tokenize", "pre-tokenise a corpus into a token file that train reads", false, run_tokenize},
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
-      {"bench", "benchmarks: collectives, checkpoint", true, run_bench},
+      {"bench", "benchmarks: collectives, checkpoint, load", true, run_bench},
       {"config", "print the configuration reference or validate a config file", false, run_config},
   };
   return list;

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 
+#include <unistd.h>
+
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/io.h"
@@ -157,29 +159,39 @@ void Reader::read(const TensorEntry& t, int64_t begin, int64_t count, float* dst
 }
 
 void Reader::stream_file(int file, std::vector<ReadRequest> reqs) const {
-  // One sequential pass: checksum every block and copy the parts of it that requests ask for.
+  // One sequential pass over the whole file: requested ranges are read straight into their
+  // destinations, the bytes between them into a scratch block, and the CRC is computed on each
+  // piece right after it was read (while it is in cache).
   std::sort(reqs.begin(), reqs.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
   io::File f = io::File::open_read(file_path(file));
-  std::vector<char> buf(kStreamBlock);
+  const uint64_t size = files_.at(file).bytes;
+  std::vector<char> scratch;
   uint32_t crc = 0;
   uint64_t pos = 0;
-  size_t next = 0;  // first request not yet fully copied
-  for (;;) {
-    size_t n = f.read_some(buf.data(), buf.size());
-    if (n == 0) break;
-    crc = crc32c(buf.data(), n, crc);
-    const uint64_t block_end = pos + n;
-    for (size_t i = next; i < reqs.size() && reqs[i].offset < block_end; ++i) {
-      const uint64_t lo = std::max(pos, reqs[i].offset), hi = std::min(block_end, reqs[i].offset + reqs[i].bytes);
-      if (lo < hi) std::memcpy(reinterpret_cast<char*>(reqs[i].dst) + (lo - reqs[i].offset), buf.data() + (lo - pos), hi - lo);
-      if (reqs[i].offset + reqs[i].bytes <= block_end && i == next) ++next;
+  auto read_to = [&](char* dst, uint64_t n) {  // n bytes at pos into dst, in blocks
+    for (uint64_t done = 0; done < n;) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(kStreamBlock, n - done));
+      f.pread_all(dst + done, k, pos);
+      crc = crc32c(dst + done, k, crc);
+      done += k;
+      pos += k;
     }
-    pos = block_end;
+  };
+  auto skip_to = [&](uint64_t end) {  // bytes nobody asked for: checksum only
+    if (pos < end && scratch.empty()) scratch.resize(kStreamBlock);
+    while (pos < end) read_to(scratch.data(), std::min<uint64_t>(kStreamBlock, end - pos));
+  };
+  for (const auto& r : reqs) {
+    TESSERA_CHECK(r.offset >= pos, "overlapping read requests in " + file_path(file));
+    skip_to(r.offset);
+    read_to(reinterpret_cast<char*>(r.dst), r.bytes);
   }
+  skip_to(size);
+  char extra;
+  if (::pread(f.fd(), &extra, 1, static_cast<off_t>(pos)) > 0)
+    throw TESSERA_INPUT_ERROR("checkpoint file " + file_path(file) + " is longer than the manifest says (" +
+                              std::to_string(size) + " bytes)");
   const FileEntry& fe = files_.at(file);
-  if (pos != fe.bytes)
-    throw TESSERA_INPUT_ERROR("checkpoint file " + file_path(file) + " has " + std::to_string(pos) + " bytes, manifest says " +
-                              std::to_string(fe.bytes));
   if (crc != fe.crc32c) {
     char got[16], want[16];
     std::snprintf(got, sizeof got, "%08x", crc);

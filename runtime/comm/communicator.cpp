@@ -26,6 +26,41 @@ void set_default_timeout(std::chrono::milliseconds t) {
 
 void Work::wait() { wait(default_timeout()); }
 
+// ---- default scatter ----------------------------------------------------------------------------
+
+WorkPtr Communicator::scatter_into(at::Tensor out, at::Tensor in, int root) {
+  const std::string where = "scatter_into on comm '" + name() + "' (rank " + std::to_string(rank()) + ")";
+  if (root < 0 || root >= size()) throw TESSERA_INPUT_ERROR(where + ": root " + std::to_string(root) + " is not a rank");
+  detail::check_contiguous(out, "scatter_into output", where);
+  const int64_t chunk = out.numel();
+  if (rank() == root) {
+    detail::check_contiguous(in, "scatter_into input", where);
+    if (in.numel() != chunk * size() || in.scalar_type() != out.scalar_type())
+      throw TESSERA_INPUT_ERROR(where + ": input must have " + std::to_string(chunk * size()) +
+                                " elements of the output's dtype, got " + std::to_string(in.numel()));
+    at::NoGradGuard no_grad;
+    out.view({-1}).copy_(in.view({-1}).narrow(0, root * chunk, chunk));
+  }
+  // One broadcast per non-root rank; operations complete in issue order, so the last one's Work
+  // completes the scatter. Tensors are captured by the backend until their operation is done.
+  WorkPtr last;
+  at::Tensor scratch;
+  for (int r = 0; r < size(); ++r) {
+    if (r == root) continue;
+    at::Tensor buf;
+    if (rank() == root) {
+      buf = in.view({-1}).narrow(0, r * chunk, chunk);
+    } else if (rank() == r) {
+      buf = out.view({-1});
+    } else {
+      if (!scratch.defined()) scratch = at::empty({chunk}, out.options());
+      buf = scratch;
+    }
+    last = broadcast(buf, root);
+  }
+  return last ? last : barrier();
+}
+
 // ---- synchronous helpers ------------------------------------------------------------------------
 
 bool Communicator::any(bool flag) {

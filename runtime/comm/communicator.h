@@ -59,6 +59,11 @@ class Communicator {
   virtual WorkPtr reduce_scatter_into(at::Tensor out, at::Tensor in, ReduceOp op = ReduceOp::Sum) = 0;
   virtual WorkPtr all_reduce(at::Tensor t, ReduceOp op = ReduceOp::Sum) = 0;
   virtual WorkPtr broadcast(at::Tensor t, int root) = 0;
+  // Rank r receives in[r*chunk, (r+1)*chunk) of root's `in` into out (chunk = out.numel(), equal
+  // on every rank); `in` is read on root only (chunk * size() elements, same dtype, contiguous) and
+  // may be undefined elsewhere. The default implementation broadcasts chunk by chunk (non-root ranks
+  // use a chunk-sized scratch buffer); backends override it with a real scatter (MPI_Scatter).
+  virtual WorkPtr scatter_into(at::Tensor out, at::Tensor in, int root);
   virtual WorkPtr barrier() = 0;
 
   // ---- synchronous helpers built on the collectives above (same ordering contract) ----

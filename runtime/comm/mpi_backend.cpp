@@ -218,6 +218,29 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  WorkPtr scatter_into(at::Tensor out, at::Tensor in, int root) override {
+    std::string where = describe("scatter");
+    detail::check_contiguous(out, "scatter output", where);
+    MPI_Datatype type = check_movable(out, where);
+    const int64_t chunk = out.numel();
+    check_count(chunk, where);
+    if (root < 0 || root >= size_)
+      throw TESSERA_INPUT_ERROR(where + ": root " + std::to_string(root) + " is not a rank");
+    if (rank_ == root) {
+      detail::check_contiguous(in, "scatter input", where);
+      if (in.numel() != chunk * size_ || in.scalar_type() != out.scalar_type())
+        throw TESSERA_INPUT_ERROR(where + ": input must have " + std::to_string(chunk * size_) +
+                                  " elements of the output's dtype, got " + std::to_string(in.numel()));
+    }
+    return enqueue(where, [this, out, in, root, type, chunk] {
+      if (chunk == 0) return;
+      const void* send = rank_ == root ? in.data_ptr() : nullptr;
+      check_mpi(MPI_Scatter(send, static_cast<int>(chunk), type, out.data_ptr(), static_cast<int>(chunk), type, root,
+                            comm_),
+                "MPI_Scatter");
+    });
+  }
+
   WorkPtr barrier() override {
     return enqueue(describe("barrier"), [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
   }

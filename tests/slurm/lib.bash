@@ -18,7 +18,7 @@ cleanup() {
     tail -n 40 "$WORK"/*.out 2>/dev/null >&2 || true
     tail -n 20 "$TESSERA_SLURM_DIR"/log/slurmctld.log 2>/dev/null >&2 || true
   fi
-  rm -rf "$WORK"
+  [[ -n ${TESSERA_SLURM_TEST_KEEP:-} ]] || rm -rf "$WORK"
   exit $rc
 }
 trap cleanup EXIT

@@ -6,7 +6,7 @@
 #     (SLURM_RESTART_COUNT=1) resumes from that step; its final parameters equal run 1's bit for bit.
 source "$(dirname "$0")/lib.bash"
 
-STEPS=${TESSERA_SLURM_TEST_STEPS:-40}
+STEPS=${TESSERA_SLURM_TEST_STEPS:-24}
 config() {  # config CKPT_DIR
   cat <<JSON
 {"model": {"preset": "tiny"},

@@ -3,7 +3,7 @@
 # file layout (magic, u32 vocab, u64 count, int32 tokens; see runtime/data/dataset.h).
 set -u
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
-if ! "$BIN" --help 2>&1 | grep -q tokenize; then
+if ! [ -x "$BIN" ] || ! "$BIN" --help 2>/dev/null | grep -qw tokenize; then
   echo "SKIP: $BIN has no tokenize subcommand yet"
   exit 0
 fi

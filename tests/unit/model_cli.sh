@@ -76,8 +76,10 @@ r = json.loads(open(sys.argv[1]).read())
 assert set(r) == {"per_sequence_loss", "mean_loss", "tokens"}, r
 assert len(r["per_sequence_loss"]) == 3
 assert r["tokens"] == 6 + 9 + 2
+# Initial logits have std ~ sqrt(hidden) * 0.02 = 0.23, so a 2-token sequence can be off by ~0.3.
 for loss in r["per_sequence_loss"]:
-    assert abs(loss - math.log(320)) < 0.1, loss
+    assert abs(loss - math.log(320)) < 0.6, loss
+assert abs(r["mean_loss"] - math.log(320)) < 0.15, r
 weighted = (6 * r["per_sequence_loss"][0] + 9 * r["per_sequence_loss"][1] + 2 * r["per_sequence_loss"][2]) / 17
 assert abs(r["mean_loss"] - weighted) < 1e-9
 assert json.loads(open(sys.argv[2]).read()) == r, "sharded checkpoint gives different numbers"
@@ -111,7 +113,7 @@ grep -q '"BF16"' "$WORK/from_config/model.safetensors" || fail "bf16 tensors"
 # 6. Malformed model directories: exit 2, one line naming the file (and tensor).
 cp -r "$WORK/tiny" "$WORK/truncated"
 truncate -s -1000 "$WORK/truncated/model.safetensors"
-expect_error 2 "truncated/model.safetensors: tensor '.*' data_offsets .* out of bounds" \
+expect_error 2 "truncated/model.safetensors: tensor 'lm_head.weight': data_offsets .* out of bounds" \
   "$BIN" eval --model "$WORK/truncated" --tokens "$WORK/tokens.txt"
 cp -r "$WORK/tiny" "$WORK/shape"
 sed -i 's/"intermediate_size": 344/"intermediate_size": 340/' "$WORK/shape/config.json"

@@ -1,7 +1,7 @@
 // Sharded checkpoints in one process (world of size 1, self communicators): CRC32C, round trips
 // (sync and async), atomic publish and keep-last-K, corruption and mismatch errors, the Python
 // reader documented in FORMAT.md, and `tessera ckpt consolidate / inspect / verify`.
-// Multi-rank saving, resharding and crash safety are in tests/mpi/test_checkpoint.cpp.
+// Multi-rank saving, resharding and crash safety are in tests/mpi/test_checkpoint_mpi.cpp and tests/mpi/ckpt_crash.sh.
 #include "tests/unit/test_checkpoint_util.h"
 
 #include <unistd.h>

@@ -1,0 +1,59 @@
+// Loading checkpoint weights into an Engine's fp32 master shards (the engine was built on the meta
+// device, so nothing is materialised before this point). Three modes (config `model.load`):
+//
+//   rank0     ONE rank (the root: rank 0 of both the shard and the replicate group, i.e. world rank
+//             0 for every strategy built from the bootstrap's groups) reads the checkpoint unit by
+//             unit into a flat fp32 buffer laid out like the unit's ShardPlan and scatters it over
+//             the shard group; each rank receives its shard directly into its master tensor. With
+//             replicas (no_shard, hybrid_shard) the shard-group scatter happens on the root's
+//             replica and every shard is then broadcast over the replicate group into the other
+//             replicas' masters. The root double-buffers: it reads unit u+1 while unit u's scatter
+//             is in flight, so its peak is its shards + 2 x the largest unit; other ranks allocate
+//             nothing beyond their shards. Only the root needs a WeightSource.
+//   parallel  every rank reads only the element ranges of its own slices (Engine::load): no
+//             communication, no full tensor anywhere. Needs the checkpoint on every rank's disk.
+//   naive     every rank reads every tensor of the model into memory (fp32), then copies out its
+//             shards. Kept ONLY as the baseline of `tessera bench load`; never use it for real runs.
+//
+// All three give byte-identical master shards (padding and alignment gaps are zero). Checkpoint
+// dtype conversion (bf16/fp16 -> fp32) happens per slice inside WeightSource::read, so there is no
+// full-size temporary in any dtype. Validate the checkpoint BEFORE loading (ModelDir::validate()
+// inside launcher::collectively()): a read that still fails during rank0 loading is agreed on by
+// every rank before the next scatter, so all ranks throw the root's message instead of hanging.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/fsdp/fsdp.h"
+
+namespace tessera::fsdp {
+
+enum class LoadMode { Rank0, Parallel, Naive };
+LoadMode parse_load_mode(const std::string& s);  // rank0 | parallel | naive; Error(Input) otherwise
+std::string to_string(LoadMode m);
+
+struct LoadStats {
+  double seconds = 0;
+  int64_t shard_bytes = 0;         // this rank's fp32 master shard bytes, all units
+  int64_t largest_unit_bytes = 0;  // fp32 bytes of the largest unit's padded flat buffer
+  int64_t staging_bytes = 0;       // what this load allocated besides the shards (rank0 root: 2 units; naive: model)
+  int64_t elements_read = 0;       // elements this rank read from its WeightSource
+  bool root = false;               // this rank read for everyone (rank0 mode)
+};
+
+// Loads every unit's master shard. `source` may be null on the ranks that do not read (rank0 mode,
+// non-root ranks); it is required everywhere else. Collective over the engine's shard and replicate
+// groups in rank0 mode; local otherwise.
+LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode);
+
+// Shard arithmetic of a set of units at a group size, without any tensor (works on meta-device
+// parameters): how much each rank holds, "on paper".
+struct PlanSizes {
+  int64_t total_elements = 0;          // parameters of every unit
+  int64_t per_rank_elements = 0;       // sum over units of the padded chunk (what each rank stores)
+  int64_t largest_unit_elements = 0;   // largest padded unit (what one gathered unit / staging buffer holds)
+};
+PlanSizes plan_sizes(const std::vector<UnitDef>& units, int world, int64_t align);
+
+}  // namespace tessera::fsdp
