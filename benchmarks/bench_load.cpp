@@ -11,6 +11,8 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/llama_lm.h"

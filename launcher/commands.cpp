@@ -5,6 +5,7 @@
 #include "launcher/cli.h"
 #include "benchmarks/bench_checkpoint.h"
 #include "benchmarks/bench_collectives.h"
+#include "benchmarks/bench_step.h"
 #include "benchmarks/bench_load.h"
 #include "launcher/cmd_ckpt.h"
 #include "launcher/cmd_model.h"
@@ -42,6 +43,7 @@ int run_bench(const std::vector<std::string>& args) {
   static const std::vector<std::pair<std::string, int (*)(const std::vector<std::string>&)>> benches = {
       {"collectives", bench::run_bench_collectives},
       {"checkpoint", bench::run_bench_checkpoint},
+      {"step", bench::run_bench_step},
       {"load", bench::run_bench_load},
   };
   std::vector<std::string> names;

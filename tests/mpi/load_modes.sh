@@ -19,7 +19,7 @@ printf 'the quick brown fox jumps over the lazy dog %d\n' $(seq 200) >"$WORK/dat
 train() {  # train DIR MODE [more --set]...
   local dir=$1 mode=$2; shift 2
   "${MPIRUN[@]}" "$BIN" train --set model.path="$dir" --set model.load="$mode" --set data.path="$WORK/data.txt" \
-    --set data.seq_len=32 --set train.steps=2 --set train.micro_batch=1 --set log.every=1 "$@"
+    --set data.seq_len=32 --set train.steps=2 --set train.micro_batch=1 --set log.every=1 "$@" </dev/null
 }
 
 # 1. The three modes load the same shards: identical losses.
@@ -61,7 +61,7 @@ while read -r case file_pat tensor_pat; do
   done
   echo "ok: $case"
 done <<EOF
-shape config.json mlp
+shape .safetensors mlp
 missing_file $second -
 truncated $second model.
 index_lies $first model.norm.weight
