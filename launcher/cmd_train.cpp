@@ -103,10 +103,11 @@ ModelSetup setup_model(const Config& cfg) {
 }
 
 void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg) {
-  if (ms.dir) {
-    // model.load: rank0 (only the reading rank's source is used), parallel, or naive (baseline).
-    HfWeightSource src(ms.dir);
-    fsdp::load_weights(trainer.engine(), &src, fsdp::parse_load_mode(cfg.get_string("model.load")));
+  if (!cfg.get_string("model.path").empty()) {
+    // model.load: rank0 (only rank 0 has a source), parallel, or naive (benchmark baseline).
+    std::unique_ptr<HfWeightSource> src;
+    if (ms.dir) src = std::make_unique<HfWeightSource>(ms.dir);
+    fsdp::load_weights(trainer.engine(), src.get(), fsdp::parse_load_mode(cfg.get_string("model.load")));
   } else {
     InitWeightSource src(static_cast<uint64_t>(cfg.get_int("model.seed")));
     trainer.load_weights(src);
@@ -131,12 +132,25 @@ int run_train(const std::vector<std::string>& args) {
   std::shared_ptr<data::TokenDataset> dataset;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::string resume_dir;
+  // model.load=rank0 is for a checkpoint on a disk only rank 0 sees: only rank 0 opens and validates
+  // it, and the other ranks get its config.json by broadcast.
+  bool rank0_reads = false;
   collectively([&] {
     std::vector<std::string> sets;
     if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
     cfg = Config::load((*vm)["config"].as<std::string>(), sets);
     topts = train_options_from(cfg);
-    ms = setup_model(cfg);
+    rank0_reads = !cfg.get_string("model.path").empty() && cfg.get_string("model.load") == "rank0";
+    if (rank0 || !rank0_reads) ms = setup_model(cfg);
+  });
+  if (rank0_reads) {
+    std::string config_json = b.groups.world->broadcast_string(rank0 ? ms.config.to_json().dump() : "", 0);
+    if (!rank0) {
+      ms.source = cfg.get_string("model.path");
+      ms.config = model::LlamaConfig::from_json(nlohmann::json::parse(config_json), ms.source + "/config.json");
+    }
+  }
+  collectively([&] {
     fopts = fsdp_options_from(cfg, ms.config);
     TESSERA_CHECK_INPUT(topts.seq_len <= ms.config.max_position_embeddings,
                         "data.seq_len " + std::to_string(topts.seq_len) + " exceeds the model's max_position_embeddings " +

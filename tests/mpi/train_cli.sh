@@ -58,6 +58,19 @@ $BIN ckpt consolidate --checkpoint "$T/ck4/step-6" --out "$T/hf" > /dev/null
 $BIN eval --model "$T/hf" --tokens "$T/tokens.txt" > "$T/eval_hf.json"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['tokens']==126 and d['mean_loss'] < 10" "$T/eval_hf.json"
 $BIN train --set model.path="$T/hf" --set data.seq_len=32 --set train.steps=1 > /dev/null && ok "consolidated model loads into eval and train"
+# model.load=rank0 needs the checkpoint on rank 0's disk only: rank 1 runs in a directory where the
+# relative model path does not exist. (parallel mode, which reads on every rank, must refuse that.)
+mkdir -p "$T/a" "$T/b" && cp -r "$T/model" "$T/a/m"
+R0=(train --set model.path=m --set data.seq_len=32 --set train.steps=2)
+$MPIRUN -np 1 -wdir "$T/a" $BIN "${R0[@]}" --set model.load=rank0 --set log.dir="$T/r0only" : \
+        -np 1 -wdir "$T/b" $BIN "${R0[@]}" --set model.load=rank0 --set log.dir="$T/r0only" > /dev/null
+[ "$(wc -l < "$T/r0only/metrics.jsonl")" -eq 2 ] && ok "rank0 load with the model on rank 0's disk only"
+set +e
+$MPIRUN -np 1 -wdir "$T/a" $BIN "${R0[@]}" --set model.load=parallel : -np 1 -wdir "$T/b" $BIN "${R0[@]}" --set model.load=parallel > /dev/null 2> "$T/par.err"
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "rank 1: m: model directory does not exist" "$T/par.err" && ok "parallel load names the rank that cannot see the model"
+
 # Mixed precision: bf16 compute and reduction with fp32 master shards trains (loss falls) under hybrid 2x2.
 $MPIRUN -np 4 $BIN train --ranks-per-node 2 --set fsdp.strategy=hybrid_shard --set fsdp.mixed_precision=bf16 \
   --set fsdp.reduce_dtype=bf16 --set data.seq_len=64 --set train.steps=12 --set train.lr=3e-3 --set log.dir="$T/bf16" > "$T/bf16.log"
