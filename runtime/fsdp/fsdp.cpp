@@ -137,18 +137,19 @@ struct Engine::Impl {
   void accumulate_grads(int ui, const std::vector<at::Tensor>& grads) {
     Unit& u = units[ui];
     const ShardPlan& plan = u.shard->plan;
-    if (!sync) {
-      if (!u.accum.defined()) u.accum = at::zeros({plan.padded_total}, u.shard->master.options());
+    auto add_into_accum = [&] {
       for (size_t k = 0; k < grads.size(); ++k)
         if (grads[k].defined())
           u.accum.narrow(0, plan.params[k].offset, plan.params[k].numel).add_(grads[k].reshape(-1).to(at::kFloat));
+    };
+    if (!sync) {
+      if (!u.accum.defined()) u.accum = at::zeros({plan.padded_total}, u.shard->master.options());
+      add_into_accum();
       return;
     }
     at::Tensor flat;
     if (u.accum.defined()) {
-      for (size_t k = 0; k < grads.size(); ++k)
-        if (grads[k].defined())
-          u.accum.narrow(0, plan.params[k].offset, plan.params[k].numel).add_(grads[k].reshape(-1).to(at::kFloat));
+      add_into_accum();
       flat = u.accum.to(opts.reduce_dtype);
       u.accum = at::Tensor();
     } else {
