@@ -5,8 +5,7 @@
 # CheckpointCrash.* tests of test_checkpoint_mpi do the saving and the checking).
 set -u
 BIN=${TESSERA_BIN:?TESSERA_BIN must point at the build bin/ directory}
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo -x OMP_NUM_THREADS=1)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 work=$(mktemp -d /tmp/tessera-ckpt-crash-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; cat "$work/loop.log" 2>/dev/null | tail -20; exit 1; }

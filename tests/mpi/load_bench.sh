@@ -5,8 +5,8 @@
 # every rank (the measurement sees a full model when one is materialised).
 set -u
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo -x OMP_NUM_THREADS=1 -np 2)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
+MPIRUN+=(-np 2)
 WORK=$(mktemp -d /tmp/tessera-load-bench-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

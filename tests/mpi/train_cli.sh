@@ -7,8 +7,7 @@
 set -euo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPIRUN="mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 pass=0
 ok() { pass=$((pass+1)); echo "ok: $*"; }
 # check MSG CMD...: CMD must succeed (a failure ends the test with a non-zero status).
@@ -20,7 +19,7 @@ import random; random.seed(3)
 for n in (17, 40, 9, 64): print(' '.join(str(random.randrange(320)) for _ in range(n)))" > "$T/tokens.txt"
 $BIN eval --model "$T/model" --tokens "$T/tokens.txt" > "$T/eval1.json"
 for np in 2 4; do
-  $MPIRUN -np $np $BIN eval --model "$T/model" --tokens "$T/tokens.txt" > "$T/eval$np.json"
+  "${MPIRUN[@]}" -np $np $BIN eval --model "$T/model" --tokens "$T/tokens.txt" > "$T/eval$np.json"
   python3 - "$T/eval1.json" "$T/eval$np.json" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
@@ -36,7 +35,7 @@ COMMON=(--set model.path="$T/model" --set data.seq_len=32 --set train.steps=6 --
         --set train.warmup_steps=1 --set log.every=100)
 accum() { echo "--set train.grad_accum=$((8 / $1))"; }
 # The run that never stops, at W=4, saving step-3 on the way.
-$MPIRUN -np 4 $BIN train "${COMMON[@]}" $(accum 4) --set checkpoint.dir="$T/ck4" --set checkpoint.every=3 --set checkpoint.keep=5 > "$T/train4.log"
+"${MPIRUN[@]}" -np 4 $BIN train "${COMMON[@]}" $(accum 4) --set checkpoint.dir="$T/ck4" --set checkpoint.every=3 --set checkpoint.keep=5 > "$T/train4.log"
 check "verify step-3" $BIN ckpt verify "$T/ck4/step-3"
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
 close() {  # close REF GOT: the last 3 losses of GOT equal REF's steps 4..6
@@ -48,13 +47,13 @@ assert len(got) == 3 and all(abs(a - b) <= 1e-4 * abs(a) for a, b in zip(ref, go
 PY
 }
 for np in 2 1; do
-  $MPIRUN -np $np $BIN train "${COMMON[@]}" $(accum $np) --set checkpoint.dir="$T/r$np" --set log.dir="$T/r$np" --resume "$T/ck4/step-3" > "$T/r$np.log"
+  "${MPIRUN[@]}" -np $np $BIN train "${COMMON[@]}" $(accum $np) --set checkpoint.dir="$T/r$np" --set log.dir="$T/r$np" --resume "$T/ck4/step-3" > "$T/r$np.log"
   grep -q "resumed from $T/ck4/step-3 at step 3" "$T/r$np.log"
   check "W=4 -> W=$np resume matches the uninterrupted run" close "$T/ck4/metrics.jsonl" "$T/r$np/metrics.jsonl"
 done
 # 1 -> 4: reshard a single-process checkpoint to four ranks.
 $BIN train "${COMMON[@]}" $(accum 1) --set checkpoint.dir="$T/ck1" --set checkpoint.every=3 --set checkpoint.keep=5 > /dev/null
-$MPIRUN -np 4 $BIN train "${COMMON[@]}" $(accum 4) --set checkpoint.dir="$T/r14" --resume "$T/ck1/step-3" > /dev/null
+"${MPIRUN[@]}" -np 4 $BIN train "${COMMON[@]}" $(accum 4) --set checkpoint.dir="$T/r14" --resume "$T/ck1/step-3" > /dev/null
 check "W=1 -> W=4 resume matches" close "$T/ck1/metrics.jsonl" "$T/r14/metrics.jsonl"
 
 # Export to Hugging Face and read it back.
@@ -66,18 +65,18 @@ check "consolidated model loads into eval and train" $BIN train --set model.path
 # relative model path does not exist. (parallel mode, which reads on every rank, must refuse that.)
 mkdir -p "$T/a" "$T/b" && cp -r "$T/model" "$T/a/m"
 R0=(train --set model.path=m --set data.seq_len=32 --set train.steps=2)
-$MPIRUN -np 1 -wdir "$T/a" $BIN "${R0[@]}" --set model.load=rank0 --set log.dir="$T/r0only" : \
+"${MPIRUN[@]}" -np 1 -wdir "$T/a" $BIN "${R0[@]}" --set model.load=rank0 --set log.dir="$T/r0only" : \
         -np 1 -wdir "$T/b" $BIN "${R0[@]}" --set model.load=rank0 --set log.dir="$T/r0only" > /dev/null
 check "rank0 load with the model on rank 0's disk only" test "$(wc -l < "$T/r0only/metrics.jsonl")" -eq 2
 set +e
-$MPIRUN -np 1 -wdir "$T/a" $BIN "${R0[@]}" --set model.load=parallel : -np 1 -wdir "$T/b" $BIN "${R0[@]}" --set model.load=parallel > /dev/null 2> "$T/par.err"
+"${MPIRUN[@]}" -np 1 -wdir "$T/a" $BIN "${R0[@]}" --set model.load=parallel : -np 1 -wdir "$T/b" $BIN "${R0[@]}" --set model.load=parallel > /dev/null 2> "$T/par.err"
 rc=$?
 set -e
 check "parallel load exits 2" test $rc -eq 2
 check "parallel load names the rank that cannot see the model" grep -q "rank 1: m: model directory does not exist" "$T/par.err"
 
 # Mixed precision: bf16 compute and reduction with fp32 master shards trains (loss falls) under hybrid 2x2.
-$MPIRUN -np 4 $BIN train --ranks-per-node 2 --set fsdp.strategy=hybrid_shard --set fsdp.mixed_precision=bf16 \
+"${MPIRUN[@]}" -np 4 $BIN train --ranks-per-node 2 --set fsdp.strategy=hybrid_shard --set fsdp.mixed_precision=bf16 \
   --set fsdp.reduce_dtype=bf16 --set data.seq_len=64 --set train.steps=12 --set train.lr=3e-3 --set log.dir="$T/bf16" > "$T/bf16.log"
 python3 -c "
 import json,sys; l=[json.loads(x)['loss'] for x in open(sys.argv[1])]

@@ -4,8 +4,7 @@
 set -uo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPIRUN="mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo"
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi/lib.bash"
 fail=0; pass=0
 # expect_error NAME EXPECTED_SUBSTRING CMD...: exit 2, exactly one stderr line containing SUBSTRING
 expect_error() {
@@ -42,9 +41,9 @@ expect_error seq-too-long "max_position_embeddings" $BIN train --set data.seq_le
 expect_error batch-too-big "fewer than one global batch" $BIN train --set data.path="$T/short.txt" --set data.seq_len=2 --set train.micro_batch=100000
 expect_error bad-ranks-per-node "must be a positive integer" $BIN topo --ranks-per-node zero
 # Under mpirun: every rank fails the same way; mpirun exits 2; one line printed (by rank 0).
-expect_error mpi-unknown-key "did you mean 'train.steps'" $MPIRUN -np 2 $BIN train --config "$T/typo.json"
-expect_error mpi-hybrid-layout "does not divide the world size" $MPIRUN -np 4 $BIN train --ranks-per-node 3 --set fsdp.strategy=hybrid_shard
-expect_error mpi-missing-model "nomodel: model directory does not exist" $MPIRUN -np 2 $BIN train --set model.path="$T/nomodel"
+expect_error mpi-unknown-key "did you mean 'train.steps'" "${MPIRUN[@]}" -np 2 $BIN train --config "$T/typo.json"
+expect_error mpi-hybrid-layout "does not divide the world size" "${MPIRUN[@]}" -np 4 $BIN train --ranks-per-node 3 --set fsdp.strategy=hybrid_shard
+expect_error mpi-missing-model "nomodel: model directory does not exist" "${MPIRUN[@]}" -np 2 $BIN train --set model.path="$T/nomodel"
 # SLURM says this task is rank 5 of 9 but MPI (a singleton) says rank 0 of 1.
 expect_error slurm-mismatch "SLURM and MPI disagree" env SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_PROCID=5 SLURM_NTASKS=9 \
   SLURM_LOCALID=1 SLURM_NODEID=2 SLURM_NNODES=3 SLURM_JOB_NODELIST='n[1-3]' $BIN topo
