@@ -66,14 +66,16 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
   desc.add_options()("dir", launcher::po::value<std::string>()->default_value("/tmp"), "where to write (a scratch dir is made inside)")(
       "mb-per-rank", launcher::po::value<int64_t>()->default_value(256), "checkpoint bytes per rank (params + 2 moments), MiB")(
       "units", launcher::po::value<int>()->default_value(8), "FSDP units (like decoder layers)")(
-      "repeat", launcher::po::value<int>()->default_value(3), "measurements per figure (best is reported)");
-  const auto vm = launcher::parse_command("tessera bench checkpoint [--dir DIR] [--mb-per-rank 256] [--units 8] [--repeat 3]", desc, args);
+      "repeat", launcher::po::value<int>()->default_value(4), "measurements per figure (best is reported)")(
+      "verbose", "print every measurement, not only the best");
+  const auto vm = launcher::parse_command("tessera bench checkpoint [--dir DIR] [--mb-per-rank 256] [--units 8] [--repeat 4] [--verbose]", desc, args);
   if (!vm) return 0;
   const auto& groups = launcher::current().groups;
   comm::Communicator& world = *groups.world;
   const int W = world.size(), rank = world.rank();
   const int64_t mb = (*vm)["mb-per-rank"].as<int64_t>();
   const int units = (*vm)["units"].as<int>(), repeat = (*vm)["repeat"].as<int>();
+  const bool verbose = vm->count("verbose") > 0;
   TESSERA_CHECK_INPUT(mb > 0 && units > 0 && repeat > 0, "--mb-per-rank, --units and --repeat must be positive");
 
   // Units of [rows, 1024] fp32 parameters sized so each rank stores ~mb MiB (3 x 4 bytes per element).
@@ -98,16 +100,32 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
   }
   scratch = world.broadcast_string(scratch, 0);
   const nlohmann::json state = {{"step", 0}, {"bench", true}};
-  // Retention (deleting older checkpoints) is kept out of the timed region: every measured save is a
-  // new directory, like every dd write is a new file; the scratch dir is removed at the end.
+  // Every timed write lands on blocks the file system just freed, the way a training run with
+  // checkpoint.keep rotates: before each measured save the previous checkpoint of that kind is
+  // deleted, and before each dd write the previous dd file. Deletes and a sync(2) happen outside the
+  // timed region, so no figure pays for another's writeback or block allocation (on thin-provisioned
+  // disks a write to never-used blocks is several times slower than one to freed blocks).
   checkpoint::Checkpointer sync_ck(scratch + "/sync", {repeat + 1, false}, groups);
   checkpoint::Checkpointer async_ck(scratch + "/async", {repeat + 1, true}, groups);
+  const std::string dd = scratch + "/dd-" + std::to_string(rank) + ".bin";
+  auto settle = [&](const std::string& remove_dir, const std::string& remove_file) {
+    world.barrier()->wait();
+    std::error_code ec;
+    if (rank == 0 && !remove_dir.empty()) fs::remove_all(remove_dir, ec);
+    if (!remove_file.empty()) fs::remove(remove_file, ec);
+    ::sync();
+    world.barrier()->wait();
+  };
 
   double best_dd_w = 1e30, best_dd_r = 1e30, best_save = 1e30, best_load = 1e30, best_blocked = 1e30, best_async_total = 1e30;
   int64_t my_bytes = 0;
+  double last_save = 0, last_load = 0, last_dd_w = 0, last_dd_r = 0, last_async = 0;
+  std::string prev_sync, prev_async;
   for (int i = 0; i < repeat; ++i) {
     checkpoint::SaveTiming st;
-    best_save = std::min(best_save, timed(world, [&] { st = sync_ck.save(i, engine, state); }));
+    settle(prev_sync, "");
+    best_save = std::min(best_save, last_save = timed(world, [&] { st = sync_ck.save(i, engine, state); }));
+    prev_sync = st.dir;
     my_bytes = st.bytes;
     const std::string my_file = st.dir + "/" + [&] {
       char b[32];
@@ -115,23 +133,26 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
       return std::string(b);
     }();
     drop_cache(my_file);
-    best_load = std::min(best_load, timed(world, [&] { checkpoint::load(st.dir, engine); }));
+    best_load = std::min(best_load, last_load = timed(world, [&] { checkpoint::load(st.dir, engine); }));
 
-    const std::string dd = scratch + "/dd-" + std::to_string(rank) + ".bin";
-    best_dd_w = std::min(best_dd_w, timed(world, [&] { dd_write(dd, static_cast<uint64_t>(my_bytes)); }));
+    settle("", dd);
+    best_dd_w = std::min(best_dd_w, last_dd_w = timed(world, [&] { dd_write(dd, static_cast<uint64_t>(my_bytes)); }));
     drop_cache(dd);
-    best_dd_r = std::min(best_dd_r, timed(world, [&] { dd_read(dd); }));
-    fs::remove(dd);
+    best_dd_r = std::min(best_dd_r, last_dd_r = timed(world, [&] { dd_read(dd); }));
 
     double blocked = 0;
-    best_async_total = std::min(best_async_total, timed(world, [&] {
+    settle(prev_async, "");
+    best_async_total = std::min(best_async_total, last_async = timed(world, [&] {
       blocked = async_ck.save(i, engine, state).blocked_s;
-      async_ck.wait();
+      prev_async = async_ck.wait().dir;
     }));
     // Worst rank's blocked time.
     at::Tensor b = at::full({1}, blocked, at::TensorOptions().dtype(at::kDouble));
     world.all_reduce(b, comm::ReduceOp::Max)->wait();
     best_blocked = std::min(best_blocked, b.item<double>());
+    if (rank == 0 && verbose)
+      std::printf("  repeat %d: save %.3f s, load %.3f s, dd write %.3f s, dd read %.3f s, async total %.3f s\n", i,
+                  last_save, last_load, last_dd_w, last_dd_r, last_async);
   }
   at::Tensor total = at::full({1}, my_bytes, at::TensorOptions().dtype(at::kLong));
   world.all_reduce(total, comm::ReduceOp::Sum)->wait();
