@@ -44,3 +44,18 @@ void HfWeightSource::read(const std::string& name, const std::vector<int64_t>& s
 }
 
 }  // namespace tessera::launcher
+
+namespace tessera::launcher {
+
+at::Tensor HfWeightSource::view(const std::string& name, int64_t offset, int64_t count) {
+  const auto dtype = model::to_torch(dir_->info(name).dtype);
+  // from_blob never writes; the mapping is PROT_READ, so the tensor must only be read.
+  return at::from_blob(const_cast<void*>(dir_->mapped(name, offset, count)), {count},
+                       at::TensorOptions().dtype(dtype));
+}
+
+void HfWeightSource::release(const std::string& name, int64_t offset, int64_t count) {
+  dir_->release(name, offset, count);
+}
+
+}  // namespace tessera::launcher

@@ -37,6 +37,8 @@ class HfWeightSource : public fsdp::WeightSource {
   explicit HfWeightSource(std::shared_ptr<model::ModelDir> dir) : dir_(std::move(dir)) {}
   void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
             float* dst) override;
+  at::Tensor view(const std::string& name, int64_t offset, int64_t count) override;
+  void release(const std::string& name, int64_t offset, int64_t count) override;
 
  private:
   std::shared_ptr<model::ModelDir> dir_;

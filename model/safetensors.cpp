@@ -257,15 +257,30 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
   return t;
 }
 
-void SafetensorsFile::read_into(const std::string& name, int64_t elem_offset, int64_t count, void* dst,
-                                DType dst_dtype) const {
+const SafetensorsFile::Entry& SafetensorsFile::checked(const std::string& name, int64_t elem_offset,
+                                                       int64_t count) const {
   const Entry& e = entry(name);
   if (elem_offset < 0 || count < 0 || elem_offset + count > e.numel())
     throw ModelError(path_ + ": tensor '" + name + "': read of elements [" + std::to_string(elem_offset) + ", " +
                      std::to_string(elem_offset + count) + ") outside its " + std::to_string(e.numel()) +
                      " elements");
+  return e;
+}
+
+namespace {
+// Drops the process's mapping of the whole pages inside [p, p + n) (the page cache keeps them).
+void release_pages(const unsigned char* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(p) + n;
+  if (n > 0) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+}  // namespace
+
+void SafetensorsFile::read_into(const std::string& name, int64_t elem_offset, int64_t count, void* dst,
+                                DType dst_dtype) const {
+  const Entry& e = checked(name, elem_offset, count);
   const size_t es = element_size(e.dtype), ds = element_size(dst_dtype);
-  const long page = ::sysconf(_SC_PAGESIZE);
   auto* out = static_cast<unsigned char*>(dst);
   // Chunked so that the pages of a huge tensor are released as we go: resident memory stays
   // bounded by one chunk of the mapping (the page cache keeps them for the next reader).
@@ -273,10 +288,18 @@ void SafetensorsFile::read_into(const std::string& name, int64_t elem_offset, in
     const int64_t n = std::min<int64_t>(kChunkElems, count - done);
     const unsigned char* src = map_ + e.begin + (elem_offset + done) * es;
     convert_elements(src, e.dtype, out + done * ds, dst_dtype, n);
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~(uintptr_t)(page - 1);
-    const uintptr_t hi = reinterpret_cast<uintptr_t>(src) + n * es;
-    ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    release_pages(src, n * es);
   }
+}
+
+const void* SafetensorsFile::mapped(const std::string& name, int64_t elem_offset, int64_t count) const {
+  const Entry& e = checked(name, elem_offset, count);
+  return map_ + e.begin + elem_offset * element_size(e.dtype);
+}
+
+void SafetensorsFile::release(const std::string& name, int64_t elem_offset, int64_t count) const {
+  const Entry& e = checked(name, elem_offset, count);
+  release_pages(map_ + e.begin + elem_offset * element_size(e.dtype), count * element_size(e.dtype));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -353,6 +376,14 @@ at::Tensor ModelDir::read(const std::string& name) const { return file_for(name)
 void ModelDir::read_into(const std::string& name, int64_t elem_offset, int64_t count, void* dst,
                          DType dst_dtype) const {
   file_for(name).read_into(name, elem_offset, count, dst, dst_dtype);
+}
+
+const void* ModelDir::mapped(const std::string& name, int64_t elem_offset, int64_t count) const {
+  return file_for(name).mapped(name, elem_offset, count);
+}
+
+void ModelDir::release(const std::string& name, int64_t elem_offset, int64_t count) const {
+  file_for(name).release(name, elem_offset, count);
 }
 
 void ModelDir::load_into(const std::vector<std::pair<std::string, at::Tensor>>& targets) const {

@@ -74,8 +74,14 @@ class SafetensorsFile {
   // written to dst. Reads only those bytes and releases the touched pages afterwards.
   void read_into(const std::string& name, int64_t elem_offset, int64_t count, void* dst,
                  DType dst_dtype) const;
+  // Elements [elem_offset, elem_offset + count) in place in the read-only mapping, in the stored
+  // dtype (no copy: the pages are read by whoever dereferences it, e.g. MPI sending them). Hand the
+  // range back with release() once done so that its pages leave the process's resident memory.
+  const void* mapped(const std::string& name, int64_t elem_offset, int64_t count) const;
+  void release(const std::string& name, int64_t elem_offset, int64_t count) const;
 
  private:
+  const Entry& checked(const std::string& name, int64_t elem_offset, int64_t count) const;
   std::string path_;
   int fd_ = -1;
   const unsigned char* map_ = nullptr;
@@ -108,6 +114,9 @@ class ModelDir {
   at::Tensor read(const std::string& name) const;
   void read_into(const std::string& name, int64_t elem_offset, int64_t count, void* dst,
                  DType dst_dtype) const;
+  // See SafetensorsFile::mapped / release.
+  const void* mapped(const std::string& name, int64_t elem_offset, int64_t count) const;
+  void release(const std::string& name, int64_t elem_offset, int64_t count) const;
   // Copies each named tensor from the checkpoint into the given (contiguous, CPU, F32/BF16/F16)
   // tensor, e.g. load_into(model->layer_parameters(3)) loads one decoder layer. Shapes must match.
   void load_into(const std::vector<std::pair<std::string, at::Tensor>>& targets) const;

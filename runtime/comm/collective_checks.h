@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/communicator.h"
 
@@ -27,6 +28,11 @@ int64_t check_reduce_scatter(const at::Tensor& out, const at::Tensor& in, Reduce
 // Checks that `t` is contiguous and that `op` makes sense for its dtype (no Mean on integers).
 void check_reducible(const at::Tensor& t, ReduceOp op, const std::string& where);
 void check_contiguous(const at::Tensor& t, const char* role, const std::string& where);
+
+// scatter_pieces: root < size, every out contiguous; on root pieces.size() == size and
+// pieces[r][i] contiguous with out's dtype, pieces[root] matching out one to one in element count.
+void check_scatter_pieces(const std::vector<at::Tensor>& out, const std::vector<std::vector<at::Tensor>>& pieces,
+                          int rank, int size, int root, const std::string& where);
 
 // True when the byte ranges of a and b overlap.
 bool overlaps(const at::Tensor& a, const at::Tensor& b);

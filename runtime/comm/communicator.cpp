@@ -61,6 +61,17 @@ WorkPtr Communicator::scatter_into(at::Tensor out, at::Tensor in, int root) {
   return last ? last : barrier();
 }
 
+WorkPtr Communicator::scatter_pieces(std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> pieces,
+                                     int root) {
+  const std::string where = "scatter_pieces on comm '" + name() + "' (rank " + std::to_string(rank()) + ")";
+  detail::check_scatter_pieces(out, pieces, rank(), size(), root, where);
+  if (size() != 1)
+    throw TESSERA_INPUT_ERROR(where + ": the '" + backend() + "' backend does not implement scatter_pieces");
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < out.size(); ++i) out[i].view({-1}).copy_(pieces[0][i].view({-1}));
+  return barrier();
+}
+
 // ---- synchronous helpers ------------------------------------------------------------------------
 
 bool Communicator::any(bool flag) {
@@ -117,6 +128,34 @@ void check_contiguous(const at::Tensor& t, const char* role, const std::string& 
   if (!t.is_contiguous())
     throw TESSERA_INPUT_ERROR(where + ": " + role + " tensor must be contiguous (shape " +
                               c10::str(t.sizes()) + ", strides " + c10::str(t.strides()) + ")");
+}
+
+void check_scatter_pieces(const std::vector<at::Tensor>& out, const std::vector<std::vector<at::Tensor>>& pieces,
+                          int rank, int size, int root, const std::string& where) {
+  if (root < 0 || root >= size) throw TESSERA_INPUT_ERROR(where + ": root " + std::to_string(root) + " is not a rank");
+  for (const auto& t : out) check_contiguous(t, "scatter_pieces output", where);
+  if (rank != root) return;
+  if (static_cast<int>(pieces.size()) != size)
+    throw TESSERA_INPUT_ERROR(where + ": root must pass pieces for each of the " + std::to_string(size) +
+                              " ranks, got " + std::to_string(pieces.size()));
+  at::ScalarType dtype = out.empty() ? at::kFloat : out[0].scalar_type();
+  for (const auto& list : pieces)
+    if (out.empty() && !list.empty()) {
+      dtype = list[0].scalar_type();
+      break;
+    }
+  for (const auto& list : pieces)
+    for (const auto& t : list) {
+      check_contiguous(t, "scatter_pieces piece", where);
+      if (t.scalar_type() != dtype || !t.device().is_cpu())
+        throw TESSERA_INPUT_ERROR(where + ": pieces must be CPU tensors of one dtype (" +
+                                  std::string(c10::toString(dtype)) + "), got " + c10::str(t.scalar_type(), " on ", t.device()));
+    }
+  const auto& own = pieces[static_cast<size_t>(root)];
+  bool match = own.size() == out.size();
+  for (size_t i = 0; match && i < own.size(); ++i)
+    match = own[i].numel() == out[i].numel() && own[i].scalar_type() == out[i].scalar_type();
+  if (!match) throw TESSERA_INPUT_ERROR(where + ": root's own pieces do not match its outputs one to one");
 }
 
 static void check_same_dtype(const at::Tensor& out, const at::Tensor& in, const std::string& where) {

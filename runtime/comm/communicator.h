@@ -64,6 +64,13 @@ class Communicator {
   // may be undefined elsewhere. The default implementation broadcasts chunk by chunk (non-root ranks
   // use a chunk-sized scratch buffer); backends override it with a real scatter (MPI_Scatter).
   virtual WorkPtr scatter_into(at::Tensor out, at::Tensor in, int root);
+  // A scatter whose source need not be one buffer: rank r receives root's pieces[r][i] into its
+  // out[i] for every i (same dtype and element count, contiguous). Root passes pieces for every rank
+  // (pieces.size() == size(), its own pieces[root] are copied into its out); the others pass {}.
+  // Pieces are only read, so they may point straight into a read-only memory-mapped file: root
+  // makes no staging copy. The default implementation serves size 1 only (a copy) and refuses
+  // larger groups; the MPI backend posts one send per piece.
+  virtual WorkPtr scatter_pieces(std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> pieces, int root);
   virtual WorkPtr barrier() = 0;
 
   // ---- synchronous helpers built on the collectives above (same ordering contract) ----

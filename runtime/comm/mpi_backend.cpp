@@ -241,6 +241,54 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  WorkPtr scatter_pieces(std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> pieces, int root) override {
+    std::string where = describe("scatter_pieces");
+    detail::check_scatter_pieces(out, pieces, rank_, size_, root, where);
+    for (const auto& t : out) {
+      check_movable(t, where);
+      check_count(t.numel(), where);
+    }
+    for (const auto& list : pieces)
+      for (const auto& t : list) {
+        check_movable(t, where);
+        check_count(t.numel(), where);
+      }
+    return enqueue(where, [this, out = std::move(out), pieces = std::move(pieces), root] {
+      // One message per piece, straight from/to the callers' buffers; MPI's non-overtaking rule
+      // (same source, tag and communicator) matches them in order.
+      std::vector<MPI_Request> reqs;
+      if (rank_ == root) {
+        for (int r = 0; r < size_; ++r) {
+          if (r == root) continue;
+          for (const auto& t : pieces[r]) {
+            if (t.numel() == 0) continue;
+            reqs.emplace_back();
+            check_mpi(MPI_Isend(t.data_ptr(), static_cast<int>(t.numel()), move_type(t.scalar_type()), r, 0, comm_,
+                                &reqs.back()),
+                      "MPI_Isend");
+          }
+        }
+        for (size_t i = 0; i < out.size(); ++i)
+          std::memcpy(out[i].data_ptr(), pieces[root][i].data_ptr(), out[i].numel() * out[i].element_size());
+      } else {
+        for (const auto& t : out) {
+          if (t.numel() == 0) continue;
+          reqs.emplace_back();
+          check_mpi(MPI_Irecv(t.data_ptr(), static_cast<int>(t.numel()), move_type(t.scalar_type()), root, 0, comm_,
+                              &reqs.back()),
+                    "MPI_Irecv");
+        }
+      }
+      // Polled politely rather than spun on: this thread shares cores with the caller's work
+      // (e.g. the loader converting the root's own slices while the others receive).
+      for (int done = 0;;) {
+        check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+        if (done) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    });
+  }
+
   WorkPtr barrier() override {
     return enqueue(describe("barrier"), [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
   }

@@ -58,6 +58,12 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
                     float* dst) = 0;
+  // The stored bytes of elements [offset, offset+count), in place (e.g. a memory-mapped file), as an
+  // unowned READ-ONLY CPU tensor in the stored dtype; undefined when the source has no such view,
+  // and then only read() is used. Lets the rank0 loader send checkpoint bytes without copying them.
+  virtual at::Tensor view(const std::string& name, int64_t offset, int64_t count) { return {}; }
+  // The caller no longer uses views of that range (the source may drop their pages).
+  virtual void release(const std::string& name, int64_t offset, int64_t count) {}
 };
 
 // What the optimizer and checkpoints see of a unit: this rank's fp32 shard and its state.

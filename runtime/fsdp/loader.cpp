@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <map>
 
 #include "runtime/error.h"
@@ -42,6 +43,37 @@ PlanSizes plan_sizes(const std::vector<UnitDef>& units, int world, int64_t align
 
 namespace {
 
+// Host memory the loader fills for a unit's shard: the master itself on CPU, else a CPU buffer
+// that is copied to the master's device once complete.
+at::Tensor host_shard(const UnitShard& u) {
+  return u.master.device().is_cpu() ? u.master : at::empty({u.plan.chunk}, at::TensorOptions().dtype(at::kFloat));
+}
+void finish_shard(UnitShard& u, const at::Tensor& host) {
+  if (!host.is_same(u.master)) u.master.copy_(host);
+}
+
+// Zeroes the elements of rank's shard that hold no parameter (alignment gaps, end padding).
+void zero_gaps(const ShardPlan& plan, int rank, float* shard) {
+  int64_t pos = 0;
+  for (const auto& s : plan.slices(rank)) {
+    std::fill(shard + pos, shard + s.shard_offset, 0.0f);
+    pos = s.shard_offset + s.length;
+  }
+  std::fill(shard + pos, shard + plan.chunk, 0.0f);
+}
+
+// Reads this rank's slices from the source (converted to fp32 per slice) and zeroes the rest.
+int64_t read_own_slices(const ShardPlan& plan, int rank, WeightSource& source, float* shard) {
+  int64_t read = 0;
+  for (const auto& s : plan.slices(rank)) {
+    const auto& slot = plan.params[s.param];
+    source.read(slot.name, slot.shape, s.param_offset, s.length, shard + s.shard_offset);
+    read += s.length;
+  }
+  zero_gaps(plan, rank, shard);
+  return read;
+}
+
 // Writes the whole unit, laid out as in its plan, into flat[0, padded_total): parameters read
 // from the source (converted to fp32 per slice), alignment gaps and end padding zeroed.
 int64_t read_flat_unit(const ShardPlan& plan, WeightSource& source, float* flat) {
@@ -56,66 +88,219 @@ int64_t read_flat_unit(const ShardPlan& plan, WeightSource& source, float* flat)
   return read;
 }
 
+// A shard received as 16-bit floats at element positions [0, n) of its own memory (bytes
+// [0, 2n)) becomes fp32 in place, from the end backwards: the fp32 bytes [4i, 4i+4) of element i
+// only cover 16-bit elements >= i, which are already converted (blocks are loaded before stored).
+template <bool kBf16>
+uint32_t widen_bits(uint16_t v) {
+  if (kBf16) return static_cast<uint32_t>(v) << 16;  // bf16 is the upper half of an fp32
+  const float f = static_cast<float>(c10::Half(v, c10::Half::from_bits()));
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+template <bool kBf16>
+void widen_in_place_as(unsigned char* bytes, int64_t n) {
+  constexpr int64_t B = 64;
+  alignas(64) uint16_t in[B];
+  alignas(64) uint32_t out[B];
+  int64_t i = n;
+  for (; i >= B;) {
+    i -= B;
+    std::memcpy(in, bytes + 2 * i, sizeof in);
+    for (int64_t k = 0; k < B; ++k) out[k] = widen_bits<kBf16>(in[k]);
+    std::memcpy(bytes + 4 * i, out, sizeof out);
+  }
+  while (i > 0) {
+    --i;
+    uint16_t v;
+    std::memcpy(&v, bytes + 2 * i, 2);
+    const uint32_t w = widen_bits<kBf16>(v);
+    std::memcpy(bytes + 4 * i, &w, 4);
+  }
+}
+void widen_in_place(float* shard, int64_t n, at::ScalarType dtype) {
+  auto* bytes = reinterpret_cast<unsigned char*>(shard);
+  if (dtype == at::kBFloat16)
+    widen_in_place_as<true>(bytes, n);
+  else
+    widen_in_place_as<false>(bytes, n);
+}
+
 // The root's read error (empty when none) on every rank of the shard group and then of the
 // replicate group, so that a failure stops every rank before the next collective instead of
-// leaving the others waiting in a scatter. Encoded as "<exit code>|message".
-void agree_on_read(Engine& engine, bool root, const std::string& root_error) {
-  std::string status = engine.shard_group().broadcast_string(root ? root_error : std::string(), 0);
-  if (engine.replicate_group().size() > 1) status = engine.replicate_group().broadcast_string(status, 0);
-  if (status.empty()) return;
+// leaving the others waiting in a scatter. Encoded as "<exit code>|message"; anything else is the
+// root's decision for the unit, returned to every rank.
+std::string agree_on_read(comm::Communicator& shard, comm::Communicator& replicate, bool root,
+                          const std::string& root_status) {
+  std::string status = shard.broadcast_string(root ? root_status : std::string(), 0);
+  if (replicate.size() > 1) status = replicate.broadcast_string(status, 0);
   const auto bar = status.find('|');
+  if (bar == std::string::npos) return status;
   const int code = std::stoi(status.substr(0, bar));
   throw Error(code == 2 ? ErrorKind::Input : ErrorKind::Internal,
               "loading weights (model.load=rank0), error on the reading rank: " + status.substr(bar + 1));
 }
+std::string error_status(const std::exception& e) {
+  if (auto* te = dynamic_cast<const Error*>(&e)) return std::to_string(te->exit_code()) + "|" + te->what();
+  return "2|" + std::string(e.what());  // model/ format errors are bad input
+}
 
-LoadStats load_rank0(Engine& engine, WeightSource* source) {
-  comm::Communicator& shard = engine.shard_group();
-  comm::Communicator& replicate = engine.replicate_group();
+// How the root sends a unit: "direct:<dtype>" when the source has in-memory views of every
+// parameter in one dtype (bf16/fp16/fp32): each rank's slices go out as they are stored, with no
+// copy on the root, and receivers widen them in place; "staged" otherwise: the root reads the unit
+// into an fp32 staging buffer and scatters that.
+std::string unit_route(const ShardPlan& plan, WeightSource& source, std::vector<at::Tensor>& views) {
+  views.clear();
+  at::ScalarType dtype = at::kFloat;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    at::Tensor v = source.view(plan.params[i].name, 0, plan.params[i].numel);
+    if (!v.defined() || (i > 0 && v.scalar_type() != dtype) ||
+        (v.scalar_type() != at::kBFloat16 && v.scalar_type() != at::kHalf && v.scalar_type() != at::kFloat)) {
+      views.clear();
+      return "staged";
+    }
+    dtype = v.scalar_type();
+    views.push_back(v);
+  }
+  return std::string("direct:") + c10::toString(dtype);
+}
+at::ScalarType route_dtype(const std::string& route) {
+  const std::string d = route.substr(route.find(':') + 1);
+  return d == "BFloat16" ? at::kBFloat16 : d == "Half" ? at::kHalf : at::kFloat;
+}
+
+LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate) {
   LoadStats st;
   st.root = shard.rank() == 0 && replicate.rank() == 0;
   const bool reader_replica = replicate.rank() == 0;  // the replica whose shard group the root scatters over
   auto& units = engine.shards();
 
-  // The root's two staging buffers (unit u uses buffer u % 2), sized for the largest unit.
-  std::array<at::Tensor, 2> staging;
-  std::array<comm::WorkPtr, 2> in_flight;  // the scatter reading each staging buffer
-  if (st.root) {
-    int64_t largest = 0;
-    for (const auto& u : units) largest = std::max(largest, u.plan.padded_total);
-    for (auto& b : staging) b = at::empty({largest}, at::TensorOptions().dtype(at::kFloat));
-    st.staging_bytes = 2 * largest * static_cast<int64_t>(sizeof(float));
-  }
-
+  // A unit whose scatter may still be in flight: the root releases its views once it completes,
+  // receivers then widen and zero their shard.
+  struct Pending {
+    size_t unit = 0;
+    comm::WorkPtr work;
+    at::Tensor host;
+    std::vector<at::Tensor> views;
+    at::ScalarType wire = at::kFloat;
+    bool direct = false;
+  };
+  std::vector<Pending> pending;
+  std::string root_error;  // of the root's own-slice conversion, reported at the next agreement
+  std::array<at::Tensor, 2> staging;  // the root's fp32 buffers for staged units (unit u uses u % 2)
   std::vector<comm::WorkPtr> broadcasts;
-  for (size_t ui = 0; ui < units.size(); ++ui) {
-    UnitShard& u = units[ui];
-    const int b = static_cast<int>(ui % 2);
-    at::Tensor flat;
-    std::string error;
+
+  auto complete = [&](Pending& p) {
+    UnitShard& u = units[p.unit];
+    p.work->wait();
     if (st.root) {
-      if (in_flight[b]) in_flight[b]->wait();  // unit ui-2's scatter has finished with this buffer
-      flat = staging[b].narrow(0, 0, u.plan.padded_total);
-      try {
-        TESSERA_CHECK(source != nullptr, "model.load=rank0: the reading rank has no weight source");
-        st.elements_read += read_flat_unit(u.plan, *source, flat.data_ptr<float>());
-      } catch (const Error& e) {
-        error = std::to_string(e.exit_code()) + "|" + e.what();
-      } catch (const std::exception& e) {  // model/ format errors are bad input
-        error = "2|" + std::string(e.what());
+      for (size_t i = 0; i < p.views.size(); ++i) source->release(u.plan.params[i].name, 0, u.plan.params[i].numel);
+      p.views.clear();
+    } else if (p.direct) {
+      if (p.wire != at::kFloat) widen_in_place(p.host.data_ptr<float>(), u.plan.chunk, p.wire);
+      zero_gaps(u.plan, u.shard_rank, p.host.data_ptr<float>());
+    }
+    finish_shard(u, p.host);
+    if (replicate.size() > 1) broadcasts.push_back(replicate.broadcast(u.master, 0));
+  };
+  // Replicas receive finished shards, so with replicas every unit completes before the next.
+  const size_t max_pending = replicate.size() > 1 ? 1 : 2;
+
+  for (size_t ui = 0; ui <= units.size(); ++ui) {
+    std::string status;
+    std::vector<at::Tensor> views;
+    if (st.root) {
+      status = root_error;
+      if (status.empty() && ui < units.size()) {
+        try {
+          TESSERA_CHECK(source != nullptr, "model.load=rank0: the reading rank has no weight source");
+          status = unit_route(units[ui].plan, *source, views);
+        } catch (const std::exception& e) {
+          status = error_status(e);
+        }
       }
     }
-    agree_on_read(engine, st.root, error);
-    if (reader_replica) in_flight[b] = shard.scatter_into(u.master, flat, 0);
-    if (replicate.size() > 1) {
-      // Replicas receive the same shard from the reading replica's rank with the same shard rank.
-      if (reader_replica) in_flight[b]->wait();
+    status = agree_on_read(shard, replicate, st.root, status);
+    if (ui == units.size()) break;  // the last agreement covers the root's last conversion
+
+    UnitShard& u = units[ui];
+    Pending p;
+    p.unit = ui;
+    if (reader_replica) {
+      p.host = host_shard(u);
+      p.direct = status != "staged";
+      p.wire = p.direct ? route_dtype(status) : at::kFloat;
+      if (p.direct) {
+        std::vector<at::Tensor> out;
+        std::vector<std::vector<at::Tensor>> pieces;
+        if (st.root) {
+          pieces.resize(shard.size());
+          for (int r = 1; r < shard.size(); ++r)
+            for (const auto& s : u.plan.slices(r)) pieces[r].push_back(views[s.param].narrow(0, s.param_offset, s.length));
+        } else {
+          // 16-bit slices land at their element positions of the shard's own memory (widened later).
+          at::Tensor raw = at::from_blob(p.host.data_ptr(), {p.host.numel() * 4 / static_cast<int64_t>(at::elementSize(p.wire))},
+                                         at::TensorOptions().dtype(p.wire));
+          for (const auto& s : u.plan.slices(u.shard_rank)) out.push_back(raw.narrow(0, s.shard_offset, s.length));
+        }
+        p.work = shard.scatter_pieces(std::move(out), std::move(pieces), 0);
+        if (st.root) {
+          p.views = std::move(views);
+          try {  // the root's own slices, converted straight from the source while the others receive
+            st.elements_read += read_own_slices(u.plan, 0, *source, p.host.data_ptr<float>());
+          } catch (const std::exception& e) {
+            root_error = error_status(e);
+          }
+          for (int r = 1; r < shard.size(); ++r)
+            for (const auto& s : u.plan.slices(r)) st.elements_read += s.length;
+        }
+      } else {
+        at::Tensor flat;
+        if (st.root) {
+          const int b = static_cast<int>(ui % 2);
+          if (!staging[b].defined()) {
+            int64_t largest = 0;
+            for (const auto& x : units) largest = std::max(largest, x.plan.padded_total);
+            staging[b] = at::empty({largest}, at::TensorOptions().dtype(at::kFloat));
+            st.staging_bytes += largest * static_cast<int64_t>(sizeof(float));
+          }
+          // The previous user of this buffer (unit ui-2) completed before pending had room for ui.
+          flat = staging[b].narrow(0, 0, u.plan.padded_total);
+          try {
+            st.elements_read += read_flat_unit(u.plan, *source, flat.data_ptr<float>());
+          } catch (const std::exception& e) {
+            root_error = error_status(e);  // the scatter still runs (garbage), the next agreement throws
+          }
+        }
+        p.work = shard.scatter_into(p.host, flat, 0);
+      }
+    } else {
+      p.host = u.master;  // replicas only receive the finished shard by broadcast
+      p.work = nullptr;
+    }
+    if (!reader_replica) {
       broadcasts.push_back(replicate.broadcast(u.master, 0));
+      continue;
+    }
+    pending.push_back(std::move(p));
+    if (pending.size() >= max_pending) {
+      complete(pending.front());
+      pending.erase(pending.begin());
     }
   }
-  for (auto& w : in_flight)
-    if (w) w->wait();
+  for (auto& p : pending) complete(p);
   for (auto& w : broadcasts) w->wait();
+  return st;
+}
+
+LoadStats load_parallel(Engine& engine, WeightSource& source) {
+  LoadStats st;
+  for (auto& u : engine.shards()) {
+    at::Tensor host = host_shard(u);
+    st.elements_read += read_own_slices(u.plan, u.shard_rank, source, host.data_ptr<float>());
+    finish_shard(u, host);
+  }
   return st;
 }
 
@@ -132,32 +317,37 @@ LoadStats load_naive(Engine& engine, WeightSource& source) {
       full.emplace(slot.name, std::move(t));
     }
   for (auto& u : engine.shards()) {
-    float* dst = u.master.data_ptr<float>();
-    u.master.zero_();
+    at::Tensor host = host_shard(u);
+    float* dst = host.data_ptr<float>();
     for (const auto& s : u.plan.slices(u.shard_rank)) {
       const float* src = full.at(u.plan.params[s.param].name).data_ptr<float>() + s.param_offset;
       std::copy(src, src + s.length, dst + s.shard_offset);
     }
+    zero_gaps(u.plan, u.shard_rank, dst);
+    finish_shard(u, host);
   }
   return st;
 }
 
 }  // namespace
 
-LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode) {
+LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const HostGroups& host) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadStats st;
   if (mode == LoadMode::Rank0) {
-    st = load_rank0(engine, source);
+    comm::Communicator* shard = host.shard ? host.shard : &engine.shard_group();
+    comm::Communicator* replicate = host.replicate ? host.replicate : &engine.replicate_group();
+    TESSERA_CHECK(shard->device().is_cpu() && replicate->device().is_cpu(),
+                  "model.load=rank0 moves host memory: pass CPU (MPI) groups of the engine's layout when its groups "
+                  "live on " + shard->device().str());
+    TESSERA_CHECK(shard->size() == engine.shard_group().size() && shard->rank() == engine.shard_group().rank() &&
+                      replicate->size() == engine.replicate_group().size() &&
+                      replicate->rank() == engine.replicate_group().rank(),
+                  "load_weights: host groups do not match the engine's shard/replicate layout");
+    st = load_rank0(engine, source, *shard, *replicate);
   } else {
     TESSERA_CHECK(source != nullptr, "model.load=" + to_string(mode) + " needs a weight source on every rank");
-    if (mode == LoadMode::Naive) {
-      st = load_naive(engine, *source);
-    } else {
-      for (auto& u : engine.shards()) u.master.zero_();  // gaps and padding; slices overwrite the rest
-      engine.load(*source);
-      for (const auto& u : engine.shards()) st.elements_read += u.plan.chunk - u.plan.padding(u.shard_rank);
-    }
+    st = mode == LoadMode::Naive ? load_naive(engine, *source) : load_parallel(engine, *source);
   }
   for (const auto& u : engine.shards()) {
     st.shard_bytes += u.master.numel() * static_cast<int64_t>(sizeof(float));

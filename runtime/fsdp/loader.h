@@ -2,14 +2,19 @@
 // device, so nothing is materialised before this point). Three modes (config `model.load`):
 //
 //   rank0     ONE rank (the root: rank 0 of both the shard and the replicate group, i.e. world rank
-//             0 for every strategy built from the bootstrap's groups) reads the checkpoint unit by
-//             unit into a flat fp32 buffer laid out like the unit's ShardPlan and scatters it over
-//             the shard group; each rank receives its shard directly into its master tensor. With
-//             replicas (no_shard, hybrid_shard) the shard-group scatter happens on the root's
-//             replica and every shard is then broadcast over the replicate group into the other
-//             replicas' masters. The root double-buffers: it reads unit u+1 while unit u's scatter
-//             is in flight, so its peak is its shards + 2 x the largest unit; other ranks allocate
-//             nothing beyond their shards. Only the root needs a WeightSource.
+//             0 for every strategy built from the bootstrap's groups) streams the checkpoint unit
+//             by unit over the shard group. When the source maps the file (WeightSource::view) and
+//             a unit's tensors share one dtype, each rank's slices are sent as stored, straight
+//             from the memory map (Communicator::scatter_pieces: no copy on the root, bf16 travels
+//             as bf16), received at their element positions inside the rank's own master and
+//             widened to fp32 there in place; the root converts its own slices directly. Otherwise
+//             the root reads the unit into an fp32 staging buffer laid out like the unit's
+//             ShardPlan and scatters it. Either way two units are in flight at most (the root's
+//             mapped pages of a unit are released once its scatter completes), so the root's peak
+//             is its shards + at most 2 x the largest unit and other ranks allocate nothing beyond
+//             their shards. With replicas (no_shard, hybrid_shard) the scatter happens on the
+//             root's replica and every finished shard is broadcast over the replicate group into
+//             the other replicas' masters. Only the root needs a WeightSource.
 //   parallel  every rank reads only the element ranges of its own slices (Engine::load): no
 //             communication, no full tensor anywhere. Needs the checkpoint on every rank's disk.
 //   naive     every rank reads every tensor of the model into memory (fp32), then copies out its
@@ -42,10 +47,17 @@ struct LoadStats {
   bool root = false;               // this rank read for everyone (rank0 mode)
 };
 
-// Loads every unit's master shard. `source` may be null on the ranks that do not read (rank0 mode,
-// non-root ranks); it is required everywhere else. Collective over the engine's shard and replicate
-// groups in rank0 mode; local otherwise.
-LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode);
+// CPU communicators with the same layout as the engine's shard and replicate groups, for an engine
+// whose groups live on a GPU (rank0 mode moves host memory). Null: the engine's own groups.
+struct HostGroups {
+  comm::Communicator* shard = nullptr;
+  comm::Communicator* replicate = nullptr;
+};
+
+// Loads every unit's master shard (masters on a device are filled through a host buffer per unit).
+// `source` may be null on the ranks that do not read (rank0 mode, non-root ranks); it is required
+// everywhere else. Collective over the shard and replicate groups in rank0 mode; local otherwise.
+LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const HostGroups& host = {});
 
 // Shard arithmetic of a set of units at a group size, without any tensor (works on meta-device
 // parameters): how much each rank holds, "on paper".

@@ -51,12 +51,13 @@ model::LlamaConfig memory_config() {
 
 // A bf16 checkpoint of `cfg` split into files of at most `max_shard_bytes` (with an index), written
 // by rank 0 into a directory every rank sees; removed at exit.
-std::string write_checkpoint(const std::string& tag, const model::LlamaConfig& cfg, uint64_t max_shard_bytes) {
+std::string write_checkpoint(const std::string& tag, const model::LlamaConfig& cfg, uint64_t max_shard_bytes,
+                             model::DType dtype = model::DType::BF16) {
   static std::vector<std::string> written;
   std::string d;
   if (world().rank() == 0) {
     d = "/tmp/tessera-load-test-" + tag + "-" + std::to_string(getpid());
-    model::write_safetensors_dir(d, cfg, model::hf_tensor_specs(cfg), model::DType::BF16, max_shard_bytes,
+    model::write_safetensors_dir(d, cfg, model::hf_tensor_specs(cfg), dtype, max_shard_bytes,
                                  [](const model::TensorSpec& s) { return model::init_tensor(s, 77); });
     if (written.empty()) std::atexit([] { for (const auto& w : written) fs::remove_all(w); });
     written.push_back(d);
@@ -93,14 +94,30 @@ Loaded make_engine(Strategy s, const model::LlamaConfig& cfg = test_config()) {
   return l;
 }
 
+// A checkpoint source without in-memory views: rank0 mode must stage its units (read + scatter).
+class NoViewSource : public fsdp::WeightSource {
+ public:
+  explicit NoViewSource(std::shared_ptr<model::ModelDir> dir) : inner_(std::move(dir)) {}
+  void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
+            float* dst) override {
+    inner_.read(name, shape, offset, count, dst);
+  }
+
+ private:
+  launcher::HfWeightSource inner_;
+};
+
 // Loads with `mode`; in rank0 mode only the reading rank gets a source (the others prove they
-// need none).
-Loaded load(Strategy s, LoadMode mode, fsdp::LoadStats* stats = nullptr, const std::string& path = checkpoint_dir()) {
+// need none). `staged`: the source offers no views (rank0 mode stages every unit).
+Loaded load(Strategy s, LoadMode mode, fsdp::LoadStats* stats = nullptr, const std::string& path = checkpoint_dir(),
+            bool staged = false) {
   auto dir = std::make_shared<model::ModelDir>(path);
   Loaded l = make_engine(s, dir->config());
-  launcher::HfWeightSource src(dir);
+  launcher::HfWeightSource hf(dir);
+  NoViewSource plain(dir);
+  fsdp::WeightSource* src = staged ? static_cast<fsdp::WeightSource*>(&plain) : &hf;
   const bool reader = l.engine->shard_group().rank() == 0 && l.engine->replicate_group().rank() == 0;
-  auto st = fsdp::load_weights(*l.engine, mode == LoadMode::Rank0 && !reader ? nullptr : &src, mode);
+  auto st = fsdp::load_weights(*l.engine, mode == LoadMode::Rank0 && !reader ? nullptr : src, mode);
   if (stats) *stats = st;
   return l;
 }
@@ -112,35 +129,48 @@ bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
+// rank0 mode sends bf16/fp16 checkpoints as stored and widens them in place on the receivers, fp32
+// ones without conversion, and stages units when the source has no views: every route, for every
+// strategy, gives the checkpoint's values (gaps and padding zero) and the same bytes as the
+// parallel and naive modes.
 TEST(Load, ModesAreByteIdenticalAndEqualTheCheckpoint) {
-  model::ModelDir dir(checkpoint_dir());
-  ASSERT_GT(dir.tensor_names().size(), 0u);
-  for (Strategy s : {Strategy::FullShard, Strategy::NoShard, Strategy::HybridShard}) {
-    SCOPED_TRACE(fsdp::to_string(s));
-    fsdp::LoadStats st;
-    Loaded ref = load(s, LoadMode::Rank0, &st);
-    const auto& shards = ref.engine->shards();
-    // Against the checkpoint: every slice equals the stored bf16 tensor converted to fp32, every
-    // element outside the slices (alignment gaps, padding) is zero.
-    for (const auto& u : shards) {
-      at::Tensor expect = at::zeros({u.plan.chunk}, at::kFloat);
-      for (const auto& sl : u.plan.slices(u.shard_rank)) {
-        const auto& name = u.plan.params[sl.param].name;
-        at::Tensor stored = dir.read(name);
-        ASSERT_EQ(stored.scalar_type(), at::kBFloat16) << name;
-        expect.narrow(0, sl.shard_offset, sl.length).copy_(stored.reshape({-1}).narrow(0, sl.param_offset, sl.length));
+  for (model::DType dtype : {model::DType::BF16, model::DType::F16, model::DType::F32}) {
+    const std::string path = dtype == model::DType::BF16
+                                 ? checkpoint_dir()
+                                 : write_checkpoint(model::dtype_name(dtype), test_config(), 100 * 1024, dtype);
+    model::ModelDir dir(path);
+    ASSERT_GT(dir.tensor_names().size(), 0u);
+    for (bool staged : {false, true}) {
+      for (Strategy s : {Strategy::FullShard, Strategy::NoShard, Strategy::HybridShard}) {
+        SCOPED_TRACE(std::string(model::dtype_name(dtype)) + (staged ? " staged " : " direct ") + fsdp::to_string(s));
+        fsdp::LoadStats st;
+        Loaded ref = load(s, LoadMode::Rank0, &st, path, staged);
+        const auto& shards = ref.engine->shards();
+        // Against the checkpoint: every slice equals the stored tensor converted to fp32, every
+        // element outside the slices (alignment gaps, padding) is zero.
+        for (const auto& u : shards) {
+          at::Tensor expect = at::zeros({u.plan.chunk}, at::kFloat);
+          for (const auto& sl : u.plan.slices(u.shard_rank)) {
+            const auto& name = u.plan.params[sl.param].name;
+            at::Tensor stored = dir.read(name);
+            ASSERT_EQ(stored.scalar_type(), model::to_torch(dtype)) << name;
+            expect.narrow(0, sl.shard_offset, sl.length).copy_(stored.reshape({-1}).narrow(0, sl.param_offset, sl.length));
+          }
+          EXPECT_TRUE(same_bytes(u.master, expect)) << u.name;
+        }
+        const bool reader = ref.engine->shard_group().rank() == 0 && ref.engine->replicate_group().rank() == 0;
+        EXPECT_EQ(st.root, reader);
+        EXPECT_EQ(st.elements_read > 0, reader);  // nobody else touched the checkpoint
+        // Staged units use the root's two fp32 unit buffers; direct ones need none at all.
+        EXPECT_EQ(st.staging_bytes, reader && staged ? 2 * st.largest_unit_bytes : 0);
+        if (staged) continue;
+        for (LoadMode m : {LoadMode::Parallel, LoadMode::Naive}) {
+          SCOPED_TRACE(fsdp::to_string(m));
+          Loaded other = load(s, m, nullptr, path);
+          for (size_t u = 0; u < shards.size(); ++u)
+            EXPECT_TRUE(same_bytes(shards[u].master, other.engine->shards()[u].master)) << shards[u].name;
+        }
       }
-      EXPECT_TRUE(same_bytes(u.master, expect)) << u.name;
-    }
-    const bool reader = ref.engine->shard_group().rank() == 0 && ref.engine->replicate_group().rank() == 0;
-    EXPECT_EQ(st.root, reader);
-    EXPECT_EQ(st.elements_read > 0, reader);  // nobody else touched the checkpoint
-    EXPECT_EQ(st.staging_bytes, reader ? 2 * st.largest_unit_bytes : 0);
-    for (LoadMode m : {LoadMode::Parallel, LoadMode::Naive}) {
-      SCOPED_TRACE(fsdp::to_string(m));
-      Loaded other = load(s, m);
-      for (size_t u = 0; u < shards.size(); ++u)
-        EXPECT_TRUE(same_bytes(shards[u].master, other.engine->shards()[u].master)) << shards[u].name;
     }
   }
 }
@@ -193,27 +223,36 @@ TEST(Load, NoRankMaterialisesTheFullModel) {
 
 namespace {
 // Reads normally until the given unit's first parameter, then fails like a corrupt file would.
+// With `views`, it also offers the mapped views (rank0 mode's direct route), failing the same way.
 class FailingSource : public fsdp::WeightSource {
  public:
-  FailingSource(std::shared_ptr<model::ModelDir> dir, std::string fail_on)
-      : inner_(std::move(dir)), fail_on_(std::move(fail_on)) {}
+  FailingSource(std::shared_ptr<model::ModelDir> dir, std::string fail_on, bool views)
+      : inner_(std::move(dir)), fail_on_(std::move(fail_on)), views_(views) {}
   void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
             float* dst) override {
     if (name == fail_on_) throw model::ModelError("bad.safetensors: tensor '" + name + "' is unreadable");
     inner_.read(name, shape, offset, count, dst);
   }
+  at::Tensor view(const std::string& name, int64_t offset, int64_t count) override {
+    if (!views_) return {};
+    if (name == fail_on_) throw model::ModelError("bad.safetensors: tensor '" + name + "' is unreadable");
+    return inner_.view(name, offset, count);
+  }
+  void release(const std::string& name, int64_t offset, int64_t count) override { inner_.release(name, offset, count); }
 
  private:
   launcher::HfWeightSource inner_;
   std::string fail_on_;
+  bool views_;
 };
 }  // namespace
 
 TEST(Load, ReadErrorOnTheReadingRankStopsEveryRank) {
+  for (bool views : {true, false})
   for (Strategy s : {Strategy::FullShard, Strategy::HybridShard}) {
-    SCOPED_TRACE(fsdp::to_string(s));
+    SCOPED_TRACE(fsdp::to_string(s) + (views ? " direct" : " staged"));
     Loaded l = make_engine(s);
-    FailingSource src(std::make_shared<model::ModelDir>(checkpoint_dir()), "model.layers.1.mlp.up_proj.weight");
+    FailingSource src(std::make_shared<model::ModelDir>(checkpoint_dir()), "model.layers.1.mlp.up_proj.weight", views);
     try {
       fsdp::load_weights(*l.engine, &src, LoadMode::Rank0);
       ADD_FAILURE() << "no error";
@@ -269,6 +308,48 @@ TEST(Load, ScatterIntoGivesEachRankItsChunk) {
       at::Tensor out = at::empty({4});
       EXPECT_THROW(c->scatter_into(out, at::empty({4 * W + 1}), 0), Error);  // wrong input size on root
     }
+  }
+  world().barrier()->wait();
+}
+
+// scatter_pieces: rank r receives root's pieces[r] (of varying sizes, some empty, taken from
+// arbitrary places of one buffer) into its outputs, in order, for both roots and dtypes; the base
+// class (what a backend without its own implementation inherits) serves size 1 only.
+TEST(Load, ScatterPiecesGivesEachRankItsPieces) {
+  const int W = world().size(), r = world().rank();
+  auto sizes_of = [](int rank) { return std::vector<int64_t>{5 + rank, 0, 130 + 7 * rank, 1}; };
+  auto start_of = [&](int rank, size_t i) { return static_cast<int64_t>(1000 * rank + 200 * i + 3); };
+  for (int root : {0, W - 1}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE("root " + std::to_string(root) + " " + std::string(c10::toString(dtype)));
+      const auto opt = at::TensorOptions().dtype(dtype);
+      at::Tensor source = at::arange(1000 * W, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+      std::vector<std::vector<at::Tensor>> pieces;
+      if (r == root) {
+        pieces.resize(W);
+        for (int d = 0; d < W; ++d)
+          for (size_t i = 0; i < sizes_of(d).size(); ++i) pieces[d].push_back(source.narrow(0, start_of(d, i), sizes_of(d)[i]));
+      }
+      std::vector<at::Tensor> out;
+      for (int64_t n : sizes_of(r)) out.push_back(at::full({n}, -1.0, opt));
+      world().scatter_pieces(out, pieces, root)->wait();
+      for (size_t i = 0; i < out.size(); ++i)
+        EXPECT_TRUE(at::equal(out[i], source.narrow(0, start_of(r, i), sizes_of(r)[i]))) << "piece " << i;
+    }
+  }
+  FallbackScatter fallback(world_groups().world);
+  std::vector<at::Tensor> out{at::zeros({3})};
+  std::vector<std::vector<at::Tensor>> pieces;
+  if (r == 0) pieces.assign(W, {at::ones({3})});
+  if (W == 1) {
+    fallback.scatter_pieces(out, pieces, 0)->wait();
+    EXPECT_TRUE(at::equal(out[0], at::ones({3})));
+  } else {
+    EXPECT_THROW(fallback.scatter_pieces(out, pieces, 0), Error);  // refused, not silently wrong
+  }
+  if (r == 0) {  // root's own pieces must match its outputs
+    std::vector<std::vector<at::Tensor>> bad(W, {at::ones({4})});
+    EXPECT_THROW(world().scatter_pieces(out, bad, 0), Error);
   }
   world().barrier()->wait();
 }
