@@ -164,8 +164,9 @@ Impl gloo_impl(Op op, c10d::ProcessGroupGloo& pg, int size) {
                 pg.allreduce(t)->wait();
               },
               false};
-    case Op::Broadcast:
+    case Op::Broadcast:  // out of place as for Tessera and raw MPI: root copies send -> recv first
       return {[&pg](Buffers& b, bool) {
+                if (pg.getRank() == 0) b.recv.copy_(b.send);
                 std::vector<at::Tensor> t{b.recv};
                 pg.broadcast(t)->wait();
               },

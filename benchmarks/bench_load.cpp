@@ -9,7 +9,9 @@
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -106,8 +108,9 @@ int run_bench_load(const std::vector<std::string>& args) {
   launcher::po::options_description desc("Options");
   desc.add_options()("model", launcher::po::value<std::string>()->required(), "Hugging Face model directory (e.g. from tessera init-model --dtype bf16)")(
       "modes", launcher::po::value<std::string>()->default_value("rank0,parallel,naive"), "load modes, in this order (naive last keeps its heap out of the others)")(
+      "cold", launcher::po::bool_switch(), "drop the checkpoint's pages from the page cache before the baseline and before each mode (files on this host; needs a local disk)")(
       "json", launcher::po::bool_switch(), "print one JSON document instead of the table");
-  const auto vm = launcher::parse_command("tessera bench load --model DIR [--modes rank0,parallel,naive] [--json]", desc, args);
+  const auto vm = launcher::parse_command("tessera bench load --model DIR [--modes rank0,parallel,naive] [--cold] [--json]", desc, args);
   if (!vm) return 0;
   comm::Communicator& world = *launcher::current().groups.world;
   const int W = world.size();
@@ -130,10 +133,22 @@ int run_bench_load(const std::vector<std::string>& args) {
     cat += " '" + f + "'";
   }
   cat += " > /dev/null";
-  // The baseline, on rank 0 while the others wait: once to warm the page cache, once timed.
+  const bool cold = (*vm)["cold"].as<bool>();
+  // Cold: rank 0 evicts the checkpoint's (clean) pages, so the baseline and every mode read the disk.
+  auto drop_cache = [&] {  // on rank 0 only
+    if (cold)
+      for (const auto& f : files) {
+        int fd = ::open(f.c_str(), O_RDONLY);
+        if (fd < 0) continue;
+        ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        ::close(fd);
+      }
+  };
+  // The baseline, on rank 0 while the others wait: timed once after warming (or dropping) the cache.
   double cat_s = 0;
   if (world.rank() == 0) {
-    TESSERA_CHECK(std::system(cat.c_str()) == 0, "baseline failed: " + cat);
+    if (!cold) TESSERA_CHECK(std::system(cat.c_str()) == 0, "baseline failed: " + cat);
+    drop_cache();
     const auto t0 = Clock::now();
     TESSERA_CHECK(std::system(cat.c_str()) == 0, "baseline failed: " + cat);
     cat_s = seconds_since(t0);
@@ -141,7 +156,11 @@ int run_bench_load(const std::vector<std::string>& args) {
   world.barrier()->wait();
 
   std::vector<ModeResult> results;
-  for (auto m : modes) results.push_back(run_mode(m, dir->config(), dir));
+  for (auto m : modes) {
+    if (world.rank() == 0) drop_cache();
+    world.barrier()->wait();
+    results.push_back(run_mode(m, dir->config(), dir));
+  }
   if (world.rank() != 0) return 0;
 
   const ModeResult* naive = nullptr;
@@ -154,6 +173,7 @@ int run_bench_load(const std::vector<std::string>& args) {
                         {"checkpoint_bytes", file_bytes},
                         {"cat_seconds", cat_s},
                         {"cat_GBps", gb / cat_s},
+                        {"page_cache", cold ? "cold" : "warm"},
                         {"modes", nlohmann::json::array()}};
   bool all_ok = true;
   for (const auto& res : results) {
@@ -189,8 +209,8 @@ int run_bench_load(const std::vector<std::string>& args) {
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
-  std::printf("load benchmark: %d ranks, %s (%.1f M parameters, %.3f GB on disk), full_shard, page cache warm\n", W,
-              dir->dir().c_str(), dir->config().num_parameters() / 1e6, gb);
+  std::printf("load benchmark: %d ranks, %s (%.1f M parameters, %.3f GB on disk), full_shard, page cache %s\n", W,
+              dir->dir().c_str(), dir->config().num_parameters() / 1e6, gb, cold ? "cold (dropped before each run)" : "warm");
   std::printf("  cat > /dev/null: %.3f s, %.2f GB/s (baseline)\n", cat_s, gb / cat_s);
   for (const auto& jm : out["modes"]) {
     const std::string mode = jm["mode"];
