@@ -187,7 +187,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     bool direct = false;
   };
   std::vector<Pending> pending;
-  std::string root_error;  // of the root's own-slice conversion, reported at the next agreement
+  std::string root_error;  // of the root's own reads during the loop, agreed on at the end
   std::array<at::Tensor, 2> staging;  // the root's fp32 buffers for staged units (unit u uses u % 2)
   std::vector<comm::WorkPtr> broadcasts;
 
@@ -207,23 +207,33 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
   // Replicas receive finished shards, so with replicas every unit completes before the next.
   const size_t max_pending = replicate.size() > 1 ? 1 : 2;
 
-  for (size_t ui = 0; ui <= units.size(); ++ui) {
-    std::string status;
-    std::vector<at::Tensor> views;
-    if (st.root) {
-      status = root_error;
-      if (status.empty() && ui < units.size()) {
-        try {
-          TESSERA_CHECK(source != nullptr, "model.load=rank0: the reading rank has no weight source");
-          status = unit_route(units[ui].plan, *source, views);
-        } catch (const std::exception& e) {
-          status = error_status(e);
-        }
-      }
+  // The root decides every unit's route up front (views are only pointers into the mapping, and
+  // taking them checks every tensor), and all ranks agree on the routes -- or on the root's error --
+  // once; errors of the root's own reads during the loop are agreed on at the end.
+  std::vector<std::vector<at::Tensor>> all_views(units.size());
+  std::string routes;
+  if (st.root) {
+    try {
+      TESSERA_CHECK(source != nullptr, "model.load=rank0: the reading rank has no weight source");
+      for (size_t ui = 0; ui < units.size(); ++ui)
+        routes += (ui ? "," : "") + unit_route(units[ui].plan, *source, all_views[ui]);
+    } catch (const std::exception& e) {
+      routes = error_status(e);
     }
-    status = agree_on_read(shard, replicate, st.root, status);
-    if (ui == units.size()) break;  // the last agreement covers the root's last conversion
+  }
+  routes = agree_on_read(shard, replicate, st.root, routes);
+  std::vector<std::string> route;
+  for (size_t a = 0, b; a <= routes.size(); a = b + 1) {
+    b = routes.find(',', a);
+    if (b == std::string::npos) b = routes.size();
+    route.push_back(routes.substr(a, b - a));
+  }
+  TESSERA_CHECK(route.size() == units.size(), "rank0 load: " + std::to_string(route.size()) + " routes for " +
+                                                   std::to_string(units.size()) + " units");
 
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    const std::string& status = route[ui];
+    std::vector<at::Tensor> views = std::move(all_views[ui]);
     UnitShard& u = units[ui];
     Pending p;
     p.unit = ui;
@@ -270,7 +280,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
           try {
             st.elements_read += read_flat_unit(u.plan, *source, flat.data_ptr<float>());
           } catch (const std::exception& e) {
-            root_error = error_status(e);  // the scatter still runs (garbage), the next agreement throws
+            root_error = error_status(e);  // the scatter still runs (garbage), the final agreement throws
           }
         }
         p.work = shard.scatter_into(p.host, flat, 0);
@@ -290,6 +300,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     }
   }
   for (auto& p : pending) complete(p);
+  agree_on_read(shard, replicate, st.root, root_error);
   for (auto& w : broadcasts) w->wait();
   return st;
 }
