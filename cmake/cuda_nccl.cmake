@@ -1,7 +1,9 @@
 # TESSERA_WITH_CUDA: AUTO turns the CUDA/NCCL path on only when LibTorch was built with CUDA and NCCL
 # is found. The NCCL communicator itself (runtime/comm/*_cuda.cpp) needs only the CUDA runtime and
 # NCCL headers, so it always compiles and links when those exist (CI: /usr/local/cuda), as the
-# separate library tessera_nccl_check, even with a CPU-only LibTorch.
+# separate library tessera_nccl, even with a CPU-only LibTorch. Every runtime/**/*_cuda.cpp goes into
+# that library (the NCCL backend, runtime/device/device_cuda.cpp); what in them needs a CUDA LibTorch
+# (c10/cuda) is under #ifdef TESSERA_WITH_CUDA.
 set(_cuda_hints /usr/local/cuda $ENV{CUDA_HOME})
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_cuda_hints} $ENV{NCCL_HOME} PATH_SUFFIXES include)
 find_library(NCCL_LIBRARY nccl HINTS ${_cuda_hints} $ENV{NCCL_HOME} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
@@ -24,7 +26,7 @@ endif()
 message(STATUS "Tessera: CUDA LibTorch=${_torch_has_cuda} NCCL=${NCCL_LIBRARY} -> TESSERA_WITH_CUDA=${TESSERA_CUDA_ENABLED}")
 
 function(tessera_add_cuda_sources tgt)
-  file(GLOB _cuda_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/comm/*_cuda.cpp)
+  file(GLOB_RECURSE _cuda_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*_cuda.cpp)
   if(NOT _cuda_src OR NOT NCCL_LIBRARY OR NOT CUDART_LIBRARY)
     return()
   endif()

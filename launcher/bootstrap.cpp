@@ -150,16 +150,13 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   torch::set_num_threads(b.threads);
 
   // ---- device: local rank -> visible GPU (CUDA_VISIBLE_DEVICES already renumbers them) --------
+  // Informational (tessera topo); whether a command runs on it, and the checks that go with that
+  // (one GPU per local rank), are the command's: launcher/device_select.h for `train`.
   int gpus = static_cast<int>(torch::cuda::device_count());
-  if (gpus > 0) {
-    if (b.local_size > gpus)
-      err = "host " + b.host + " node " + std::to_string(b.node_id) + " runs " + std::to_string(b.local_size) +
-            " local ranks but sees only " + std::to_string(gpus) + " GPU(s)" +
-            (env("CUDA_VISIBLE_DEVICES") ? std::string(" (CUDA_VISIBLE_DEVICES=") + env("CUDA_VISIBLE_DEVICES") + ")" : "");
-    b.gpu = b.local_rank % gpus;
+  if (gpus > 0 && b.local_rank < gpus) {
+    b.gpu = b.local_rank;
     b.gpu_source = env("CUDA_VISIBLE_DEVICES") ? "local rank over CUDA_VISIBLE_DEVICES" : "local rank";
   }
-  agree_or_throw(err, b.world_size);
 
   // ---- process groups -------------------------------------------------------------------------
   MPI_Comm intra, inter;

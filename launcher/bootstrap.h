@@ -23,7 +23,7 @@ struct Bootstrap {
   std::string host;
   std::string layout_source;  // which source decided the node layout
   int threads = 1;            // torch intra-op threads of this rank
-  int gpu = -1;               // CUDA device index bound to this rank, -1 on CPU
+  int gpu = -1;               // CUDA device of this local rank (= local rank) if visible, else -1
   std::string gpu_source;     // how the device was chosen
   SlurmEnv slurm;
   comm::ProcessGroups groups;

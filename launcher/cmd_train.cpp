@@ -10,12 +10,14 @@
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/config.h"
+#include "launcher/device_select.h"
 #include "launcher/llama_lm.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/device/device.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
@@ -37,6 +39,23 @@ fsdp::Options fsdp_options_from(const Config& cfg, const model::LlamaConfig& mc)
 }
 
 namespace {
+
+c10::Device agree_on_device(const std::string& spec, const Bootstrap& b) {
+  c10::Device device(c10::kCPU);
+  std::string error;
+  try {
+    device = choose_device(spec, device_context(b));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  error = b.groups.world->agree_error(error);  // "rank R: ..." of the lowest failing rank, on every rank
+  if (error.empty() && b.groups.world->any(device.is_cuda()) && b.groups.world->any(!device.is_cuda()))
+    error = b.groups.world->agree_error("train.device=" + spec + " chose " + device::describe(device) + " on host " +
+                                        b.host + " but not the same kind of device on every rank; set train.device=cpu "
+                                        "or cuda explicitly");
+  if (!error.empty()) throw CollectiveError(ErrorKind::Input, error);
+  return device;
+}
 
 // Checks a directory can be created and written without touching anything already in it.
 void check_writable_dir(const std::string& dir, const std::string& key) {
@@ -150,8 +169,12 @@ int run_train(const std::vector<std::string>& args) {
       ms.config = model::LlamaConfig::from_json(nlohmann::json::parse(config_json), ms.source + "/config.json");
     }
   }
+  // This rank's device, agreed before anything is written: a bad train.device stops every rank with
+  // the lowest failing rank's one-line message (rank, host, device).
+  const c10::Device device = agree_on_device(cfg.get_string("train.device"), b);
   collectively([&] {
     fopts = fsdp_options_from(cfg, ms.config);
+    fopts.device = device;
     TESSERA_CHECK_INPUT(topts.seq_len <= ms.config.max_position_embeddings,
                         "data.seq_len " + std::to_string(topts.seq_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(ms.config.max_position_embeddings));
@@ -187,12 +210,17 @@ int run_train(const std::vector<std::string>& args) {
                               {"model_source", ms.source}};
   if (rank0) {
     std::cout << "tessera train: " << b.world_size << " rank(s) on " << b.num_nodes << " node(s), "
-              << fsdp::to_string(fopts.strategy) << ", " << cfg.get_string("fsdp.mixed_precision") << ", model "
+              << fsdp::to_string(fopts.strategy) << ", " << cfg.get_string("fsdp.mixed_precision") << " on "
+              << (device.is_cpu() ? std::string("cpu") : "cuda (rank 0: " + device::describe(device) + ", NCCL)")
+              << ", model "
               << ms.source << " (" << ms.config.num_parameters() << " parameters), data "
               << dataset->description() << " (" << dataset->num_tokens() << " tokens, "
               << dataset->num_sequences() << " sequences of " << topts.seq_len << ")" << std::endl;
   }
-  train::Trainer trainer(make_llama_lm(ms.config), b.groups, fopts, topts, dataset, run_state);
+  // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
+  // one rank is an error of that rank (it aborts the world; no rank waits in a collective).
+  const comm::ProcessGroups groups = device_groups(b, device);
+  train::Trainer trainer(make_llama_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
   if (!resume_dir.empty()) {
     collectively([&] { trainer.resume(resume_dir); });
     if (rank0) std::cout << "resumed from " << resume_dir << " at step " << trainer.step() << std::endl;

@@ -35,6 +35,7 @@ const std::vector<ConfigKey>& config_schema() {
       {"train.eps", "float", 1e-8, "AdamW epsilon."},
       {"train.clip", "float", 1.0, "Global gradient-norm clipping threshold (0 disables)."},
       {"train.seed", "int", 42, "Seed of data shuffling."},
+      {"train.device", "string", "auto", "Where shards, optimizer state and compute live: `auto` (cuda when this build has CUDA and a GPU is visible, else cpu), `cpu` (MPI collectives), `cuda` (local rank r uses GPU r; NCCL collectives), `cuda:N` (local rank r uses GPU N+r)."},
       {"train.preempt_signal", "string", "USR2", "Signal that makes the loop finish the step, checkpoint and exit for requeue (SIGTERM always does).", {"USR1", "USR2"}},
       // fsdp
       {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}},

@@ -266,12 +266,16 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const json& st
     job.unit_names.push_back(sh.name);
     if (!job.writer) continue;
     const at::Tensor live[3] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
-    if (!opts_.async) {
+    // Shards on a device are always snapshot to host memory (the writer reads through data_ptr);
+    // the copy waits for the device work that produced them.
+    const bool on_host = live[0].is_cpu();
+    if (!opts_.async && on_host) {
       job.data.push_back({live[0], live[1], live[2]});
       continue;
     }
     for (int k = 0; k < 3; ++k) {
-      if (!snap[u][k].defined() || snap[u][k].numel() != live[k].numel()) snap[u][k] = at::empty_like(live[k]);
+      if (!snap[u][k].defined() || snap[u][k].numel() != live[k].numel())
+        snap[u][k] = on_host ? at::empty_like(live[k]) : at::empty({live[k].numel()}, live[k].options().device(at::kCPU));
       snap[u][k].copy_(live[k]);
     }
     job.data.push_back(snap[u]);

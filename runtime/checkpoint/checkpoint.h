@@ -44,7 +44,9 @@ struct SaveTiming {
   std::string dir;       // the complete checkpoint directory, once complete
 };
 
-// Collective over every group in `groups` used by the engine. `state` is the caller's JSON
+// Collective over every group in `groups` used by the engine. `groups` are host communicators (MPI,
+// or self at size 1) even when the engine runs on a GPU over NCCL: shards on a device are snapshot
+// to host memory in save() (sync and async alike) and staged through host memory by load(). `state` is the caller's JSON
 // (step, sampler, scheduler, RNG, config, model config, strategy, layout) stored in the manifest
 // under "state". Every rank must construct it at the same point (it duplicates the world's MPI
 // communicator: the checkpoint's own collectives, possibly on a background thread, never interleave

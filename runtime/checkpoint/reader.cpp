@@ -286,9 +286,16 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine) {
   // Requests for this rank's shard, grouped by file.
   const int W = engine.shard_group().size(), rank = engine.shard_group().rank();
   std::vector<std::vector<ReadRequest>> per_file(reader->files().size());
+  // Shards on a device are read into host copies (this rank's shards only) and copied over after.
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (host, device)
   for (auto& u : shards) {
     at::Tensor dsts[3] = {u.master, u.exp_avg, u.exp_avg_sq};
     for (int k = 0; k < 3; ++k) {
+      if (!dsts[k].is_cpu()) {
+        at::Tensor host = at::empty({dsts[k].numel()}, dsts[k].options().device(at::kCPU));
+        staged.emplace_back(host, dsts[k]);
+        dsts[k] = host;
+      }
       dsts[k].zero_();  // padding stays zero
       float* base = dsts[k].data_ptr<float>();
       for (const auto& s : u.plan.slices(u.shard_rank)) {
@@ -312,6 +319,7 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine) {
     error = e.what();
   }
   agree(engine, error);
+  for (auto& [host, dev] : staged) dev.copy_(host.view(dev.sizes()));
   return reader->state();
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/fsdp/fsdp.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include "runtime/error.h"
@@ -76,6 +77,9 @@ struct Engine::Impl {
     impl->set_nbytes(0);
   }
   void alloc_storage(Unit& u) {
+    // The storage's allocator (CUDA: the caching allocator) allocates on the current device.
+    c10::OptionalDeviceGuard guard;
+    if (!u.full.device().is_cpu()) guard.reset_device(u.full.device());
     auto* impl = u.full.storage().unsafeGetStorageImpl();
     impl->set_data_ptr_noswap(impl->allocator()->allocate(u.full_bytes));
     impl->set_nbytes(u.full_bytes);
@@ -268,6 +272,10 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
                               std::to_string(groups.intra->size()) + ")");
       break;
   }
+  for (const comm::CommPtr& c : {im.shard_comm, im.replicate_comm})
+    TESSERA_CHECK_INPUT(c->size() == 1 || c->device().type() == opts.device.type(),
+                        "fsdp: the " + c->name() + " communicator (" + c->backend() + ") takes tensors on " +
+                            c->device().str() + " but the engine's device is " + opts.device.str());
   im.dp_size = im.shard_comm->size() * im.replicate_comm->size();
   const int W = im.shard_comm->size(), r = im.shard_comm->rank();
   im.shards.resize(defs.size());
@@ -281,7 +289,7 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
     u.shard->plan = ShardPlan::make(shapes, W, opts.align);
     u.shard->shard_rank = r;
     const auto& plan = u.shard->plan;
-    auto f32 = at::TensorOptions().dtype(at::kFloat);
+    auto f32 = at::TensorOptions().dtype(at::kFloat).device(opts.device);
     u.shard->master = at::zeros({plan.chunk}, f32);
     u.shard->grad = at::zeros({plan.chunk}, f32);
     u.shard->exp_avg = at::zeros({plan.chunk}, f32);
@@ -311,13 +319,17 @@ Engine::~Engine() = default;
 
 void Engine::load(WeightSource& source) {
   // Every rank reads only its own slices (one parameter slice at a time, no full unit needed).
+  // Shards on a device are filled through a host copy of one unit's shard (padding stays zero).
   for (auto& u : impl_->units) {
     const auto& plan = u.shard->plan;
-    float* dst = u.shard->master.data_ptr<float>();
+    at::Tensor& master = u.shard->master;
+    at::Tensor host = master.is_cpu() ? master : at::zeros({plan.chunk}, master.options().device(at::kCPU));
+    float* dst = host.data_ptr<float>();
     for (const auto& s : plan.slices(u.shard->shard_rank)) {
       const auto& slot = plan.params[s.param];
       source.read(slot.name, slot.shape, s.param_offset, s.length, dst + s.shard_offset);
     }
+    if (!host.is_same(master)) master.copy_(host);
   }
 }
 

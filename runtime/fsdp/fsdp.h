@@ -17,6 +17,14 @@
 //
 // Collectives are issued in the same order on every rank because every rank runs the same
 // sequence of units (forward 0..L, backward L..0).
+//
+// Device: every tensor the engine owns (fp32 masters, gradients, AdamW moments, decay masks,
+// gathered buffers, reduction buffers) lives on Options::device, and the model's parameters become
+// views of buffers there, so a model built on the meta device is materialised on that device. The
+// communicators must take tensors on it (MPI/self: CPU; NCCL: the rank's GPU). The engine itself
+// never synchronises the host with the device: Work::wait() on the NCCL backend only orders the
+// caller's (compute) stream after the collective's stream, so all-gathers, compute and
+// reduce-scatters overlap as far as the prefetch limit allows.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -43,6 +51,7 @@ struct Options {
   bool prefetch = true;
   int limit_all_gathers = 2;  // decoder-layer units gathered at once (full_shard / hybrid_shard)
   int64_t align = 16;         // elements; parameter offsets in the flat buffer are multiples of this
+  at::Device device = at::Device(at::kCPU);  // where shards, optimizer state and gathered buffers live
 };
 
 // One unit as the caller describes it: its parameters (tensors owned by the model's modules, may
@@ -71,6 +80,7 @@ struct UnitShard {
   std::string name;
   ShardPlan plan;        // over the shard group
   int shard_rank = 0;    // this rank's index in the shard group
+  // All on Options::device (code reading them through data_ptr must stage CPU copies elsewhere).
   at::Tensor master;     // fp32 [chunk]
   at::Tensor grad;       // fp32 [chunk]
   at::Tensor exp_avg, exp_avg_sq;  // fp32 [chunk], AdamW moments
@@ -93,7 +103,8 @@ class Engine {
          DecayFn decay);
   ~Engine();
 
-  // Fills every unit's master shard from `source`, one unit at a time.
+  // Fills every unit's master shard from `source`, one unit at a time (staged through one unit's
+  // host buffer when the shards live on a device).
   void load(WeightSource& source);
 
   // ---- one micro-step -------------------------------------------------------------------------

@@ -49,4 +49,37 @@ double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Com
   return norm;
 }
 
+at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group) {
+  at::NoGradGuard no_grad;
+  at::Device device = at::kCPU;
+  for (const at::Tensor& g : grads)
+    if (g.defined()) {
+      device = g.device();
+      break;
+    }
+  at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  for (const at::Tensor& g : grads) {
+    if (!g.defined() || g.numel() == 0) continue;
+    const at::Tensor g64 = g.to(at::kDouble);
+    local.add_((g64 * g64).sum());
+  }
+  at::Tensor total = local;
+  if (shard_group != nullptr && shard_group->size() > 1) {
+    const at::Tensor bits_in = local.view(at::kLong);
+    at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
+    shard_group->all_gather_into(bits_out, bits_in)->wait();
+    const at::Tensor partial = bits_out.view(at::kDouble);
+    total = partial.narrow(0, 0, 1).clone();
+    for (int r = 1; r < shard_group->size(); ++r) total.add_(partial.narrow(0, r, 1));  // rank order
+  }
+  at::Tensor norm = total.sqrt().reshape({});
+  if (max_norm > 0) {
+    at::Tensor coef = at::full_like(norm, max_norm).div(norm + 1e-6).clamp_max(1.0);
+    coef = at::where(at::isfinite(norm), coef, at::ones_like(coef)).to(at::kFloat);
+    for (at::Tensor& g : grads)
+      if (g.defined()) g.mul_(coef);
+  }
+  return norm;
+}
+
 }  // namespace tessera::optim

@@ -25,4 +25,10 @@ double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::
 // A non-finite norm leaves the gradients untouched (the caller decides whether to skip the step).
 double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
 
+// The same two operations without synchronising the host with the device (for gradients on a GPU):
+// the norm stays a 0-dim double tensor on the gradients' device (same partial sums, same rank-order
+// addition, so the same value on every rank), and clipping multiplies by a device-side coefficient
+// (1 where no clipping applies or the norm is not finite). max_norm <= 0: norm only.
+at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
+
 }  // namespace tessera::optim

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
+#include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
@@ -36,19 +38,22 @@ std::string format_duration(double s) {
   return buf;
 }
 
-// Matmul throughput of this rank in the compute dtype, measured once (the MFU denominator on CPU,
-// where no published peak applies).
-double measure_peak_flops(at::ScalarType dtype) {
-  auto a = torch::randn({512, 512}).to(dtype), b = torch::randn({512, 512}).to(dtype);
+// Matmul throughput of this rank in the compute dtype on its device, measured once (the MFU
+// denominator of the metrics; tests/gpu compares against the GPU's published peak instead).
+double measure_peak_flops(at::ScalarType dtype, at::Device device) {
+  const int64_t n = device.is_cpu() ? 512 : 4096;
+  auto a = torch::randn({n, n}).to(device, dtype), b = torch::randn({n, n}).to(device, dtype);
   torch::NoGradGuard ng;
   auto c = torch::matmul(a, b);  // warm up
+  device::synchronize(device);
   int iters = 0;
   auto t0 = Clock::now();
   while (seconds_since(t0) < 0.15) {
     c = torch::matmul(a, b);
     ++iters;
   }
-  return 2.0 * 512 * 512 * 512 * iters / seconds_since(t0);
+  device::synchronize(device);  // a device queues the matmuls; count them once they have run
+  return 2.0 * n * n * n * iters / seconds_since(t0);
 }
 }  // namespace
 
@@ -70,9 +75,20 @@ int64_t peak_rss_bytes() {
 }
 
 // ---- trainer ---------------------------------------------------------------------------------
+// One optimizer step as queued: what is needed to turn it into a StepRecord.
+struct QueuedStep {
+  Clock::time_point t0;
+  at::Tensor loss_sum;         // [1] double: sum over the world of each rank's mean loss
+  at::Tensor grad_norm;        // 0-dim double on the device (device runs), else undefined
+  double grad_norm_host = 0;   // CPU runs
+  double lr = 0;
+};
+
 struct Trainer::Impl {
   CausalLm lm;
-  comm::ProcessGroups groups;
+  comm::ProcessGroups groups;  // the engine's (device) communicators
+  comm::ProcessGroups host;    // MPI/self communicators over the same ranks
+  at::Device device = at::kCPU;
   fsdp::Options fopts;
   TrainOptions opts;
   std::shared_ptr<const data::TokenDataset> dataset;
@@ -95,14 +111,23 @@ struct Trainer::Impl {
     s["world_size"] = groups.world->size();
     return s;
   }
+
+  QueuedStep queue_step();
+  StepRecord record(const QueuedStep& q, bool materialise);
 };
 
 Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, TrainOptions opts,
-                 std::shared_ptr<const data::TokenDataset> dataset, nlohmann::json run_state)
+                 std::shared_ptr<const data::TokenDataset> dataset, nlohmann::json run_state,
+                 const comm::ProcessGroups& host_groups)
     : impl_(std::make_unique<Impl>()) {
   Impl& im = *impl_;
   im.lm = std::move(lm);
   im.groups = groups;
+  im.host = host_groups.world ? host_groups : groups;
+  im.device = fsdp_opts.device;
+  TESSERA_CHECK(im.host.world->size() == groups.world->size() && im.host.world->rank() == groups.world->rank(),
+                "host and device groups must span the same ranks");
+  device::set_current(im.device);
   im.fopts = fsdp_opts;
   im.opts = opts;
   im.dataset = std::move(dataset);
@@ -127,7 +152,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
     checkpoint::SaveOptions so;
     so.keep = opts.checkpoint_keep;
     so.async = opts.checkpoint_async;
-    im.checkpointer = std::make_unique<checkpoint::Checkpointer>(opts.checkpoint_dir, so, groups);
+    im.checkpointer = std::make_unique<checkpoint::Checkpointer>(opts.checkpoint_dir, so, im.host);
   }
 }
 
@@ -150,15 +175,19 @@ int64_t Trainer::resume(const std::string& ckpt_dir) {
   return im.step;
 }
 
-StepRecord Trainer::train_step() {
-  Impl& im = *impl_;
+QueuedStep Trainer::Impl::queue_step() {
+  Impl& im = *this;
   TESSERA_CHECK(im.sampler, "training needs a dataset");
-  auto t0 = Clock::now();
+  QueuedStep q;
+  q.t0 = Clock::now();
   fsdp::Engine& eng = *im.engine;
+  const bool on_cpu = im.device.is_cpu();
   const int64_t T = im.opts.seq_len, accum = im.opts.grad_accum;
-  double local_loss = 0;
+  double local_loss = 0;  // CPU: read back per micro-step (free there)
+  at::Tensor local_loss_dev = on_cpu ? at::Tensor() : at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
   for (int64_t a = 0; a < accum; ++a) {
     at::Tensor batch = im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a)));
+    if (!on_cpu) batch = batch.to(im.device, /*non_blocking=*/false);
     at::Tensor inputs = batch.narrow(1, 0, T), targets = batch.narrow(1, 1, T);
     eng.begin_forward(/*sync=*/a == accum - 1);
     at::Tensor h = im.lm.embed(inputs);
@@ -168,30 +197,46 @@ StepRecord Trainer::train_step() {
                                                            targets.reshape({-1}));
     (loss / static_cast<double>(accum)).backward();
     eng.finish_backward();
-    local_loss += loss.item<double>() / static_cast<double>(accum);
+    if (on_cpu) local_loss += loss.item<double>() / static_cast<double>(accum);
+    else local_loss_dev.add_(loss.detach().to(at::kDouble).div(static_cast<double>(accum)));
   }
   std::vector<at::Tensor> grads;
   for (auto& sh : eng.shards()) grads.push_back(sh.grad);
-  double norm = im.opts.clip > 0 ? optim::clip_grad_norm(grads, im.opts.clip, &eng.shard_group())
-                                 : optim::global_grad_norm(grads, &eng.shard_group());
-  double lr = optim::lr_at(im.step, im.schedule);
+  if (on_cpu)
+    q.grad_norm_host = im.opts.clip > 0 ? optim::clip_grad_norm(grads, im.opts.clip, &eng.shard_group())
+                                        : optim::global_grad_norm(grads, &eng.shard_group());
+  else
+    q.grad_norm = optim::clip_grad_norm_on_device(grads, im.opts.clip, &eng.shard_group());
+  q.lr = optim::lr_at(im.step, im.schedule);
   std::vector<optim::ShardState> states;
   for (auto& sh : eng.shards()) states.push_back({sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.decay_mask});
   std::vector<optim::ShardState*> ptrs;
   for (auto& s : states) ptrs.push_back(&s);
-  im.adamw->step(ptrs, lr);
+  im.adamw->step(ptrs, q.lr);
   eng.after_step();
   eng.zero_grad();
   ++im.step;
 
-  at::Tensor l = torch::tensor({local_loss}, torch::kDouble);
-  im.groups.world->all_reduce(l, comm::ReduceOp::Sum)->wait();
+  q.loss_sum = on_cpu ? torch::tensor({local_loss}, torch::kDouble) : local_loss_dev;
+  im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+  return q;
+}
+
+StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
+  Impl& im = *this;
+  const int64_t T = im.opts.seq_len, accum = im.opts.grad_accum;
   StepRecord r;
   r.step = im.step;
-  r.loss = l.item<double>() / im.groups.world->size();
-  r.grad_norm = norm;
-  r.lr = lr;
-  r.step_time_s = seconds_since(t0);
+  r.device = device::describe(im.device);
+  r.materialised = materialise || im.device.is_cpu();
+  if (r.materialised) {  // on a device: the one host synchronisation of the step
+    r.loss = q.loss_sum.item<double>() / im.groups.world->size();
+    r.grad_norm = q.grad_norm.defined() ? q.grad_norm.item<double>() : q.grad_norm_host;
+  } else {
+    r.loss = r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  }
+  r.lr = q.lr;
+  r.step_time_s = seconds_since(q.t0);
   const double tokens = static_cast<double>(im.groups.world->size() * im.opts.micro_batch * accum * T);
   r.tokens_per_s = tokens / r.step_time_s;
   if (im.peak_flops > 0) {
@@ -199,8 +244,11 @@ StepRecord Trainer::train_step() {
     r.mfu = r.tokens_per_s * flops_per_token / (im.peak_flops * im.groups.world->size());
   }
   r.peak_rss_bytes = peak_rss_bytes();
+  r.peak_gpu_mem_bytes = device::peak_memory_bytes(im.device);
   return r;
 }
+
+StepRecord Trainer::train_step() { return impl_->record(impl_->queue_step(), /*materialise=*/true); }
 
 std::string Trainer::save_checkpoint() {
   Impl& im = *impl_;
@@ -220,7 +268,7 @@ RunResult Trainer::run() {
   const bool rank0 = im.groups.world->rank() == 0;
   RunResult res;
   res.start_step = im.step;
-  im.peak_flops = measure_peak_flops(im.fopts.param_dtype);
+  im.peak_flops = measure_peak_flops(im.fopts.param_dtype, im.device);
   std::ofstream metrics;
   if (rank0 && !im.opts.log_dir.empty()) {
     std::string path = im.opts.log_dir + "/metrics.jsonl";
@@ -229,14 +277,24 @@ RunResult Trainer::run() {
   }
   auto t_start = Clock::now();
   while (im.step < im.opts.steps) {
-    StepRecord r = train_step();
+    // Only a logged record is read back from the device (CPU records always are).
+    const int64_t next = im.step + 1;
+    const bool progress_due = rank0 && !im.opts.quiet && (next % im.opts.log_every == 0 || next == im.opts.steps);
+    const bool read_back = metrics.is_open() || progress_due || next == res.start_step + 1 || next == im.opts.steps;
+    StepRecord r = impl_->record(impl_->queue_step(), read_back);
     res.records.push_back(r);
     if (rank0) {
       if (metrics.is_open()) {
-        metrics << nlohmann::json{{"step", r.step},           {"loss", r.loss},
-                                  {"grad_norm", r.grad_norm}, {"lr", r.lr},
-                                  {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s},
-                                  {"mfu", r.mfu},             {"peak_rss_bytes", r.peak_rss_bytes}}
+        metrics << nlohmann::json{{"step", r.step},
+                                  {"loss", r.loss},
+                                  {"grad_norm", r.grad_norm},
+                                  {"lr", r.lr},
+                                  {"step_time_s", r.step_time_s},
+                                  {"tokens_per_s", r.tokens_per_s},
+                                  {"mfu", r.mfu},
+                                  {"peak_rss_bytes", r.peak_rss_bytes},
+                                  {"device", r.device},
+                                  {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes}}
                        .dump()
                 << "\n";
         metrics.flush();
@@ -245,14 +303,16 @@ RunResult Trainer::run() {
         double done = static_cast<double>(r.step - res.start_step);
         double eta = seconds_since(t_start) / done * static_cast<double>(im.opts.steps - r.step);
         char line[256];
+        // mem: host peak RSS on CPU, the caching allocator's peak on a GPU.
+        const int64_t mem = im.device.is_cpu() ? r.peak_rss_bytes : r.peak_gpu_mem_bytes;
         snprintf(line, sizeof(line),
                  "step %ld/%ld | loss %.4f | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
                  static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, r.grad_norm, r.lr,
-                 r.tokens_per_s, 100.0 * r.mfu, r.peak_rss_bytes / 1048576.0, format_duration(eta).c_str());
+                 r.tokens_per_s, 100.0 * r.mfu, mem / 1048576.0, format_duration(eta).c_str());
         std::cout << line << std::endl;
       }
     }
-    const bool stop = im.groups.world->any(preemption_requested());
+    const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
     const bool periodic = im.opts.checkpoint_every > 0 && im.step % im.opts.checkpoint_every == 0;
     if (im.checkpointer && (stop || periodic || im.step == im.opts.steps)) res.last_checkpoint = save_checkpoint();
     if (stop) {
@@ -270,9 +330,9 @@ std::vector<double> Trainer::sequence_losses(const at::Tensor& tokens) {
   torch::NoGradGuard no_grad;
   fsdp::Engine& eng = *im.engine;
   eng.begin_forward(true);
-  at::Tensor h = im.lm.embed(tokens);
+  at::Tensor h = im.lm.embed(tokens.to(im.device));
   for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
-  at::Tensor logits = im.lm.head(h).to(at::kFloat);
+  at::Tensor logits = im.lm.head(h).to(at::kFloat).cpu();
   eng.reshard_all();
   const int64_t B = tokens.size(0), T = tokens.size(1);
   std::vector<double> out;

@@ -1,6 +1,12 @@
 // The training loop: FSDP forward/backward over micro-batches, gradient clipping, AdamW on the
 // fp32 shards, LR schedule, progress line, metrics JSONL, checkpoints and preemption. It knows a
 // causal language model only through CausalLm (embed -> layers -> head), not Llama.
+//
+// Device: the trainer runs on the engine's device (fsdp::Options::device). Batches are moved there;
+// `groups` are the communicators the engine uses (NCCL on a GPU, MPI on CPU) and `host_groups` the
+// MPI ones for everything that stays on the host (checkpoint agreement, preemption flags). On a
+// device the step queues its work without synchronising the host: the loss and gradient norm stay
+// device tensors until a record is logged (metrics.jsonl, progress line), the only host sync.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -54,6 +60,9 @@ struct StepRecord {
   double loss = 0, grad_norm = 0, lr = 0;
   double step_time_s = 0, tokens_per_s = 0, mfu = 0;
   int64_t peak_rss_bytes = 0;
+  int64_t peak_gpu_mem_bytes = 0;  // LibTorch caching allocator peak on the device (0 on CPU)
+  std::string device = "cpu";      // "cpu" or "cuda:N"
+  bool materialised = true;        // false: loss/grad_norm/step time not read back (nothing logged)
 };
 
 struct RunResult {
@@ -65,15 +74,17 @@ struct RunResult {
 
 class Trainer {
  public:
+  // host_groups: MPI (or self) groups over the same ranks; empty (default): `groups` (CPU runs).
   Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, TrainOptions opts,
-          std::shared_ptr<const data::TokenDataset> dataset, nlohmann::json run_state);
+          std::shared_ptr<const data::TokenDataset> dataset, nlohmann::json run_state,
+          const comm::ProcessGroups& host_groups = {});
   ~Trainer();
 
   fsdp::Engine& engine();
   void load_weights(fsdp::WeightSource& source);
   // Restores shards, optimizer and sampler from a checkpoint directory; returns its step.
   int64_t resume(const std::string& ckpt_dir);
-  StepRecord train_step();  // one optimizer step (grad_accum micro-batches)
+  StepRecord train_step();  // one optimizer step (grad_accum micro-batches); always materialised
   RunResult run();          // from the current step to opts.steps, with logging/checkpoints/signals
   std::string save_checkpoint();  // returns the directory written
   int64_t step() const;

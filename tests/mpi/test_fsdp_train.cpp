@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "launcher/bootstrap.h"
+#include "launcher/device_select.h"
 #include "launcher/llama_lm.h"
 #include "model/llama.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -17,6 +18,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/device/device.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/train/trainer.h"
 
@@ -259,3 +261,63 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
 }
 
 }  // namespace
+
+// The CUDA path (runs only where this build has CUDA and every local rank has its own GPU; skipped
+// on CPU-only machines): FSDP on the GPU over NCCL matches the same run on the CPU over MPI, and a
+// checkpoint saved from GPU shards restores them exactly into a CPU engine.
+TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
+  const auto& b = launcher::current();
+  launcher::DeviceContext ctx = launcher::device_context(b);
+  int usable = ctx.cuda_built && ctx.visible_gpus >= ctx.local_size ? 1 : 0, all_usable = 0;
+  MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all_usable) GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
+  const c10::Device gpu = launcher::choose_device("cuda", ctx);
+  const comm::ProcessGroups nccl = launcher::device_groups(b, gpu);
+  ASSERT_EQ(nccl.world->backend(), "nccl");
+  const auto cfg = test_config();
+  auto t = test_train_options();
+  t.steps = 4;
+  int leader = getpid();
+  MPI_Bcast(&leader, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string dir = "/tmp/tessera_cuda_test_" + std::to_string(leader);
+  for (bool ac : {false, true}) {
+    fsdp::Options fo;
+    fo.activation_checkpointing = ac;
+    std::vector<double> cpu_losses, gpu_losses;
+    {
+      train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+      launcher::InitWeightSource src(1234);
+      tr.load_weights(src);
+      for (int s = 0; s < t.steps; ++s) cpu_losses.push_back(tr.train_step().loss);
+    }
+    std::map<std::string, torch::Tensor> gpu_params;
+    {
+      fsdp::Options fg = fo;
+      fg.device = gpu;
+      auto tg = t;
+      tg.checkpoint_dir = dir;
+      train::Trainer tr(launcher::make_llama_lm(cfg), nccl, fg, tg, test_dataset(t.seq_len), {}, world_groups());
+      launcher::InitWeightSource src(1234);
+      tr.load_weights(src);
+      for (auto& sh : tr.engine().shards()) ASSERT_EQ(sh.master.device(), gpu);
+      for (int s = 0; s < t.steps; ++s) {
+        auto r = tr.train_step();
+        EXPECT_EQ(r.device, tessera::device::describe(gpu));
+        EXPECT_GT(r.peak_gpu_mem_bytes, 0);
+        gpu_losses.push_back(r.loss);
+      }
+      tr.save_checkpoint();
+      for (auto& [name, p] : gather_all(tr.engine())) gpu_params[name] = p.cpu();
+    }
+    for (int s = 0; s < t.steps; ++s)
+      EXPECT_NEAR(gpu_losses[s], cpu_losses[s], 1e-4 * std::abs(cpu_losses[s])) << "step " << s << (ac ? " +AC" : "");
+    {
+      train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+      EXPECT_EQ(tr.resume(checkpoint::latest(dir)), t.steps);
+      for (auto& [name, p] : gather_all(tr.engine())) EXPECT_TRUE(torch::equal(p, gpu_params.at(name))) << name;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_groups().world->rank() == 0) fs::remove_all(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}

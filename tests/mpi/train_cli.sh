@@ -82,4 +82,13 @@ python3 -c "
 import json,sys; l=[json.loads(x)['loss'] for x in open(sys.argv[1])]
 assert len(l)==12 and l[-1] < l[0] - 0.1, l" "$T/bf16/metrics.jsonl"
 ok "bf16 hybrid_shard loss falls"
+# Every metrics record says where it ran (tests/gpu/run.sh reads these): here the CPU, no GPU memory.
+python3 -c "
+import json,sys; r=[json.loads(x) for x in open(sys.argv[1])]
+assert all(x['device']=='cpu' and x['peak_gpu_mem_bytes']==0 for x in r), r[0]" "$T/bf16/metrics.jsonl"
+ok "metrics records carry device cpu and peak_gpu_mem_bytes 0"
+# train.device=cpu is the same run as auto on this CPU-only build, bit for bit.
+"${MPIRUN[@]}" -np 2 $BIN train --set data.seq_len=32 --set train.steps=3 --set log.dir="$T/auto" > /dev/null
+"${MPIRUN[@]}" -np 2 $BIN train --set data.seq_len=32 --set train.steps=3 --set train.device=cpu --set log.dir="$T/cpu" > /dev/null
+check "train.device=cpu equals auto on a CPU-only build" test "$(losses "$T/auto/metrics.jsonl")" = "$(losses "$T/cpu/metrics.jsonl")"
 echo "$pass passed, 0 failed"

@@ -44,10 +44,22 @@ expect_error bad-ranks-per-node "must be a positive integer" $BIN topo --ranks-p
 expect_error mpi-unknown-key "did you mean 'train.steps'" "${MPIRUN[@]}" -np 2 $BIN train --config "$T/typo.json"
 expect_error mpi-hybrid-layout "does not divide the world size" "${MPIRUN[@]}" -np 4 $BIN train --ranks-per-node 3 --set fsdp.strategy=hybrid_shard
 expect_error mpi-missing-model "nomodel: model directory does not exist" "${MPIRUN[@]}" -np 2 $BIN train --set model.path="$T/nomodel"
+# train.device asks for a GPU this CPU-only build cannot use: rank, host and device named, exit 2 on
+# every rank, nothing written (checkpoint and log dirs are created only after the device is agreed).
+expect_error device-bad-spec "train.device 'gpu' is not one of auto, cpu, cuda, cuda:N" $BIN train --set train.device=gpu
+expect_error device-cuda-cpu-build "tessera: error: rank 0: train.device=cuda on host $(hostname) (local rank 0, device cuda:0): this tessera was built without CUDA" \
+  $BIN train --set train.device=cuda --set checkpoint.dir="$T/ck3" --set log.dir="$T/log3"
+expect_error device-index "train.device=cuda:7 on host $(hostname) (local rank 0, device cuda:7)" \
+  $BIN train --set train.device=cuda:7 --set checkpoint.dir="$T/ck4"
+expect_error mpi-device-cuda "tessera: error: rank 0: train.device=cuda on host $(hostname) (local rank 0, device cuda:0)" \
+  "${MPIRUN[@]}" -np 3 $BIN train --set train.device=cuda --set checkpoint.dir="$T/ck5" --set log.dir="$T/log5"
+expect_error mpi-device-cuda-nodes "tessera: error: rank 0: train.device=cuda:1 on host $(hostname) (local rank 0, device cuda:1)" \
+  "${MPIRUN[@]}" -np 2 $BIN train --ranks-per-node 1 --set train.device=cuda:1 --set checkpoint.dir="$T/ck6"
 # SLURM says this task is rank 5 of 9 but MPI (a singleton) says rank 0 of 1.
 expect_error slurm-mismatch "SLURM and MPI disagree" env SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_PROCID=5 SLURM_NTASKS=9 \
   SLURM_LOCALID=1 SLURM_NODEID=2 SLURM_NNODES=3 SLURM_JOB_NODELIST='n[1-3]' $BIN topo
 # Nothing was written by any failed run.
-[ ! -e "$T/ck1" ] && [ ! -e "$T/ck2" ] && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: a failed run created its checkpoint dir"; }
+[ ! -e "$T/ck1" ] && [ ! -e "$T/ck2" ] && [ ! -e "$T/ck3" ] && [ ! -e "$T/log3" ] && [ ! -e "$T/ck4" ] &&
+  [ ! -e "$T/ck5" ] && [ ! -e "$T/log5" ] && [ ! -e "$T/ck6" ] && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: a failed run created its checkpoint dir"; }
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,0 +1,103 @@
+#include "launcher/device_select.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "runtime/device/device.h"
+#include "runtime/error.h"
+
+#ifdef TESSERA_WITH_CUDA
+#include "runtime/comm/nccl_backend.h"
+#endif
+
+namespace tessera::launcher {
+
+namespace {
+
+std::string visible_note(const DeviceContext& ctx) {
+  std::string s = std::to_string(ctx.visible_gpus) + " GPU(s) visible";
+  if (ctx.visible_gpus > 0) s += " (cuda:0-" + std::to_string(ctx.visible_gpus - 1) + ")";
+  if (!ctx.cuda_visible_devices.empty()) s += ", CUDA_VISIBLE_DEVICES=" + ctx.cuda_visible_devices;
+  return s;
+}
+
+}  // namespace
+
+c10::Device choose_device(const std::string& spec, const DeviceContext& ctx) {
+  if (spec == "cpu") return c10::Device(c10::kCPU);
+  // auto: a CUDA build that sees a GPU behaves like `cuda` (including its checks), else cpu.
+  if (spec == "auto" && (!ctx.cuda_built || ctx.visible_gpus == 0)) return c10::Device(c10::kCPU);
+  int base = 0;
+  if (spec == "auto" || spec == "cuda") {
+    base = 0;
+  } else if (spec.rfind("cuda:", 0) == 0) {
+    const std::string idx = spec.substr(5);
+    bool digits = !idx.empty() && idx.size() <= 4 && idx.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits)
+      throw TESSERA_INPUT_ERROR("train.device '" + spec + "': expected cuda:N with N a GPU index (e.g. cuda:0)");
+    base = std::stoi(idx);
+  } else {
+    throw TESSERA_INPUT_ERROR("train.device '" + spec + "' is not one of auto, cpu, cuda, cuda:N");
+  }
+  const int gpu = base + ctx.local_rank;
+  const std::string where = "train.device=" + spec + " on host " + ctx.host + " (local rank " +
+                            std::to_string(ctx.local_rank) + ", device cuda:" + std::to_string(gpu) + "): ";
+  if (!ctx.cuda_built)
+    throw TESSERA_INPUT_ERROR(where + "this tessera was built without CUDA (CPU-only LibTorch); rebuild against a "
+                                     "CUDA LibTorch with -DTESSERA_WITH_CUDA=ON, or use train.device=cpu");
+  if (ctx.visible_gpus == 0)
+    throw TESSERA_INPUT_ERROR(where + "no GPU is visible" +
+                              (ctx.cuda_visible_devices.empty() ? std::string()
+                                                                : " (CUDA_VISIBLE_DEVICES=" + ctx.cuda_visible_devices + ")") +
+                              "; use train.device=cpu");
+  if (base + ctx.local_size > ctx.visible_gpus) {
+    if (base == 0)
+      throw TESSERA_INPUT_ERROR(where + "the host runs " + std::to_string(ctx.local_size) + " local ranks but has " +
+                                visible_note(ctx) + "; one GPU per rank (NCCL refuses two ranks on one GPU)");
+    throw TESSERA_INPUT_ERROR(where + "GPUs cuda:" + std::to_string(base) + "-" +
+                              std::to_string(base + ctx.local_size - 1) + " are needed for " +
+                              std::to_string(ctx.local_size) + " local rank(s) but the host has " + visible_note(ctx));
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+}
+
+DeviceContext device_context(const Bootstrap& b) {
+  DeviceContext ctx;
+  ctx.cuda_built = device::cuda_built();
+  ctx.visible_gpus = ctx.cuda_built ? device::cuda_device_count() : 0;
+  ctx.local_rank = b.local_rank;
+  ctx.local_size = b.local_size;
+  ctx.host = b.host;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) ctx.cuda_visible_devices = v;
+  return ctx;
+}
+
+comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device) {
+  if (device.is_cpu()) return b.groups;
+#ifdef TESSERA_WITH_CUDA
+  const int gpu = device.has_index() ? device.index() : 0;
+  device::set_current(device);
+  MPI_Comm intra, inter;
+  MPI_Comm_split(MPI_COMM_WORLD, b.node_id, b.world_rank, &intra);
+  MPI_Comm_split(MPI_COMM_WORLD, b.local_rank, b.world_rank, &inter);
+  comm::ProcessGroups g;
+  try {
+    g.world = comm::make_nccl_communicator(MPI_COMM_WORLD, "world", gpu);
+    g.intra = comm::make_nccl_communicator(intra, "intra", gpu);
+    g.inter = comm::make_nccl_communicator(inter, "inter", gpu);
+  } catch (...) {
+    MPI_Comm_free(&intra);
+    MPI_Comm_free(&inter);
+    throw;
+  }
+  MPI_Comm_free(&intra);
+  MPI_Comm_free(&inter);
+  return g;
+#else
+  throw TESSERA_INPUT_ERROR("device " + device.str() + " on host " + b.host +
+                            ": this tessera was built without CUDA (no NCCL process groups)");
+#endif
+}
+
+}  // namespace tessera::launcher

@@ -1,0 +1,41 @@
+// `train.device` -> this rank's device and the process groups on it.
+//
+//   auto     as cuda when this build has CUDA (TESSERA_WITH_CUDA) and a GPU is visible, else cpu
+//   cpu      CPU tensors, the bootstrap's MPI groups
+//   cuda     local rank r on GPU r (CUDA_VISIBLE_DEVICES renumbers), NCCL groups
+//   cuda:N   local rank r on GPU N + r
+//
+// One GPU per rank: NCCL refuses two ranks on one GPU, so more local ranks than visible GPUs is bad
+// input, as are a GPU index that does not exist and `cuda` on a build or machine without CUDA.
+#pragma once
+#include <c10/core/Device.h>
+
+#include <string>
+
+#include "launcher/bootstrap.h"
+#include "runtime/comm/communicator.h"
+
+namespace tessera::launcher {
+
+// What choose_device() needs to know about this rank and its machine.
+struct DeviceContext {
+  bool cuda_built = false;  // TESSERA_WITH_CUDA
+  int visible_gpus = 0;     // CUDA devices this process sees
+  int local_rank = 0, local_size = 1;
+  std::string host;
+  std::string cuda_visible_devices;  // the environment variable, "" when unset (for messages)
+};
+
+// Pure (no MPI, no CUDA calls): the device for `spec`, or Error(Input) with a one-line message naming
+// the key, the host and the device (the caller's agreement step adds the rank).
+c10::Device choose_device(const std::string& spec, const DeviceContext& ctx);
+
+// This process's context from the bootstrap and LibTorch.
+DeviceContext device_context(const Bootstrap& b);
+
+// Process groups on `device`: the bootstrap's MPI groups for CPU; for CUDA, NCCL communicators over
+// the same ranks (world, intra, inter; unique ids broadcast over MPI) bound to the device. Collective
+// over the world. NCCL initialisation failure throws Error naming rank, host and device.
+comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device);
+
+}  // namespace tessera::launcher

@@ -1,0 +1,34 @@
+// Device helpers for the runtime: everything the FSDP engine and the trainer need to know about
+// "the device" beyond at::Device itself. Device-generic: compiles and runs against a CPU-only
+// LibTorch (every CUDA query answers "none" there). What needs c10/cuda headers (the caching
+// allocator's statistics) lives in device_cuda.cpp, compiled only with TESSERA_WITH_CUDA.
+#pragma once
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::device {
+
+// True when this binary was built with the CUDA path (TESSERA_WITH_CUDA: a CUDA LibTorch + NCCL).
+bool cuda_built();
+// CUDA devices visible to LibTorch (0 with a CPU-only LibTorch or no driver).
+int cuda_device_count();
+
+// "cpu" or "cuda:N" (the form metrics.jsonl and error messages use).
+std::string describe(const c10::Device& d);
+
+// Makes `d` the current device of the calling thread (no-op for CPU).
+void set_current(const c10::Device& d);
+// Blocks the host until the work queued on `d` is done (no-op for CPU). Not for the training step.
+void synchronize(const c10::Device& d);
+// Peak bytes held by LibTorch's caching allocator on `d` since the last reset (0 for CPU).
+int64_t peak_memory_bytes(const c10::Device& d);
+void reset_peak_memory(const c10::Device& d);
+
+namespace detail {  // device_cuda.cpp (TESSERA_WITH_CUDA only)
+int64_t cuda_peak_allocated_bytes(int device);
+void cuda_reset_peak(int device);
+}  // namespace detail
+
+}  // namespace tessera::device

@@ -1,0 +1,113 @@
+// train.device -> device: every accepted form and every refusal, on described machines (the pure
+// choose_device(); the real binary's refusals on this CPU-only machine are in tests/unit/cli_errors.sh).
+#include <gtest/gtest.h>
+
+#include "launcher/device_select.h"
+#include "runtime/device/device.h"
+#include "runtime/error.h"
+
+using tessera::launcher::choose_device;
+using tessera::launcher::DeviceContext;
+
+namespace {
+
+DeviceContext machine(bool cuda_built, int gpus, int local_rank, int local_size) {
+  DeviceContext c;
+  c.cuda_built = cuda_built;
+  c.visible_gpus = gpus;
+  c.local_rank = local_rank;
+  c.local_size = local_size;
+  c.host = "node7";
+  return c;
+}
+
+std::string error_of(const std::string& spec, const DeviceContext& ctx) {
+  try {
+    c10::Device d = choose_device(spec, ctx);
+    return "no error (chose " + d.str() + ")";
+  } catch (const tessera::Error& e) {
+    EXPECT_EQ(e.kind(), tessera::ErrorKind::Input);
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message must be one line";
+    return e.what();
+  }
+}
+
+void expect_has(const std::string& msg, const std::string& needle) {
+  EXPECT_NE(msg.find(needle), std::string::npos) << "'" << needle << "' not in: " << msg;
+}
+
+}  // namespace
+
+TEST(DeviceSelect, CpuAlwaysWorks) {
+  EXPECT_EQ(choose_device("cpu", machine(false, 0, 0, 1)), c10::Device(c10::kCPU));
+  EXPECT_EQ(choose_device("cpu", machine(true, 8, 3, 16)), c10::Device(c10::kCPU));
+}
+
+TEST(DeviceSelect, AutoPicksTheLocalGpuOnlyOnACudaBuildWithGpus) {
+  EXPECT_EQ(choose_device("auto", machine(false, 0, 0, 1)), c10::Device(c10::kCPU));
+  EXPECT_EQ(choose_device("auto", machine(false, 8, 2, 8)), c10::Device(c10::kCPU));  // CPU build
+  EXPECT_EQ(choose_device("auto", machine(true, 0, 0, 2)), c10::Device(c10::kCPU));   // no GPU
+  EXPECT_EQ(choose_device("auto", machine(true, 8, 5, 8)), c10::Device(c10::kCUDA, 5));
+  // auto with GPUs behaves like cuda, checks included.
+  expect_has(error_of("auto", machine(true, 2, 2, 3)), "runs 3 local ranks");
+}
+
+TEST(DeviceSelect, CudaIsTheLocalRanksGpu) {
+  EXPECT_EQ(choose_device("cuda", machine(true, 1, 0, 1)), c10::Device(c10::kCUDA, 0));
+  EXPECT_EQ(choose_device("cuda", machine(true, 8, 7, 8)), c10::Device(c10::kCUDA, 7));
+  EXPECT_EQ(choose_device("cuda:3", machine(true, 8, 0, 1)), c10::Device(c10::kCUDA, 3));
+  EXPECT_EQ(choose_device("cuda:4", machine(true, 8, 2, 4)), c10::Device(c10::kCUDA, 6));
+}
+
+TEST(DeviceSelect, CudaOnACpuBuildNamesHostAndDevice) {
+  std::string m = error_of("cuda", machine(false, 0, 1, 2));
+  expect_has(m, "train.device=cuda");
+  expect_has(m, "host node7");
+  expect_has(m, "device cuda:1");
+  expect_has(m, "built without CUDA");
+}
+
+TEST(DeviceSelect, CudaWithoutVisibleGpus) {
+  DeviceContext c = machine(true, 0, 0, 1);
+  c.cuda_visible_devices = "-1";
+  std::string m = error_of("cuda", c);
+  expect_has(m, "no GPU is visible");
+  expect_has(m, "CUDA_VISIBLE_DEVICES=-1");
+  expect_has(m, "device cuda:0");
+}
+
+TEST(DeviceSelect, GpuIndexThatDoesNotExist) {
+  std::string m = error_of("cuda:5", machine(true, 2, 0, 1));
+  expect_has(m, "train.device=cuda:5");
+  expect_has(m, "device cuda:5");
+  expect_has(m, "2 GPU(s) visible (cuda:0-1)");
+  // cuda:1 with 2 local ranks needs GPUs 1 and 2.
+  m = error_of("cuda:1", machine(true, 2, 0, 2));
+  expect_has(m, "GPUs cuda:1-2 are needed for 2 local rank(s)");
+}
+
+TEST(DeviceSelect, MoreLocalRanksThanGpus) {
+  // Every local rank refuses (rank 0 included), so every rank stops with the same message.
+  for (int lr = 0; lr < 4; ++lr) {
+    std::string m = error_of("cuda", machine(true, 2, lr, 4));
+    expect_has(m, "host node7");
+    expect_has(m, "device cuda:" + std::to_string(lr));
+    expect_has(m, "runs 4 local ranks but has 2 GPU(s) visible");
+    expect_has(m, "NCCL refuses two ranks on one GPU");
+  }
+}
+
+TEST(DeviceSelect, MalformedSpecs) {
+  for (const char* bad : {"gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cuda:1:2", "", "mps"}) {
+    std::string m = error_of(bad, machine(true, 8, 0, 1));
+    expect_has(m, "train.device '" + std::string(bad) + "'");
+  }
+}
+
+TEST(DeviceSelect, ThisBuildAndMachine) {
+  // The device helpers answer without a GPU (CPU LibTorch here): no CUDA, no devices, 0 bytes.
+  EXPECT_EQ(tessera::device::describe(c10::Device(c10::kCPU)), "cpu");
+  EXPECT_EQ(tessera::device::describe(c10::Device(c10::kCUDA, 3)), "cuda:3");
+  EXPECT_EQ(tessera::device::peak_memory_bytes(c10::Device(c10::kCPU)), 0);
+  if (!tessera::device::cuda_built()) EXPECT_EQ(choose_device("auto", tessera::launcher::device_context({})), c10::Device(c10::kCPU));
+}
