@@ -342,19 +342,29 @@ LoadStats load_naive(Engine& engine, WeightSource& source) {
 
 }  // namespace
 
-LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const HostGroups& host) {
+LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const comm::ProcessGroups* host_groups) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadStats st;
   if (mode == LoadMode::Rank0) {
-    comm::Communicator* shard = host.shard ? host.shard : &engine.shard_group();
-    comm::Communicator* replicate = host.replicate ? host.replicate : &engine.replicate_group();
+    comm::Communicator* shard = &engine.shard_group();
+    comm::Communicator* replicate = &engine.replicate_group();
+    comm::CommPtr self;
+    if (host_groups) {  // the engine's layout (see Engine's constructor), over the host groups
+      self = comm::make_self_communicator("load");
+      switch (engine.options().strategy) {
+        case Strategy::FullShard:
+        case Strategy::ShardGradOp: shard = host_groups->world.get(), replicate = self.get(); break;
+        case Strategy::NoShard: shard = self.get(), replicate = host_groups->world.get(); break;
+        case Strategy::HybridShard: shard = host_groups->intra.get(), replicate = host_groups->inter.get(); break;
+      }
+    }
     TESSERA_CHECK(shard->device().is_cpu() && replicate->device().is_cpu(),
-                  "model.load=rank0 moves host memory: pass CPU (MPI) groups of the engine's layout when its groups "
-                  "live on " + shard->device().str());
+                  "model.load=rank0 moves host memory: pass the CPU (MPI) groups when the engine's groups live on " +
+                      shard->device().str());
     TESSERA_CHECK(shard->size() == engine.shard_group().size() && shard->rank() == engine.shard_group().rank() &&
                       replicate->size() == engine.replicate_group().size() &&
                       replicate->rank() == engine.replicate_group().rank(),
-                  "load_weights: host groups do not match the engine's shard/replicate layout");
+                  "load_weights: the host groups do not match the engine's shard/replicate layout");
     st = load_rank0(engine, source, *shard, *replicate);
   } else {
     TESSERA_CHECK(source != nullptr, "model.load=" + to_string(mode) + " needs a weight source on every rank");

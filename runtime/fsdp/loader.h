@@ -47,17 +47,14 @@ struct LoadStats {
   bool root = false;               // this rank read for everyone (rank0 mode)
 };
 
-// CPU communicators with the same layout as the engine's shard and replicate groups, for an engine
-// whose groups live on a GPU (rank0 mode moves host memory). Null: the engine's own groups.
-struct HostGroups {
-  comm::Communicator* shard = nullptr;
-  comm::Communicator* replicate = nullptr;
-};
-
 // Loads every unit's master shard (masters on a device are filled through a host buffer per unit).
 // `source` may be null on the ranks that do not read (rank0 mode, non-root ranks); it is required
 // everywhere else. Collective over the shard and replicate groups in rank0 mode; local otherwise.
-LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const HostGroups& host = {});
+// rank0 mode moves host memory: for an engine whose groups live on a GPU (NCCL), pass the
+// bootstrap's CPU (MPI) groups in `host_groups`; the engine's strategy picks the same layout from
+// them. Null: the engine's own groups.
+LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode,
+                       const comm::ProcessGroups* host_groups = nullptr);
 
 // Shard arithmetic of a set of units at a group size, without any tensor (works on meta-device
 // parameters): how much each rank holds, "on paper".

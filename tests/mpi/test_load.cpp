@@ -175,6 +175,33 @@ TEST(Load, ModesAreByteIdenticalAndEqualTheCheckpoint) {
   }
 }
 
+// An engine whose groups live on a GPU loads in rank0 mode over the bootstrap's CPU groups: the
+// loader picks the engine's shard/replicate layout out of them by strategy (here the same groups
+// the engine got, so the result must equal a plain load) and refuses groups of another layout.
+TEST(Load, Rank0OverHostGroupsPicksTheEnginesLayout) {
+  auto dir = std::make_shared<model::ModelDir>(checkpoint_dir());
+  for (Strategy s : {Strategy::FullShard, Strategy::ShardGradOp, Strategy::NoShard, Strategy::HybridShard}) {
+    SCOPED_TRACE(fsdp::to_string(s));
+    const comm::ProcessGroups g = groups_for(s);
+    Loaded l;
+    l.lm = launcher::make_llama_lm(dir->config());
+    fsdp::Options o;
+    o.strategy = s;
+    l.engine = std::make_unique<fsdp::Engine>(l.lm.units, l.lm.layer, g, o, l.lm.decay);
+    launcher::HfWeightSource src(dir);
+    const bool reader = l.engine->shard_group().rank() == 0 && l.engine->replicate_group().rank() == 0;
+    fsdp::load_weights(*l.engine, reader ? &src : nullptr, LoadMode::Rank0, &g);
+    Loaded ref = load(s, LoadMode::Parallel);
+    for (size_t u = 0; u < ref.engine->shards().size(); ++u)
+      EXPECT_TRUE(same_bytes(l.engine->shards()[u].master, ref.engine->shards()[u].master)) << u;
+    if (s == Strategy::HybridShard && world().size() == 4) {  // engine: 2 x 2; bootstrap groups: 1 x 4
+      const comm::ProcessGroups other = world_groups();
+      EXPECT_THROW(fsdp::load_weights(*l.engine, reader ? &src : nullptr, LoadMode::Rank0, &other), Error);
+    }
+  }
+  world().barrier()->wait();
+}
+
 TEST(Load, ParallelReadsOnlyItsSlicesNaiveReadsEverything) {
   fsdp::LoadStats par, naive;
   load(Strategy::FullShard, LoadMode::Parallel, &par);

@@ -109,5 +109,7 @@ TEST(DeviceSelect, ThisBuildAndMachine) {
   EXPECT_EQ(tessera::device::describe(c10::Device(c10::kCPU)), "cpu");
   EXPECT_EQ(tessera::device::describe(c10::Device(c10::kCUDA, 3)), "cuda:3");
   EXPECT_EQ(tessera::device::peak_memory_bytes(c10::Device(c10::kCPU)), 0);
-  if (!tessera::device::cuda_built()) EXPECT_EQ(choose_device("auto", tessera::launcher::device_context({})), c10::Device(c10::kCPU));
+  if (!tessera::device::cuda_built()) {
+    EXPECT_EQ(choose_device("auto", tessera::launcher::device_context({})), c10::Device(c10::kCPU));
+  }
 }
