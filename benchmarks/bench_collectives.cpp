@@ -230,14 +230,31 @@ int64_t count_wrong(Op op, const Impl& impl, Buffers& b, bool ip, int rank, int 
 }
 
 // Mean seconds per collective, the slowest rank's.
-double time_impl(const Impl& impl, Buffers& b, bool ip, int warmup, int iters, MPI_Comm sync) {
-  for (int i = 0; i < warmup; ++i) impl.run(b, ip);
-  MPI_Barrier(sync);
-  auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) impl.run(b, ip);
-  double t = std::chrono::duration<double>(Clock::now() - t0).count() / iters, tmax = 0;
-  MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, sync);
-  return tmax;
+
+// Times several (implementation, in-place) runs in interleaved rounds -- one iteration of each per
+// round, each started by a barrier and timed to the slowest rank -- so that noise drifting over the
+// run (other tenants of the machine, page cache, CPU frequency) hits every implementation alike.
+// Per run, the median round is reported.
+std::vector<double> time_interleaved(const std::vector<std::pair<Impl, bool>>& runs, Buffers& b, int warmup, int iters,
+                                     MPI_Comm sync) {
+  for (const auto& [impl, ip] : runs)
+    for (int i = 0; i < warmup; ++i) impl.run(b, ip);
+  std::vector<std::vector<double>> rounds(runs.size());
+  for (int i = 0; i < iters; ++i)
+    for (size_t k = 0; k < runs.size(); ++k) {
+      MPI_Barrier(sync);
+      const auto t0 = Clock::now();
+      runs[k].first.run(b, runs[k].second);
+      double t = std::chrono::duration<double>(Clock::now() - t0).count(), tmax = 0;
+      MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, sync);
+      rounds[k].push_back(tmax);
+    }
+  std::vector<double> median;
+  for (auto& r : rounds) {
+    std::sort(r.begin(), r.end());
+    median.push_back(r.empty() ? -1 : r[r.size() / 2]);
+  }
+  return median;
 }
 
 struct Result {
@@ -307,7 +324,7 @@ int run_bench_collectives(const std::vector<std::string>& args) {
       double bus_sum = 0;
       int bus_count = 0;
       if (root && !json) {
-        std::printf("#\n# %s on group '%s' (%s, %d ranks), dtype %s, %d iters, %d warm-up\n", opname.c_str(),
+        std::printf("#\n# %s on group '%s' (%s, %d ranks), dtype %s, %d iters, %d warm-up; times: median of rounds interleaved with the baselines\n", opname.c_str(),
                     c->name().c_str(), c->backend().c_str(), n, c10::toString(dt), iters, warmup);
         std::printf("#%11s %12s %6s | %10s %8s %8s %6s | %10s %8s %8s %6s | %9s %9s %7s %7s | %9s %7s\n", "size",
                     "count", "type", "oop us", "algbw", "busbw", "#wrong", "ip us", "algbw", "busbw", "#wrong",
@@ -320,17 +337,25 @@ int run_bench_collectives(const std::vector<std::string>& args) {
         Result t_oop, t_ip, r_oop, r_ip, g_oop;
         t_oop.wrong = count_wrong(op, tess, b, false, rank, n, dt);
         t_ip.wrong = count_wrong(op, tess, b, true, rank, n, dt);
-        t_oop.time_s = time_impl(tess, b, false, warmup, iters, sync);
-        t_ip.time_s = time_impl(tess, b, true, warmup, iters, sync);
+        // Tessera and its baselines, interleaved round by round (see time_interleaved).
+        std::vector<std::pair<Impl, bool>> runs{{tess, false}, {tess, true}};
+        std::vector<Result*> slots{&t_oop, &t_ip};
         MPI_Datatype rt = raw_type(dt, op == Op::ReduceScatter || op == Op::AllReduce);
         if (baselines && is_mpi && rt != MPI_DATATYPE_NULL) {
           Impl r = raw_mpi_impl(op, raw, rank, rt);
-          r_oop.time_s = time_impl(r, b, false, warmup, iters, sync);
-          r_ip.time_s = time_impl(r, b, true, warmup, iters, sync);
+          runs.push_back({r, false});
+          runs.push_back({r, true});
+          slots.push_back(&r_oop);
+          slots.push_back(&r_ip);
         }
 #ifdef TESSERA_HAVE_GLOO
-        if (gloo && op != Op::ReduceScatter) g_oop.time_s = time_impl(gloo_impl(op, *gloo, n), b, false, warmup, iters, sync);
+        if (gloo && op != Op::ReduceScatter) {
+          runs.push_back({gloo_impl(op, *gloo, n), false});
+          slots.push_back(&g_oop);
+        }
 #endif
+        const std::vector<double> times = time_interleaved(runs, b, warmup, iters, sync);
+        for (size_t k = 0; k < slots.size(); ++k) slots[k]->time_s = times[k];
         int64_t wrong[2] = {t_oop.wrong, t_ip.wrong}, wrong_all[2] = {0, 0};
         MPI_Allreduce(wrong, wrong_all, 2, MPI_INT64_T, MPI_SUM, sync);
         auto algbw = [&](double t) { return size_bytes / t / 1e9; };
