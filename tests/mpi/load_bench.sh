@@ -20,7 +20,7 @@ cat >"$WORK/config.json" <<'EOF'
 EOF
 "$BIN" init-model --config "$WORK/config.json" --dtype bf16 --max-shard-size 40MB --out "$WORK/model" >/dev/null ||
   fail "init-model exited $?"
-"${MPIRUN[@]}" "$BIN" bench load --model "$WORK/model" --json >"$WORK/out.json" 2>"$WORK/err" ||
+"${MPIRUN[@]}" "$BIN" bench load --model "$WORK/model" --repeat 2 --json >"$WORK/out.json" 2>"$WORK/err" ||
   fail "bench load exited $?: $(cat "$WORK/err")"
 python3 - "$WORK/out.json" <<'PY' || fail "$(cat "$WORK/out.json")"
 import json, sys
