@@ -189,7 +189,14 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
   std::vector<Pending> pending;
   std::string root_error;  // of the root's own reads during the loop, agreed on at the end
   std::array<at::Tensor, 2> staging;  // the root's fp32 buffers for staged units (unit u uses u % 2)
-  std::vector<comm::WorkPtr> broadcasts;
+  // Replicate-group broadcasts of finished host shards; a receiving replica copies its host shard
+  // into the master (on the engine's device) once the broadcast completes.
+  struct Broadcast {
+    comm::WorkPtr work;
+    size_t unit = 0;
+    at::Tensor host;
+  };
+  std::vector<Broadcast> broadcasts;
 
   auto complete = [&](Pending& p) {
     UnitShard& u = units[p.unit];
@@ -202,7 +209,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
       zero_gaps(u.plan, u.shard_rank, p.host.data_ptr<float>());
     }
     finish_shard(u, p.host);
-    if (replicate.size() > 1) broadcasts.push_back(replicate.broadcast(u.master, 0));
+    if (replicate.size() > 1) broadcasts.push_back({replicate.broadcast(p.host, 0), p.unit, at::Tensor()});
   };
   // Replicas receive finished shards, so with replicas every unit completes before the next.
   const size_t max_pending = replicate.size() > 1 ? 1 : 2;
@@ -285,12 +292,9 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
         }
         p.work = shard.scatter_into(p.host, flat, 0);
       }
-    } else {
-      p.host = u.master;  // replicas only receive the finished shard by broadcast
-      p.work = nullptr;
-    }
-    if (!reader_replica) {
-      broadcasts.push_back(replicate.broadcast(u.master, 0));
+    } else {  // the other replicas only receive the finished shard by broadcast
+      const at::Tensor host = host_shard(u);
+      broadcasts.push_back({replicate.broadcast(host, 0), ui, host});
       continue;
     }
     pending.push_back(std::move(p));
@@ -301,7 +305,10 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
   }
   for (auto& p : pending) complete(p);
   agree_on_read(shard, replicate, st.root, root_error);
-  for (auto& w : broadcasts) w->wait();
+  for (auto& b : broadcasts) {
+    b.work->wait();
+    if (b.host.defined()) finish_shard(units[b.unit], b.host);
+  }
   return st;
 }
 
