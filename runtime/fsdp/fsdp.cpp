@@ -317,22 +317,6 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
 
 Engine::~Engine() = default;
 
-void Engine::load(WeightSource& source) {
-  // Every rank reads only its own slices (one parameter slice at a time, no full unit needed).
-  // Shards on a device are filled through a host copy of one unit's shard (padding stays zero).
-  for (auto& u : impl_->units) {
-    const auto& plan = u.shard->plan;
-    at::Tensor& master = u.shard->master;
-    at::Tensor host = master.is_cpu() ? master : at::zeros({plan.chunk}, master.options().device(at::kCPU));
-    float* dst = host.data_ptr<float>();
-    for (const auto& s : plan.slices(u.shard->shard_rank)) {
-      const auto& slot = plan.params[s.param];
-      source.read(slot.name, slot.shape, s.param_offset, s.length, dst + s.shard_offset);
-    }
-    if (!host.is_same(master)) master.copy_(host);
-  }
-}
-
 void Engine::begin_forward(bool sync) {
   impl_->sync = sync;
   impl_->wait_gathered(0);

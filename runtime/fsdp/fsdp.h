@@ -103,10 +103,6 @@ class Engine {
          DecayFn decay);
   ~Engine();
 
-  // Fills every unit's master shard from `source`, one unit at a time (staged through one unit's
-  // host buffer when the shards live on a device).
-  void load(WeightSource& source);
-
   // ---- one micro-step -------------------------------------------------------------------------
   // sync=false: gradients accumulate locally (no communication, like no_sync); sync=true: this
   // micro-step's backward reduces the accumulated gradients into the shards.

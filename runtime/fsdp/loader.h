@@ -15,7 +15,7 @@
 //             their shards. With replicas (no_shard, hybrid_shard) the scatter happens on the
 //             root's replica and every finished shard is broadcast over the replicate group into
 //             the other replicas' masters. Only the root needs a WeightSource.
-//   parallel  every rank reads only the element ranges of its own slices (Engine::load): no
+//   parallel  every rank reads only the element ranges of its own slices: no
 //             communication, no full tensor anywhere. Needs the checkpoint on every rank's disk.
 //   naive     every rank reads every tensor of the model into memory (fp32), then copies out its
 //             shards. Kept ONLY as the baseline of `tessera bench load`; never use it for real runs.

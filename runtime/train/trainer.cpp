@@ -15,6 +15,7 @@
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
 #include "runtime/error.h"
+#include "runtime/fsdp/loader.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
@@ -161,7 +162,9 @@ Trainer::~Trainer() = default;
 fsdp::Engine& Trainer::engine() { return *impl_->engine; }
 int64_t Trainer::step() const { return impl_->step; }
 
-void Trainer::load_weights(fsdp::WeightSource& source) { impl_->engine->load(source); }
+void Trainer::load_weights(fsdp::WeightSource& source) {
+  fsdp::load_weights(*impl_->engine, &source, fsdp::LoadMode::Parallel);
+}
 
 int64_t Trainer::resume(const std::string& ckpt_dir) {
   Impl& im = *impl_;
