@@ -9,31 +9,39 @@
 
 namespace tessera::optim {
 
-double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::Communicator* shard_group) {
+namespace {
+
+// Every rank's sum of squares of its gradient shards, in double on the gradients' device, as a
+// [size] tensor in rank order (the raw bits are all-gathered, so every rank adds the same numbers
+// in the same order and gets the same norm); [1] without a group.
+at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Communicator* shard_group) {
   at::NoGradGuard no_grad;
   at::Device device = at::kCPU;
-  at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
-  bool first = true;
-  for (const at::Tensor& g : local_grad_shards) {
-    if (!g.defined() || g.numel() == 0) continue;
-    if (first) {
+  for (const at::Tensor& g : grads)
+    if (g.defined()) {
       device = g.device();
-      local = local.to(device);
-      first = false;
+      break;
     }
+  at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  for (const at::Tensor& g : grads) {
+    if (!g.defined() || g.numel() == 0) continue;
     const at::Tensor g64 = g.to(at::kDouble);
     local.add_((g64 * g64).sum());
   }
-  if (shard_group == nullptr || shard_group->size() == 1) return std::sqrt(local.item<double>());
-
-  // All-gather the raw bits of every rank's partial sum, then add them in rank order.
+  if (shard_group == nullptr || shard_group->size() == 1) return local;
   const at::Tensor bits_in = local.view(at::kLong);
   at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
   shard_group->all_gather_into(bits_out, bits_in)->wait();
-  const at::Tensor partial = bits_out.view(at::kDouble).cpu();
+  return bits_out.view(at::kDouble);
+}
+
+}  // namespace
+
+double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::Communicator* shard_group) {
+  const at::Tensor partial = partial_square_sums(local_grad_shards, shard_group).cpu();
   const double* p = partial.data_ptr<double>();
   double total = 0;
-  for (int r = 0; r < shard_group->size(); ++r) total += p[r];
+  for (int64_t r = 0; r < partial.numel(); ++r) total += p[r];
   return std::sqrt(total);
 }
 
@@ -51,27 +59,9 @@ double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Com
 
 at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group) {
   at::NoGradGuard no_grad;
-  at::Device device = at::kCPU;
-  for (const at::Tensor& g : grads)
-    if (g.defined()) {
-      device = g.device();
-      break;
-    }
-  at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
-  for (const at::Tensor& g : grads) {
-    if (!g.defined() || g.numel() == 0) continue;
-    const at::Tensor g64 = g.to(at::kDouble);
-    local.add_((g64 * g64).sum());
-  }
-  at::Tensor total = local;
-  if (shard_group != nullptr && shard_group->size() > 1) {
-    const at::Tensor bits_in = local.view(at::kLong);
-    at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
-    shard_group->all_gather_into(bits_out, bits_in)->wait();
-    const at::Tensor partial = bits_out.view(at::kDouble);
-    total = partial.narrow(0, 0, 1).clone();
-    for (int r = 1; r < shard_group->size(); ++r) total.add_(partial.narrow(0, r, 1));  // rank order
-  }
+  const at::Tensor partial = partial_square_sums(grads, shard_group);
+  at::Tensor total = partial.narrow(0, 0, 1).clone();
+  for (int64_t r = 1; r < partial.numel(); ++r) total.add_(partial.narrow(0, r, 1));  // rank order
   at::Tensor norm = total.sqrt().reshape({});
   if (max_norm > 0) {
     at::Tensor coef = at::full_like(norm, max_norm).div(norm + 1e-6).clamp_max(1.0);
