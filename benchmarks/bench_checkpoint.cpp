@@ -1,6 +1,5 @@
 #include "benchmarks/bench_checkpoint.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,14 +20,6 @@ namespace tessera::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Drops the page cache of a file (its pages are clean after fsync), so reads hit the disk.
-void drop_cache(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
 
 // Wall time of fn across the world: barrier, fn on every rank, barrier.
 template <class Fn>
@@ -132,12 +123,12 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
       std::snprintf(b, sizeof b, "rank-%05d.bin", engine.shard_group().rank());
       return std::string(b);
     }();
-    drop_cache(my_file);
+    checkpoint::io::drop_page_cache(my_file);  // its pages are clean after fsync
     best_load = std::min(best_load, last_load = timed(world, [&] { checkpoint::load(st.dir, engine); }));
 
     settle("", dd);
     best_dd_w = std::min(best_dd_w, last_dd_w = timed(world, [&] { dd_write(dd, static_cast<uint64_t>(my_bytes)); }));
-    drop_cache(dd);
+    checkpoint::io::drop_page_cache(dd);
     best_dd_r = std::min(best_dd_r, last_dd_r = timed(world, [&] { dd_read(dd); }));
 
     double blocked = 0;

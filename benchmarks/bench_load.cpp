@@ -10,9 +10,7 @@
 #include <iostream>
 #include <set>
 #include <sstream>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +18,7 @@
 #include "launcher/cli.h"
 #include "launcher/llama_lm.h"
 #include "model/safetensors.h"
+#include "runtime/checkpoint/io.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
 
@@ -139,12 +138,7 @@ int run_bench_load(const std::vector<std::string>& args) {
   // Cold: rank 0 evicts the checkpoint's (clean) pages, so the baseline and every mode read the disk.
   auto drop_cache = [&] {  // on rank 0 only
     if (cold)
-      for (const auto& f : files) {
-        int fd = ::open(f.c_str(), O_RDONLY);
-        if (fd < 0) continue;
-        ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        ::close(fd);
-      }
+      for (const auto& f : files) checkpoint::io::drop_page_cache(f);
   };
   // Rounds of (baseline, every mode), `repeat` times: noise that drifts over the run hits the
   // baseline and the modes alike. Reported: the median baseline time and, per mode, the round with

@@ -100,4 +100,11 @@ void fsync_dir(const std::string& dir) {
   if (rc != 0) throw TESSERA_INPUT_ERROR("cannot fsync directory " + dir + ": " + std::strerror(err));
 }
 
+void drop_page_cache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
 }  // namespace tessera::checkpoint::io

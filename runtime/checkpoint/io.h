@@ -49,6 +49,9 @@ class ChecksumWriter {
 };
 
 void fsync_dir(const std::string& dir);
+// Evicts the file's clean pages from the page cache (posix_fadvise DONTNEED; best effort, silent if
+// the file cannot be opened), so that the next read comes from the disk. Used by the benchmarks.
+void drop_page_cache(const std::string& path);
 std::string errno_message();
 
 }  // namespace tessera::checkpoint::io
