@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "runtime/error.h"
 
@@ -146,28 +147,30 @@ std::string error_status(const std::exception& e) {
   return "2|" + std::string(e.what());  // model/ format errors are bad input
 }
 
-// How the root sends a unit: "direct:<dtype>" when the source has in-memory views of every
-// parameter in one dtype (bf16/fp16/fp32): each rank's slices go out as they are stored, with no
-// copy on the root, and receivers widen them in place; "staged" otherwise: the root reads the unit
-// into an fp32 staging buffer and scatters that.
+// How the root sends a unit, as a word every rank can parse: a dtype name ("BFloat16", "Half",
+// "Float") when the source has in-memory views of every parameter in that one dtype -- each rank's
+// slices go out as they are stored, with no copy on the root, and receivers widen them in place --
+// or "staged": the root reads the unit into an fp32 staging buffer and scatters that.
+const char* const kStaged = "staged";
 std::string unit_route(const ShardPlan& plan, WeightSource& source, std::vector<at::Tensor>& views) {
   views.clear();
-  at::ScalarType dtype = at::kFloat;
-  for (size_t i = 0; i < plan.params.size(); ++i) {
-    at::Tensor v = source.view(plan.params[i].name, 0, plan.params[i].numel);
-    if (!v.defined() || (i > 0 && v.scalar_type() != dtype) ||
-        (v.scalar_type() != at::kBFloat16 && v.scalar_type() != at::kHalf && v.scalar_type() != at::kFloat)) {
+  for (const auto& slot : plan.params) {
+    at::Tensor v = source.view(slot.name, 0, slot.numel);
+    const bool usable = v.defined() && (v.scalar_type() == at::kBFloat16 || v.scalar_type() == at::kHalf ||
+                                        v.scalar_type() == at::kFloat);
+    if (!usable || (!views.empty() && v.scalar_type() != views[0].scalar_type())) {
       views.clear();
-      return "staged";
+      return kStaged;
     }
-    dtype = v.scalar_type();
     views.push_back(v);
   }
-  return std::string("direct:") + c10::toString(dtype);
+  return views.empty() ? kStaged : c10::toString(views[0].scalar_type());
 }
-at::ScalarType route_dtype(const std::string& route) {
-  const std::string d = route.substr(route.find(':') + 1);
-  return d == "BFloat16" ? at::kBFloat16 : d == "Half" ? at::kHalf : at::kFloat;
+// The dtype a route sends as stored; nullopt for a staged unit.
+std::optional<at::ScalarType> route_wire(const std::string& route) {
+  for (at::ScalarType t : {at::kBFloat16, at::kHalf, at::kFloat})
+    if (route == c10::toString(t)) return t;
+  return std::nullopt;
 }
 
 LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate) {
@@ -183,8 +186,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     comm::WorkPtr work;
     at::Tensor host;
     std::vector<at::Tensor> views;
-    at::ScalarType wire = at::kFloat;
-    bool direct = false;
+    std::optional<at::ScalarType> wire;  // sent as stored in this dtype; nullopt: staged fp32
   };
   std::vector<Pending> pending;
   std::string root_error;  // of the root's own reads during the loop, agreed on at the end
@@ -204,8 +206,8 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     if (st.root) {
       for (size_t i = 0; i < p.views.size(); ++i) source->release(u.plan.params[i].name, 0, u.plan.params[i].numel);
       p.views.clear();
-    } else if (p.direct) {
-      if (p.wire != at::kFloat) widen_in_place(p.host.data_ptr<float>(), u.plan.chunk, p.wire);
+    } else if (p.wire) {
+      if (*p.wire != at::kFloat) widen_in_place(p.host.data_ptr<float>(), u.plan.chunk, *p.wire);
       zero_gaps(u.plan, u.shard_rank, p.host.data_ptr<float>());
     }
     finish_shard(u, p.host);
@@ -213,6 +215,54 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
   };
   // Replicas receive finished shards, so with replicas every unit completes before the next.
   const size_t max_pending = replicate.size() > 1 ? 1 : 2;
+
+  // Direct route: each rank's slices straight from the root's views; receivers land them at their
+  // element positions inside their own shard memory (widened in complete()), the root converts its
+  // own slices from the source while the others receive.
+  auto post_direct = [&](UnitShard& u, Pending& p) {
+    std::vector<at::Tensor> out;
+    std::vector<std::vector<at::Tensor>> pieces;
+    if (st.root) {
+      pieces.resize(shard.size());
+      for (int r = 1; r < shard.size(); ++r)
+        for (const auto& s : u.plan.slices(r)) {
+          pieces[r].push_back(p.views[s.param].narrow(0, s.param_offset, s.length));
+          st.elements_read += s.length;
+        }
+    } else {
+      const at::Tensor raw = at::from_blob(p.host.data_ptr(), {p.host.numel() * 4 / static_cast<int64_t>(at::elementSize(*p.wire))},
+                                           at::TensorOptions().dtype(*p.wire));
+      for (const auto& s : u.plan.slices(u.shard_rank)) out.push_back(raw.narrow(0, s.shard_offset, s.length));
+    }
+    p.work = shard.scatter_pieces(std::move(out), std::move(pieces), 0);
+    if (!st.root) return;
+    try {
+      st.elements_read += read_own_slices(u.plan, 0, *source, p.host.data_ptr<float>());
+    } catch (const std::exception& e) {
+      root_error = error_status(e);
+    }
+  };
+  // Staged route: the root reads the whole unit into one of its two fp32 buffers and scatters it.
+  auto post_staged = [&](size_t ui, UnitShard& u, Pending& p) {
+    at::Tensor flat;
+    if (st.root) {
+      at::Tensor& buffer = staging[ui % 2];
+      if (!buffer.defined()) {
+        int64_t largest = 0;
+        for (const auto& x : units) largest = std::max(largest, x.plan.padded_total);
+        buffer = at::empty({largest}, at::TensorOptions().dtype(at::kFloat));
+        st.staging_bytes += largest * static_cast<int64_t>(sizeof(float));
+      }
+      // The previous user of this buffer (unit ui-2) completed before pending had room for ui.
+      flat = buffer.narrow(0, 0, u.plan.padded_total);
+      try {
+        st.elements_read += read_flat_unit(u.plan, *source, flat.data_ptr<float>());
+      } catch (const std::exception& e) {
+        root_error = error_status(e);  // the scatter still runs (garbage), the final agreement throws
+      }
+    }
+    p.work = shard.scatter_into(p.host, flat, 0);
+  };
 
   // The root decides every unit's route up front (views are only pointers into the mapping, and
   // taking them checks every tensor), and all ranks agree on the routes -- or on the root's error --
@@ -239,64 +289,21 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
                                                    std::to_string(units.size()) + " units");
 
   for (size_t ui = 0; ui < units.size(); ++ui) {
-    const std::string& status = route[ui];
-    std::vector<at::Tensor> views = std::move(all_views[ui]);
     UnitShard& u = units[ui];
-    Pending p;
-    p.unit = ui;
-    if (reader_replica) {
-      p.host = host_shard(u);
-      p.direct = status != "staged";
-      p.wire = p.direct ? route_dtype(status) : at::kFloat;
-      if (p.direct) {
-        std::vector<at::Tensor> out;
-        std::vector<std::vector<at::Tensor>> pieces;
-        if (st.root) {
-          pieces.resize(shard.size());
-          for (int r = 1; r < shard.size(); ++r)
-            for (const auto& s : u.plan.slices(r)) pieces[r].push_back(views[s.param].narrow(0, s.param_offset, s.length));
-        } else {
-          // 16-bit slices land at their element positions of the shard's own memory (widened later).
-          at::Tensor raw = at::from_blob(p.host.data_ptr(), {p.host.numel() * 4 / static_cast<int64_t>(at::elementSize(p.wire))},
-                                         at::TensorOptions().dtype(p.wire));
-          for (const auto& s : u.plan.slices(u.shard_rank)) out.push_back(raw.narrow(0, s.shard_offset, s.length));
-        }
-        p.work = shard.scatter_pieces(std::move(out), std::move(pieces), 0);
-        if (st.root) {
-          p.views = std::move(views);
-          try {  // the root's own slices, converted straight from the source while the others receive
-            st.elements_read += read_own_slices(u.plan, 0, *source, p.host.data_ptr<float>());
-          } catch (const std::exception& e) {
-            root_error = error_status(e);
-          }
-          for (int r = 1; r < shard.size(); ++r)
-            for (const auto& s : u.plan.slices(r)) st.elements_read += s.length;
-        }
-      } else {
-        at::Tensor flat;
-        if (st.root) {
-          const int b = static_cast<int>(ui % 2);
-          if (!staging[b].defined()) {
-            int64_t largest = 0;
-            for (const auto& x : units) largest = std::max(largest, x.plan.padded_total);
-            staging[b] = at::empty({largest}, at::TensorOptions().dtype(at::kFloat));
-            st.staging_bytes += largest * static_cast<int64_t>(sizeof(float));
-          }
-          // The previous user of this buffer (unit ui-2) completed before pending had room for ui.
-          flat = staging[b].narrow(0, 0, u.plan.padded_total);
-          try {
-            st.elements_read += read_flat_unit(u.plan, *source, flat.data_ptr<float>());
-          } catch (const std::exception& e) {
-            root_error = error_status(e);  // the scatter still runs (garbage), the final agreement throws
-          }
-        }
-        p.work = shard.scatter_into(p.host, flat, 0);
-      }
-    } else {  // the other replicas only receive the finished shard by broadcast
+    if (!reader_replica) {  // the other replicas only receive the finished shard by broadcast
       const at::Tensor host = host_shard(u);
       broadcasts.push_back({replicate.broadcast(host, 0), ui, host});
       continue;
     }
+    Pending p;
+    p.unit = ui;
+    p.host = host_shard(u);
+    p.wire = route_wire(route[ui]);
+    p.views = std::move(all_views[ui]);
+    if (p.wire)
+      post_direct(u, p);
+    else
+      post_staged(ui, u, p);
     pending.push_back(std::move(p));
     if (pending.size() >= max_pending) {
       complete(pending.front());
