@@ -138,12 +138,11 @@ void check_scatter_pieces(const std::vector<at::Tensor>& out, const std::vector<
   if (static_cast<int>(pieces.size()) != size)
     throw TESSERA_INPUT_ERROR(where + ": root must pass pieces for each of the " + std::to_string(size) +
                               " ranks, got " + std::to_string(pieces.size()));
-  at::ScalarType dtype = out.empty() ? at::kFloat : out[0].scalar_type();
+  // The one dtype: the outputs' if root has any, else the first piece's.
+  const at::Tensor* first = out.empty() ? nullptr : &out[0];
   for (const auto& list : pieces)
-    if (out.empty() && !list.empty()) {
-      dtype = list[0].scalar_type();
-      break;
-    }
+    if (!first && !list.empty()) first = &list[0];
+  const at::ScalarType dtype = first ? first->scalar_type() : at::kFloat;
   for (const auto& list : pieces)
     for (const auto& t : list) {
       check_contiguous(t, "scatter_pieces piece", where);
