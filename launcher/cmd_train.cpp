@@ -121,15 +121,12 @@ ModelSetup setup_model(const Config& cfg) {
   return s;
 }
 
-// host_groups: the bootstrap's MPI groups (rank0 loading moves host memory even when the engine
-// runs on GPUs over NCCL).
-void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg,
-                        const comm::ProcessGroups& host_groups) {
+void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg) {
   if (!cfg.get_string("model.path").empty()) {
     // model.load: rank0 (only rank 0 has a source), parallel, or naive (benchmark baseline).
     std::unique_ptr<HfWeightSource> src;
     if (ms.dir) src = std::make_unique<HfWeightSource>(ms.dir);
-    fsdp::load_weights(trainer.engine(), src.get(), fsdp::parse_load_mode(cfg.get_string("model.load")), &host_groups);
+    trainer.load_weights(src.get(), fsdp::parse_load_mode(cfg.get_string("model.load")));
   } else {
     InitWeightSource src(static_cast<uint64_t>(cfg.get_int("model.seed")));
     trainer.load_weights(src);
@@ -228,7 +225,7 @@ int run_train(const std::vector<std::string>& args) {
     collectively([&] { trainer.resume(resume_dir); });
     if (rank0) std::cout << "resumed from " << resume_dir << " at step " << trainer.step() << std::endl;
   } else {
-    collectively([&] { load_model_weights(trainer, ms, cfg, b.groups); });
+    collectively([&] { load_model_weights(trainer, ms, cfg); });
   }
   train::install_preemption_handlers(topts.preempt_signal);
   auto res = trainer.run();

@@ -15,7 +15,6 @@
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
 #include "runtime/error.h"
-#include "runtime/fsdp/loader.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
@@ -162,8 +161,10 @@ Trainer::~Trainer() = default;
 fsdp::Engine& Trainer::engine() { return *impl_->engine; }
 int64_t Trainer::step() const { return impl_->step; }
 
-void Trainer::load_weights(fsdp::WeightSource& source) {
-  fsdp::load_weights(*impl_->engine, &source, fsdp::LoadMode::Parallel);
+void Trainer::load_weights(fsdp::WeightSource& source) { load_weights(&source, fsdp::LoadMode::Parallel); }
+
+void Trainer::load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode) {
+  fsdp::load_weights(*impl_->engine, source, mode, &impl_->host);
 }
 
 int64_t Trainer::resume(const std::string& ckpt_dir) {

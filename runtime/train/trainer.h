@@ -18,6 +18,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/fsdp/fsdp.h"
+#include "runtime/fsdp/loader.h"
 
 namespace tessera::data {
 class TokenDataset;
@@ -81,7 +82,11 @@ class Trainer {
   ~Trainer();
 
   fsdp::Engine& engine();
+  // Every rank reads its own slices (model.load=parallel).
   void load_weights(fsdp::WeightSource& source);
+  // Any model.load mode; in rank0 mode only the reading rank needs a source (others pass null).
+  // Loading moves host memory, so it runs over the trainer's host groups.
+  void load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode);
   // Restores shards, optimizer and sampler from a checkpoint directory; returns its step.
   int64_t resume(const std::string& ckpt_dir);
   StepRecord train_step();  // one optimizer step (grad_accum micro-batches); always materialised
