@@ -15,7 +15,8 @@
 //    inverse of reduce_scatter_into's sharding (trailing ranks' chunks may be pure padding).
 //  - In-place: all_gather_into may be called with `in` a view of out's own chunk
 //    (out[rank*chunk, ...)) and reduce_scatter_into with `out` a view of in's own chunk; backends
-//    avoid the extra copy where they can. Otherwise out and in must not overlap.
+//    avoid the extra copy where they can, and an in-place reduce_scatter_into may overwrite the rest
+//    of `in` (MPI's in-place form uses it). Otherwise out and in must not overlap, and `in` is kept.
 // Supported dtypes: float32, bfloat16, float16 (plus int32/int64/uint8 for bookkeeping). Reductions
 // of bf16/fp16 are computed in fp32 and rounded once (never on raw bits).
 #pragma once

@@ -172,6 +172,15 @@ class MpiCommunicator : public Communicator {
       if (n == 0) return;
       const bool widen = reduce_in_fp32(in.scalar_type());
       const auto red_dtype = widen ? at::kFloat : in.scalar_type();
+      // In place, even and unwidened: MPI leaves the result at the start of `in`; move it to this
+      // rank's chunk (disjoint from the start for rank > 0). No temporary.
+      if (!widen && n == padded && out.data_ptr() == static_cast<char*>(in.data_ptr()) + rank_ * chunk * in.element_size()) {
+        check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, in.data_ptr(), chunk, move_type(red_dtype), mpi_op(op), comm_),
+                  "MPI_Reduce_scatter_block");
+        if (rank_ != 0) std::memcpy(out.data_ptr(), in.data_ptr(), chunk * in.element_size());
+        if (op == ReduceOp::Mean) out.div_(size_);
+        return;
+      }
       // Source: the caller's buffer, unless it must be padded to size*chunk or widened to fp32.
       at::Tensor src = in;
       if (widen || n != padded) {
