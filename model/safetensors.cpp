@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include "util/widen.h"
+
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <fcntl.h>
@@ -123,11 +125,9 @@ void convert_elements(const void* src, DType sd, void* dst, DType dd, int64_t co
     std::memcpy(dst, src, count * element_size(sd));
     return;
   }
-  if (sd == DType::BF16 && dd == DType::F32) {
-    // bf16 is the upper half of an fp32: a shift, vectorised by the compiler (the loading hot path).
-    const uint16_t* s16 = static_cast<const uint16_t*>(src);
-    uint32_t* d32 = static_cast<uint32_t*>(dst);
-    for (int64_t i = 0; i < count; ++i) d32[i] = static_cast<uint32_t>(s16[i]) << 16;
+  if ((sd == DType::BF16 || sd == DType::F16) && dd == DType::F32) {  // the loading hot path
+    util::widen_to_f32(static_cast<const uint16_t*>(src), sd == DType::BF16 ? util::Float16Kind::BF16 : util::Float16Kind::F16,
+                       static_cast<float*>(dst), count);
     return;
   }
   auto* s = static_cast<const unsigned char*>(src);

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "runtime/error.h"
+#include "util/widen.h"
 
 namespace tessera::fsdp {
 
@@ -89,43 +90,16 @@ int64_t read_flat_unit(const ShardPlan& plan, WeightSource& source, float* flat)
   return read;
 }
 
-// A shard received as 16-bit floats at element positions [0, n) of its own memory (bytes
-// [0, 2n)) becomes fp32 in place, from the end backwards: the fp32 bytes [4i, 4i+4) of element i
-// only cover 16-bit elements >= i, which are already converted (blocks are loaded before stored).
-template <bool kBf16>
-uint32_t widen_bits(uint16_t v) {
-  if (kBf16) return static_cast<uint32_t>(v) << 16;  // bf16 is the upper half of an fp32
-  const float f = static_cast<float>(c10::Half(v, c10::Half::from_bits()));
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-template <bool kBf16>
-void widen_in_place_as(unsigned char* bytes, int64_t n) {
-  constexpr int64_t B = 64;
-  alignas(64) uint16_t in[B];
-  alignas(64) uint32_t out[B];
-  int64_t i = n;
-  for (; i >= B;) {
-    i -= B;
-    std::memcpy(in, bytes + 2 * i, sizeof in);
-    for (int64_t k = 0; k < B; ++k) out[k] = widen_bits<kBf16>(in[k]);
-    std::memcpy(bytes + 4 * i, out, sizeof out);
-  }
-  while (i > 0) {
-    --i;
-    uint16_t v;
-    std::memcpy(&v, bytes + 2 * i, 2);
-    const uint32_t w = widen_bits<kBf16>(v);
-    std::memcpy(bytes + 4 * i, &w, 4);
-  }
-}
-void widen_in_place(float* shard, int64_t n, at::ScalarType dtype) {
-  auto* bytes = reinterpret_cast<unsigned char*>(shard);
-  if (dtype == at::kBFloat16)
-    widen_in_place_as<true>(bytes, n);
-  else
-    widen_in_place_as<false>(bytes, n);
+// Direct route in batches: the flat range of rank r's shard is cut into pieces of `batch`
+// elements (the last one shorter); batch j of every rank travels in the j-th scatter_pieces of the
+// unit. A receiver lands 16-bit slices in a small bounce buffer at their offset inside the batch
+// and widens them from there (still in cache) into its master, so the 16-bit data never makes a
+// round trip through main memory.
+int64_t batch_count(const ShardPlan& plan, int64_t batch) { return (plan.chunk + batch - 1) / batch; }
+// Slices of rank r's batch j; shard_offset counts from the batch's first element.
+std::vector<ShardSlice> batch_slices(const ShardPlan& plan, int r, int64_t j, int64_t batch) {
+  const int64_t begin = plan.shard_begin(r) + j * batch;
+  return plan.slices_in(begin, std::min(begin + batch, plan.shard_begin(r) + plan.chunk));
 }
 
 // The root's read error (empty when none) on every rank of the shard group and then of the
@@ -149,7 +123,7 @@ std::string error_status(const std::exception& e) {
 
 // How the root sends a unit, as a word every rank can parse: a dtype name ("BFloat16", "Half",
 // "Float") when the source has in-memory views of every parameter in that one dtype -- each rank's
-// slices go out as they are stored, with no copy on the root, and receivers widen them in place --
+// slices go out as they are stored, with no copy on the root, and receivers widen 16-bit ones --
 // or "staged": the root reads the unit into an fp32 staging buffer and scatters that.
 const char* const kStaged = "staged";
 std::string unit_route(const ShardPlan& plan, WeightSource& source, std::vector<at::Tensor>& views) {
@@ -173,17 +147,18 @@ std::optional<at::ScalarType> route_wire(const std::string& route) {
   return std::nullopt;
 }
 
-LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate) {
+LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate,
+                     int64_t batch) {
   LoadStats st;
   st.root = shard.rank() == 0 && replicate.rank() == 0;
   const bool reader_replica = replicate.rank() == 0;  // the replica whose shard group the root scatters over
   auto& units = engine.shards();
 
-  // A unit whose scatter may still be in flight: the root releases its views once it completes,
-  // receivers then widen and zero their shard.
+  // A unit whose scatters may still be in flight: the root releases its views once they complete,
+  // receivers then zero their shard's gaps.
   struct Pending {
     size_t unit = 0;
-    comm::WorkPtr work;
+    std::vector<comm::WorkPtr> works;
     at::Tensor host;
     std::vector<at::Tensor> views;
     std::optional<at::ScalarType> wire;  // sent as stored in this dtype; nullopt: staged fp32
@@ -202,12 +177,11 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
 
   auto complete = [&](Pending& p) {
     UnitShard& u = units[p.unit];
-    p.work->wait();
+    for (auto& w : p.works) w->wait();
     if (st.root) {
       for (size_t i = 0; i < p.views.size(); ++i) source->release(u.plan.params[i].name, 0, u.plan.params[i].numel);
       p.views.clear();
     } else if (p.wire) {
-      if (*p.wire != at::kFloat) widen_in_place(p.host.data_ptr<float>(), u.plan.chunk, *p.wire);
       zero_gaps(u.plan, u.shard_rank, p.host.data_ptr<float>());
     }
     finish_shard(u, p.host);
@@ -216,30 +190,66 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
   // Replicas receive finished shards, so with replicas every unit completes before the next.
   const size_t max_pending = replicate.size() > 1 ? 1 : 2;
 
-  // Direct route: each rank's slices straight from the root's views; receivers land them at their
-  // element positions inside their own shard memory (widened in complete()), the root converts its
-  // own slices from the source while the others receive.
+  // Direct route: each rank's slices straight from the root's views, in batches (see
+  // batch_slices); the root posts every batch of the unit and converts its own slices from the
+  // source while the others receive. Receivers land fp32 slices at their place in their shard, and
+  // 16-bit ones in one of two bounce buffers (batch j+1 arrives while j is widened).
+  std::array<at::Tensor, 2> bounce;
   auto post_direct = [&](UnitShard& u, Pending& p) {
-    std::vector<at::Tensor> out;
-    std::vector<std::vector<at::Tensor>> pieces;
+    const int64_t batches = batch_count(u.plan, batch);
     if (st.root) {
-      pieces.resize(shard.size());
-      for (int r = 1; r < shard.size(); ++r)
-        for (const auto& s : u.plan.slices(r)) {
-          pieces[r].push_back(p.views[s.param].narrow(0, s.param_offset, s.length));
-          st.elements_read += s.length;
-        }
-    } else {
-      const at::Tensor raw = at::from_blob(p.host.data_ptr(), {p.host.numel() * 4 / static_cast<int64_t>(at::elementSize(*p.wire))},
-                                           at::TensorOptions().dtype(*p.wire));
-      for (const auto& s : u.plan.slices(u.shard_rank)) out.push_back(raw.narrow(0, s.shard_offset, s.length));
+      for (int64_t j = 0; j < batches; ++j) {
+        std::vector<std::vector<at::Tensor>> pieces(shard.size());
+        for (int r = 1; r < shard.size(); ++r)
+          for (const auto& s : batch_slices(u.plan, r, j, batch)) {
+            pieces[r].push_back(p.views[s.param].narrow(0, s.param_offset, s.length));
+            st.elements_read += s.length;
+          }
+        p.works.push_back(shard.scatter_pieces({}, std::move(pieces), 0));
+      }
+      try {
+        st.elements_read += read_own_slices(u.plan, 0, *source, p.host.data_ptr<float>());
+      } catch (const std::exception& e) {
+        root_error = error_status(e);
+      }
+      return;
     }
-    p.work = shard.scatter_pieces(std::move(out), std::move(pieces), 0);
-    if (!st.root) return;
-    try {
-      st.elements_read += read_own_slices(u.plan, 0, *source, p.host.data_ptr<float>());
-    } catch (const std::exception& e) {
-      root_error = error_status(e);
+    const at::ScalarType wire = *p.wire;
+    if (wire == at::kFloat) {  // nothing to widen: straight into the shard
+      for (int64_t j = 0; j < batches; ++j) {
+        std::vector<at::Tensor> out;
+        for (const auto& s : batch_slices(u.plan, u.shard_rank, j, batch))
+          out.push_back(p.host.narrow(0, j * batch + s.shard_offset, s.length));
+        p.works.push_back(shard.scatter_pieces(std::move(out), {}, 0));
+      }
+      return;
+    }
+    if (!bounce[0].defined()) {
+      int64_t elems = 0;  // a batch is at most one chunk long
+      for (const auto& x : units) elems = std::max(elems, std::min(batch, x.plan.chunk));
+      for (auto& b : bounce) {
+        b = at::empty({elems}, at::TensorOptions().dtype(wire));
+        st.staging_bytes += elems * static_cast<int64_t>(at::elementSize(wire));
+      }
+    }
+    std::vector<std::vector<ShardSlice>> slices(batches);
+    std::array<comm::WorkPtr, 2> works;
+    auto post = [&](int64_t j) {
+      slices[j] = batch_slices(u.plan, u.shard_rank, j, batch);
+      const at::Tensor b = bounce[j % 2].view(wire);  // one unit may be bf16, the next fp16
+      std::vector<at::Tensor> out;
+      for (const auto& s : slices[j]) out.push_back(b.narrow(0, s.shard_offset, s.length));
+      works[j % 2] = shard.scatter_pieces(std::move(out), {}, 0);
+    };
+    for (int64_t j = 0; j < std::min<int64_t>(2, batches); ++j) post(j);
+    for (int64_t j = 0; j < batches; ++j) {
+      works[j % 2]->wait();
+      const auto* b = static_cast<const uint16_t*>(bounce[j % 2].data_ptr());
+      float* dst = p.host.data_ptr<float>() + j * batch;
+      for (const auto& s : slices[j])
+        util::widen_to_f32(b + s.shard_offset, wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16,
+                           dst + s.shard_offset, s.length);
+      if (j + 2 < batches) post(j + 2);
     }
   };
   // Staged route: the root reads the whole unit into one of its two fp32 buffers and scatters it.
@@ -261,7 +271,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
         root_error = error_status(e);  // the scatter still runs (garbage), the final agreement throws
       }
     }
-    p.work = shard.scatter_into(p.host, flat, 0);
+    p.works.push_back(shard.scatter_into(p.host, flat, 0));
   };
 
   // The root decides every unit's route up front (views are only pointers into the mapping, and
@@ -356,7 +366,9 @@ LoadStats load_naive(Engine& engine, WeightSource& source) {
 
 }  // namespace
 
-LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const comm::ProcessGroups* host_groups) {
+LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const comm::ProcessGroups* host_groups,
+                       int64_t batch_elems) {
+  TESSERA_CHECK(batch_elems > 0, "load_weights: batch_elems must be positive");
   const auto t0 = std::chrono::steady_clock::now();
   LoadStats st;
   if (mode == LoadMode::Rank0) {
@@ -379,7 +391,7 @@ LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, cons
                       replicate->size() == engine.replicate_group().size() &&
                       replicate->rank() == engine.replicate_group().rank(),
                   "load_weights: the host groups do not match the engine's shard/replicate layout");
-    st = load_rank0(engine, source, *shard, *replicate);
+    st = load_rank0(engine, source, *shard, *replicate, batch_elems);
   } else {
     TESSERA_CHECK(source != nullptr, "model.load=" + to_string(mode) + " needs a weight source on every rank");
     st = mode == LoadMode::Naive ? load_naive(engine, *source) : load_parallel(engine, *source);

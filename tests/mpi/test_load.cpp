@@ -110,14 +110,14 @@ class NoViewSource : public fsdp::WeightSource {
 // Loads with `mode`; in rank0 mode only the reading rank gets a source (the others prove they
 // need none). `staged`: the source offers no views (rank0 mode stages every unit).
 Loaded load(Strategy s, LoadMode mode, fsdp::LoadStats* stats = nullptr, const std::string& path = checkpoint_dir(),
-            bool staged = false) {
+            bool staged = false, int64_t batch_elems = fsdp::kLoadBatchElems) {
   auto dir = std::make_shared<model::ModelDir>(path);
   Loaded l = make_engine(s, dir->config());
   launcher::HfWeightSource hf(dir);
   NoViewSource plain(dir);
   fsdp::WeightSource* src = staged ? static_cast<fsdp::WeightSource*>(&plain) : &hf;
   const bool reader = l.engine->shard_group().rank() == 0 && l.engine->replicate_group().rank() == 0;
-  auto st = fsdp::load_weights(*l.engine, mode == LoadMode::Rank0 && !reader ? nullptr : src, mode);
+  auto st = fsdp::load_weights(*l.engine, mode == LoadMode::Rank0 && !reader ? nullptr : src, mode, nullptr, batch_elems);
   if (stats) *stats = st;
   return l;
 }
@@ -129,8 +129,8 @@ bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-// rank0 mode sends bf16/fp16 checkpoints as stored and widens them in place on the receivers, fp32
-// ones without conversion, and stages units when the source has no views: every route, for every
+// rank0 mode sends bf16/fp16 checkpoints as stored and widens them on the receivers through bounce
+// buffers, fp32 ones without conversion, and stages units when the source has no views: every route, for every
 // strategy, gives the checkpoint's values (gaps and padding zero) and the same bytes as the
 // parallel and naive modes.
 TEST(Load, ModesAreByteIdenticalAndEqualTheCheckpoint) {
@@ -161,14 +161,25 @@ TEST(Load, ModesAreByteIdenticalAndEqualTheCheckpoint) {
         const bool reader = ref.engine->shard_group().rank() == 0 && ref.engine->replicate_group().rank() == 0;
         EXPECT_EQ(st.root, reader);
         EXPECT_EQ(st.elements_read > 0, reader);  // nobody else touched the checkpoint
-        // Staged units use the root's two fp32 unit buffers; direct ones need none at all.
-        EXPECT_EQ(st.staging_bytes, reader && staged ? 2 * st.largest_unit_bytes : 0);
+        // Staged units use the root's two fp32 unit buffers; direct ones need none on the root,
+        // and on the receivers of the scatter two 16-bit bounce buffers of one batch (or chunk).
+        int64_t bounce = 0;
+        if (!reader && !staged && dtype != model::DType::F32 && ref.engine->replicate_group().rank() == 0)
+          for (const auto& u : shards) bounce = std::max(bounce, 2 * 2 * std::min(fsdp::kLoadBatchElems, u.plan.chunk));
+        EXPECT_EQ(st.staging_bytes, reader && staged ? 2 * st.largest_unit_bytes : bounce);
         if (staged) continue;
         for (LoadMode m : {LoadMode::Parallel, LoadMode::Naive}) {
           SCOPED_TRACE(fsdp::to_string(m));
           Loaded other = load(s, m, nullptr, path);
           for (size_t u = 0; u < shards.size(); ++u)
             EXPECT_TRUE(same_bytes(shards[u].master, other.engine->shards()[u].master)) << shards[u].name;
+        }
+        {  // many small batches whose edges cut slices anywhere (the default batch holds a test chunk whole)
+          SCOPED_TRACE("rank0 in batches of 777 elements");
+          ASSERT_GT(shards[0].plan.chunk, 10 * 777);
+          Loaded batched = load(s, LoadMode::Rank0, nullptr, path, false, 777);
+          for (size_t u = 0; u < shards.size(); ++u)
+            EXPECT_TRUE(same_bytes(shards[u].master, batched.engine->shards()[u].master)) << shards[u].name;
         }
       }
     }

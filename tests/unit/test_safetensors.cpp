@@ -4,11 +4,14 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "model/errors.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
+#include "util/widen.h"
 
 using namespace tessera::model;
 namespace fs = std::filesystem;
@@ -389,4 +392,30 @@ TEST(SafetensorsLazy, ReadingOneShardDoesNotTouchOthers) {
   auto spec = hf_tensor_specs(cfg).front();
   EXPECT_TRUE(torch::equal(dir.read(spec.name), content(spec)));
   EXPECT_ERROR_CONTAINS(dir.read("lm_head.weight"), last + ": truncated");
+}
+
+// The widening behind every 16-bit read: exact for all 65536 bit patterns of bf16 and fp16 (NaN
+// stays NaN), on the streaming path (large output, unaligned destination) and the scalar one.
+TEST(Widen, ExactForEveryBitPatternOnBothPaths) {
+  for (auto kind : {tessera::util::Float16Kind::BF16, tessera::util::Float16Kind::F16}) {
+    const int64_t n = 5 * 65536 + 3;  // > kStreamBytes of output; not a multiple of any vector width
+    ASSERT_GE(n * 4, tessera::util::kStreamBytes);
+    std::vector<uint16_t> src(n);
+    for (int64_t i = 0; i < n; ++i) src[i] = static_cast<uint16_t>(i * 40503u);  // odd step: every pattern
+    std::vector<float> big(n + 1), small(n);
+    tessera::util::widen_to_f32(src.data(), kind, big.data() + 1, n);  // +1: not 16/32-byte aligned
+    for (int64_t i = 0; i < n; i += 1000)  // pieces far below kStreamBytes: the scalar path
+      tessera::util::widen_to_f32(src.data() + i, kind, small.data() + i, std::min<int64_t>(1000, n - i));
+    auto reference = [&](uint16_t v) {
+      return kind == tessera::util::Float16Kind::BF16 ? static_cast<float>(c10::BFloat16(v, c10::BFloat16::from_bits()))
+                                                      : static_cast<float>(c10::Half(v, c10::Half::from_bits()));
+    };
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = reference(src[i]);
+      for (float got : {big[i + 1], small[i]})
+        if (std::isnan(want) ? !std::isnan(got) : std::memcmp(&want, &got, 4) != 0) ++wrong;
+    }
+    EXPECT_EQ(wrong, 0) << (kind == tessera::util::Float16Kind::BF16 ? "bf16" : "fp16");
+  }
 }
