@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -307,6 +308,11 @@ int run_bench_collectives(const std::vector<std::string>& args) {
   TESSERA_CHECK_INPUT(!comms.empty(), "--group '" + v["group"].as<std::string>() + "' is not one of world, intra, inter, all");
 
   const bool root = launcher::current().world_rank == 0;
+  // Which Open MPI transports carry the MPI traffic (figures differ a lot between shared memory and
+  // TCP): mpirun --mca btl X exports OMPI_MCA_btl to the ranks.
+  const char* btl = std::getenv("OMPI_MCA_btl");
+  const std::string transport = btl ? std::string("btl ") + btl : "Open MPI's default btl (shared memory within a host)";
+  if (root && !json) std::printf("# MPI transport: %s\n", transport.c_str());
   nlohmann::json out = nlohmann::json::array();
   at::NoGradGuard no_grad;
   for (const auto& c : comms) {
@@ -368,7 +374,7 @@ int run_bench_collectives(const std::vector<std::string>& args) {
         if (!root) continue;
         if (json) {
           auto opt = [](double x) { return x > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
-          out.push_back({{"group", c->name()}, {"ranks", n}, {"op", opname}, {"dtype", c10::toString(dt)},
+          out.push_back({{"group", c->name()}, {"ranks", n}, {"op", opname}, {"dtype", c10::toString(dt)}, {"transport", transport},
                          {"bytes", int64_t(size_bytes)}, {"count", b.count},
                          {"oop", {{"time_us", t_oop.time_s * 1e6}, {"algbw", algbw(t_oop.time_s)},
                                   {"busbw", busbw(t_oop.time_s)}, {"wrong", wrong_all[0]}}},

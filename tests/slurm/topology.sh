@@ -1,5 +1,6 @@
 # `tessera topo --json` in a 2-node x 2-task sbatch job on the local Slurm cluster, launched both
 # ways (srun --mpi=pmix and mpirun inside the allocation): the 2x2 layout must come out of SLURM/MPI.
+# Then the collectives benchmark through its job template on the same layout (see the end).
 source "$(dirname "$0")/lib.bash"
 
 cat >topo.sbatch <<'JOB'
@@ -28,3 +29,38 @@ for launcher in srun mpirun; do
   esac
   echo "ok: $launcher 2x2 ($source)"
 done
+
+# The collectives benchmark through its job template (slurm/bench.sbatch: topo, then bench
+# collectives) on the same 2x2 allocation: every group (world 4, intra 2, inter 2) and collective,
+# no wrong element anywhere, nccl-tests' algbw/busbw arithmetic, and the same-run baselines.
+timeout 300 sbatch --wait --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 --output=bench.out \
+  "$TESSERA_SRC/slurm/bench.sbatch" -b 4K -e 256K -f 8 -n 3 -w 1 --group all --json >/dev/null ||
+  fail "bench job failed: $(tail -n 20 bench.out)"
+python3 - bench.out <<'PY' || fail "bench collectives output: $(tail -n 30 bench.out)"
+import json, sys
+text = open(sys.argv[1]).read()
+rows = json.loads(text[text.rindex("\n[\n") + 1:])  # the JSON document follows topo's report
+want_groups = {"world": 4, "intra": 2, "inter": 2}
+factor = {"all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+          "all_reduce": lambda n: 2 * (n - 1) / n, "broadcast": lambda n: 1.0}
+seen = set()
+for r in rows:
+    n = r["ranks"]
+    assert want_groups[r["group"]] == n, r
+    assert r["transport"], r
+    for mode in ("oop", "ip"):
+        m = r[mode]
+        assert m["wrong"] == 0, ("wrong elements", r)
+        algbw = r["bytes"] / (m["time_us"] * 1e-6) / 1e9
+        assert abs(m["algbw"] - algbw) <= 1e-6 * algbw, r
+        assert abs(m["busbw"] - m["algbw"] * factor[r["op"]](n)) <= 1e-6 * m["algbw"], r
+    assert r["raw_mpi_us"]["oop"] and r["raw_mpi_us"]["ip"] and r["ratio_vs_raw"]["oop"] > 0, r
+    if r["op"] == "reduce_scatter":
+        assert r["gloo_us"] is None, r  # LibTorch 1.13's Gloo has no reduce_scatter
+    seen.add((r["group"], r["op"], r["bytes"]))
+want = {(g, op, b) for g in want_groups for op in factor for b in (4096, 32768, 262144)}
+assert seen == want, sorted(want - seen)
+print("ok: bench collectives, %d rows, no wrong elements" % len(rows))
+PY
+grep -q "^world: 4 ranks on 2 node(s), 2 per node" bench.out || fail "bench job did not report the 2x2 topology first"
+echo PASS
