@@ -244,6 +244,17 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
 
 }  // namespace
 
+GroupLayout layout_for(Strategy s, const comm::ProcessGroups& groups) {
+  switch (s) {
+    case Strategy::FullShard:
+    case Strategy::ShardGradOp: return {groups.world, comm::make_self_communicator("replicate")};
+    case Strategy::NoShard: return {comm::make_self_communicator("shard"), groups.world};
+    case Strategy::HybridShard: return {groups.intra, groups.inter};
+  }
+  TESSERA_CHECK(false, "unknown strategy");
+  return {};
+}
+
 // ---- Engine -----------------------------------------------------------------------------------
 Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessGroups& groups, Options opts,
                DecayFn decay)
@@ -253,25 +264,14 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
   Impl& im = *impl_;
   im.opts = opts;
   im.layer_fn = std::move(layer_fn);
-  switch (opts.strategy) {
-    case Strategy::FullShard:
-    case Strategy::ShardGradOp:
-      im.shard_comm = groups.world;
-      im.replicate_comm = comm::make_self_communicator("replicate");
-      break;
-    case Strategy::NoShard:
-      im.shard_comm = comm::make_self_communicator("shard");
-      im.replicate_comm = groups.world;
-      break;
-    case Strategy::HybridShard:
-      im.shard_comm = groups.intra;
-      im.replicate_comm = groups.inter;
-      TESSERA_CHECK_INPUT(groups.intra->size() * groups.inter->size() == groups.world->size(),
-                          "hybrid_shard needs every node to run the same number of ranks (world " +
-                              std::to_string(groups.world->size()) + ", this node " +
-                              std::to_string(groups.intra->size()) + ")");
-      break;
-  }
+  if (opts.strategy == Strategy::HybridShard)
+    TESSERA_CHECK_INPUT(groups.intra->size() * groups.inter->size() == groups.world->size(),
+                        "hybrid_shard needs every node to run the same number of ranks (world " +
+                            std::to_string(groups.world->size()) + ", this node " +
+                            std::to_string(groups.intra->size()) + ")");
+  const GroupLayout layout = layout_for(opts.strategy, groups);
+  im.shard_comm = layout.shard;
+  im.replicate_comm = layout.replicate;
   for (const comm::CommPtr& c : {im.shard_comm, im.replicate_comm})
     TESSERA_CHECK_INPUT(c->size() == 1 || c->device().type() == opts.device.type(),
                         "fsdp: the " + c->name() + " communicator (" + c->backend() + ") takes tensors on " +

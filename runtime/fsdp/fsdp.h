@@ -43,6 +43,14 @@ Strategy parse_strategy(const std::string& s);
 std::string to_string(Strategy s);
 at::ScalarType parse_dtype(const std::string& s);  // fp32 | bf16 | fp16
 
+// The groups a strategy shards over and replicates across, taken from `groups` (a size-1 self
+// communicator where the strategy has none): full_shard / shard_grad_op (world, self), no_shard
+// (self, world), hybrid_shard (intra, inter).
+struct GroupLayout {
+  comm::CommPtr shard, replicate;
+};
+GroupLayout layout_for(Strategy s, const comm::ProcessGroups& groups);
+
 struct Options {
   Strategy strategy = Strategy::FullShard;
   at::ScalarType param_dtype = at::kFloat;   // gathered parameters and compute

@@ -242,13 +242,12 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
       works[j % 2] = shard.scatter_pieces(std::move(out), {}, 0);
     };
     for (int64_t j = 0; j < std::min<int64_t>(2, batches); ++j) post(j);
+    const auto kind = wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16;
     for (int64_t j = 0; j < batches; ++j) {
       works[j % 2]->wait();
       const auto* b = static_cast<const uint16_t*>(bounce[j % 2].data_ptr());
       float* dst = p.host.data_ptr<float>() + j * batch;
-      for (const auto& s : slices[j])
-        util::widen_to_f32(b + s.shard_offset, wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16,
-                           dst + s.shard_offset, s.length);
+      for (const auto& s : slices[j]) util::widen_to_f32(b + s.shard_offset, kind, dst + s.shard_offset, s.length);
       if (j + 2 < batches) post(j + 2);
     }
   };
@@ -374,15 +373,11 @@ LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, cons
   if (mode == LoadMode::Rank0) {
     comm::Communicator* shard = &engine.shard_group();
     comm::Communicator* replicate = &engine.replicate_group();
-    comm::CommPtr self;
-    if (host_groups) {  // the engine's layout (see Engine's constructor), over the host groups
-      self = comm::make_self_communicator("load");
-      switch (engine.options().strategy) {
-        case Strategy::FullShard:
-        case Strategy::ShardGradOp: shard = host_groups->world.get(), replicate = self.get(); break;
-        case Strategy::NoShard: shard = self.get(), replicate = host_groups->world.get(); break;
-        case Strategy::HybridShard: shard = host_groups->intra.get(), replicate = host_groups->inter.get(); break;
-      }
+    GroupLayout host;  // the engine's layout over the host groups
+    if (host_groups) {
+      host = layout_for(engine.options().strategy, *host_groups);
+      shard = host.shard.get();
+      replicate = host.replicate.get();
     }
     TESSERA_CHECK(shard->device().is_cpu() && replicate->device().is_cpu(),
                   "model.load=rank0 moves host memory: pass the CPU (MPI) groups when the engine's groups live on " +
