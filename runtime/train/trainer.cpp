@@ -78,9 +78,8 @@ int64_t peak_rss_bytes() {
 // One optimizer step as queued: what is needed to turn it into a StepRecord.
 struct QueuedStep {
   Clock::time_point t0;
-  at::Tensor loss_sum;         // [1] double: sum over the world of each rank's mean loss
-  at::Tensor grad_norm;        // 0-dim double on the device (device runs), else undefined
-  double grad_norm_host = 0;   // CPU runs
+  at::Tensor loss_sum;   // [1] double on the device: sum over the world of each rank's mean loss
+  at::Tensor grad_norm;  // 0-dim double on the device
   double lr = 0;
 };
 
@@ -185,13 +184,11 @@ QueuedStep Trainer::Impl::queue_step() {
   QueuedStep q;
   q.t0 = Clock::now();
   fsdp::Engine& eng = *im.engine;
-  const bool on_cpu = im.device.is_cpu();
   const int64_t T = im.opts.seq_len, accum = im.opts.grad_accum;
-  double local_loss = 0;  // CPU: read back per micro-step (free there)
-  at::Tensor local_loss_dev = on_cpu ? at::Tensor() : at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
+  // This rank's mean loss, accumulated on the device (no host sync per micro-step).
+  q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
   for (int64_t a = 0; a < accum; ++a) {
-    at::Tensor batch = im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a)));
-    if (!on_cpu) batch = batch.to(im.device, /*non_blocking=*/false);
+    at::Tensor batch = im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a))).to(im.device);
     at::Tensor inputs = batch.narrow(1, 0, T), targets = batch.narrow(1, 1, T);
     eng.begin_forward(/*sync=*/a == accum - 1);
     at::Tensor h = im.lm.embed(inputs);
@@ -201,14 +198,14 @@ QueuedStep Trainer::Impl::queue_step() {
                                                            targets.reshape({-1}));
     (loss / static_cast<double>(accum)).backward();
     eng.finish_backward();
-    if (on_cpu) local_loss += loss.item<double>() / static_cast<double>(accum);
-    else local_loss_dev.add_(loss.detach().to(at::kDouble).div(static_cast<double>(accum)));
+    q.loss_sum.add_(loss.detach().to(at::kDouble).div(static_cast<double>(accum)));
   }
   std::vector<at::Tensor> grads;
   for (auto& sh : eng.shards()) grads.push_back(sh.grad);
-  if (on_cpu)
-    q.grad_norm_host = im.opts.clip > 0 ? optim::clip_grad_norm(grads, im.opts.clip, &eng.shard_group())
-                                        : optim::global_grad_norm(grads, &eng.shard_group());
+  if (im.device.is_cpu())  // host-side norm and clipping (the device form would only add tensor ops)
+    q.grad_norm = at::scalar_tensor(im.opts.clip > 0 ? optim::clip_grad_norm(grads, im.opts.clip, &eng.shard_group())
+                                                     : optim::global_grad_norm(grads, &eng.shard_group()),
+                                    at::kDouble);
   else
     q.grad_norm = optim::clip_grad_norm_on_device(grads, im.opts.clip, &eng.shard_group());
   q.lr = optim::lr_at(im.step, im.schedule);
@@ -221,7 +218,6 @@ QueuedStep Trainer::Impl::queue_step() {
   eng.zero_grad();
   ++im.step;
 
-  q.loss_sum = on_cpu ? torch::tensor({local_loss}, torch::kDouble) : local_loss_dev;
   im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
   return q;
 }
@@ -235,7 +231,7 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
   r.materialised = materialise || im.device.is_cpu();
   if (r.materialised) {  // on a device: the one host synchronisation of the step
     r.loss = q.loss_sum.item<double>() / im.groups.world->size();
-    r.grad_norm = q.grad_norm.defined() ? q.grad_norm.item<double>() : q.grad_norm_host;
+    r.grad_norm = q.grad_norm.item<double>();
   } else {
     r.loss = r.grad_norm = std::numeric_limits<double>::quiet_NaN();
   }
