@@ -230,8 +230,6 @@ int64_t count_wrong(Op op, const Impl& impl, Buffers& b, bool ip, int rank, int 
   return at::ne(got.to(at::kDouble), expected.to(at::kDouble)).sum().item<int64_t>();
 }
 
-// Mean seconds per collective, the slowest rank's.
-
 // Times several (implementation, in-place) runs in interleaved rounds -- one iteration of each per
 // round, each started by a barrier and timed to the slowest rank -- so that noise drifting over the
 // run (other tenants of the machine, page cache, CPU frequency) hits every implementation alike.
