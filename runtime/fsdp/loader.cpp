@@ -192,9 +192,8 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
 
   // Direct route: each rank's slices straight from the root's views, in batches (see
   // batch_slices); the root posts every batch of the unit and converts its own slices from the
-  // source while the others receive. Receivers land fp32 slices at their place in their shard, and
-  // 16-bit ones in one of two bounce buffers (batch j+1 arrives while j is widened).
-  std::array<at::Tensor, 2> bounce;
+  // source while the others receive. Receivers land fp32 slices at their place in their shard and
+  // 16-bit ones inside their shard too, widened in place: no buffer besides the shards.
   auto post_direct = [&](UnitShard& u, Pending& p) {
     const int64_t batches = batch_count(u.plan, batch);
     if (st.root) {
@@ -214,41 +213,38 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
       }
       return;
     }
+    // Receivers: every batch of the unit is posted at once (each lands in its own part of the
+    // shard), then waited for and widened in order, so batch j+1 arrives while j is widened.
     const at::ScalarType wire = *p.wire;
-    if (wire == at::kFloat) {  // nothing to widen: straight into the shard
-      for (int64_t j = 0; j < batches; ++j) {
-        std::vector<at::Tensor> out;
-        for (const auto& s : batch_slices(u.plan, u.shard_rank, j, batch))
-          out.push_back(p.host.narrow(0, j * batch + s.shard_offset, s.length));
-        p.works.push_back(shard.scatter_pieces(std::move(out), {}, 0));
-      }
-      return;
-    }
-    if (!bounce[0].defined()) {
-      int64_t elems = 0;  // a batch is at most one chunk long
-      for (const auto& x : units) elems = std::max(elems, std::min(batch, x.plan.chunk));
-      for (auto& b : bounce) {
-        b = at::empty({elems}, at::TensorOptions().dtype(wire));
-        st.staging_bytes += elems * static_cast<int64_t>(at::elementSize(wire));
-      }
-    }
+    float* host = p.host.data_ptr<float>();
     std::vector<std::vector<ShardSlice>> slices(batches);
-    std::array<comm::WorkPtr, 2> works;
-    auto post = [&](int64_t j) {
+    std::vector<comm::WorkPtr> works(batches);
+    for (int64_t j = 0; j < batches; ++j) {
       slices[j] = batch_slices(u.plan, u.shard_rank, j, batch);
-      const at::Tensor b = bounce[j % 2].view(wire);  // one unit may be bf16, the next fp16
+      float* region = host + j * batch;
       std::vector<at::Tensor> out;
-      for (const auto& s : slices[j]) out.push_back(b.narrow(0, s.shard_offset, s.length));
-      works[j % 2] = shard.scatter_pieces(std::move(out), {}, 0);
-    };
-    for (int64_t j = 0; j < std::min<int64_t>(2, batches); ++j) post(j);
+      if (wire == at::kFloat) {  // nothing to widen: straight to the slices' places
+        for (const auto& s : slices[j]) out.push_back(p.host.narrow(0, j * batch + s.shard_offset, s.length));
+      } else {  // 16-bit slices land in the upper half of the batch's own fp32 region (see below)
+        const int64_t len = std::min(batch, u.plan.chunk - j * batch);
+        const at::Tensor upper = at::from_blob(reinterpret_cast<uint16_t*>(region) + len, {len},
+                                               at::TensorOptions().dtype(wire));
+        for (const auto& s : slices[j]) out.push_back(upper.narrow(0, s.shard_offset, s.length));
+      }
+      works[j] = shard.scatter_pieces(std::move(out), {}, 0);
+    }
     const auto kind = wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16;
     for (int64_t j = 0; j < batches; ++j) {
-      works[j % 2]->wait();
-      const auto* b = static_cast<const uint16_t*>(bounce[j % 2].data_ptr());
-      float* dst = p.host.data_ptr<float>() + j * batch;
-      for (const auto& s : slices[j]) util::widen_to_f32(b + s.shard_offset, kind, dst + s.shard_offset, s.length);
-      if (j + 2 < batches) post(j + 2);
+      works[j]->wait();
+      if (wire == at::kFloat) continue;
+      // In place: a batch of len fp32 elements spans 2*len 16-bit places; slice s (offset o,
+      // length L) landed at 16-bit place len + o and widens to fp32 element o. Widening runs
+      // forward and every write ends at or before the unread 16-bit data (4(o+L) <= 2(len+o+L)
+      // as o+L <= len), which is the overlap widen_to_f32 allows.
+      float* region = host + j * batch;
+      const int64_t len = std::min(batch, u.plan.chunk - j * batch);
+      const auto* upper = reinterpret_cast<const uint16_t*>(region) + len;
+      for (const auto& s : slices[j]) util::widen_to_f32(upper + s.shard_offset, kind, region + s.shard_offset, s.length);
     }
   };
   // Staged route: the root reads the whole unit into one of its two fp32 buffers and scatters it.

@@ -6,9 +6,10 @@
 //             by unit over the shard group. When the source maps the file (WeightSource::view) and
 //             a unit's tensors share one dtype, each rank's slices are sent as stored, straight
 //             from the memory map (Communicator::scatter_pieces: no copy on the root, bf16 travels
-//             as bf16) in batches of kLoadBatchElems; 16-bit slices land in one of two small
-//             bounce buffers and are widened from there into the rank's master (fp32 ones land
-//             in the master directly); the root converts its own slices directly. Otherwise
+//             as bf16) in batches of kLoadBatchElems; 16-bit slices land in the upper half of
+//             their batch's own place in the rank's master and are widened there in place (fp32
+//             ones land at their place directly), so receivers need no buffer at all; the root
+//             converts its own slices directly. Otherwise
 //             the root reads the unit into an fp32 staging buffer laid out like the unit's
 //             ShardPlan and scatters it. Either way two units are in flight at most (the root's
 //             mapped pages of a unit are released once its scatter completes), so the root's peak
@@ -44,16 +45,15 @@ struct LoadStats {
   int64_t shard_bytes = 0;         // this rank's fp32 master shard bytes, all units
   int64_t largest_unit_bytes = 0;  // fp32 bytes of the largest unit's padded flat buffer
   int64_t staging_bytes = 0;       // what this load allocated besides the shards (rank0 root: 2 units
-                                   // if staged; rank0 receivers of 16-bit data: 2 bounce buffers of
-                                   // min(kLoadBatchElems, chunk) elements; naive: the model)
+                                   // if staged, else 0; rank0 receivers: 0; naive: the model)
   int64_t elements_read = 0;       // elements this rank read from its WeightSource
   bool root = false;               // this rank read for everyone (rank0 mode)
 };
 
 // rank0 mode's direct route moves each rank's shard in batches of this many flat elements
-// (`batch_elems`; the default, 8 MiB of bf16 per batch, keeps a receiver's two 16-bit bounce
-// buffers inside the last-level cache while batches are few enough that per-batch hand-offs cost
-// little).
+// (`batch_elems`; the default, 8 MiB of bf16 per batch, keeps the batch a receiver has just
+// received inside the last-level cache while it widens it, while batches are few enough that
+// per-batch hand-offs cost little).
 constexpr int64_t kLoadBatchElems = int64_t(1) << 22;
 
 // Loads every unit's master shard (masters on a device are filled through a host buffer per unit).

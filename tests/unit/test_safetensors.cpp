@@ -419,3 +419,28 @@ TEST(Widen, ExactForEveryBitPatternOnBothPaths) {
     EXPECT_EQ(wrong, 0) << (kind == tessera::util::Float16Kind::BF16 ? "bf16" : "fp16");
   }
 }
+
+// In place, as the rank0 loader's receivers widen: the 16-bit input sits in the upper half of the
+// output's own bytes (the tightest overlap widen_to_f32 allows), or further up with a gap, on the
+// streaming path and the scalar one; the result equals the out-of-place widening.
+TEST(Widen, InPlaceFromTheUpperHalfEqualsOutOfPlace) {
+  for (auto kind : {tessera::util::Float16Kind::BF16, tessera::util::Float16Kind::F16}) {
+    for (int64_t n : {int64_t(7), int64_t(1000), int64_t(3 * 65536 + 5)}) {  // the last one streams
+      for (int64_t lead : {int64_t(0), int64_t(1), int64_t(13)}) {  // floats before the output; input gap
+        std::vector<uint16_t> src(n);
+        for (int64_t i = 0; i < n; ++i) src[i] = static_cast<uint16_t>(i * 40503u + 7);
+        std::vector<float> want(n);
+        tessera::util::widen_to_f32(src.data(), kind, want.data(), n);
+        // Region of lead + n floats; output at float `lead`, input at 16-bit place 2*lead + n + lead
+        // (2n bytes past the output's start when lead is 0, lead*2 bytes further otherwise).
+        std::vector<float> region(lead + n + lead);
+        auto* halves = reinterpret_cast<uint16_t*>(region.data());
+        uint16_t* in = halves + 2 * lead + n + lead;
+        std::memcpy(in, src.data(), n * 2);
+        tessera::util::widen_to_f32(in, kind, region.data() + lead, n);
+        EXPECT_EQ(std::memcmp(region.data() + lead, want.data(), n * 4), 0)
+            << (kind == tessera::util::Float16Kind::BF16 ? "bf16" : "fp16") << " n=" << n << " lead=" << lead;
+      }
+    }
+  }
+}
