@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
 
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
@@ -86,6 +87,9 @@ at::Tensor pattern(int64_t n, int r, int64_t offset, at::ScalarType dt) {
 struct Impl {
   std::function<void(Buffers&, bool in_place)> run;  // one collective, completed
   bool can_in_place = true;
+  // Set when run() times itself (on another thread): seconds of its last call. Otherwise the
+  // caller times run() on its own thread.
+  std::shared_ptr<double> self_timed;
 };
 
 // ---- the three implementations of each collective ------------------------------------------------
@@ -117,33 +121,62 @@ Impl tessera_impl(Op op, comm::Communicator& c) {
   return {};
 }
 
-Impl raw_mpi_impl(Op op, MPI_Comm mc, int rank, MPI_Datatype type) {
-  auto check = [](int rc) {
+// Raw MPI on the communicator's own MPI communicator AND its communication thread, timed there
+// (from the call to its return): Tessera's figure includes handing the call to that thread and
+// waiting for it, the baseline has neither. On the same thread because alternating large
+// transfers between two threads on one TCP connection slows one thread's calls by 1.5-1.8x (a
+// plain MPI program shows it too; README, performance): a baseline on the main thread would
+// measure that artifact, which a training run -- only the communication thread calls MPI -- never
+// sees.
+Impl raw_mpi_impl(Op op, comm::Communicator& c, MPI_Datatype type) {
+  auto seconds = std::make_shared<double>(-1);
+  auto timed = [&c, seconds](const std::function<int(MPI_Comm)>& call) {
+    int rc = MPI_SUCCESS;
+    comm::mpi_run_ordered(c, [&](MPI_Comm mc) {
+      const auto t0 = Clock::now();
+      rc = call(mc);
+      *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
     if (rc != MPI_SUCCESS) throw Error(ErrorKind::Internal, "raw MPI baseline failed", __FILE__, __LINE__);
   };
+  const int rank = c.rank();
+  Impl impl;
+  impl.self_timed = seconds;
   switch (op) {
     case Op::AllGather:
-      return {[=](Buffers& b, bool ip) {
-        check(ip ? MPI_Allgather(MPI_IN_PLACE, 0, type, b.inplace.data_ptr(), b.chunk, type, mc)
-                 : MPI_Allgather(b.send.data_ptr(), b.chunk, type, b.recv.data_ptr(), b.chunk, type, mc));
-      }};
+      impl.run = [=](Buffers& b, bool ip) {
+        timed([&](MPI_Comm mc) {
+          return ip ? MPI_Allgather(MPI_IN_PLACE, 0, type, b.inplace.data_ptr(), b.chunk, type, mc)
+                    : MPI_Allgather(b.send.data_ptr(), b.chunk, type, b.recv.data_ptr(), b.chunk, type, mc);
+        });
+      };
+      break;
     case Op::ReduceScatter:  // MPI's in-place form leaves the result at the start of the buffer
-      return {[=](Buffers& b, bool ip) {
-        check(ip ? MPI_Reduce_scatter_block(MPI_IN_PLACE, b.inplace.data_ptr(), b.chunk, type, MPI_SUM, mc)
-                 : MPI_Reduce_scatter_block(b.send.data_ptr(), b.recv.data_ptr(), b.chunk, type, MPI_SUM, mc));
-      }};
+      impl.run = [=](Buffers& b, bool ip) {
+        timed([&](MPI_Comm mc) {
+          return ip ? MPI_Reduce_scatter_block(MPI_IN_PLACE, b.inplace.data_ptr(), b.chunk, type, MPI_SUM, mc)
+                    : MPI_Reduce_scatter_block(b.send.data_ptr(), b.recv.data_ptr(), b.chunk, type, MPI_SUM, mc);
+        });
+      };
+      break;
     case Op::AllReduce:
-      return {[=](Buffers& b, bool ip) {
-        check(ip ? MPI_Allreduce(MPI_IN_PLACE, b.inplace.data_ptr(), b.count, type, MPI_SUM, mc)
-                 : MPI_Allreduce(b.send.data_ptr(), b.recv.data_ptr(), b.count, type, MPI_SUM, mc));
-      }};
+      impl.run = [=](Buffers& b, bool ip) {
+        timed([&](MPI_Comm mc) {
+          return ip ? MPI_Allreduce(MPI_IN_PLACE, b.inplace.data_ptr(), b.count, type, MPI_SUM, mc)
+                    : MPI_Allreduce(b.send.data_ptr(), b.recv.data_ptr(), b.count, type, MPI_SUM, mc);
+        });
+      };
+      break;
     case Op::Broadcast:
-      return {[=](Buffers& b, bool ip) {
-        if (!ip && rank == 0) b.recv.copy_(b.send);
-        check(MPI_Bcast((ip ? b.inplace : b.recv).data_ptr(), b.count, type, 0, mc));
-      }};
+      impl.run = [=](Buffers& b, bool ip) {
+        timed([&](MPI_Comm mc) {
+          if (!ip && rank == 0) b.recv.copy_(b.send);
+          return MPI_Bcast((ip ? b.inplace : b.recv).data_ptr(), b.count, type, 0, mc);
+        });
+      };
+      break;
   }
-  return {};
+  return impl;
 }
 
 #ifdef TESSERA_HAVE_GLOO
@@ -245,6 +278,7 @@ std::vector<double> time_interleaved(const std::vector<std::pair<Impl, bool>>& r
       const auto t0 = Clock::now();
       runs[k].first.run(b, runs[k].second);
       double t = std::chrono::duration<double>(Clock::now() - t0).count(), tmax = 0;
+      if (runs[k].first.self_timed) t = *runs[k].first.self_timed;
       MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, sync);
       rounds[k].push_back(tmax);
     }
@@ -316,8 +350,9 @@ int run_bench_collectives(const std::vector<std::string>& args) {
   for (const auto& c : comms) {
     const int n = c->size(), rank = c->rank();
     const bool is_mpi = c->backend() == "mpi";
-    MPI_Comm raw = is_mpi ? comm::mpi_comm_dup(*c) : MPI_COMM_NULL;
-    MPI_Comm sync = raw != MPI_COMM_NULL ? raw : MPI_COMM_WORLD;
+    // The harness's own barriers and time reductions (main thread), apart from the measured calls.
+    MPI_Comm dup = is_mpi ? comm::mpi_comm_dup(*c) : MPI_COMM_NULL;
+    MPI_Comm sync = dup != MPI_COMM_NULL ? dup : MPI_COMM_WORLD;
 #ifdef TESSERA_HAVE_GLOO
     c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
     if (baselines && is_mpi) gloo = make_gloo(*c);
@@ -346,7 +381,7 @@ int run_bench_collectives(const std::vector<std::string>& args) {
         std::vector<Result*> slots{&t_oop, &t_ip};
         MPI_Datatype rt = raw_type(dt, op == Op::ReduceScatter || op == Op::AllReduce);
         if (baselines && is_mpi && rt != MPI_DATATYPE_NULL) {
-          Impl r = raw_mpi_impl(op, raw, rank, rt);
+          Impl r = raw_mpi_impl(op, *c, rt);
           runs.push_back({r, false});
           runs.push_back({r, true});
           slots.push_back(&r_oop);
@@ -395,7 +430,7 @@ int run_bench_collectives(const std::vector<std::string>& args) {
       }
       if (root && !json) std::printf("# Avg bus bandwidth    : %g GB/s\n", bus_count ? bus_sum / bus_count : 0.0);
     }
-    if (raw != MPI_COMM_NULL) MPI_Comm_free(&raw);
+    if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
   }
   if (root && json) std::cout << out.dump(2) << std::endl;
   std::fflush(stdout);

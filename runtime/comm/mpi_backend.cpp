@@ -436,4 +436,8 @@ MPI_Comm mpi_comm_dup(const Communicator& comm) {
   return dup;
 }
 
+void mpi_run_ordered(const Communicator& comm, const std::function<void(MPI_Comm)>& fn) {
+  as_mpi(comm, "mpi_run_ordered").run_ordered("run_ordered", fn);
+}
+
 }  // namespace tessera::comm

@@ -9,6 +9,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 #include "runtime/comm/communicator.h"
@@ -27,5 +28,11 @@ CommPtr mpi_split(const Communicator& parent, int color, int key, const std::str
 // its other operations), e.g. for raw-MPI baselines or NCCL's unique-id broadcast. The caller
 // frees it with MPI_Comm_free. Throws Error(Input) if `comm` is not an MPI communicator.
 MPI_Comm mpi_comm_dup(const Communicator& comm);
+
+// Runs fn(c) on `comm`'s communication thread, ordered with its other operations, and waits for it;
+// c is the MPI communicator `comm` itself uses. For raw-MPI baselines that must run on the same
+// thread as the communicator's own calls (see `tessera bench collectives`). Exceptions from fn are
+// rethrown here. Throws Error(Input) if `comm` is not an MPI communicator.
+void mpi_run_ordered(const Communicator& comm, const std::function<void(MPI_Comm)>& fn);
 
 }  // namespace tessera::comm

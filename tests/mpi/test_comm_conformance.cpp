@@ -8,6 +8,8 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <thread>
+
 #include "launcher/bootstrap.h"
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/communicator.h"
@@ -335,4 +337,34 @@ TEST(CommConformance, SplitWithUndefinedColorGivesNoCommunicator) {
     EXPECT_EQ(c->name(), "all-but-0");
   }
   EXPECT_THROW(tc::mpi_split(*tc::make_self_communicator(), 0, 0, "x"), tessera::Error);
+}
+
+// mpi_run_ordered (the raw-MPI baseline of `bench collectives` runs through it): fn runs on the
+// communicator's own thread, after every operation issued before it, on an MPI communicator of the
+// same group; fn's exceptions reach the caller; non-MPI communicators are refused.
+TEST(CommConformance, RunOrderedRunsOnTheCommunicationThreadInIssueOrder) {
+  for (const auto& comm : backends()) {
+    if (comm->backend() != "mpi") continue;
+    SCOPED_TRACE(comm->name());
+    at::Tensor t = at::full({1 << 16}, comm->rank() + 1, at::kLong);
+    auto pending = comm->all_reduce(t);  // not waited for: run_ordered must come after it
+    std::thread::id ran_on;
+    int64_t seen = -1;
+    int size = -1, rank = -1;
+    tc::mpi_run_ordered(*comm, [&](MPI_Comm c) {
+      ran_on = std::this_thread::get_id();
+      seen = t[(1 << 16) - 1].item<int64_t>();
+      MPI_Comm_size(c, &size);
+      MPI_Comm_rank(c, &rank);
+    });
+    pending->wait();
+    const int64_t n = comm->size();
+    EXPECT_EQ(seen, n * (n + 1) / 2);
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+    EXPECT_EQ(size, comm->size());
+    EXPECT_EQ(rank, comm->rank());
+    EXPECT_THROW(tc::mpi_run_ordered(*comm, [](MPI_Comm) { throw std::runtime_error("boom"); }), std::exception);
+    comm->barrier()->wait();  // the communicator still works after fn threw
+  }
+  EXPECT_THROW(tc::mpi_run_ordered(*tc::make_self_communicator(), [](MPI_Comm) {}), tessera::Error);
 }
