@@ -233,10 +233,13 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
       }
       works[j] = shard.scatter_pieces(std::move(out), {}, 0);
     }
+    if (wire == at::kFloat) {  // complete with the unit (the next unit's receives queue up meanwhile)
+      p.works = std::move(works);
+      return;
+    }
     const auto kind = wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16;
     for (int64_t j = 0; j < batches; ++j) {
       works[j]->wait();
-      if (wire == at::kFloat) continue;
       // In place: a batch of len fp32 elements spans 2*len 16-bit places; slice s (offset o,
       // length L) landed at 16-bit place len + o and widens to fp32 element o. Widening runs
       // forward and every write ends at or before the unread 16-bit data (4(o+L) <= 2(len+o+L)
