@@ -21,9 +21,7 @@ train::CausalLm make_llama_lm(const model::LlamaConfig& cfg) {
   lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
   lm.decay = [](const std::string& name) { return !model::is_norm_weight(name); };
   lm.vocab_size = cfg.vocab_size;
-  lm.num_parameters = cfg.num_parameters();
-  lm.num_layers = cfg.num_hidden_layers;
-  lm.hidden_size = cfg.hidden_size;
+  lm.flops_per_token = [cfg](int64_t seq_len) { return cfg.train_flops_per_token(seq_len); };
   lm.keep_alive = llama;
   return lm;
 }

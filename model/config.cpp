@@ -177,6 +177,13 @@ int64_t LlamaConfig::num_parameters() const {
   return embeddings + num_hidden_layers * per_layer + h /*final norm*/;
 }
 
+double LlamaConfig::train_flops_per_token(int64_t seq_len) const {
+  const int64_t h = hidden_size, kv = num_key_value_heads * head_dim();
+  const int64_t per_layer = 2 * h * h /*q, o*/ + 2 * h * kv /*k, v*/ + 3 * h * intermediate_size;
+  const double matmul_weights = double(num_hidden_layers) * per_layer + double(vocab_size) * h /*lm_head*/;
+  return 6.0 * matmul_weights + 12.0 * double(num_hidden_layers) * h * seq_len;
+}
+
 void LlamaConfig::validate(const std::string& src) const {
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) throw ModelError(src + ": '" + key + "' must be positive, got " + std::to_string(v));

@@ -38,6 +38,11 @@ struct LlamaConfig {
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t num_parameters() const;  // exact count, lm_head excluded when tied
+  // Training FLOPs per token for MFU, the PaLM / torchtitan count: 6 (forward 2 + backward 4 per
+  // multiply-add) x the weights every token is multiplied by (q, k, v, o, gate, up, down, lm_head;
+  // not the embedding, a lookup, nor the norms) + 12 x layers x hidden x seq_len (attention scores
+  // and their use on the values, causal mask not discounted).
+  double train_flops_per_token(int64_t seq_len) const;
   // Throws ModelError when sizes are non-positive or inconsistent (heads divide hidden, kv heads
   // divide heads, even head_dim, ...). `source_name` prefixes the message.
   void validate(const std::string& source_name = "config") const;

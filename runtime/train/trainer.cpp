@@ -239,10 +239,8 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
   r.step_time_s = seconds_since(q.t0);
   const double tokens = static_cast<double>(im.groups.world->size() * im.opts.micro_batch * accum * T);
   r.tokens_per_s = tokens / r.step_time_s;
-  if (im.peak_flops > 0) {
-    const double flops_per_token = 6.0 * im.lm.num_parameters + 12.0 * im.lm.num_layers * im.lm.hidden_size * T;
-    r.mfu = r.tokens_per_s * flops_per_token / (im.peak_flops * im.groups.world->size());
-  }
+  if (im.peak_flops > 0 && im.lm.flops_per_token)
+    r.mfu = r.tokens_per_s * im.lm.flops_per_token(T) / (im.peak_flops * im.groups.world->size());
   r.peak_rss_bytes = peak_rss_bytes();
   r.peak_gpu_mem_bytes = device::peak_memory_bytes(im.device);
   return r;

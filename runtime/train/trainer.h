@@ -34,8 +34,7 @@ struct CausalLm {
   std::function<at::Tensor(const at::Tensor& h)> head;
   std::function<bool(const std::string& param)> decay;  // weight decay applies
   int64_t vocab_size = 0;
-  int64_t num_parameters = 0;
-  int64_t num_layers = 0, hidden_size = 0;  // for the FLOP estimate
+  std::function<double(int64_t seq_len)> flops_per_token;  // training FLOPs per token (MFU); may be empty
   std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables
 };
 

@@ -161,6 +161,20 @@ TEST(LlamaMath, SwigluOfKnownVector) {
 
 // ---------------------------------------------------------------- sizes, names, meta device
 
+// MFU's FLOP count, against the parameter count: the weights every token multiplies are all
+// parameters but the embedding and the norm weights (7B: 6738415616 - 32000*4096 - 65*4096).
+TEST(LlamaPresets, TrainFlopsPerTokenLeaveOutTheEmbeddingLookup) {
+  const auto c7 = LlamaConfig::preset("llama2-7b");
+  EXPECT_DOUBLE_EQ(c7.train_flops_per_token(4096), 6.0 * 6607077376.0 + 12.0 * 32 * 4096 * 4096);
+  const auto c70 = LlamaConfig::preset("llama2-70b");  // 8 KV heads: k, v are 8192 x 1024
+  const double norms = (2.0 * 80 + 1) * 8192, embedding = 32000.0 * 8192;
+  EXPECT_DOUBLE_EQ(c70.train_flops_per_token(2048),
+                   6.0 * (68976648192.0 - embedding - norms) + 12.0 * 80 * 8192 * 2048);
+  auto tied = LlamaConfig::preset("small");
+  tied.tie_word_embeddings = true;  // the tied matrix still multiplies every token once, as the head
+  EXPECT_DOUBLE_EQ(tied.train_flops_per_token(128), LlamaConfig::preset("small").train_flops_per_token(128));
+}
+
 TEST(LlamaPresets, ParameterCountsAreExact) {
   EXPECT_EQ(LlamaConfig::preset("llama2-7b").num_parameters(), 6738415616LL);
   EXPECT_EQ(LlamaConfig::preset("llama2-13b").num_parameters(), 13015864320LL);
