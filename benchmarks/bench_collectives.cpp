@@ -129,53 +129,45 @@ Impl tessera_impl(Op op, comm::Communicator& c) {
 // measure that artifact, which a training run -- only the communication thread calls MPI -- never
 // sees.
 Impl raw_mpi_impl(Op op, comm::Communicator& c, MPI_Datatype type) {
-  auto seconds = std::make_shared<double>(-1);
-  auto timed = [&c, seconds](const std::function<int(MPI_Comm)>& call) {
+  const int rank = c.rank();
+  std::function<int(Buffers&, bool, MPI_Comm)> call;  // one collective; its MPI return code
+  switch (op) {
+    case Op::AllGather:
+      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
+        return ip ? MPI_Allgather(MPI_IN_PLACE, 0, type, b.inplace.data_ptr(), b.chunk, type, mc)
+                  : MPI_Allgather(b.send.data_ptr(), b.chunk, type, b.recv.data_ptr(), b.chunk, type, mc);
+      };
+      break;
+    case Op::ReduceScatter:  // MPI's in-place form leaves the result at the start of the buffer
+      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
+        return ip ? MPI_Reduce_scatter_block(MPI_IN_PLACE, b.inplace.data_ptr(), b.chunk, type, MPI_SUM, mc)
+                  : MPI_Reduce_scatter_block(b.send.data_ptr(), b.recv.data_ptr(), b.chunk, type, MPI_SUM, mc);
+      };
+      break;
+    case Op::AllReduce:
+      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
+        return ip ? MPI_Allreduce(MPI_IN_PLACE, b.inplace.data_ptr(), b.count, type, MPI_SUM, mc)
+                  : MPI_Allreduce(b.send.data_ptr(), b.recv.data_ptr(), b.count, type, MPI_SUM, mc);
+      };
+      break;
+    case Op::Broadcast:
+      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
+        if (!ip && rank == 0) b.recv.copy_(b.send);
+        return MPI_Bcast((ip ? b.inplace : b.recv).data_ptr(), b.count, type, 0, mc);
+      };
+      break;
+  }
+  Impl impl;
+  impl.self_timed = std::make_shared<double>(-1);
+  impl.run = [&c, call, seconds = impl.self_timed](Buffers& b, bool ip) {
     int rc = MPI_SUCCESS;
     comm::mpi_run_ordered(c, [&](MPI_Comm mc) {
       const auto t0 = Clock::now();
-      rc = call(mc);
+      rc = call(b, ip, mc);
       *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     });
     if (rc != MPI_SUCCESS) throw Error(ErrorKind::Internal, "raw MPI baseline failed", __FILE__, __LINE__);
   };
-  const int rank = c.rank();
-  Impl impl;
-  impl.self_timed = seconds;
-  switch (op) {
-    case Op::AllGather:
-      impl.run = [=](Buffers& b, bool ip) {
-        timed([&](MPI_Comm mc) {
-          return ip ? MPI_Allgather(MPI_IN_PLACE, 0, type, b.inplace.data_ptr(), b.chunk, type, mc)
-                    : MPI_Allgather(b.send.data_ptr(), b.chunk, type, b.recv.data_ptr(), b.chunk, type, mc);
-        });
-      };
-      break;
-    case Op::ReduceScatter:  // MPI's in-place form leaves the result at the start of the buffer
-      impl.run = [=](Buffers& b, bool ip) {
-        timed([&](MPI_Comm mc) {
-          return ip ? MPI_Reduce_scatter_block(MPI_IN_PLACE, b.inplace.data_ptr(), b.chunk, type, MPI_SUM, mc)
-                    : MPI_Reduce_scatter_block(b.send.data_ptr(), b.recv.data_ptr(), b.chunk, type, MPI_SUM, mc);
-        });
-      };
-      break;
-    case Op::AllReduce:
-      impl.run = [=](Buffers& b, bool ip) {
-        timed([&](MPI_Comm mc) {
-          return ip ? MPI_Allreduce(MPI_IN_PLACE, b.inplace.data_ptr(), b.count, type, MPI_SUM, mc)
-                    : MPI_Allreduce(b.send.data_ptr(), b.recv.data_ptr(), b.count, type, MPI_SUM, mc);
-        });
-      };
-      break;
-    case Op::Broadcast:
-      impl.run = [=](Buffers& b, bool ip) {
-        timed([&](MPI_Comm mc) {
-          if (!ip && rank == 0) b.recv.copy_(b.send);
-          return MPI_Bcast((ip ? b.inplace : b.recv).data_ptr(), b.count, type, 0, mc);
-        });
-      };
-      break;
-  }
   return impl;
 }
 

@@ -215,22 +215,24 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     }
     // Receivers: every batch of the unit is posted at once (each lands in its own part of the
     // shard), then waited for and widened in order, so batch j+1 arrives while j is widened.
+    // 16-bit slices land in the upper half of their batch's fp32 region: a batch of len elements
+    // spans 2*len 16-bit places, and slice s (offset o, length L) lands at place len + o and widens
+    // to element o. Widening runs forward and every write ends at or before the unread 16-bit data
+    // (4(o+L) <= 2(len+o+L) as o+L <= len), which is the overlap widen_to_f32 allows.
     const at::ScalarType wire = *p.wire;
     float* host = p.host.data_ptr<float>();
+    auto landing = [&](int64_t j) {  // batch j's 16-bit landing zone
+      return reinterpret_cast<uint16_t*>(host + j * batch) + std::min(batch, u.plan.chunk - j * batch);
+    };
     std::vector<std::vector<ShardSlice>> slices(batches);
     std::vector<comm::WorkPtr> works(batches);
     for (int64_t j = 0; j < batches; ++j) {
       slices[j] = batch_slices(u.plan, u.shard_rank, j, batch);
-      float* region = host + j * batch;
       std::vector<at::Tensor> out;
-      if (wire == at::kFloat) {  // nothing to widen: straight to the slices' places
-        for (const auto& s : slices[j]) out.push_back(p.host.narrow(0, j * batch + s.shard_offset, s.length));
-      } else {  // 16-bit slices land in the upper half of the batch's own fp32 region (see below)
-        const int64_t len = std::min(batch, u.plan.chunk - j * batch);
-        const at::Tensor upper = at::from_blob(reinterpret_cast<uint16_t*>(region) + len, {len},
-                                               at::TensorOptions().dtype(wire));
-        for (const auto& s : slices[j]) out.push_back(upper.narrow(0, s.shard_offset, s.length));
-      }
+      for (const auto& s : slices[j])
+        out.push_back(wire == at::kFloat  // nothing to widen: straight to the slice's place
+                          ? p.host.narrow(0, j * batch + s.shard_offset, s.length)
+                          : at::from_blob(landing(j) + s.shard_offset, {s.length}, at::TensorOptions().dtype(wire)));
       works[j] = shard.scatter_pieces(std::move(out), {}, 0);
     }
     if (wire == at::kFloat) {  // complete with the unit (the next unit's receives queue up meanwhile)
@@ -240,14 +242,8 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     const auto kind = wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16;
     for (int64_t j = 0; j < batches; ++j) {
       works[j]->wait();
-      // In place: a batch of len fp32 elements spans 2*len 16-bit places; slice s (offset o,
-      // length L) landed at 16-bit place len + o and widens to fp32 element o. Widening runs
-      // forward and every write ends at or before the unread 16-bit data (4(o+L) <= 2(len+o+L)
-      // as o+L <= len), which is the overlap widen_to_f32 allows.
-      float* region = host + j * batch;
-      const int64_t len = std::min(batch, u.plan.chunk - j * batch);
-      const auto* upper = reinterpret_cast<const uint16_t*>(region) + len;
-      for (const auto& s : slices[j]) util::widen_to_f32(upper + s.shard_offset, kind, region + s.shard_offset, s.length);
+      for (const auto& s : slices[j])
+        util::widen_to_f32(landing(j) + s.shard_offset, kind, host + j * batch + s.shard_offset, s.length);
     }
   };
   // Staged route: the root reads the whole unit into one of its two fp32 buffers and scatters it.
