@@ -260,18 +260,18 @@ int64_t count_wrong(Op op, const Impl& impl, Buffers& b, bool ip, int rank, int 
 // run (other tenants of the machine, page cache, CPU frequency) hits every implementation alike.
 // Per run, the median round is reported.
 std::vector<double> time_interleaved(const std::vector<std::pair<Impl, bool>>& runs, Buffers& b, int warmup, int iters,
-                                     MPI_Comm sync) {
+                                     const std::function<void(const std::function<void(MPI_Comm)>&)>& on_sync) {
   for (const auto& [impl, ip] : runs)
     for (int i = 0; i < warmup; ++i) impl.run(b, ip);
   std::vector<std::vector<double>> rounds(runs.size());
   for (int i = 0; i < iters; ++i)
     for (size_t k = 0; k < runs.size(); ++k) {
-      MPI_Barrier(sync);
+      on_sync([](MPI_Comm m) { MPI_Barrier(m); });
       const auto t0 = Clock::now();
       runs[k].first.run(b, runs[k].second);
       double t = std::chrono::duration<double>(Clock::now() - t0).count(), tmax = 0;
       if (runs[k].first.self_timed) t = *runs[k].first.self_timed;
-      MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, sync);
+      on_sync([&](MPI_Comm m) { MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, m); });
       rounds[k].push_back(tmax);
     }
   std::vector<double> median;
@@ -342,9 +342,15 @@ int run_bench_collectives(const std::vector<std::string>& args) {
   for (const auto& c : comms) {
     const int n = c->size(), rank = c->rank();
     const bool is_mpi = c->backend() == "mpi";
-    // The harness's own barriers and time reductions (main thread), apart from the measured calls.
-    MPI_Comm dup = is_mpi ? comm::mpi_comm_dup(*c) : MPI_COMM_NULL;
-    MPI_Comm sync = dup != MPI_COMM_NULL ? dup : MPI_COMM_WORLD;
+    // The harness's own barriers and time reductions. For an MPI communicator they run on its
+    // communication thread, ordered with the measured calls: over Open MPI's TCP transport, a
+    // barrier from another thread between two large transfers made the next 64 MiB transfer 1.5-2x
+    // slower (a plain MPI program shows it too; README, performance), an artifact a training run,
+    // which calls MPI only from communication threads, never sees.
+    auto on_sync = [&](const std::function<void(MPI_Comm)>& f) {
+      if (is_mpi) comm::mpi_run_ordered(*c, f);
+      else f(MPI_COMM_WORLD);
+    };
 #ifdef TESSERA_HAVE_GLOO
     c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
     if (baselines && is_mpi) gloo = make_gloo(*c);
@@ -385,10 +391,10 @@ int run_bench_collectives(const std::vector<std::string>& args) {
           slots.push_back(&g_oop);
         }
 #endif
-        const std::vector<double> times = time_interleaved(runs, b, warmup, iters, sync);
+        const std::vector<double> times = time_interleaved(runs, b, warmup, iters, on_sync);
         for (size_t k = 0; k < slots.size(); ++k) slots[k]->time_s = times[k];
         int64_t wrong[2] = {t_oop.wrong, t_ip.wrong}, wrong_all[2] = {0, 0};
-        MPI_Allreduce(wrong, wrong_all, 2, MPI_INT64_T, MPI_SUM, sync);
+        on_sync([&](MPI_Comm m) { MPI_Allreduce(wrong, wrong_all, 2, MPI_INT64_T, MPI_SUM, m); });
         auto algbw = [&](double t) { return size_bytes / t / 1e9; };
         auto busbw = [&](double t) { return algbw(t) * busbw_factor(op, n); };
         auto ratio = [](const Result& base, const Result& ours) {
@@ -422,7 +428,6 @@ int run_bench_collectives(const std::vector<std::string>& args) {
       }
       if (root && !json) std::printf("# Avg bus bandwidth    : %g GB/s\n", bus_count ? bus_sum / bus_count : 0.0);
     }
-    if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
   }
   if (root && json) std::cout << out.dump(2) << std::endl;
   std::fflush(stdout);

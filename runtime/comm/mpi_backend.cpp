@@ -1,7 +1,8 @@
 // MPI backend: one communication thread per communicator running a FIFO of collectives on a
-// private duplicate of the MPI communicator. Even-sized float32 collectives go straight from/to the
-// caller's buffers; only uneven sizes (padding), 16-bit float reductions (computed in fp32, rounded
-// once) and aliasing buffers use a temporary.
+// private duplicate of the MPI communicator. Large messages (thresholds below) use the ring/chain
+// algorithms of mpi_ring.h (point-to-point, straight on the caller's buffers, uneven sizes
+// included); smaller ones use MPI's own collectives. 16-bit float reductions are computed in fp32
+// and rounded once.
 #include "runtime/comm/mpi_backend.h"
 
 #include <torch/torch.h>
@@ -12,11 +13,13 @@
 #include <deque>
 #include <functional>
 #include <iomanip>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "runtime/comm/collective_checks.h"
+#include "runtime/comm/mpi_ring.h"
 #include "runtime/error.h"
 
 namespace tessera::comm {
@@ -24,6 +27,19 @@ namespace {
 
 using detail::chunk_of;
 using detail::overlaps;
+using ring::check_mpi;
+
+// From these sizes (bytes of the whole buffer) on, collectives run the algorithms of mpi_ring.h;
+// below, MPI's own (latency-optimised) collectives. Chosen from `tessera bench collectives` sweeps
+// (4 KiB - 64 MiB, 2 and 4 ranks, shared memory and TCP; README, performance): the ring
+// reduce-scatter wins from 64-256 KiB on, all-reduce and the chained broadcast from about 1 MiB;
+// Open MPI's all-gather (recursive doubling / Bruck) beats the ring on 4 ranks up to ~16 MiB.
+constexpr int64_t kRingReduceScatterMinBytes = 256 << 10;
+constexpr int64_t kRingAllReduceMinBytes = 1 << 20;
+constexpr int64_t kChainBroadcastMinBytes = 1 << 20;
+constexpr int64_t kRingAllGatherMinBytes = 16 << 20;
+// Segment of the chained broadcast.
+constexpr int64_t kBroadcastSegmentBytes = 1 << 20;
 
 std::string seconds_text(std::chrono::milliseconds t) {
   std::ostringstream s;
@@ -146,8 +162,18 @@ class MpiCommunicator : public Communicator {
       const int64_t n = out.numel(), esz = in.element_size();
       if (n == 0) return;
       char* outp = static_cast<char*>(out.data_ptr());
+      const bool in_place = in.data_ptr() == outp + rank_ * chunk * esz;  // in is out's own chunk
+      if (n * esz >= kRingAllGatherMinBytes) {
+        const ring::Blocks b(n, size_);
+        if (!in_place) {
+          at::Tensor src = overlaps(in, out) ? in.clone() : in;
+          std::memcpy(outp + b.offset(rank_) * esz, src.data_ptr(), b.count(rank_) * esz);
+        }
+        ring::all_gather(outp, b, static_cast<int>(esz), type, comm_);
+        return;
+      }
       if (n == chunk * size_) {
-        if (in.data_ptr() == outp + rank_ * chunk * esz) {  // in place: in is out's own chunk
+        if (in_place) {
           check_mpi(MPI_Allgather(MPI_IN_PLACE, 0, type, outp, chunk, type, comm_), "MPI_Allgather");
         } else {
           at::Tensor src = overlaps(in, out) ? in.clone() : in;
@@ -172,9 +198,14 @@ class MpiCommunicator : public Communicator {
       if (n == 0) return;
       const bool widen = reduce_in_fp32(in.scalar_type());
       const auto red_dtype = widen ? at::kFloat : in.scalar_type();
+      const bool in_place = out.data_ptr() == static_cast<char*>(in.data_ptr()) + rank_ * chunk * in.element_size();
+      if (n * c10::elementSize(red_dtype) >= kRingReduceScatterMinBytes && (in_place || !overlaps(out, in))) {
+        ring_reduce_scatter(out, in, op, widen, in_place);
+        return;
+      }
       // In place, even and unwidened: MPI leaves the result at the start of `in`; move it to this
       // rank's chunk (disjoint from the start for rank > 0). No temporary.
-      if (!widen && n == padded && out.data_ptr() == static_cast<char*>(in.data_ptr()) + rank_ * chunk * in.element_size()) {
+      if (!widen && n == padded && in_place) {
         check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, in.data_ptr(), chunk, move_type(red_dtype), mpi_op(op), comm_),
                   "MPI_Reduce_scatter_block");
         if (rank_ != 0) std::memcpy(out.data_ptr(), in.data_ptr(), chunk * in.element_size());
@@ -206,9 +237,14 @@ class MpiCommunicator : public Communicator {
     return enqueue(where, [this, t, op] {
       if (t.numel() == 0) return;
       at::Tensor buf = reduce_in_fp32(t.scalar_type()) ? t.to(at::kFloat) : t;
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf.data_ptr(), buf.numel(), move_type(buf.scalar_type()), mpi_op(op),
-                              comm_),
-                "MPI_Allreduce");
+      const MPI_Datatype type = move_type(buf.scalar_type());
+      const int64_t n = buf.numel(), esz = buf.element_size();
+      if (n * esz >= kRingAllReduceMinBytes) {
+        ring::all_reduce(static_cast<char*>(buf.data_ptr()), n, scratch(chunk_of(n, size_) * esz),
+                         static_cast<int>(esz), type, mpi_op(op), comm_);
+      } else {
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf.data_ptr(), n, type, mpi_op(op), comm_), "MPI_Allreduce");
+      }
       if (op == ReduceOp::Mean) buf.div_(size_);
       if (!buf.is_same(t)) t.copy_(buf);
     });
@@ -222,8 +258,13 @@ class MpiCommunicator : public Communicator {
     if (root < 0 || root >= size_)
       throw TESSERA_INPUT_ERROR(where + ": root " + std::to_string(root) + " is not a rank");
     return enqueue(where, [this, t, root, type] {
-      if (t.numel() == 0) return;
-      check_mpi(MPI_Bcast(t.data_ptr(), t.numel(), type, root, comm_), "MPI_Bcast");
+      const int64_t n = t.numel(), esz = t.element_size();
+      if (n == 0) return;
+      if (n * esz >= kChainBroadcastMinBytes && size_ > 1)
+        ring::broadcast(static_cast<char*>(t.data_ptr()), n, root, kBroadcastSegmentBytes / esz, static_cast<int>(esz),
+                        type, comm_);
+      else
+        check_mpi(MPI_Bcast(t.data_ptr(), n, type, root, comm_), "MPI_Bcast");
     });
   }
 
@@ -313,6 +354,40 @@ class MpiCommunicator : public Communicator {
     return op + " on " + detail::describe(name_, rank_, size_, host_);
   }
 
+  // Ring reduce-scatter (mpi_ring.h) of `in` into `out` (not overlapping, or in's own chunk). The
+  // ring works on in's n elements directly (blocks past n are empty: out's padding is zeroed here).
+  // 16-bit floats are widened into a temporary first, which then serves as the accumulator.
+  void ring_reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op, bool widen, bool in_place) {
+    const int64_t n = in.numel(), chunk = out.numel();
+    const ring::Blocks b(n, size_);
+    const MPI_Op mop = mpi_op(op);
+    if (widen) {
+      at::Tensor acc = in.to(at::kFloat);
+      char* accp = static_cast<char*>(acc.data_ptr());
+      ring::reduce_scatter(accp, true, accp + b.offset(rank_) * 4, scratch(chunk * 4), b, 4, MPI_FLOAT, mop, comm_);
+      at::Tensor mine = acc.narrow(0, b.offset(rank_), b.count(rank_));
+      if (op == ReduceOp::Mean) mine.div_(size_);
+      out.narrow(0, 0, b.count(rank_)).copy_(mine);  // rounds fp32 -> bf16/fp16 once
+    } else {
+      const int esz = static_cast<int>(in.element_size());
+      ring::reduce_scatter(static_cast<char*>(in.data_ptr()), in_place, static_cast<char*>(out.data_ptr()),
+                           scratch(chunk * esz), b, esz, move_type(in.scalar_type()), mop, comm_);
+      if (op == ReduceOp::Mean) out.narrow(0, 0, b.count(rank_)).div_(size_);
+    }
+    out.narrow(0, b.count(rank_), chunk - b.count(rank_)).zero_();
+  }
+
+  // This communicator's scratch buffer, at least `bytes` long; communication thread only. Kept
+  // (and grown) across calls: fresh memory costs a page fault per 4 KiB on first touch, as much as
+  // the transfer itself on a slow VM.
+  char* scratch(int64_t bytes) {
+    if (bytes > scratch_bytes_) {
+      scratch_.reset(new char[bytes]);
+      scratch_bytes_ = bytes;
+    }
+    return scratch_.get();
+  }
+
   static MPI_Datatype check_movable(const at::Tensor& t, const std::string& where) {
     if (!t.device().is_cpu())
       throw TESSERA_INPUT_ERROR(where + ": the MPI backend takes CPU tensors, got one on " + t.device().str());
@@ -327,14 +402,6 @@ class MpiCommunicator : public Communicator {
     if (count > INT_MAX)
       throw TESSERA_INPUT_ERROR(where + ": " + std::to_string(count) +
                                 " elements exceed MPI's per-call count limit (2^31-1); split the tensor");
-  }
-
-  void check_mpi(int rc, const char* call) const {
-    if (rc == MPI_SUCCESS) return;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw Error(ErrorKind::Internal, std::string(call) + " failed: " + std::string(msg, len), __FILE__, __LINE__);
   }
 
   WorkPtr enqueue(std::string what, std::function<void()> fn) {
@@ -393,6 +460,8 @@ class MpiCommunicator : public Communicator {
   std::condition_variable qcv_;
   std::deque<Task> queue_;
   bool stop_ = false;
+  std::unique_ptr<char[]> scratch_;
+  int64_t scratch_bytes_ = 0;
   std::thread worker_;
 };
 

@@ -6,6 +6,13 @@
 // and the caller's thread keeps computing while a collective is in flight (FSDP prefetch relies on
 // this). MPI must be initialised with MPI_THREAD_MULTIPLE (the launcher's bootstrap does this).
 // Errors raised on the communication thread are rethrown by Work::wait().
+//
+// Large messages (reduce-scatter from 256 KiB, all-reduce and broadcast from 1 MiB, all-gather from
+// 16 MiB) run the ring / chain algorithms of mpi_ring.h on MPI point-to-point instead of MPI's own
+// collectives (3-5x faster reduce-scatter, 1.2-1.6x all-reduce at 64 MiB on 2-4 ranks); their fp32
+// reductions are deterministic and bitwise identical on every rank. For them each communicator
+// keeps one scratch buffer as large as the largest per-rank block it has reduced (1/size of the
+// largest reduction).
 #pragma once
 #include <mpi.h>
 

@@ -216,6 +216,91 @@ TEST(CommConformance, BroadcastFromFirstAndLastRank) {
   }
 }
 
+// Sizes just above the thresholds where the MPI backend leaves MPI's own collectives for its ring
+// and chain algorithms (runtime/comm/mpi_ring.h; reduce-scatter 256 KiB, all-reduce and broadcast
+// 1 MiB, all-gather 16 MiB), uneven so that the last blocks are short or empty: the same exact
+// results as the small sizes above, every op, in and out of place.
+TEST(CommConformance, LargeUnevenMessagesEveryOp) {
+  for (const auto& comm : backends()) {
+    const int rank = comm->rank(), size = comm->size();
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kLong}) {
+      auto o = opts_on(*comm, dt);
+      {  // reduce-scatter and all-reduce: 300007 elements (1.2 MB in fp32, where 16-bit floats are reduced)
+        const int64_t n = 300007, chunk = tc::detail::chunk_of(n, size);
+        const int64_t begin = std::min(n, rank * chunk), real = std::min(n, begin + chunk) - begin;
+        at::Tensor input = values(dt, rank, 0, n).to(o);
+        for (ReduceOp op : ops_for(dt)) {
+          at::Tensor expected = at::cat({reduced(dt, op, size, begin, real).to(at::kDouble),
+                                         at::zeros({chunk - real}, at::kDouble)}).to(dt);
+          at::Tensor in = input.clone(), out = at::full({chunk}, 9, o);
+          comm->reduce_scatter_into(out, in, op)->wait();
+          expect_same(out, expected, label(*comm, "reduce_scatter", dt, n, "out-of-place", op));
+          expect_same(in, input, label(*comm, "reduce_scatter", dt, n, "input untouched", op));
+          in = input.clone();
+          out = (rank + 1) * chunk <= n ? in.narrow(0, rank * chunk, chunk) : at::full({chunk}, 9, o);
+          comm->reduce_scatter_into(out, in, op)->wait();
+          expect_same(out, expected, label(*comm, "reduce_scatter", dt, n, "in-place", op));
+          at::Tensor t = input.clone();
+          comm->all_reduce(t, op)->wait();
+          expect_same(t, reduced(dt, op, size, 0, n), label(*comm, "all_reduce", dt, n, "in-place", op));
+        }
+      }
+      {  // broadcast: 600011 elements (>= 1.2 MB in every dtype here), from the last rank
+        const int64_t n = 600011;
+        at::Tensor t = values(dt, rank, 0, n).to(o);
+        comm->broadcast(t, size - 1)->wait();
+        expect_same(t, values(dt, size - 1, 0, n).to(dt), label(*comm, "broadcast", dt, n, "root last"));
+      }
+      if (dt != at::kBFloat16) {  // all-gather: 4200007 elements (16.8 MB in fp32)
+        const int64_t n = 4200007, chunk = tc::detail::chunk_of(n, size);
+        std::vector<at::Tensor> parts;
+        for (int r = 0; r < size; ++r) parts.push_back(values(dt, r, r * chunk, chunk));
+        at::Tensor expected = at::cat(parts).narrow(0, 0, n).to(dt);
+        at::Tensor mine = values(dt, rank, rank * chunk, chunk).to(o);
+        at::Tensor out = at::full({n}, 3, o);
+        comm->all_gather_into(out, mine)->wait();
+        expect_same(out, expected, label(*comm, "all_gather", dt, n, "out-of-place"));
+        out.fill_(3);
+        at::Tensor in = (rank + 1) * chunk <= n ? out.narrow(0, rank * chunk, chunk) : at::empty_like(mine);
+        in.copy_(mine);
+        comm->all_gather_into(out, in)->wait();
+        expect_same(out, expected, label(*comm, "all_gather", dt, n, "in-place"));
+      }
+    }
+  }
+}
+
+// Large fp32 reductions of the MPI backend are deterministic and identical on every rank: block b
+// is summed in ring order ((v[b+1] + v[b+2]) + ...) + v[b] on rank b alone and then copied
+// (mpi_ring.h). Inputs are not exactly summable, so another order shows up in the last bits.
+TEST(CommConformance, MpiLargeReductionsFollowTheRingOrder) {
+  for (const auto& comm : backends()) {
+    if (comm->backend() != "mpi") continue;
+    const int rank = comm->rank(), size = comm->size();
+    const int64_t n = 70001 * size + 3, chunk = tc::detail::chunk_of(n, size);  // >= 256 KiB per rank
+    auto v = [&](int r) {
+      at::Tensor i = at::arange(n, at::kDouble);
+      return (at::sin(i * (0.37 + 0.11 * r)) * (1000.0 / (r + 1))).to(at::kFloat);
+    };
+    std::vector<at::Tensor> all;
+    for (int r = 0; r < size; ++r) all.push_back(v(r));
+    at::Tensor expected = at::empty({n}, at::kFloat);
+    for (int b = 0; b < size; ++b) {
+      const int64_t begin = std::min(n, b * chunk), len = std::min(n, begin + chunk) - begin;
+      at::Tensor acc = all[(b + 1) % size].narrow(0, begin, len).clone();
+      for (int k = 2; k <= size; ++k) acc.add_(all[(b + k) % size].narrow(0, begin, len));  // fp32, one add at a time
+      expected.narrow(0, begin, len).copy_(acc);
+    }
+    at::Tensor out = at::empty({chunk}, at::kFloat);
+    comm->reduce_scatter_into(out, all[rank], ReduceOp::Sum)->wait();
+    const int64_t begin = std::min(n, rank * chunk), len = std::min(n, begin + chunk) - begin;
+    EXPECT_TRUE(at::equal(out.narrow(0, 0, len), expected.narrow(0, begin, len))) << comm->name() << " reduce_scatter";
+    at::Tensor t = all[rank].clone();
+    comm->all_reduce(t, ReduceOp::Sum)->wait();
+    EXPECT_TRUE(at::equal(t, expected)) << comm->name() << " all_reduce";
+  }
+}
+
 // Several operations in flight at once, waited for in reverse: they must still have run in issue
 // order (the second all_reduce sees the first one's result) and all complete.
 TEST(CommConformance, AsyncOperationsCompleteInIssueOrder) {
