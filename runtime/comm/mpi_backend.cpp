@@ -1,7 +1,7 @@
 // MPI backend: one communication thread per communicator running a FIFO of collectives on a
-// private duplicate of the MPI communicator. Large messages (thresholds below) use the ring/chain
-// algorithms of mpi_ring.h (point-to-point, straight on the caller's buffers, uneven sizes
-// included); smaller ones use MPI's own collectives. 16-bit float reductions are computed in fp32
+// private duplicate of the MPI communicator. Large reductions and broadcasts (thresholds below) use
+// the ring/chain algorithms of mpi_ring.h (point-to-point, straight on the caller's buffers, uneven
+// sizes included); everything else uses MPI's own collectives. 16-bit float reductions are computed in fp32
 // and rounded once.
 #include "runtime/comm/mpi_backend.h"
 
@@ -29,15 +29,15 @@ using detail::chunk_of;
 using detail::overlaps;
 using ring::check_mpi;
 
-// From these sizes (bytes of the whole buffer) on, collectives run the algorithms of mpi_ring.h;
-// below, MPI's own (latency-optimised) collectives. Chosen from `tessera bench collectives` sweeps
-// (4 KiB - 64 MiB, 2 and 4 ranks, shared memory and TCP; README, performance): the ring
-// reduce-scatter wins from 64-256 KiB on, all-reduce and the chained broadcast from about 1 MiB;
-// Open MPI's all-gather (recursive doubling / Bruck) beats the ring on 4 ranks up to ~16 MiB.
+// From these sizes (bytes of the whole buffer) on, reductions and broadcasts run the algorithms of
+// mpi_ring.h; below, MPI's own (latency-optimised) collectives. Chosen from `tessera bench
+// collectives` sweeps (4 KiB - 64 MiB, 2 and 4 ranks, shared memory and TCP; README, performance):
+// the ring reduce-scatter wins from 64-256 KiB on, all-reduce and the chained broadcast from about
+// 1 MiB. All-gather stays MPI_Allgather at every size: the ring measured no better at 64 MiB
+// (0.85-1.10x in interleaved runs) and worse on 4 ranks at 1-8 MiB.
 constexpr int64_t kRingReduceScatterMinBytes = 256 << 10;
 constexpr int64_t kRingAllReduceMinBytes = 1 << 20;
 constexpr int64_t kChainBroadcastMinBytes = 1 << 20;
-constexpr int64_t kRingAllGatherMinBytes = 16 << 20;
 // Segment of the chained broadcast.
 constexpr int64_t kBroadcastSegmentBytes = 1 << 20;
 
@@ -162,18 +162,8 @@ class MpiCommunicator : public Communicator {
       const int64_t n = out.numel(), esz = in.element_size();
       if (n == 0) return;
       char* outp = static_cast<char*>(out.data_ptr());
-      const bool in_place = in.data_ptr() == outp + rank_ * chunk * esz;  // in is out's own chunk
-      if (n * esz >= kRingAllGatherMinBytes) {
-        const ring::Blocks b(n, size_);
-        if (!in_place) {
-          at::Tensor src = overlaps(in, out) ? in.clone() : in;
-          std::memcpy(outp + b.offset(rank_) * esz, src.data_ptr(), b.count(rank_) * esz);
-        }
-        ring::all_gather(outp, b, static_cast<int>(esz), type, comm_);
-        return;
-      }
       if (n == chunk * size_) {
-        if (in_place) {
+        if (in.data_ptr() == outp + rank_ * chunk * esz) {  // in place: in is out's own chunk
           check_mpi(MPI_Allgather(MPI_IN_PLACE, 0, type, outp, chunk, type, comm_), "MPI_Allgather");
         } else {
           at::Tensor src = overlaps(in, out) ? in.clone() : in;

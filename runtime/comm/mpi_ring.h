@@ -3,7 +3,7 @@
 // ranks measured 1.3-5x slower (Open MPI 4.1 picks reduce-then-scatter for MPI_Reduce_scatter_block,
 // and 128 KiB-segment pipelines for MPI_Bcast that pay a rendezvous per segment over TCP):
 //   - reduce_scatter: ring, n-1 steps; each rank sends (n-1)/n of the data once and reduces it once.
-//   - all_gather: ring, n-1 steps.
+//   - all_gather: ring, n-1 steps (all_reduce's second half).
 //   - all_reduce: ring reduce-scatter + ring all-gather (2(n-1)/n of the data each way).
 //   - broadcast: pipelined chain from the root in segments.
 // Every rank of `comm` must call the same function with the same layout; calls on one communicator
