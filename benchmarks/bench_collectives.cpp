@@ -363,9 +363,9 @@ int run_bench_collectives(const std::vector<std::string>& args) {
       if (root && !json) {
         std::printf("#\n# %s on group '%s' (%s, %d ranks), dtype %s, %d iters, %d warm-up; times: median of rounds interleaved with the baselines\n", opname.c_str(),
                     c->name().c_str(), c->backend().c_str(), n, c10::toString(dt), iters, warmup);
-        std::printf("#%11s %12s %6s | %10s %8s %8s %6s | %10s %8s %8s %6s | %9s %9s %7s %7s | %9s %7s\n", "size",
+        std::printf("#%11s %12s %6s | %10s %8s %8s %6s | %10s %8s %8s %6s | %9s %9s %7s %7s | %9s %7s | %s\n", "size",
                     "count", "type", "oop us", "algbw", "busbw", "#wrong", "ip us", "algbw", "busbw", "#wrong",
-                    "raw oop", "raw ip", "x raw", "x rawip", "gloo us", "x gloo");
+                    "raw oop", "raw ip", "x raw", "x rawip", "gloo us", "x gloo", "algo");
       }
       for (uint64_t bytes = minb; bytes <= maxb; bytes *= factor) {
         Buffers b = make_buffers(op, bytes, dt, n);
@@ -403,6 +403,8 @@ int run_bench_collectives(const std::vector<std::string>& args) {
         bus_sum += busbw(t_oop.time_s) + busbw(t_ip.time_s);
         bus_count += 2;
         if (!root) continue;
+        // Which algorithm Tessera's backend ran: ring / chain (mpi_ring.h) or MPI's own collective.
+        const std::string algo = is_mpi ? comm::mpi_algorithm(opname, b.count, dt, n) : c->backend();
         if (json) {
           auto opt = [](double x) { return x > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
           out.push_back({{"group", c->name()}, {"ranks", n}, {"op", opname}, {"dtype", c10::toString(dt)}, {"transport", transport},
@@ -414,16 +416,16 @@ int run_bench_collectives(const std::vector<std::string>& args) {
                          {"raw_mpi_us", {{"oop", opt(r_oop.time_s * 1e6)}, {"ip", opt(r_ip.time_s * 1e6)}}},
                          {"gloo_us", opt(g_oop.time_s * 1e6)},
                          {"ratio_vs_raw", {{"oop", opt(ratio(r_oop, t_oop))}, {"ip", opt(ratio(r_ip, t_ip))}}},
-                         {"ratio_vs_gloo", opt(ratio(g_oop, t_oop))}});
+                         {"ratio_vs_gloo", opt(ratio(g_oop, t_oop))}, {"algorithm", algo}});
         } else {
           auto us = [](const Result& r) { return r.time_s > 0 ? fmt("%9.1f", r.time_s * 1e6) : std::string("      n/a"); };
           auto x = [](double q) { return q > 0 ? fmt("%6.2fx", q) : std::string("    n/a"); };
-          std::printf("%12lld %12lld %6s | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f %6lld | %9s %9s %7s %7s | %9s %7s\n",
+          std::printf("%12lld %12lld %6s | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f %6lld | %9s %9s %7s %7s | %9s %7s | %s\n",
                       (long long)size_bytes, (long long)b.count, c10::toString(dt), t_oop.time_s * 1e6,
                       algbw(t_oop.time_s), busbw(t_oop.time_s), (long long)wrong_all[0], t_ip.time_s * 1e6,
                       algbw(t_ip.time_s), busbw(t_ip.time_s), (long long)wrong_all[1], us(r_oop).c_str(),
                       us(r_ip).c_str(), x(ratio(r_oop, t_oop)).c_str(), x(ratio(r_ip, t_ip)).c_str(),
-                      us(g_oop).c_str(), x(ratio(g_oop, t_oop)).c_str());
+                      us(g_oop).c_str(), x(ratio(g_oop, t_oop)).c_str(), algo.c_str());
         }
       }
       if (root && !json) std::printf("# Avg bus bandwidth    : %g GB/s\n", bus_count ? bus_sum / bus_count : 0.0);

@@ -29,17 +29,38 @@ using detail::chunk_of;
 using detail::overlaps;
 using ring::check_mpi;
 
-// From these sizes (bytes of the whole buffer) on, reductions and broadcasts run the algorithms of
-// mpi_ring.h; below, MPI's own (latency-optimised) collectives. Chosen from `tessera bench
-// collectives` sweeps (4 KiB - 64 MiB, 2 and 4 ranks, shared memory and TCP; README, performance):
-// the ring reduce-scatter wins from 64-256 KiB on, all-reduce and the chained broadcast from about
-// 1 MiB. All-gather stays MPI_Allgather at every size: the ring measured no better at 64 MiB
-// (0.85-1.10x in interleaved runs) and worse on 4 ranks at 1-8 MiB.
+// From these sizes (bytes of the whole buffer; 16-bit float reductions count their fp32 size) on,
+// reductions and broadcasts run the algorithms of mpi_ring.h; below, MPI's own (latency-optimised)
+// collectives. Chosen from `tessera bench collectives` sweeps (4 KiB - 64 MiB, 2 and 4 ranks,
+// shared memory and TCP; README, performance): the ring reduce-scatter wins from 64-256 KiB on,
+// all-reduce and the chained broadcast from about 1 MiB. All-gather stays MPI_Allgather at every
+// size: the ring measured no better at 64 MiB (0.85-1.10x in interleaved runs) and worse on 4 ranks
+// at 1-8 MiB.
 constexpr int64_t kRingReduceScatterMinBytes = 256 << 10;
 constexpr int64_t kRingAllReduceMinBytes = 1 << 20;
 constexpr int64_t kChainBroadcastMinBytes = 1 << 20;
 // Segment of the chained broadcast.
 constexpr int64_t kBroadcastSegmentBytes = 1 << 20;
+
+enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
+enum class Algorithm { Mpi, Ring, Chain };
+
+// 16-bit floats are reduced in fp32: MPI has no bf16, and summing raw bits would be wrong.
+bool reduce_in_fp32(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+// The one place that decides which algorithm a collective runs (mpi_algorithm() reports it).
+Algorithm algorithm_for(Collective op, int64_t count, at::ScalarType dt, int size) {
+  const bool reduction = op == Collective::ReduceScatter || op == Collective::AllReduce;
+  const int64_t bytes = count * static_cast<int64_t>(reduction && reduce_in_fp32(dt) ? 4 : c10::elementSize(dt));
+  switch (op) {
+    case Collective::ReduceScatter: return bytes >= kRingReduceScatterMinBytes ? Algorithm::Ring : Algorithm::Mpi;
+    case Collective::AllReduce: return bytes >= kRingAllReduceMinBytes ? Algorithm::Ring : Algorithm::Mpi;
+    case Collective::Broadcast:
+      return bytes >= kChainBroadcastMinBytes && size > 1 ? Algorithm::Chain : Algorithm::Mpi;
+    case Collective::AllGather: return Algorithm::Mpi;
+  }
+  return Algorithm::Mpi;
+}
 
 std::string seconds_text(std::chrono::milliseconds t) {
   std::ostringstream s;
@@ -102,9 +123,6 @@ MPI_Datatype move_type(at::ScalarType t) {
     default: return MPI_DATATYPE_NULL;
   }
 }
-
-// 16-bit floats are reduced in fp32: MPI has no bf16, and summing raw bits would be wrong.
-bool reduce_in_fp32(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
@@ -189,7 +207,8 @@ class MpiCommunicator : public Communicator {
       const bool widen = reduce_in_fp32(in.scalar_type());
       const auto red_dtype = widen ? at::kFloat : in.scalar_type();
       const bool in_place = out.data_ptr() == static_cast<char*>(in.data_ptr()) + rank_ * chunk * in.element_size();
-      if (n * c10::elementSize(red_dtype) >= kRingReduceScatterMinBytes && (in_place || !overlaps(out, in))) {
+      if (algorithm_for(Collective::ReduceScatter, n, in.scalar_type(), size_) == Algorithm::Ring &&
+          (in_place || !overlaps(out, in))) {
         ring_reduce_scatter(out, in, op, widen, in_place);
         return;
       }
@@ -229,7 +248,7 @@ class MpiCommunicator : public Communicator {
       at::Tensor buf = reduce_in_fp32(t.scalar_type()) ? t.to(at::kFloat) : t;
       const MPI_Datatype type = move_type(buf.scalar_type());
       const int64_t n = buf.numel(), esz = buf.element_size();
-      if (n * esz >= kRingAllReduceMinBytes) {
+      if (algorithm_for(Collective::AllReduce, n, t.scalar_type(), size_) == Algorithm::Ring) {
         ring::all_reduce(static_cast<char*>(buf.data_ptr()), n, scratch(chunk_of(n, size_) * esz),
                          static_cast<int>(esz), type, mpi_op(op), comm_);
       } else {
@@ -250,7 +269,7 @@ class MpiCommunicator : public Communicator {
     return enqueue(where, [this, t, root, type] {
       const int64_t n = t.numel(), esz = t.element_size();
       if (n == 0) return;
-      if (n * esz >= kChainBroadcastMinBytes && size_ > 1)
+      if (algorithm_for(Collective::Broadcast, n, t.scalar_type(), size_) == Algorithm::Chain)
         ring::broadcast(static_cast<char*>(t.data_ptr()), n, root, kBroadcastSegmentBytes / esz, static_cast<int>(esz),
                         type, comm_);
       else
@@ -493,6 +512,22 @@ MPI_Comm mpi_comm_dup(const Communicator& comm) {
   as_mpi(comm, "mpi_comm_dup").run_ordered("dup", [&](MPI_Comm c) { rc = MPI_Comm_dup(c, &dup); });
   TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_dup of comm '" + comm.name() + "' failed");
   return dup;
+}
+
+std::string mpi_algorithm(const std::string& op, int64_t count, at::ScalarType dtype, int size) {
+  static const std::pair<const char*, Collective> kNames[] = {{"all_gather", Collective::AllGather},
+                                                              {"reduce_scatter", Collective::ReduceScatter},
+                                                              {"all_reduce", Collective::AllReduce},
+                                                              {"broadcast", Collective::Broadcast}};
+  for (const auto& [name, c] : kNames)
+    if (op == name) {
+      switch (algorithm_for(c, count, dtype, size)) {
+        case Algorithm::Ring: return "ring";
+        case Algorithm::Chain: return "chain";
+        case Algorithm::Mpi: return "mpi";
+      }
+    }
+  throw TESSERA_INPUT_ERROR("mpi_algorithm: '" + op + "' is not one of all_gather, reduce_scatter, all_reduce, broadcast");
 }
 
 void mpi_run_ordered(const Communicator& comm, const std::function<void(MPI_Comm)>& fn) {

@@ -36,6 +36,12 @@ CommPtr mpi_split(const Communicator& parent, int color, int key, const std::str
 // frees it with MPI_Comm_free. Throws Error(Input) if `comm` is not an MPI communicator.
 MPI_Comm mpi_comm_dup(const Communicator& comm);
 
+// The algorithm the MPI backend runs for `op` ("all_gather", "reduce_scatter", "all_reduce",
+// "broadcast") on a tensor of `count` elements of `dtype` over `size` ranks: "ring" or "chain"
+// (mpi_ring.h) for large messages, else "mpi" (MPI's own collective). `tessera bench collectives`
+// reports it per row. Throws Error(Input) for any other op name.
+std::string mpi_algorithm(const std::string& op, int64_t count, at::ScalarType dtype, int size);
+
 // Runs fn(c) on `comm`'s communication thread, ordered with its other operations, and waits for it;
 // c is the MPI communicator `comm` itself uses. For raw-MPI baselines that must run on the same
 // thread as the communicator's own calls (see `tessera bench collectives`). Exceptions from fn are

@@ -255,6 +255,24 @@ TEST(CommConformance, LargeUnevenMessagesEveryOp) {
   }
 }
 
+// Where the MPI backend switches to its own algorithms (mpi_backend.cpp), as `bench collectives`
+// reports it: reduce-scatter from 256 KiB, all-reduce from 1 MiB (16-bit floats counted in fp32,
+// the size they are reduced in), broadcast from 1 MiB on more than one rank, all-gather never.
+TEST(CommConformance, MpiAlgorithmThresholds) {
+  EXPECT_EQ(tc::mpi_algorithm("reduce_scatter", 65535, at::kFloat, 4), "mpi");
+  EXPECT_EQ(tc::mpi_algorithm("reduce_scatter", 65536, at::kFloat, 4), "ring");
+  EXPECT_EQ(tc::mpi_algorithm("reduce_scatter", 65536, at::kBFloat16, 2), "ring");
+  EXPECT_EQ(tc::mpi_algorithm("reduce_scatter", 65536, at::kByte, 2), "mpi");
+  EXPECT_EQ(tc::mpi_algorithm("all_reduce", 262143, at::kFloat, 4), "mpi");
+  EXPECT_EQ(tc::mpi_algorithm("all_reduce", 262144, at::kHalf, 4), "ring");
+  EXPECT_EQ(tc::mpi_algorithm("all_reduce", 131072, at::kLong, 2), "ring");
+  EXPECT_EQ(tc::mpi_algorithm("broadcast", 1 << 20, at::kByte, 2), "chain");
+  EXPECT_EQ(tc::mpi_algorithm("broadcast", 1 << 20, at::kByte, 1), "mpi");
+  EXPECT_EQ(tc::mpi_algorithm("broadcast", 262144, at::kBFloat16, 4), "mpi");  // broadcasts move 16-bit as is
+  EXPECT_EQ(tc::mpi_algorithm("all_gather", int64_t(1) << 30, at::kFloat, 4), "mpi");
+  EXPECT_THROW(tc::mpi_algorithm("gather", 1, at::kFloat, 2), tessera::Error);
+}
+
 // Large fp32 reductions of the MPI backend are deterministic and identical on every rank: block b
 // is summed in ring order ((v[b+1] + v[b+2]) + ...) + v[b] on rank b alone and then copied
 // (mpi_ring.h). Inputs are not exactly summable, so another order shows up in the last bits.
