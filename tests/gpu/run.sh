@@ -5,10 +5,17 @@
 #   bash tests/gpu/run.sh            # results in $OUT/gpu_results.txt, else ./gpu_results.txt
 #
 # Needs: nvidia-smi, python3 with a CUDA PyTorch 2.x (its LibTorch is what Tessera builds against)
-# and the pip NCCL (nvidia-nccl-*), cmake, a C++17 compiler, and Tessera's C++ dependencies (MPI,
-# nlohmann-json, Boost.Program_options, sentencepiece, GTest). Where those are not installed, set
-# TESSERA_GPU_DEBS to a folder of Debian packages: they are unpacked into / first (the machine is
-# disposable).
+# and the pip NCCL (nvidia-nccl-*), cmake, a C++17 compiler, and Tessera's C++ dependencies (Open
+# MPI, nlohmann-json, Boost.Program_options, GTest). Where the machine lacks those, make the folder
+# .gpu-deps here first with `bash tests/gpu/pack_deps.sh` (Debian 12 packages, ~18 MB) and carry it
+# (device tool: carry [".gpu-deps"]; or point TESSERA_GPU_DEBS at such a folder): its packages are
+# unpacked into a private root under the work folder, never into /, and the build, mpirun and the
+# runs use that root (OPAL_PREFIX, LD_LIBRARY_PATH, the CMake package folders).
+#
+# Rehearsal on a machine without a GPU (checks this script, the carried dependencies and the build
+# plumbing, nothing about CUDA): TESSERA_GPU_REHEARSAL=1 bash tests/gpu/run.sh builds against the
+# CPU LibTorch found by CMake (TESSERA_WITH_CUDA=AUTO, so the NCCL backend only compiles and links),
+# runs steps 3-5 on the CPU, and skips the GPU-only steps, saying so.
 #
 # Steps, each under its own `timeout` and a global deadline; every step is reported PASS, FAIL,
 # TIMEOUT or SKIPPED with the reason, nothing is claimed that did not run:
@@ -30,7 +37,11 @@ RES=$RESULTS_DIR/gpu_results.txt
 WORK=${TESSERA_GPU_WORK:-/tmp/tessera-gpu}
 BUILD=$WORK/build
 LOGS=$WORK/logs
+REHEARSAL=${TESSERA_GPU_REHEARSAL:-0}
 DEADLINE=${TESSERA_GPU_BUDGET_S:-460}  # seconds for all steps (< 8 minutes)
+BUILD_LIMIT=240
+# A rehearsal builds on whatever CPU it finds (40 minutes on 2 cores, from nothing).
+((REHEARSAL)) && DEADLINE=${TESSERA_GPU_BUDGET_S:-3600} && BUILD_LIMIT=3000
 SEQ=2048
 BATCH=${TESSERA_GPU_BATCH:-4}
 JOBS=$(nproc 2>/dev/null || echo 4)
@@ -82,17 +93,14 @@ skip() {
 
 say "tessera GPU run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), source $SRC"
 
+((REHEARSAL)) && say "REHEARSAL (TESSERA_GPU_REHEARSAL=1): CPU LibTorch, no GPU steps; nothing here measures the GPU path"
+
 # ---- 1. environment ----------------------------------------------------------------------------
-step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader &&
+((REHEARSAL)) && skip env "rehearsal" || step env 30 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader &&
   python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"gpu\", torch.cuda.is_available() and torch.cuda.get_device_name())"'
-say_lines <"$LOGS/env.log"
+[[ -f $LOGS/env.log ]] && say_lines <"$LOGS/env.log"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 say "  visible GPUs: ${GPUS:-0} (one rank per GPU: world size 1 here)"
-
-if [[ -n ${TESSERA_GPU_DEBS:-} && -d ${TESSERA_GPU_DEBS} ]]; then
-  # shellcheck disable=SC2016  # $0 expands inside the child shell
-  step debs 60 bash -c 'for f in "$0"/*.deb; do dpkg -x "$f" / || exit 1; done; ldconfig' "$TESSERA_GPU_DEBS"
-fi
 
 # ---- model: ~1.1B Llama (TinyLlama shape), HF config.json shared by both sides --------------------
 MODEL_CFG=$WORK/run/config.json
@@ -119,15 +127,37 @@ JSON
 
 # ---- 2. PyTorch eager reference -----------------------------------------------------------------
 EAGER_JSON=$WORK/run/eager.json
-step eager 120 env PYTHONUNBUFFERED=1 python3 "$SRC/tests/gpu/bench_gpu.py" eager --config "$MODEL_CFG" \
+((REHEARSAL)) && skip eager "rehearsal (no GPU)" || step eager 120 env PYTHONUNBUFFERED=1 python3 "$SRC/tests/gpu/bench_gpu.py" eager --config "$MODEL_CFG" \
   --seq "$SEQ" --batch "$BATCH" --warmup 3 --steps 10 --out "$EAGER_JSON"
 
+# ---- C++ dependencies carried as Debian packages (tests/gpu/pack_deps.sh) --------------------------
+source "$SRC/tests/gpu/deps.bash"
+DEPS_DIR=${TESSERA_GPU_DEBS:-$SRC/.gpu-deps}
+DEPS_ROOT=$WORK/deps
+CMAKE_DEPS=()
+if compgen -G "$DEPS_DIR/*.deb" >/dev/null; then
+  if step deps 60 bash -c 'source "$0" && deps_unpack "$1" "$2"' "$SRC/tests/gpu/deps.bash" "$DEPS_DIR" "$DEPS_ROOT" &&
+    deps_use "$DEPS_ROOT"; then
+    say "  C++ dependencies from $DEPS_DIR ($(ls "$DEPS_DIR"/*.deb | wc -l) packages) unpacked into $DEPS_ROOT"
+  fi
+else
+  say "  no carried C++ dependencies ($DEPS_DIR/*.deb): using the machine's own"
+fi
+
 # ---- 3. configure + build the CUDA variant ------------------------------------------------------
-TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+WITH_CUDA=ON
+if ((REHEARSAL)); then
+  TORCH_PREFIX=${TESSERA_GPU_TORCH_PREFIX:-/usr/lib/x86_64-linux-gnu/cmake}
+  WITH_CUDA=AUTO
+else
+  TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+fi
 # The pip wheel ships libnccl.so.2 (no libnccl.so) under nvidia/nccl or nvidia/cu13; give CMake a
 # conventional NCCL_HOME with include/ and lib/ pointing at it.
 NCCL_HOME=$WORK/nccl
-NCCL_FOUND=$(python3 - "$NCCL_HOME" <<'PY' 2>/dev/null
+((REHEARSAL)) && NCCL_HOME=${TESSERA_GPU_NCCL_HOME:-/usr/local/cuda}
+NCCL_FOUND=$( ((REHEARSAL)) && [[ -f $NCCL_HOME/include/nccl.h ]] && echo "$NCCL_HOME/include" && exit
+python3 - "$NCCL_HOME" <<'PY' 2>/dev/null
 import glob, os, sys
 home = sys.argv[1]
 try:
@@ -160,12 +190,19 @@ else
   GEN=()
   command -v ninja >/dev/null && GEN=(-G Ninja)
   export NCCL_HOME LD_LIBRARY_PATH=$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}
+  NCCL_LIB=$NCCL_HOME/lib/libnccl.so
+  [[ -e $NCCL_LIB ]] || NCCL_LIB=$NCCL_HOME/lib64/libnccl.so
   if step configure 90 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTESSERA_WITH_CUDA=ON -DNCCL_HOME="$NCCL_HOME" \
-    -DNCCL_INCLUDE_DIR="$NCCL_HOME/include" -DNCCL_LIBRARY="$NCCL_HOME/lib/libnccl.so" \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTESSERA_WITH_CUDA=$WITH_CUDA -DNCCL_HOME="$NCCL_HOME" \
+    -DNCCL_INCLUDE_DIR="$NCCL_HOME/include" -DNCCL_LIBRARY="$NCCL_LIB" "${CMAKE_DEPS[@]}" \
     -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 -DTESSERA_BUILD_BENCHMARKS=ON; then
     grep -E 'CMake Error|Could NOT find|TESSERA_WITH_CUDA' "$LOGS/configure.log" | say_lines
-    step build 240 cmake --build "$BUILD" -j "$JOBS" --target tessera test_comm_conformance test_fsdp_train && BUILT=1
+    # Which copies of the dependencies the build took (the carried root or the machine's own).
+    grep -E '^(MPI_C_HEADER_DIR|MPI_mpi_LIBRARY|Boost_DIR|nlohmann_json_DIR|GTest_DIR|Torch_DIR):' "$BUILD/CMakeCache.txt" | say_lines
+    if step build "$BUILD_LIMIT" cmake --build "$BUILD" -j "$JOBS" --target tessera test_comm_conformance test_fsdp_train; then
+      BUILT=1
+      ldd "$BUILD/bin/tessera" | grep -E 'libmpi|boost|libtorch\.|libc10|nccl|cudart' | say_lines
+    fi
   else
     say "  configure failed; missing packages named above (CMake Error / Could NOT find)"
     grep -E 'CMake Error|Could NOT find' "$LOGS/configure.log" | head -5 | say_lines
@@ -177,6 +214,7 @@ fi
 MPIRUN=()
 if command -v mpirun >/dev/null; then
   MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 1 -x TESSERA_TEST_SRC="$SRC" -x LD_LIBRARY_PATH)
+  [[ -n ${OPAL_PREFIX:-} ]] && MPIRUN+=(-x OPAL_PREFIX)
 fi
 if ((BUILT)); then
   export TESSERA_TEST_SRC=$SRC
@@ -204,6 +242,8 @@ TESSERA_METRICS=$WORK/run/tessera-log/metrics.jsonl
 SKIP_REASON=""
 if ((!BUILT)); then
   SKIP_REASON="tessera was not built (see configure/build above)"
+elif ((REHEARSAL)); then
+  SKIP_REASON="rehearsal (no GPU)"
 else
   # Capability probe: a 2-step run of the tiny preset; the trainer must say it ran on CUDA.
   PROBE=$WORK/run/probe

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU script's carried dependencies (tests/gpu/pack_deps.sh + tests/gpu/deps.bash) work from a
+# private root: the packages download, unpack outside /, an MPI program built with the carried
+# wrapper runs under the carried mpirun on 2 ranks with the carried libmpi, and Tessera's CMake
+# configure takes Open MPI, Boost, nlohmann-json and GTest from that root, not from /usr.
+set -uo pipefail
+SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+check() {  # check NAME CONDITION-STATUS [detail]
+  if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1 ${3:-}"; fail=1; fi
+}
+
+bash "$SRC/tests/gpu/pack_deps.sh" "$T/debs" >"$T/pack.log" 2>&1
+check "pack_deps downloads every package" $? "$(tail -3 "$T/pack.log")"
+source "$SRC/tests/gpu/deps.bash"
+deps_unpack "$T/debs" "$T/root"
+check "unpack into a private root" $?
+CMAKE_DEPS=()
+deps_use "$T/root"
+check "deps_use" $?
+[[ $OPAL_PREFIX == "$T/root/usr" && $(command -v mpirun) == "$T/root/bin/mpirun" ]]
+check "environment points at the root" $? "OPAL_PREFIX=$OPAL_PREFIX mpirun=$(command -v mpirun)"
+
+cat >"$T/hello.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char** argv) {
+  int level, rank, size, one = 1, sum = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  char line[1024], lib[1024] = "";
+  FILE* maps = fopen("/proc/self/maps", "r");
+  while (maps && fgets(line, sizeof line, maps))
+    if (strstr(line, "libmpi.so")) { sscanf(strchr(line, '/'), "%1023s", lib); break; }
+  printf("rank %d of %d sum %d multiple %d lib %s\n", rank, size, sum, level == MPI_THREAD_MULTIPLE, lib);
+  MPI_Finalize();
+  return 0;
+}
+C
+mpicc "$T/hello.c" -o "$T/hello" 2>"$T/cc.log"
+check "carried mpicc compiles" $? "$(head -3 "$T/cc.log")"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 \
+  mpirun --oversubscribe -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo "$T/hello" >"$T/run.log" 2>&1
+check "carried mpirun runs 2 ranks" $? "$(tail -3 "$T/run.log")"
+n=$(grep -c "of 2 sum 2 multiple 1 lib $T/root/usr/lib/" "$T/run.log")
+[ "$n" -eq 2 ]
+check "both ranks use the carried libmpi with MPI_THREAD_MULTIPLE" $? "$(cat "$T/run.log")"
+
+GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
+cmake -S "$SRC" -B "$T/build" "${GEN[@]}" "${CMAKE_DEPS[@]}" >"$T/cmake.log" 2>&1
+check "Tessera configures against the root" $? "$(grep -A3 'CMake Error' "$T/cmake.log" | head -8)"
+for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR nlohmann_json_DIR GTest_DIR; do
+  val=$(grep -E "^$var:" "$T/build/CMakeCache.txt" | cut -d= -f2-)
+  [[ $val == "$T/root/"* ]]
+  check "$var from the root" $? "($val)"
+done
+exit $fail
