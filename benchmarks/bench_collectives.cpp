@@ -19,7 +19,9 @@
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 
-#if __has_include(<gloo/context.h>)
+// The Gloo baseline: where LibTorch's Gloo headers exist, unless the build opts out
+// (-DTESSERA_GLOO_BASELINE=OFF; tests/gpu/run.sh does, as the c10d headers follow PyTorch's version).
+#if !defined(TESSERA_NO_GLOO_BASELINE) && __has_include(<gloo/context.h>)
 #define TESSERA_HAVE_GLOO 1
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1

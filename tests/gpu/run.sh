@@ -195,7 +195,8 @@ else
   if step configure 90 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTESSERA_WITH_CUDA=$WITH_CUDA -DNCCL_HOME="$NCCL_HOME" \
     -DNCCL_INCLUDE_DIR="$NCCL_HOME/include" -DNCCL_LIBRARY="$NCCL_LIB" "${CMAKE_DEPS[@]}" \
-    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 -DTESSERA_BUILD_BENCHMARKS=ON; then
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 -DTESSERA_BUILD_BENCHMARKS=ON \
+    -DTESSERA_GLOO_BASELINE=OFF; then
     grep -E 'CMake Error|Could NOT find|TESSERA_WITH_CUDA' "$LOGS/configure.log" | say_lines
     # Which copies of the dependencies the build took (the carried root or the machine's own).
     grep -E '^(MPI_C_HEADER_DIR|MPI_mpi_LIBRARY|Boost_DIR|nlohmann_json_DIR|GTest_DIR|Torch_DIR):' "$BUILD/CMakeCache.txt" | say_lines
