@@ -15,7 +15,8 @@
 # Rehearsal on a machine without a GPU (checks this script, the carried dependencies and the build
 # plumbing, nothing about CUDA): TESSERA_GPU_REHEARSAL=1 bash tests/gpu/run.sh builds against the
 # CPU LibTorch found by CMake (TESSERA_WITH_CUDA=AUTO, so the NCCL backend only compiles and links),
-# runs steps 3-5 on the CPU, and skips the GPU-only steps, saying so.
+# runs steps 3-5 on the CPU, and skips the GPU-only steps, saying so. tests/gpu/rehearse.sh does that
+# with this machine's own copies of the carried packages hidden.
 #
 # Steps, each under its own `timeout` and a global deadline; every step is reported PASS, FAIL,
 # TIMEOUT or SKIPPED with the reason, nothing is claimed that did not run:
