@@ -41,7 +41,7 @@ LOGS=$WORK/logs
 REHEARSAL=${TESSERA_GPU_REHEARSAL:-0}
 DEADLINE=${TESSERA_GPU_BUDGET_S:-460}  # seconds for all steps (< 8 minutes)
 BUILD_LIMIT=240
-# A rehearsal builds on whatever CPU it finds (40 minutes on 2 cores, from nothing).
+# A rehearsal builds on whatever CPU it finds (about 5 minutes on 2 cores from nothing, here).
 ((REHEARSAL)) && DEADLINE=${TESSERA_GPU_BUDGET_S:-3600} && BUILD_LIMIT=3000
 SEQ=2048
 BATCH=${TESSERA_GPU_BATCH:-4}
@@ -146,19 +146,19 @@ else
 fi
 
 # ---- 3. configure + build the CUDA variant ------------------------------------------------------
-WITH_CUDA=ON
 if ((REHEARSAL)); then
-  TORCH_PREFIX=${TESSERA_GPU_TORCH_PREFIX:-/usr/lib/x86_64-linux-gnu/cmake}
+  # This machine's CPU LibTorch and the NCCL of its CUDA toolkit: the NCCL backend compiles and links.
   WITH_CUDA=AUTO
+  TORCH_PREFIX=${TESSERA_GPU_TORCH_PREFIX:-/usr/lib/x86_64-linux-gnu/cmake}
+  NCCL_HOME=${TESSERA_GPU_NCCL_HOME:-/usr/local/cuda}
+  NCCL_FOUND=$([[ -f $NCCL_HOME/include/nccl.h ]] && echo "$NCCL_HOME/include")
 else
+  WITH_CUDA=ON
   TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
-fi
-# The pip wheel ships libnccl.so.2 (no libnccl.so) under nvidia/nccl or nvidia/cu13; give CMake a
-# conventional NCCL_HOME with include/ and lib/ pointing at it.
-NCCL_HOME=$WORK/nccl
-((REHEARSAL)) && NCCL_HOME=${TESSERA_GPU_NCCL_HOME:-/usr/local/cuda}
-NCCL_FOUND=$( ((REHEARSAL)) && [[ -f $NCCL_HOME/include/nccl.h ]] && echo "$NCCL_HOME/include" && exit
-python3 - "$NCCL_HOME" <<'PY' 2>/dev/null
+  # The pip wheel ships libnccl.so.2 (no libnccl.so) under nvidia/nccl or nvidia/cu13; give CMake a
+  # conventional NCCL_HOME with include/ and lib/ pointing at it.
+  NCCL_HOME=$WORK/nccl
+  NCCL_FOUND=$(python3 - "$NCCL_HOME" <<'PY' 2>/dev/null
 import glob, os, sys
 home = sys.argv[1]
 try:
@@ -180,7 +180,8 @@ for name in ("libnccl.so", "libnccl.so.2"):
         os.symlink(sorted(lib)[0], dst)
 print(os.path.dirname(hdr[0]))
 PY
-)
+  )
+fi
 BUILT=0
 if [[ -z $TORCH_PREFIX ]]; then
   skip configure "python3 has no importable torch: no LibTorch to build against"
