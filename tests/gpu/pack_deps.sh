@@ -5,9 +5,9 @@
 #
 #   bash tests/gpu/pack_deps.sh            # -> .gpu-deps/ in the repository root (git-ignored)
 #
-# (.gitignore keeps it out of commits), then carry that folder to the GPU machine (device tool: carry [".gpu-deps"]) and run
+# then carry that folder to the GPU machine (device tool: carry [".gpu-deps"]) and run
 # `bash tests/gpu/run.sh` there: run.sh unpacks every .deb of it into a private root under its work
-# folder (dpkg -x, never into /) and builds against that root. About 18 MB.
+# folder (tests/gpu/deps.bash; never into /) and builds against that root. About 18 MB.
 #
 # The list is the run-time closure of libmpi, mpirun/orted and their components (found with ldd on
 # this machine), less what every glibc-based Linux has (libc6, libstdc++6, libgcc-s1, zlib1g,

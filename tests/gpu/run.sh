@@ -5,7 +5,7 @@
 #   bash tests/gpu/run.sh            # results in $OUT/gpu_results.txt, else ./gpu_results.txt
 #
 # Needs: nvidia-smi, python3 with a CUDA PyTorch 2.x (its LibTorch is what Tessera builds against)
-# and the pip NCCL (nvidia-nccl-*), cmake, a C++17 compiler, and Tessera's C++ dependencies (Open
+# and the pip NCCL (nvidia-nccl-*), cmake, a C++17 compiler (C++20 for PyTorch >= 2.14), and Tessera's C++ dependencies (Open
 # MPI, nlohmann-json, Boost.Program_options, GTest). Where the machine lacks those, make the folder
 # .gpu-deps here first with `bash tests/gpu/pack_deps.sh` (Debian 12 packages, ~18 MB) and carry it
 # (device tool: carry [".gpu-deps"]; or point TESSERA_GPU_DEBS at such a folder): its packages are
