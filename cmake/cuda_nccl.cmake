@@ -45,3 +45,47 @@ function(tessera_add_cuda_sources tgt)
     tessera_use_pch(tessera_nccl_linkcheck)
   endif()
 endfunction()
+
+# Where LibTorch is CPU-only but NCCL and the CUDA headers exist (CI), the code under
+# #ifdef TESSERA_WITH_CUDA is still compiled, against LibTorch's c10/cuda headers (Debian's CPU
+# package ships them) with TESSERA_WITH_CUDA=1, into objects that nothing links: a type error in the
+# CUDA-only code then fails this build instead of waiting for a GPU machine. The one generated
+# header a CPU build lacks (c10/cuda/impl/cuda_cmake_macros.h: export macros) is written into the
+# build tree. The tests' CUDA parts (the conformance test's NCCL communicator) are checked too.
+function(tessera_add_cuda_typecheck)
+  if(TESSERA_CUDA_ENABLED OR NOT TARGET tessera_nccl)
+    return()
+  endif()
+  find_path(_c10_cuda_dir c10/cuda/CUDAStream.h HINTS ${TORCH_INCLUDE_DIRS} NO_CACHE)
+  if(NOT _c10_cuda_dir)
+    message(STATUS "Tessera: LibTorch has no c10/cuda headers: CUDA-only code not type-checked")
+    return()
+  endif()
+  set(_gen ${CMAKE_BINARY_DIR}/cuda_typecheck_include)
+  if(NOT EXISTS ${_c10_cuda_dir}/c10/cuda/impl/cuda_cmake_macros.h)
+    file(WRITE ${_gen}/c10/cuda/impl/cuda_cmake_macros.h
+         "#pragma once\n// Written by Tessera's CMake for the CUDA type check (CPU-only LibTorch).\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+  endif()
+  file(GLOB_RECURSE _src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*.cpp ${CMAKE_SOURCE_DIR}/launcher/*.cpp
+       ${CMAKE_SOURCE_DIR}/benchmarks/*.cpp ${CMAKE_SOURCE_DIR}/tests/*.cpp)
+  if(TESSERA_BUILD_TESTS)
+    find_package(GTest REQUIRED)  # tests/ found it too, but imported targets stay in their directory
+  else()
+    list(FILTER _src EXCLUDE REGEX "^${CMAKE_SOURCE_DIR}/tests/")
+  endif()
+  set(_checked)  # every source with an #if/#ifdef on TESSERA_WITH_CUDA
+  foreach(f ${_src})
+    file(STRINGS ${f} _hits REGEX "^#if(def)? .*TESSERA_WITH_CUDA")
+    if(_hits)
+      list(APPEND _checked ${f})
+    endif()
+  endforeach()
+  add_library(tessera_cuda_typecheck OBJECT ${_checked})
+  target_compile_definitions(tessera_cuda_typecheck PRIVATE TESSERA_WITH_CUDA=1)
+  target_include_directories(tessera_cuda_typecheck SYSTEM BEFORE PRIVATE ${_gen})
+  target_link_libraries(tessera_cuda_typecheck PRIVATE tessera_nccl tessera_launcher $<$<BOOL:${TESSERA_BUILD_TESTS}>:GTest::gtest>)
+  # Objects nobody links: only the front end matters, so no optimisation or debug info.
+  target_compile_options(tessera_cuda_typecheck PRIVATE -O0 -g0 -Wall -Wno-unused-parameter -Wno-sign-compare)
+  list(LENGTH _checked _n)
+  message(STATUS "Tessera: type-checking the CUDA-only code of ${_n} files with TESSERA_WITH_CUDA=1")
+endfunction()
