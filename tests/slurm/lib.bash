@@ -12,11 +12,22 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/tessera-slurm-test.XXXXXX)
 cleanup() {
   local rc=$?
+  if ((rc != 0)); then
+    # What Slurm knew about the jobs and nodes, while the daemons are still up.
+    echo "--- jobs and nodes ---" >&2
+    scontrol show job -o 2>&1 | awk '{ l = ""; for (i = 1; i <= NF; i++)
+      if ($i ~ /^(JobId|JobName|JobState|Reason|ExitCode|Restarts|RunTime|NodeList|BatchHost)=/) l = l " " $i
+      print (l == "" ? $0 : substr(l, 2)) }' >&2 || true
+    sinfo -N -o '%N %T %E' >&2 2>/dev/null || true
+  fi
   "$SRC/slurm/local-cluster" down >/dev/null 2>&1 || true
   if ((rc != 0)); then
+    # (>&2 before 2>/dev/null: the other order would send the logs to /dev/null too.)
     echo "--- job outputs ($WORK) ---" >&2
-    tail -n 40 "$WORK"/*.out 2>/dev/null >&2 || true
-    tail -n 20 "$TESSERA_SLURM_DIR"/log/slurmctld.log 2>/dev/null >&2 || true
+    tail -v -n 40 "$WORK"/*.out >&2 2>/dev/null || true
+    echo "--- Slurm logs ($TESSERA_SLURM_DIR/log) ---" >&2
+    tail -n 20 "$TESSERA_SLURM_DIR"/log/slurmctld.log >&2 2>/dev/null || true
+    tail -n 10 "$TESSERA_SLURM_DIR"/log/slurmd-*.log >&2 2>/dev/null || true
   fi
   [[ -n ${TESSERA_SLURM_TEST_KEEP:-} ]] || rm -rf "$WORK"
   exit $rc
