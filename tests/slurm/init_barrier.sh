@@ -21,11 +21,11 @@ SHIM=$SHIM timeout 120 sbatch --wait --nodes=2 --ntasks-per-node=2 --output=job.
 python3 - marks <<'PY' || fail "MPI_Init is not a barrier across nodes"
 import os, sys
 d = sys.argv[1]
-t = lambda name: float(open(os.path.join(d, name)).read())
-stalled = {r: t("stalled.%d" % r) for r in (2, 3) if os.path.exists(os.path.join(d, "stalled.%d" % r))}
-done = {r: t("init_done.%d" % r) for r in range(4) if os.path.exists(os.path.join(d, "init_done.%d" % r))}
-assert sorted(stalled) == [2, 3], ("the shim did not stall node2's ranks 2 and 3", sorted(os.listdir(d)))
-assert not any(os.path.exists(os.path.join(d, "stalled.%d" % r)) for r in (0, 1)), "node1 was stalled too"
+def notes(kind):  # rank -> time, for the ranks that wrote kind.<rank>
+    paths = {r: os.path.join(d, "%s.%d" % (kind, r)) for r in range(4)}
+    return {r: float(open(p).read()) for r, p in paths.items() if os.path.exists(p)}
+stalled, done = notes("stalled"), notes("init_done")
+assert sorted(stalled) == [2, 3], ("the shim must stall node2's ranks 2 and 3 only", sorted(os.listdir(d)))
 assert sorted(done) == [0, 1, 2, 3], ("not every rank noted MPI_Init's return", sorted(os.listdir(d)))
 last_stall = max(stalled.values())
 for r, when in sorted(done.items()):
