@@ -78,10 +78,12 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
                     {{"unit" + std::to_string(u) + ".a", at::empty({rows, cols})},
                      {"unit" + std::to_string(u) + ".b", at::empty({rows, cols})}}});
   fsdp::Engine engine(defs, [](int64_t, const at::Tensor& h) { return h; }, groups, {}, [](const std::string&) { return true; });
-  for (auto& s : engine.shards()) {
+  // What a trainer saves: the masters and AdamW's two moments (all fp32 here).
+  std::vector<NamedShards> kinds = {engine.named_state(), {"exp_avg", {}}, {"exp_avg_sq", {}}};
+  for (const auto& s : engine.shards()) {
     s.master.normal_();
-    s.exp_avg.normal_();
-    s.exp_avg_sq.uniform_();
+    kinds[1].per_unit.push_back(at::randn({s.plan.chunk}));
+    kinds[2].per_unit.push_back(at::rand({s.plan.chunk}));
   }
 
   std::string scratch;
@@ -115,7 +117,7 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
   for (int i = 0; i < repeat; ++i) {
     checkpoint::SaveTiming st;
     settle(prev_sync, "");
-    best_save = std::min(best_save, last_save = timed(world, [&] { st = sync_ck.save(i, engine, state); }));
+    best_save = std::min(best_save, last_save = timed(world, [&] { st = sync_ck.save(i, engine, kinds, state); }));
     prev_sync = st.dir;
     my_bytes = st.bytes;
     const std::string my_file = st.dir + "/" + [&] {
@@ -124,7 +126,7 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
       return std::string(b);
     }();
     checkpoint::io::drop_page_cache(my_file);  // its pages are clean after fsync
-    best_load = std::min(best_load, last_load = timed(world, [&] { checkpoint::load(st.dir, engine); }));
+    best_load = std::min(best_load, last_load = timed(world, [&] { checkpoint::load(st.dir, engine, kinds); }));
 
     settle("", dd);
     best_dd_w = std::min(best_dd_w, last_dd_w = timed(world, [&] { dd_write(dd, static_cast<uint64_t>(my_bytes)); }));
@@ -134,7 +136,7 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
     double blocked = 0;
     settle(prev_async, "");
     best_async_total = std::min(best_async_total, last_async = timed(world, [&] {
-      blocked = async_ck.save(i, engine, state).blocked_s;
+      blocked = async_ck.save(i, engine, kinds, state).blocked_s;
       prev_async = async_ck.wait().dir;
     }));
     // Worst rank's blocked time.

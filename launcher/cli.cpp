@@ -78,6 +78,7 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   else if (unit == "KIB" || unit == "K") mult = 1024.0;
   else if (unit == "MIB" || unit == "M") mult = 1024.0 * 1024;
   else if (unit == "GIB" || unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "TIB" || unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
   double v = 0;
   try {
     size_t used = 0;
@@ -87,7 +88,7 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
     v = -1;
   }
   if (mult == 0 || v <= 0)
-    throw TESSERA_INPUT_ERROR(what + ": '" + text + "' is not a size (examples: 2GB, 500MB, 64MiB, 1048576)");
+    throw TESSERA_INPUT_ERROR(what + ": '" + text + "' is not a size (examples: 2GB, 500MB, 64MiB, 80GiB, 1TiB, 1048576)");
   return static_cast<uint64_t>(v * mult);
 }
 

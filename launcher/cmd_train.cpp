@@ -12,6 +12,8 @@
 #include "launcher/config.h"
 #include "launcher/device_select.h"
 #include "launcher/llama_lm.h"
+#include "launcher/plan.h"
+#include "launcher/run_options.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -19,6 +21,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/device/device.h"
 #include "runtime/fsdp/loader.h"
+#include "runtime/optim/adamw.h"
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
 
@@ -34,6 +37,7 @@ fsdp::Options fsdp_options_from(const Config& cfg, const model::LlamaConfig& mc)
   o.activation_checkpointing = ac == "true" || (ac == "auto" && mc.hidden_size >= 4096);
   o.prefetch = cfg.get_bool("fsdp.prefetch");
   o.limit_all_gathers = static_cast<int>(cfg.get_int("fsdp.limit_all_gathers"));
+  o.accumulate = fsdp::parse_accumulate(cfg.get_string("fsdp.accumulate"));
   TESSERA_CHECK_INPUT(o.limit_all_gathers >= 1, "fsdp.limit_all_gathers must be >= 1");
   return o;
 }
@@ -57,6 +61,32 @@ c10::Device agree_on_device(const std::string& spec, const Bootstrap& b) {
   return device;
 }
 
+// Stops the run before anything is loaded or written when the memory model predicts more host
+// memory on this node than its limit (--host-mem, else the cgroup / SLURM limit), instead of the
+// OOM killer ending it halfway through loading.
+void check_host_memory(const Config& cfg, const model::LlamaConfig& mc, const Bootstrap& b, bool gpu,
+                       const std::string& flag) {
+  std::string source = "--host-mem " + flag;
+  const int64_t limit = flag.empty() ? detect_host_limit(&source)
+                                     : static_cast<int64_t>(parse_byte_size(flag, "--host-mem"));
+  if (limit <= 0) return;
+  PlanRequest req;
+  req.world = b.world_size;
+  req.ranks_per_node = b.local_size;
+  req.gpu = gpu;
+  req.host_mem = limit;
+  req.stored_bytes = mc.torch_dtype == "float32" ? 4 : 2;
+  const memory::Plan plan = plan_run(cfg, mc, req);
+  const std::string why = why_not_fit(plan, req);
+  if (why.empty()) return;
+  std::string impossible;
+  const nlohmann::json fixes = fitting_changes(cfg, mc, req, &impossible);
+  std::string hint = fixes.empty() ? "nothing the configuration can change makes it fit"
+                                   : "it would fit with " + fixes[0]["change"].get<std::string>();
+  throw TESSERA_INPUT_ERROR("host memory: the memory model predicts " + why + " (limit from " + source +
+                            "); stopping before loading; " + hint + " (see tessera plan)");
+}
+
 // Checks a directory can be created and written without touching anything already in it.
 void check_writable_dir(const std::string& dir, const std::string& key) {
   std::error_code ec;
@@ -64,6 +94,8 @@ void check_writable_dir(const std::string& dir, const std::string& key) {
   if (ec || access(dir.c_str(), W_OK) != 0)
     throw TESSERA_INPUT_ERROR(key + " '" + dir + "' is not a writable directory");
 }
+
+}  // namespace
 
 train::TrainOptions train_options_from(const Config& cfg) {
   train::TrainOptions t;
@@ -80,6 +112,7 @@ train::TrainOptions train_options_from(const Config& cfg) {
   t.beta2 = cfg.get_float("train.beta2");
   t.eps = cfg.get_float("train.eps");
   t.clip = cfg.get_float("train.clip");
+  t.optimizer_state_dtype = optim::parse_state_dtype(cfg.get_string("optim.state_dtype"));
   t.seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
   t.checkpoint_dir = cfg.get_string("checkpoint.dir");
   t.checkpoint_every = cfg.get_int("checkpoint.every");
@@ -95,8 +128,6 @@ train::TrainOptions train_options_from(const Config& cfg) {
   TESSERA_CHECK_INPUT(t.checkpoint_keep >= 1, "checkpoint.keep must be >= 1");
   return t;
 }
-
-}  // namespace
 
 // Everything `train` and `eval` set up before the first collective of the engine; run inside
 // collectively() so that bad input stops every rank with one message and nothing written.
@@ -138,8 +169,12 @@ int run_train(const std::vector<std::string>& args) {
   desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.lr=1e-4")(
       "resume", po::value<std::string>()->implicit_value("latest"),
-      "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory");
-  auto vm = parse_command("tessera train --config run.json [--set key=value]... [--resume [DIR]]", desc, args);
+      "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory")(
+      "host-mem", po::value<std::string>(),
+      "host RAM of this node for the job (default: the cgroup or SLURM --mem limit, if any); the run stops "
+      "before loading if the memory model predicts more");
+  auto vm = parse_command("tessera train --config run.json [--set key=value]... [--resume [DIR]] [--host-mem SIZE]", desc,
+                          args);
   if (!vm) return 0;
   const Bootstrap& b = current();
   const bool rank0 = b.world_rank == 0;
@@ -175,6 +210,8 @@ int run_train(const std::vector<std::string>& args) {
   collectively([&] {
     fopts = fsdp_options_from(cfg, ms.config);
     fopts.device = device;
+    check_host_memory(cfg, ms.config, b, device.is_cuda(),
+                      vm->count("host-mem") ? (*vm)["host-mem"].as<std::string>() : std::string());
     TESSERA_CHECK_INPUT(topts.seq_len <= ms.config.max_position_embeddings,
                         "data.seq_len " + std::to_string(topts.seq_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(ms.config.max_position_embeddings));
@@ -281,6 +318,11 @@ int run_eval(const std::vector<std::string>& args) {
     HfWeightSource src(dir);
     trainer.load_weights(src);
   });
+  // Evaluation's own peak (the load's is not part of it): what inference holds.
+  memory::Breakdown mem;
+  mem.process_base = trainer.process_base_rss();
+  memory::reset_peak_rss();
+  memory::reset_peak();
   std::vector<double> losses;
   int64_t predicted = 0;
   for (const auto& s : sequences) {
@@ -288,10 +330,13 @@ int run_eval(const std::vector<std::string>& args) {
     losses.push_back(trainer.sequence_losses(t)[0]);
     predicted += static_cast<int64_t>(s.size()) - 1;
   }
+  mem.tracked = memory::peak();
+  mem.peak_rss = memory::peak_rss_bytes();
   if (b.world_rank == 0)
     std::cout << nlohmann::json{{"per_sequence_loss", losses},
                                 {"mean_loss", model::mean_token_loss(losses, sequences)},
-                                {"tokens", predicted}}
+                                {"tokens", predicted},
+                                {"memory", mem.to_json()}}
                      .dump()
               << std::endl;
   return 0;

@@ -7,10 +7,12 @@
 #include "benchmarks/bench_collectives.h"
 #include "benchmarks/bench_step.h"
 #include "benchmarks/bench_load.h"
+#include "benchmarks/bench_memory.h"
 #include "launcher/cmd_ckpt.h"
 #include "launcher/cmd_model.h"
 #include "launcher/cmd_tokenize.h"
 #include "launcher/config.h"
+#include "launcher/plan.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -45,11 +47,12 @@ int run_bench(const std::vector<std::string>& args) {
       {"checkpoint", bench::run_bench_checkpoint},
       {"step", bench::run_bench_step},
       {"load", bench::run_bench_load},
+      {"memory", bench::run_bench_memory},
   };
   std::vector<std::string> names;
   for (const auto& b : benches) names.push_back(b.first);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "usage: tessera bench <collectives|checkpoint|load> [options]   (tessera bench <name> --help)" << std::endl;
+    std::cout << "usage: tessera bench <collectives|checkpoint|step|load|memory> [options]   (tessera bench <name> --help)" << std::endl;
     return args.empty() ? 2 : 0;
   }
   for (const auto& b : benches)
@@ -68,6 +71,7 @@ const std::vector<CommandInfo>& commands() {
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
       {"bench", "benchmarks: collectives, checkpoint, load", true, run_bench},
       {"config", "print the configuration reference or validate a config file", false, run_config},
+      {"plan", "predict per-rank GPU memory and host RAM of a run, say whether it fits and what would make it fit", false, run_plan},
   };
   return list;
 }

@@ -44,6 +44,9 @@ const std::vector<ConfigKey>& config_schema() {
       {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for llama2-* sizes), true, false.", {"auto", "true", "false"}},
       {"fsdp.prefetch", "bool", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."},
       {"fsdp.limit_all_gathers", "int", 2, "Most decoder-layer units gathered at once (>= 1)."},
+      {"fsdp.accumulate", "string", "sharded", "Gradient accumulation over train.grad_accum micro-steps: sharded (every micro-step reduce-scatters into the fp32 gradient shard; nothing model-sized is kept between micro-steps) or unsharded (micro-steps before the last accumulate a full-size fp32 gradient per unit locally, like no_sync(); one reduction per step: less traffic, 4 bytes per parameter more memory). no_shard adds into its (full) gradient either way.", {"sharded", "unsharded"}},
+      // optim
+      {"optim.state_dtype", "string", "fp32", "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient) or bf16 (12 bytes; each update is computed in fp32 and rounded once).", {"fp32", "bf16"}},
       // checkpoint
       {"checkpoint.dir", "string", "", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."},
       {"checkpoint.every", "int", 0, "Save every N steps (0: only at the end and on preemption)."},

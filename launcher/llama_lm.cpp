@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "model/activations.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "runtime/error.h"
@@ -24,6 +25,37 @@ train::CausalLm make_llama_lm(const model::LlamaConfig& cfg) {
   lm.flops_per_token = [cfg](int64_t seq_len) { return cfg.train_flops_per_token(seq_len); };
   lm.keep_alive = llama;
   return lm;
+}
+
+memory::ModelShape llama_memory_shape(const model::LlamaConfig& cfg) {
+  model::Llama m(cfg, torch::kMeta);
+  memory::ModelShape s;
+  auto add_unit = [&](const model::NamedTensors& params) {
+    s.units.emplace_back();
+    for (const auto& [name, p] : params) {
+      s.units.back().emplace_back(name, p.sizes().vec());
+      s.parameters += p.numel();
+    }
+  };
+  add_unit(m->root_parameters());
+  for (const auto& [name, p] : m->root_parameters()) s.root_param_in_head.push_back(name.rfind("model.embed_tokens", 0) != 0);
+  for (int64_t i = 0; i < m->num_layers(); ++i) add_unit(m->layer_parameters(i));
+  return s;
+}
+
+memory::ActivationTerms llama_activation_terms(const model::LlamaConfig& cfg, int64_t B, int64_t T, int elem,
+                                               bool fused_attention) {
+  const model::ActivationBytes a = model::llama_activation_bytes(cfg, B, T, elem, fused_attention);
+  memory::ActivationTerms t;
+  t.layer_input = a.layer_input;
+  t.layer_saved = a.layer_saved;
+  t.layer_forward_transient = a.layer_forward_transient;
+  t.layer_backward_transient = a.layer_backward_transient;
+  t.head_saved = a.head_saved;
+  t.head_forward_transient = a.head_forward_transient;
+  t.head_backward_transient = a.head_backward_transient;
+  t.logits = a.logits;
+  return t;
 }
 
 void InitWeightSource::read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,

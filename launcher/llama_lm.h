@@ -5,6 +5,7 @@
 
 #include "model/config.h"
 #include "runtime/fsdp/fsdp.h"
+#include "runtime/memory/model.h"
 #include "runtime/train/trainer.h"
 
 namespace tessera::model {
@@ -16,6 +17,13 @@ namespace tessera::launcher {
 // A Llama built on the meta device (no memory), described to the runtime as a causal LM: unit 0
 // holds the embeddings, final norm and lm_head; unit i+1 is decoder layer i.
 train::CausalLm make_llama_lm(const model::LlamaConfig& cfg);
+
+// The Llama as the memory model sees it: the same units (shapes, order) make_llama_lm hands the
+// engine, which root parameters belong to the head, and the activation terms of
+// model/activations.h for a micro-batch [B, T] in a compute dtype of `elem` bytes.
+memory::ModelShape llama_memory_shape(const model::LlamaConfig& cfg);
+memory::ActivationTerms llama_activation_terms(const model::LlamaConfig& cfg, int64_t B, int64_t T, int elem,
+                                               bool fused_attention);
 
 // Weights from the Llama initialisation (seed): every rank generates only the parameters of the
 // unit being loaded, one parameter at a time, identical on every rank and world size.

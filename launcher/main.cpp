@@ -12,6 +12,7 @@
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "model/errors.h"
+#include "runtime/memory/tracker.h"
 #include "runtime/error.h"
 
 using namespace tessera;
@@ -84,17 +85,8 @@ int report(int code, const std::string& what, bool collective) {
 
 }  // namespace
 
-// One malloc arena for every thread unless the user chose otherwise (MALLOC_ARENA_MAX). With
-// glibc's default, the communication threads get arenas of their own, whose 64 MiB heaps are
-// unmapped when a collective frees its MPI temporaries and mapped (and page-faulted) afresh by the
-// next: a 16 MiB reduce-scatter issued from a communication thread took twice as long as the same
-// call from the main thread. Must run before any thread allocates (glibc fixes the limit then).
-static void share_one_malloc_arena() {
-  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
-}
-
 int main(int argc, char** argv) {
-  share_one_malloc_arena();
+  memory::configure_process_allocators();  // first: before any thread allocates
   std::vector<std::string> all(argv + 1, argv + argc);
   if (all.empty() || all[0] == "--help" || all[0] == "-h" || all[0] == "help") {
     print_usage();

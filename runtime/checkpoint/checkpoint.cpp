@@ -12,7 +12,6 @@
 // Steps 1, 3 and 4 use the Checkpointer's own duplicate of the world communicator, so a
 // background save never interleaves with the engine's collectives.
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +24,7 @@
 #include "runtime/checkpoint/layout.h"
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
+#include "runtime/memory/tracker.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -62,7 +62,8 @@ struct Job {
   int shard_rank = 0, shard_size = 1;
   std::vector<fsdp::ShardPlan> plans;
   std::vector<std::string> unit_names;
-  std::vector<std::array<at::Tensor, 3>> data;  // writer: per unit master / exp_avg / exp_avg_sq
+  std::vector<std::string> kinds;
+  std::vector<std::vector<at::Tensor>> data;  // writer: [unit][kind], host tensors (fp32 or bf16)
   json manifest;                                // leader: everything but the file checksums
 };
 
@@ -76,7 +77,7 @@ struct Checkpointer::Impl {
   SaveTiming timing;  // of the job on the worker
   // Async host snapshot of the writer's shards, reused across saves (only touched while no job
   // is in flight): copying into memory already mapped is several times faster than a fresh clone.
-  std::vector<std::array<at::Tensor, 3>> snapshot;
+  std::vector<std::vector<at::Tensor>> snapshot;
 
   std::string agree(const std::string& e) { return strip_rank_prefix(comm->agree_error(e)); }
 
@@ -90,9 +91,20 @@ void Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& byt
   const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
   io::File f = io::File::create(path);
   io::ChecksumWriter w(f);
-  for (const Piece& p : file_layout(job.plans, job.shard_rank)) {
-    const float* src = job.data[p.unit][p.kind].data_ptr<float>() + p.shard_offset;
-    w.write(src, static_cast<size_t>(p.length) * sizeof(float));
+  at::Tensor widened;  // fp32 staging for kinds kept in another dtype (bf16 moments), a block at a time
+  for (const Piece& p : file_layout(job.plans, job.shard_rank, static_cast<int>(job.kinds.size()))) {
+    const at::Tensor& t = job.data[p.unit][p.kind];
+    if (t.scalar_type() == at::kFloat) {
+      w.write(t.data_ptr<float>() + p.shard_offset, static_cast<size_t>(p.length) * sizeof(float));
+      continue;
+    }
+    constexpr int64_t kBlock = int64_t(1) << 20;
+    if (!widened.defined()) widened = at::empty({kBlock}, at::TensorOptions().dtype(at::kFloat));
+    for (int64_t b = 0; b < p.length; b += kBlock) {
+      const int64_t n = std::min(kBlock, p.length - b);
+      widened.narrow(0, 0, n).copy_(t.narrow(0, p.shard_offset + b, n));
+      w.write(widened.data_ptr<float>(), static_cast<size_t>(n) * sizeof(float));
+    }
   }
   w.flush();
   f.fsync();
@@ -220,7 +232,9 @@ SaveTiming Checkpointer::wait() {
   return t;
 }
 
-SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const json& state) {
+SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vector<NamedShards>& kinds,
+                              const json& state) {
+  memory::Scope memory_scope(memory::Category::Checkpoint);
   const auto t0 = std::chrono::steady_clock::now();
   TESSERA_CHECK_INPUT(step >= 0, "checkpoint step must be >= 0, got " + std::to_string(step));
   wait();  // the previous async save (rethrows its error)
@@ -258,6 +272,10 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const json& st
   throw_if(impl_->agree(error));
 
   const auto& shards = engine.shards();
+  for (const NamedShards& k : kinds) {
+    TESSERA_CHECK(k.per_unit.size() == shards.size(), "checkpoint kind " + k.kind + " has a tensor per unit");
+    job.kinds.push_back(k.kind);
+  }
   auto& snap = impl_->snapshot;
   if (snap.size() != shards.size()) snap.assign(shards.size(), {});
   for (size_t u = 0; u < shards.size(); ++u) {
@@ -265,20 +283,25 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const json& st
     job.plans.push_back(sh.plan);
     job.unit_names.push_back(sh.name);
     if (!job.writer) continue;
-    const at::Tensor live[3] = {sh.master, sh.exp_avg, sh.exp_avg_sq};
-    // Shards on a device are always snapshot to host memory (the writer reads through data_ptr);
-    // the copy waits for the device work that produced them.
-    const bool on_host = live[0].is_cpu();
-    if (!opts_.async && on_host) {
-      job.data.push_back({live[0], live[1], live[2]});
-      continue;
+    job.data.emplace_back();
+    snap[u].resize(kinds.size());
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      const at::Tensor& live = kinds[k].per_unit[u];
+      TESSERA_CHECK(live.numel() == sh.plan.chunk, "checkpoint kind " + kinds[k].kind + " of unit " + sh.name +
+                                                       " is not shaped like its shard");
+      // Shards on a device are always snapshot to host memory (the writer reads through data_ptr);
+      // the copy waits for the device work that produced them.
+      const bool on_host = live.is_cpu();
+      if (!opts_.async && on_host) {
+        job.data.back().push_back(live);
+        continue;
+      }
+      at::Tensor& s = snap[u][k];
+      if (!s.defined() || s.numel() != live.numel() || s.scalar_type() != live.scalar_type())
+        s = at::empty({live.numel()}, live.options().device(at::kCPU));
+      s.copy_(live);
+      job.data.back().push_back(s);
     }
-    for (int k = 0; k < 3; ++k) {
-      if (!snap[u][k].defined() || snap[u][k].numel() != live[k].numel())
-        snap[u][k] = on_host ? at::empty_like(live[k]) : at::empty({live[k].numel()}, live[k].options().device(at::kCPU));
-      snap[u][k].copy_(live[k]);
-    }
-    job.data.push_back(snap[u]);
   }
   if (job.leader) {
     json& m = job.manifest;
@@ -301,16 +324,16 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const json& st
     // index of (unit, kind, param) in `tensors`
     std::vector<std::vector<std::vector<size_t>>> idx(shards.size());
     for (size_t u = 0; u < shards.size(); ++u) {
-      idx[u].resize(3);
-      for (int k = 0; k < 3; ++k)
+      idx[u].resize(job.kinds.size());
+      for (size_t k = 0; k < job.kinds.size(); ++k)
         for (const auto& p : job.plans[u].params) {
           idx[u][k].push_back(tensors.size());
-          tensors.push_back({{"name", p.name}, {"kind", kKinds[k]}, {"unit", job.unit_names[u]}, {"dtype", "F32"},
+          tensors.push_back({{"name", p.name}, {"kind", job.kinds[k]}, {"unit", job.unit_names[u]}, {"dtype", "F32"},
                              {"shape", p.shape}, {"slices", json::array()}});
         }
     }
     for (int r = 0; r < job.shard_size; ++r)
-      for (const Piece& p : file_layout(job.plans, r))
+      for (const Piece& p : file_layout(job.plans, r, static_cast<int>(job.kinds.size())))
         tensors[idx[p.unit][p.kind][p.param]]["slices"].push_back(
             {{"file", rank_file_name(r)}, {"offset", p.byte_offset}, {"begin", p.param_offset}, {"numel", p.length}});
     m["units"] = std::move(units);

@@ -1,7 +1,8 @@
 // Sharded checkpoints (format documented in runtime/checkpoint/FORMAT.md).
 //
 // A checkpoint is a directory <root>/step-<N>/ holding one tensor file per shard-group rank (that
-// rank's slices of every unit's fp32 master parameters and AdamW moments) and manifest.json, written
+// rank's slices of every unit's state kinds: the engine's fp32 master parameters ("param") and the
+// optimizer's moments ("exp_avg", "exp_avg_sq"), each stored as fp32) and manifest.json, written
 // last by rank 0, which records for every tensor its global shape, dtype and which byte range of
 // which file holds which slice, per-file checksums (CRC32C), the step and the caller's training
 // state. Writes go to step-<N>.tmp/ (files and directory fsync'ed) and are renamed into place, so a
@@ -24,13 +25,15 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/fsdp/fsdp.h"
+#include "runtime/named_shards.h"
 
 namespace tessera::checkpoint {
 
 constexpr int kFormatVersion = 1;
 constexpr const char* kFormatName = "tessera-checkpoint";
-// The three tensors saved per parameter: fp32 master weight and AdamW's two moments.
-constexpr const char* kKinds[3] = {"param", "exp_avg", "exp_avg_sq"};
+// The kind holding the model's weights (what consolidation exports). Other kinds are whatever the
+// components handed to save() call their state (AdamW: "exp_avg", "exp_avg_sq").
+constexpr const char* kParamKind = "param";
 
 struct SaveOptions {
   int keep = 2;        // complete checkpoints retained (older ones deleted after a successful save); <=0: all
@@ -56,10 +59,13 @@ class Checkpointer {
   Checkpointer(std::string root_dir, SaveOptions opts, const comm::ProcessGroups& groups);
   ~Checkpointer();  // waits for an async save in flight (errors are reported on stderr, not thrown)
 
-  // Saves step `step`. With async, returns after the snapshot; the next save() or wait() waits for
-  // the previous one to finish (and rethrows its error). An existing step-<N> is replaced atomically.
-  // Bad input (unwritable directory, disk full) throws Error(Input) on every rank.
-  SaveTiming save(int64_t step, fsdp::Engine& engine, const nlohmann::json& state);
+  // Saves step `step`: every kind in `kinds` (one tensor per engine unit, shaped like its shard on
+  // this rank, fp32 or bf16, on any device; written as fp32). With async, returns after the
+  // snapshot; the next save() or wait() waits for the previous one to finish (and rethrows its
+  // error). An existing step-<N> is replaced atomically. Bad input (unwritable directory, disk
+  // full) throws Error(Input) on every rank.
+  SaveTiming save(int64_t step, fsdp::Engine& engine, const std::vector<NamedShards>& kinds,
+                  const nlohmann::json& state);
   SaveTiming wait();  // completes an async save in flight; returns its timing (zeros if none)
 
   const std::string& root() const { return root_; }
@@ -76,19 +82,20 @@ class Checkpointer {
 // Latest complete checkpoint directory under root ("" if none). Incomplete *.tmp dirs are ignored.
 std::string latest(const std::string& root_dir);
 
-// Loads a checkpoint saved at any world size and strategy into the engine's shards (each rank reads
+// Loads a checkpoint saved at any world size and strategy into `kinds` (one tensor per engine unit,
+// shaped like its shard on this rank: the engine's masters, the optimizer's state; each rank reads
 // only the byte ranges it needs) and returns the stored training state. Validates the manifest,
 // checksums of the files it reads, and that the checkpoint's tensors match the engine's units
 // (names and shapes); errors name the file / tensor. Collective-free except for error agreement
 // (over the engine's shard and replicate groups): an error on any rank throws the same one-line
 // Error(Input) on every rank. Each file's checksum is verified by one rank of the shard group, in
 // the same pass that reads its ranges. On error the engine's shards are unspecified (stop the run).
-nlohmann::json load(const std::string& ckpt_dir, fsdp::Engine& engine);
+nlohmann::json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<NamedShards>& kinds);
 
 // ---- offline access (single process, no MPI): inspect, verify, consolidate, other tools ---------
 struct TensorEntry {
   std::string name;   // parameter name (Hugging Face name for Llama)
-  std::string kind;   // "param" | "exp_avg" | "exp_avg_sq"
+  std::string kind;   // "param", "exp_avg", "exp_avg_sq", ...
   std::string unit;   // FSDP unit it belonged to
   std::vector<int64_t> shape;
   int64_t numel = 0;

@@ -4,11 +4,11 @@
 
 namespace tessera::checkpoint {
 
-std::vector<Piece> file_layout(const std::vector<fsdp::ShardPlan>& plans, int rank) {
+std::vector<Piece> file_layout(const std::vector<fsdp::ShardPlan>& plans, int rank, int num_kinds) {
   std::vector<Piece> out;
   uint64_t cursor = 0;
   for (size_t u = 0; u < plans.size(); ++u)
-    for (int k = 0; k < 3; ++k)
+    for (int k = 0; k < num_kinds; ++k)
       for (const auto& s : plans[u].slices(rank)) {
         out.push_back({static_cast<int>(u), s.param, k, s.shard_offset, s.param_offset, s.length, cursor});
         cursor += static_cast<uint64_t>(s.length) * sizeof(float);

@@ -10,7 +10,7 @@
 namespace tessera::checkpoint {
 
 // One contiguous run of fp32 elements in a rank file: elements [param_offset, +length) of
-// parameter `param` of unit `unit`, tensor kind kKinds[kind], taken from the rank's shard at
+// parameter `param` of unit `unit`, of the kind'th state kind saved, taken from the rank's shard at
 // shard_offset, stored at byte_offset.
 struct Piece {
   int unit = 0, param = 0, kind = 0;
@@ -18,9 +18,10 @@ struct Piece {
   uint64_t byte_offset = 0;
 };
 
-// File order: unit by unit; within a unit kind by kind (param, exp_avg, exp_avg_sq); within a kind
-// the rank's slices in flat order. Padding is not stored.
-std::vector<Piece> file_layout(const std::vector<fsdp::ShardPlan>& plans, int rank);
+// File order: unit by unit; within a unit kind by kind (in the order given to save: param,
+// exp_avg, exp_avg_sq for the trainer); within a kind the rank's slices in flat order. Padding is
+// not stored.
+std::vector<Piece> file_layout(const std::vector<fsdp::ShardPlan>& plans, int rank, int num_kinds);
 uint64_t file_bytes(const std::vector<Piece>& layout);
 
 std::string rank_file_name(int rank);  // rank-00003.bin

@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
 #include "runtime/error.h"
+#include "runtime/memory/tracker.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -242,16 +243,17 @@ void agree(fsdp::Engine& engine, const std::string& error) {
   if (!e.empty()) throw TESSERA_INPUT_ERROR(e);
 }
 
-// The engine's parameters must be exactly the checkpoint's (names and shapes, all three kinds).
-void check_matches(const Reader& r, const std::vector<fsdp::UnitShard>& shards) {
+// The engine's parameters must be exactly the checkpoint's (names and shapes, every kind asked for).
+void check_matches(const Reader& r, const std::vector<fsdp::UnitShard>& shards, const std::vector<NamedShards>& kinds) {
   size_t expected = 0;
   for (const auto& u : shards)
     for (const auto& p : u.plan.params) {
-      for (const char* kind : kKinds) {
+      for (const NamedShards& k : kinds) {
+        const std::string& kind = k.kind;
         const TensorEntry* t = r.find(p.name, kind);
         if (!t)
           throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: tensor " + p.name +
-                                    (std::string(kind) == "param" ? "" : std::string(" (") + kind + ")") + " is missing");
+                                    (kind == kParamKind ? "" : " (" + kind + ")") + " is missing");
         if (t->shape != p.shape)
           throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: tensor " + p.name + " has shape " +
                                     shape_str(t->shape) + " in the checkpoint, " + shape_str(p.shape) + " in the model");
@@ -271,13 +273,16 @@ void check_matches(const Reader& r, const std::vector<fsdp::UnitShard>& shards) 
 
 }  // namespace
 
-json load(const std::string& ckpt_dir, fsdp::Engine& engine) {
-  auto& shards = engine.shards();
+json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<NamedShards>& kinds) {
+  memory::Scope memory_scope(memory::Category::Checkpoint);
+  const auto& shards = engine.shards();
   std::unique_ptr<Reader> reader;
   std::string error;
   try {
+    for (const NamedShards& k : kinds)
+      TESSERA_CHECK(k.per_unit.size() == shards.size(), "checkpoint kind " + k.kind + " has a tensor per unit");
     reader = std::make_unique<Reader>(ckpt_dir);
-    check_matches(*reader, shards);
+    check_matches(*reader, shards, kinds);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -286,20 +291,22 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine) {
   // Requests for this rank's shard, grouped by file.
   const int W = engine.shard_group().size(), rank = engine.shard_group().rank();
   std::vector<std::vector<ReadRequest>> per_file(reader->files().size());
-  // Shards on a device are read into host copies (this rank's shards only) and copied over after.
-  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (host, device)
-  for (auto& u : shards) {
-    at::Tensor dsts[3] = {u.master, u.exp_avg, u.exp_avg_sq};
-    for (int k = 0; k < 3; ++k) {
-      if (!dsts[k].is_cpu()) {
-        at::Tensor host = at::empty({dsts[k].numel()}, dsts[k].options().device(at::kCPU));
-        staged.emplace_back(host, dsts[k]);
-        dsts[k] = host;
+  // Shards on a device, or kept in another dtype (bf16 moments), are read into fp32 host copies
+  // (this rank's shards only) and copied over after.
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (host fp32, destination)
+  for (size_t ui = 0; ui < shards.size(); ++ui) {
+    const auto& u = shards[ui];
+    for (const NamedShards& k : kinds) {
+      at::Tensor dst = k.per_unit[ui];
+      if (!dst.is_cpu() || dst.scalar_type() != at::kFloat) {
+        at::Tensor host = at::empty({dst.numel()}, at::TensorOptions().dtype(at::kFloat));
+        staged.emplace_back(host, dst);
+        dst = host;
       }
-      dsts[k].zero_();  // padding stays zero
-      float* base = dsts[k].data_ptr<float>();
+      dst.zero_();  // padding stays zero
+      float* base = dst.data_ptr<float>();
       for (const auto& s : u.plan.slices(u.shard_rank)) {
-        const TensorEntry* t = reader->find(u.plan.params[s.param].name, kKinds[k]);
+        const TensorEntry* t = reader->find(u.plan.params[s.param].name, k.kind);
         for (auto& req : reader->requests(*t, s.param_offset, s.length, base + s.shard_offset))
           per_file[req.file].push_back(req);
       }

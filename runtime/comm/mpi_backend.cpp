@@ -21,6 +21,7 @@
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/mpi_ring.h"
 #include "runtime/error.h"
+#include "runtime/memory/tracker.h"
 
 namespace tessera::comm {
 namespace {
@@ -424,6 +425,7 @@ class MpiCommunicator : public Communicator {
   }
 
   void run_queue() {
+    memory::set_thread_default(memory::Category::CommBuffers);
     at::NoGradGuard no_grad;  // grad mode is thread-local: collectives never record autograd history
     for (;;) {
       Task task;

@@ -3,7 +3,10 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
+#include <deque>
+
 #include "runtime/error.h"
+#include "runtime/memory/tracker.h"
 
 namespace tessera::fsdp {
 
@@ -30,17 +33,49 @@ at::ScalarType parse_dtype(const std::string& s) {
   throw TESSERA_INPUT_ERROR("dtype '" + s + "' is not one of fp32, bf16, fp16");
 }
 
+Accumulate parse_accumulate(const std::string& s) {
+  if (s == "sharded") return Accumulate::Sharded;
+  if (s == "unsharded") return Accumulate::Unsharded;
+  throw TESSERA_INPUT_ERROR("fsdp.accumulate '" + s + "' is not one of sharded, unsharded");
+}
+std::string to_string(Accumulate a) { return a == Accumulate::Sharded ? "sharded" : "unsharded"; }
+
 namespace {
 
 enum class GatherState { Free, Gathering, Gathered };
 
-// A gradient reduction in flight: the reduce-scatter output is added into the fp32 shard gradient
-// once complete (and all-reduced across replicas for hybrid / no_shard).
-struct PendingReduce {
-  int unit;
-  comm::WorkPtr work;
-  at::Tensor input, output;
+// One unit's gradient on its way into the fp32 shard (see the header: reductions).
+struct Reduction {
+  int unit = 0;
+  bool final = false;   // last micro-step of the optimizer step: all-reduce across replicas after
+  comm::WorkPtr work;   // the reduce-scatter, or the replica all-reduce
+  at::Tensor flat;      // reduce-scatter input: the unit's full-size gradient (reduce dtype)
+  at::Tensor out;       // this rank's chunk (reduce dtype), or the all-reduce buffer
 };
+
+// dst += src * scale (flat tensors of equal numel). LibTorch's CPU kernels widen an input of
+// another dtype into a whole temporary copy first, so mixed dtypes go in blocks: the temporary
+// never exceeds kWidenBlock elements.
+constexpr int64_t kWidenBlock = int64_t(1) << 20;
+void add_scaled(const at::Tensor& dst, const at::Tensor& src, double scale) {
+  const int64_t n = dst.numel();
+  const int64_t block = dst.scalar_type() == src.scalar_type() || !dst.is_cpu() ? n : kWidenBlock;
+  for (int64_t b = 0; b < n; b += block) {
+    const int64_t len = std::min(block, n - b);
+    at::Tensor d = dst.narrow(0, b, len), s = src.narrow(0, b, len);
+    if (scale == 1.0) d.add_(s);
+    else d.add_(s, scale);
+  }
+}
+
+// dst[slot] += grads[k] (scaled) for every defined gradient, each freed once added.
+void add_into(at::Tensor& dst, const ShardPlan& plan, std::vector<at::Tensor>& grads, double scale) {
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (!grads[k].defined()) continue;
+    add_scaled(dst.narrow(0, plan.params[k].offset, plan.params[k].numel), grads[k].reshape(-1), scale);
+    grads[k] = at::Tensor();
+  }
+}
 
 }  // namespace
 
@@ -53,7 +88,7 @@ struct Engine::Impl {
     GatherState state = GatherState::Free;
     comm::WorkPtr gather_work;
     at::Tensor gather_input;  // master cast to param dtype, alive while gathering
-    at::Tensor accum;         // fp32 full-size gradient accumulated over no_sync micro-steps
+    at::Tensor accum;         // unsharded accumulation: fp32 full-size gradient of earlier micro-steps
   };
 
   Options opts;
@@ -62,7 +97,8 @@ struct Engine::Impl {
   int dp_size = 1;  // data-parallel ranks = shard * replicate
   std::vector<UnitShard> shards;  // what the optimizer and checkpoints see
   std::vector<Unit> units;
-  std::vector<PendingReduce> pending;
+  std::deque<Reduction> reducing;     // reduce-scatters in flight, issue order
+  std::deque<Reduction> replicating;  // replica all-reduces in flight, issue order
   bool sync = true;
   MemoryStats mem;
 
@@ -80,6 +116,7 @@ struct Engine::Impl {
     // The storage's allocator (CUDA: the caching allocator) allocates on the current device.
     c10::OptionalDeviceGuard guard;
     if (!u.full.device().is_cpu()) guard.reset_device(u.full.device());
+    memory::Scope scope(memory::Category::GatheredParams);
     auto* impl = u.full.storage().unsafeGetStorageImpl();
     impl->set_data_ptr_noswap(impl->allocator()->allocate(u.full_bytes));
     impl->set_nbytes(u.full_bytes);
@@ -91,6 +128,7 @@ struct Engine::Impl {
     Unit& u = units[ui];
     if (u.state != GatherState::Free) return;
     alloc_storage(u);
+    memory::Scope scope(memory::Category::CommBuffers);
     u.gather_input = u.shard->master.scalar_type() == opts.param_dtype ? u.shard->master
                                                                       : u.shard->master.to(opts.param_dtype);
     u.gather_work = shard_comm->all_gather_into(u.full, u.gather_input);
@@ -137,45 +175,92 @@ struct Engine::Impl {
   }
 
   // ---- gradients ---------------------------------------------------------------------------
-  // grads[k] is the gradient of units[ui].params[k] (undefined if unused).
-  void accumulate_grads(int ui, const std::vector<at::Tensor>& grads) {
+  at::Tensor& grad_shard(Unit& u) {
+    if (!u.shard->grad.defined()) {
+      memory::Scope scope(memory::Category::GradShard);
+      u.shard->grad = at::zeros({u.shard->plan.chunk}, u.shard->master.options());
+    }
+    return u.shard->grad;
+  }
+
+  // grads[k] is the gradient of units[ui].params[k] (undefined if unused); see the header.
+  void accumulate_grads(int ui, std::vector<at::Tensor> grads) {
     Unit& u = units[ui];
     const ShardPlan& plan = u.shard->plan;
-    auto add_into_accum = [&] {
-      for (size_t k = 0; k < grads.size(); ++k)
-        if (grads[k].defined())
-          u.accum.narrow(0, plan.params[k].offset, plan.params[k].numel).add_(grads[k].reshape(-1).to(at::kFloat));
-    };
-    if (!sync) {
-      if (!u.accum.defined()) u.accum = at::zeros({plan.padded_total}, u.shard->master.options());
-      add_into_accum();
+    for (const auto& g : grads) memory::retag(g, memory::Category::UnsharedGrads);
+    at::Tensor& grad = grad_shard(u);
+    const double scale = 1.0 / static_cast<double>(dp_size);
+    if (shard_comm->size() == 1) {
+      // The shard is the whole unit (no_shard, or one rank): add straight into the gradient.
+      add_into(grad, plan, grads, scale);
+      if (sync && replicate_comm->size() > 1) replicate(ui);
       return;
     }
+    memory::Scope scope(memory::Category::UnsharedGrads);
+    const auto reduce_opts = u.shard->master.options().dtype(opts.reduce_dtype);
     at::Tensor flat;
-    if (u.accum.defined()) {
-      add_into_accum();
-      flat = u.accum.to(opts.reduce_dtype);
+    if (opts.accumulate == Accumulate::Unsharded) {
+      if (!u.accum.defined()) u.accum = at::zeros({plan.padded_total}, u.shard->master.options());
+      add_into(u.accum, plan, grads, 1.0);
+      if (!sync) return;
+      flat = u.accum.scalar_type() == opts.reduce_dtype ? u.accum : u.accum.to(opts.reduce_dtype);
       u.accum = at::Tensor();
+      // Average over every data-parallel rank; dividing before the sum keeps fp16/bf16 in range.
+      flat.div_(static_cast<double>(dp_size));
     } else {
-      flat = at::zeros({plan.padded_total}, u.shard->master.options().dtype(opts.reduce_dtype));
-      for (size_t k = 0; k < grads.size(); ++k)
-        if (grads[k].defined())
-          flat.narrow(0, plan.params[k].offset, plan.params[k].numel).copy_(grads[k].reshape(-1));
+      flat = at::zeros({plan.padded_total}, reduce_opts);
+      add_into(flat, plan, grads, scale);
     }
-    // Average over every data-parallel rank; dividing before the sum keeps fp16/bf16 in range.
-    if (dp_size > 1) flat.div_(static_cast<double>(dp_size));
-    at::Tensor out = at::empty({plan.chunk}, flat.options());
-    auto work = shard_comm->reduce_scatter_into(out, flat, comm::ReduceOp::Sum);
-    pending.push_back({ui, work, flat, out});
+    Reduction r;
+    r.unit = ui;
+    r.final = sync;
+    r.flat = flat;
+    {
+      memory::Scope comm_scope(memory::Category::CommBuffers);
+      r.out = at::empty({plan.chunk}, reduce_opts);
+    }
+    r.work = shard_comm->reduce_scatter_into(r.out, r.flat, comm::ReduceOp::Sum);
+    reducing.push_back(std::move(r));
+    while (static_cast<int>(reducing.size()) > kMaxReductionsInFlight) retire_reduction();
+  }
+
+  // The oldest reduce-scatter: its chunk into the gradient shard; then the replica all-reduce.
+  void retire_reduction() {
+    Reduction r = std::move(reducing.front());
+    reducing.pop_front();
+    r.work->wait();
+    r.flat = at::Tensor();
+    Unit& u = units[r.unit];
+    add_scaled(grad_shard(u), r.out, 1.0);
+    r.out = at::Tensor();
+    if (r.final && replicate_comm->size() > 1) replicate(r.unit);
+  }
+
+  // All-reduce unit ui's gradient shard across replicas (in the reduce dtype), asynchronously.
+  void replicate(int ui) {
+    Unit& u = units[ui];
+    Reduction r;
+    r.unit = ui;
+    {
+      memory::Scope scope(memory::Category::CommBuffers);
+      r.out = u.shard->grad.scalar_type() == opts.reduce_dtype ? u.shard->grad : u.shard->grad.to(opts.reduce_dtype);
+    }
+    r.work = replicate_comm->all_reduce(r.out, comm::ReduceOp::Sum);
+    replicating.push_back(std::move(r));
+    while (static_cast<int>(replicating.size()) > kMaxReductionsInFlight) retire_replication();
+  }
+
+  void retire_replication() {
+    Reduction r = std::move(replicating.front());
+    replicating.pop_front();
+    r.work->wait();
+    at::Tensor& grad = units[r.unit].shard->grad;
+    if (!r.out.is_same(grad)) grad.copy_(r.out);
   }
 
   void drain_reductions() {
-    for (auto& p : pending) {
-      p.work->wait();
-      if (replicate_comm->size() > 1) replicate_comm->all_reduce(p.output, comm::ReduceOp::Sum)->wait();
-      units[p.unit].shard->grad.add_(p.output.to(at::kFloat));
-    }
-    pending.clear();
+    while (!reducing.empty()) retire_reduction();
+    while (!replicating.empty()) retire_replication();
   }
 };
 
@@ -218,6 +303,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     auto* impl = reinterpret_cast<Engine::Impl*>(ctx->saved_data["impl"].toInt());
     const int64_t layer = ctx->saved_data["layer"].toInt();
     const int ui = static_cast<int>(layer) + 1;
+    memory::set_phase("backward");
     impl->wait_gathered(ui);
     impl->prefetch(ui - 1);
     torch::Tensor x_in, y;
@@ -236,8 +322,14 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
                                        /*create_graph=*/false, /*allow_unused=*/true);
     ctx->saved_data.erase("x_in");
     ctx->saved_data.erase("y");
-    impl->accumulate_grads(ui, std::vector<torch::Tensor>(grads.begin() + 1, grads.end()));
+    x_in = y = torch::Tensor();
+    inputs.clear();
+    // The gathered parameters are not needed any more: free them before the reduction buffers exist.
     impl->reshard(ui);
+    memory::set_phase("layer reduction");
+    // Moved out, so that each parameter gradient is freed as soon as it is added into the flat buffer.
+    impl->accumulate_grads(ui, std::vector<torch::Tensor>(std::make_move_iterator(grads.begin() + 1),
+                                                          std::make_move_iterator(grads.end())));
     return {grads[0], torch::Tensor(), torch::Tensor()};
   }
 };
@@ -290,13 +382,17 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
     u.shard->shard_rank = r;
     const auto& plan = u.shard->plan;
     auto f32 = at::TensorOptions().dtype(at::kFloat).device(opts.device);
-    u.shard->master = at::zeros({plan.chunk}, f32);
-    u.shard->grad = at::zeros({plan.chunk}, f32);
-    u.shard->exp_avg = at::zeros({plan.chunk}, f32);
-    u.shard->exp_avg_sq = at::zeros({plan.chunk}, f32);
-    u.shard->decay_mask = at::zeros({plan.chunk}, f32);
-    for (const auto& s : plan.slices(r))
-      if (decay(plan.params[s.param].name)) u.shard->decay_mask.narrow(0, s.shard_offset, s.length).fill_(1.0f);
+    {
+      memory::Scope scope(memory::Category::Master);
+      u.shard->master = at::zeros({plan.chunk}, f32);
+    }
+    // Weight decay by ranges of the shard (merged where adjacent slices both decay).
+    for (const auto& s : plan.slices(r)) {
+      if (!decay(plan.params[s.param].name)) continue;
+      auto& d = u.shard->decay;
+      if (!d.empty() && d.back().first + d.back().second == s.shard_offset) d.back().second += s.length;
+      else d.emplace_back(s.shard_offset, s.length);
+    }
     // The model's parameters become views of the flat gathered buffer; its storage is then freed
     // and re-allocated in place by every gather/reshard.
     u.full = at::empty({plan.padded_total}, f32.dtype(opts.param_dtype));
@@ -325,7 +421,15 @@ void Engine::begin_forward(bool sync) {
 
 at::Tensor Engine::run_layer(int64_t layer, const at::Tensor& h) {
   TESSERA_CHECK(layer >= 0 && layer < num_layers(), "layer index out of range");
-  return LayerFunction::apply(h, layer, reinterpret_cast<int64_t>(impl_.get()));
+  if (at::GradMode::is_enabled()) return LayerFunction::apply(h, layer, reinterpret_cast<int64_t>(impl_.get()));
+  // Inference (evaluation): no autograd function, nothing saved; gather, run, reshard as forward.
+  Impl& im = *impl_;
+  const int ui = static_cast<int>(layer) + 1;
+  im.wait_gathered(ui);
+  im.prefetch(ui + 1);
+  at::Tensor y = im.layer_fn(layer, h);
+  if (im.reshard_after_forward()) im.reshard(ui);
+  return y;
 }
 
 void Engine::finish_backward() {
@@ -336,10 +440,12 @@ void Engine::finish_backward() {
     grads.push_back(p.grad());
     p.mutable_grad() = at::Tensor();
   }
-  im.accumulate_grads(0, grads);
+  memory::set_phase("root reduction");
+  im.drain_reductions();  // the layers' buffers go before the root's (largest) one is built
+  // Every unit's gathered parameters are done with: free them before the root's reduction buffer.
+  for (size_t ui = 0; ui < im.units.size(); ++ui) im.reshard(static_cast<int>(ui));
+  im.accumulate_grads(0, std::move(grads));
   im.drain_reductions();
-  im.reshard(0);
-  for (size_t ui = 1; ui < im.units.size(); ++ui) im.reshard(static_cast<int>(ui));
 }
 
 void Engine::reshard_all() {
@@ -347,18 +453,20 @@ void Engine::reshard_all() {
 }
 
 void Engine::zero_grad() {
-  for (auto& u : impl_->units) u.shard->grad.zero_();
+  for (auto& u : impl_->units)
+    if (u.shard->grad.defined()) u.shard->grad.zero_();
 }
 
-std::vector<UnitShard>& Engine::shards() { return impl_->shards; }
+const std::vector<UnitShard>& Engine::shards() const { return impl_->shards; }
+NamedShards Engine::named_state() const {
+  NamedShards s{"param", {}};
+  for (const auto& u : impl_->shards) s.per_unit.push_back(u.master);
+  return s;
+}
 comm::Communicator& Engine::shard_group() { return *impl_->shard_comm; }
 comm::Communicator& Engine::replicate_group() { return *impl_->replicate_comm; }
 int64_t Engine::num_layers() const { return static_cast<int64_t>(impl_->units.size()) - 1; }
 MemoryStats Engine::memory() const { return impl_->mem; }
-void Engine::reset_peaks() {
-  impl_->mem.gathered_layers_peak = impl_->mem.gathered_layers_now;
-  impl_->mem.gathered_bytes_peak = impl_->mem.gathered_bytes_now;
-}
 int64_t Engine::live_bytes(int unit) const {
   return static_cast<int64_t>(impl_->units.at(unit).full.storage().nbytes());
 }

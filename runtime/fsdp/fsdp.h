@@ -18,13 +18,45 @@
 // Collectives are issued in the same order on every rank because every rank runs the same
 // sequence of units (forward 0..L, backward L..0).
 //
-// Device: every tensor the engine owns (fp32 masters, gradients, AdamW moments, decay masks,
-// gathered buffers, reduction buffers) lives on Options::device, and the model's parameters become
-// views of buffers there, so a model built on the meta device is materialised on that device. The
-// communicators must take tensors on it (MPI/self: CPU; NCCL: the rank's GPU). The engine itself
-// never synchronises the host with the device: Work::wait() on the NCCL backend only orders the
-// caller's (compute) stream after the collective's stream, so all-gathers, compute and
-// reduce-scatters overlap as far as the prefetch limit allows.
+// Gradients: in backward each unit's parameter gradients (compute dtype) are copied into one flat
+// buffer in the reduce dtype, divided by the data-parallel size and reduce-scattered over the
+// shard group asynchronously; this rank's chunk is added into its fp32 gradient shard when the
+// reduction is retired. At most kMaxReductionsInFlight reductions are in flight: issuing unit k's
+// retires unit k - kMaxReductionsInFlight first (a fixed point in every rank's sequence, so the
+// order of collectives on every communicator is the same on all ranks), and its flat buffer is
+// freed then. With replicas (hybrid_shard, no_shard) the retired shard is all-reduced across them
+// right away, overlapping the rest of backward, once per optimizer step (on the micro-step begun
+// with sync=true): gradient accumulation (fsdp.accumulate) is
+//   sharded    (default) every micro-step reduce-scatters into the fp32 gradient shard: nothing of
+//              a unit's full size outlives its own backward; replicas all-reduce the accumulated
+//              shard on the last micro-step only;
+//   unsharded  micro-steps before the last add into a full-size fp32 buffer per unit (no
+//              communication, like PyTorch's no_sync()), the last one reduces it: less traffic,
+//              4 bytes per parameter of every unit held between micro-steps.
+// no_shard's "shard" is the whole model, so both modes add into the gradient directly and
+// all-reduce once per step.
+//
+// Memory per rank (bytes; P_u a unit's padded size, c its shard chunk; runtime/memory/model.h
+// states the whole formula, per strategy and phase, and tests/mpi check it against measurement):
+//   master 4 x sum c, gradient shard 4 x sum c (allocated by the first backward: evaluation never
+//   allocates it), gathered parameters (compute dtype) of the units the strategy keeps, autograd's
+//   parameter gradients of one unit (compute dtype) + the flat buffers of the reductions in flight
+//   (reduce dtype), and the reduce-scatter outputs (chunk, reduce dtype). Optimizer state is the
+//   optimizer's (runtime/optim/adamw.h).
+//
+// Device: every tensor the engine owns (fp32 masters, gradients, gathered buffers, reduction
+// buffers) lives on Options::device, and the model's parameters become views of buffers there, so
+// a model built on the meta device is materialised on that device. The communicators must take
+// tensors on it (MPI/self: CPU; NCCL: the rank's GPU). The engine itself never synchronises the
+// host with the device: Work::wait() on the NCCL backend only orders the caller's (compute) stream
+// after the collective's stream, so all-gathers, compute and reduce-scatters overlap as far as the
+// prefetch limit allows.
+//
+// Threads: one thread drives an Engine (the trainer's): begin_forward, run_layer, the layer's
+// autograd backward (LibTorch runs CPU backward on the thread that called backward(); on a GPU,
+// autograd's device thread for that GPU, one at a time), finish_backward and the accessors. The
+// engine issues collectives from that thread only; the communicators run them on their own threads
+// or streams and hand results back through Work.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -34,6 +66,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.h"
+#include "runtime/named_shards.h"
 #include "runtime/fsdp/shard_plan.h"
 
 namespace tessera::fsdp {
@@ -41,6 +74,11 @@ namespace tessera::fsdp {
 enum class Strategy { FullShard, ShardGradOp, NoShard, HybridShard };
 Strategy parse_strategy(const std::string& s);
 std::string to_string(Strategy s);
+enum class Accumulate { Sharded, Unsharded };
+Accumulate parse_accumulate(const std::string& s);  // sharded | unsharded
+std::string to_string(Accumulate a);
+// Gradient reductions (flat buffers) in flight at once; see the header comment.
+constexpr int kMaxReductionsInFlight = 2;
 at::ScalarType parse_dtype(const std::string& s);  // fp32 | bf16 | fp16
 
 // The groups a strategy shards over and replicates across, taken from `groups` (a size-1 self
@@ -58,6 +96,7 @@ struct Options {
   bool activation_checkpointing = false;
   bool prefetch = true;
   int limit_all_gathers = 2;  // decoder-layer units gathered at once (full_shard / hybrid_shard)
+  Accumulate accumulate = Accumulate::Sharded;  // gradient accumulation over micro-steps
   int64_t align = 16;         // elements; parameter offsets in the flat buffer are multiples of this
   at::Device device = at::Device(at::kCPU);  // where shards, optimizer state and gathered buffers live
 };
@@ -83,16 +122,18 @@ class WeightSource {
   virtual void release(const std::string& name, int64_t offset, int64_t count) {}
 };
 
-// What the optimizer and checkpoints see of a unit: this rank's fp32 shard and its state.
+// What the optimizer, the loader and checkpoints see of a unit: this rank's fp32 shard. The engine
+// owns the tensors; others read them and write their values (loader, checkpoint load, optimizer),
+// never replace them.
 struct UnitShard {
   std::string name;
   ShardPlan plan;        // over the shard group
   int shard_rank = 0;    // this rank's index in the shard group
-  // All on Options::device (code reading them through data_ptr must stage CPU copies elsewhere).
+  // On Options::device (code reading them through data_ptr must stage CPU copies elsewhere).
   at::Tensor master;     // fp32 [chunk]
-  at::Tensor grad;       // fp32 [chunk]
-  at::Tensor exp_avg, exp_avg_sq;  // fp32 [chunk], AdamW moments
-  at::Tensor decay_mask;           // fp32 [chunk], 1 where weight decay applies
+  at::Tensor grad;       // fp32 [chunk]; undefined until the first backward (evaluation: never)
+  // Elements of the shard where weight decay applies: (offset, length), sorted and disjoint.
+  std::vector<std::pair<int64_t, int64_t>> decay;
 };
 
 struct MemoryStats {
@@ -112,8 +153,10 @@ class Engine {
   ~Engine();
 
   // ---- one micro-step -------------------------------------------------------------------------
-  // sync=false: gradients accumulate locally (no communication, like no_sync); sync=true: this
-  // micro-step's backward reduces the accumulated gradients into the shards.
+  // sync=true on the last micro-step of an optimizer step: its backward completes the gradient
+  // shards (unsharded accumulation reduces then; replicas all-reduce then). sync=false: a micro-step
+  // before it (sharded accumulation still reduce-scatters into the shards; unsharded keeps them
+  // locally, like no_sync()).
   void begin_forward(bool sync);
   at::Tensor run_layer(int64_t layer, const at::Tensor& h);  // autograd-aware
   // After loss.backward(): reduces the root unit's gradients and waits for every reduction.
@@ -124,13 +167,14 @@ class Engine {
   void after_step() { reshard_all(); }
   void zero_grad();
 
-  std::vector<UnitShard>& shards();
+  const std::vector<UnitShard>& shards() const;
+  // The engine's state for checkpoints: {"param", every unit's master shard}.
+  NamedShards named_state() const;
   const Options& options() const { return opts_; }
   comm::Communicator& shard_group();
   comm::Communicator& replicate_group();
   int64_t num_layers() const;
   MemoryStats memory() const;
-  void reset_peaks();
   // Full (unsharded) value of one parameter, gathered over the shard group: for tests/exports.
   at::Tensor gather_param(int unit, int param);
   // Bytes of the live gathered storage of a unit (0 when resharded): measured, not tracked.

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "runtime/error.h"
+#include "runtime/memory/tracker.h"
 #include "util/widen.h"
 
 namespace tessera::fsdp {
@@ -50,7 +51,7 @@ namespace {
 at::Tensor host_shard(const UnitShard& u) {
   return u.master.device().is_cpu() ? u.master : at::empty({u.plan.chunk}, at::TensorOptions().dtype(at::kFloat));
 }
-void finish_shard(UnitShard& u, const at::Tensor& host) {
+void finish_shard(const UnitShard& u, const at::Tensor& host) {
   if (!host.is_same(u.master)) u.master.copy_(host);
 }
 
@@ -176,7 +177,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
   std::vector<Broadcast> broadcasts;
 
   auto complete = [&](Pending& p) {
-    UnitShard& u = units[p.unit];
+    const UnitShard& u = units[p.unit];
     for (auto& w : p.works) w->wait();
     if (st.root) {
       for (size_t i = 0; i < p.views.size(); ++i) source->release(u.plan.params[i].name, 0, u.plan.params[i].numel);
@@ -194,7 +195,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
   // batch_slices); the root posts every batch of the unit and converts its own slices from the
   // source while the others receive. Receivers land fp32 slices at their place in their shard and
   // 16-bit ones inside their shard too, widened in place: no buffer besides the shards.
-  auto post_direct = [&](UnitShard& u, Pending& p) {
+  auto post_direct = [&](const UnitShard& u, Pending& p) {
     const int64_t batches = batch_count(u.plan, batch);
     if (st.root) {
       for (int64_t j = 0; j < batches; ++j) {
@@ -247,7 +248,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     }
   };
   // Staged route: the root reads the whole unit into one of its two fp32 buffers and scatters it.
-  auto post_staged = [&](size_t ui, UnitShard& u, Pending& p) {
+  auto post_staged = [&](size_t ui, const UnitShard& u, Pending& p) {
     at::Tensor flat;
     if (st.root) {
       at::Tensor& buffer = staging[ui % 2];
@@ -293,7 +294,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
                                                    std::to_string(units.size()) + " units");
 
   for (size_t ui = 0; ui < units.size(); ++ui) {
-    UnitShard& u = units[ui];
+    const UnitShard& u = units[ui];
     if (!reader_replica) {  // the other replicas only receive the finished shard by broadcast
       const at::Tensor host = host_shard(u);
       broadcasts.push_back({replicate.broadcast(host, 0), ui, host});
@@ -362,6 +363,7 @@ LoadStats load_naive(Engine& engine, WeightSource& source) {
 
 LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const comm::ProcessGroups* host_groups,
                        int64_t batch_elems) {
+  memory::Scope memory_scope(memory::Category::Loader);
   TESSERA_CHECK(batch_elems > 0, "load_weights: batch_elems must be positive");
   const auto t0 = std::chrono::steady_clock::now();
   LoadStats st;

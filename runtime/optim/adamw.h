@@ -1,18 +1,31 @@
-// AdamW on flat fp32 shards (each rank updates only the slice of each FSDP unit it owns).
+// AdamW on flat fp32 shards (each rank updates only the slice of each FSDP unit it owns). The
+// optimizer owns its state: two moments per shard, allocated on first use (an evaluation never
+// allocates them), in `state_dtype` (fp32, or bf16 to go below 16 bytes per parameter).
 //
-// The math is exactly torch::optim::AdamW's (LibTorch 1.13, amsgrad off), per element:
+// The math is torch::optim::AdamW's (LibTorch 1.13, amsgrad off), per element:
 //   t += 1 (one counter for all shards: every shard takes every step)
-//   p *= 1 - lr * weight_decay                      (decoupled decay, only where decay_mask = 1)
+//   p *= 1 - lr * weight_decay                      (decoupled decay, only inside the decay ranges)
 //   m  = beta1 * m + (1 - beta1) * g
 //   v  = beta2 * v + (1 - beta2) * g * g
 //   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// expressed with the same tensor ops in the same order, so results agree with torch to rounding
-// (and bit-for-bit between a sharded and an unsharded run, since the update is elementwise).
+// On the CPU it runs as ONE pass over (p, g, m, v) per element, in parallel blocks, with no
+// temporary larger than a few scalars per element; elsewhere (a GPU) the same formula runs as
+// tensor ops over blocks of kBlockElems, so no temporary is shard-sized either. The update is
+// elementwise, so a sharded run and an unsharded one agree bit for bit; against torch's own AdamW
+// (a sequence of whole-tensor ops) results agree to float rounding.
+//
+// bf16 state: m and v are stored in bf16 and widened to fp32 for each element's update, then
+// rounded to nearest-even once. Equivalent to the fp32 run within the tolerance stated in
+// tests/mpi/test_fsdp_train.cpp (BelowSixteenBytes).
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
+
+#include "runtime/named_shards.h"
 
 namespace tessera::optim {
 
@@ -22,34 +35,47 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  at::ScalarType state_dtype = at::kFloat;  // moments: kFloat or kBFloat16
+  bool fused_cpu = true;  // CPU shards: the one-pass loop (false: the tensor-op path; for tests)
 };
 
-// One flat shard and its optimizer state; all tensors have the same numel, dtype float32 and device.
-struct ShardState {
-  at::Tensor param;       // fp32 master shard, updated in place
-  at::Tensor grad;        // fp32 gradient shard; undefined -> the shard is skipped this step
-  at::Tensor exp_avg;     // first moment (zeros initially; see init_state)
-  at::Tensor exp_avg_sq;  // second moment
-  at::Tensor decay_mask;  // float 1 = apply weight decay, 0 = not (norms, biases); undefined = decay all
-};
+// Elements [first, first + second) of a flat shard.
+using Range = std::pair<int64_t, int64_t>;
 
-// Allocates zeroed exp_avg / exp_avg_sq shaped like `s.param` (no-op for those already defined).
-void init_state(ShardState& s);
+// One flat shard as the optimizer sees it: all the same numel, param/grad float32 on one device.
+struct ParamShard {
+  at::Tensor param;          // fp32 master shard, updated in place
+  at::Tensor grad;           // fp32 gradient shard; undefined -> the shard is skipped this step
+  std::vector<Range> decay;  // where weight decay applies (sorted, disjoint); empty: nowhere
+};
 
 class AdamW {
  public:
-  explicit AdamW(AdamWOptions options) : options_(options) {}
+  static constexpr int64_t kBlockElems = int64_t(1) << 20;
+
+  explicit AdamW(AdamWOptions options);
 
   // Increments the step count, then updates every shard with learning rate `lr`.
-  void step(std::vector<ShardState*>& shards, double lr);
+  void step(const std::vector<ParamShard>& shards, double lr);
+
+  // The moments ("exp_avg", "exp_avg_sq") of every shard (per_unit[i] belongs to shards[i]),
+  // allocated (zeros) where not yet: for checkpoints, which read or fill them. `shards` gives each
+  // shard's numel and device.
+  std::vector<NamedShards> state(const std::vector<ParamShard>& shards);
+  // Bytes of state per parameter element (8 for fp32 moments, 4 for bf16).
+  int64_t state_bytes_per_element() const;
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }  // for checkpoint resume
   const AdamWOptions& options() const { return options_; }
 
  private:
+  void ensure_state(const std::vector<ParamShard>& shards);
   AdamWOptions options_;
   int64_t step_count_ = 0;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
 };
+
+at::ScalarType parse_state_dtype(const std::string& s);  // fp32 | bf16; Error(Input) otherwise
 
 }  // namespace tessera::optim

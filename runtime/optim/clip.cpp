@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/comm/communicator.h"
@@ -23,10 +24,16 @@ at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Commu
       break;
     }
   at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  // In blocks: the widened copy is never larger than kSquareSumBlock elements (a whole-shard double
+  // temporary would be 2x the fp32 gradient shard).
+  constexpr int64_t kSquareSumBlock = int64_t(1) << 20;
   for (const at::Tensor& g : grads) {
     if (!g.defined() || g.numel() == 0) continue;
-    const at::Tensor g64 = g.to(at::kDouble);
-    local.add_((g64 * g64).sum());
+    const at::Tensor flat = g.reshape(-1);
+    for (int64_t b = 0; b < flat.numel(); b += kSquareSumBlock) {
+      const at::Tensor g64 = flat.narrow(0, b, std::min(kSquareSumBlock, flat.numel() - b)).to(at::kDouble);
+      local.add_((g64 * g64).sum());
+    }
   }
   if (shard_group == nullptr || shard_group->size() == 1) return local;
   const at::Tensor bits_in = local.view(at::kLong);

@@ -15,6 +15,7 @@
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
 #include "runtime/error.h"
+#include "runtime/memory/tracker.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
@@ -66,14 +67,6 @@ void install_preemption_handlers(int preempt_signal) {
 }
 bool preemption_requested() { return g_preempt.load(); }
 
-int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
-}
-
 // ---- trainer ---------------------------------------------------------------------------------
 // One optimizer step as queued: what is needed to turn it into a StepRecord.
 struct QueuedStep {
@@ -99,6 +92,8 @@ struct Trainer::Impl {
   std::unique_ptr<checkpoint::Checkpointer> checkpointer;
   int64_t step = 0;
   double peak_flops = 0;
+  int64_t base_rss = 0;           // resident set before the engine allocated anything
+  int64_t lifetime_peak_rss = 0;  // peak resident set of the phases before the current step
 
   nlohmann::json state_json() const {
     nlohmann::json s = run_state;
@@ -112,6 +107,19 @@ struct Trainer::Impl {
   }
 
   QueuedStep queue_step();
+
+  // The engine's shards as the optimizer sees them (masters, gradients, decay ranges).
+  std::vector<optim::ParamShard> param_shards() const {
+    std::vector<optim::ParamShard> out;
+    for (const auto& sh : engine->shards()) out.push_back({sh.master, sh.grad, sh.decay});
+    return out;
+  }
+  // Everything a checkpoint saves and restores: the engine's masters and the optimizer's state.
+  std::vector<NamedShards> checkpoint_state() {
+    std::vector<NamedShards> kinds = {engine->named_state()};
+    for (auto& k : adamw->state(param_shards())) kinds.push_back(std::move(k));
+    return kinds;
+  }
   StepRecord record(const QueuedStep& q, bool materialise);
 };
 
@@ -131,6 +139,8 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   im.opts = opts;
   im.dataset = std::move(dataset);
   im.run_state = std::move(run_state);
+  memory::install();
+  im.base_rss = memory::rss_bytes();
   im.engine = std::make_unique<fsdp::Engine>(im.lm.units, im.lm.layer, groups, fsdp_opts, im.lm.decay);
   optim::AdamWOptions ao;
   ao.lr = opts.lr;
@@ -138,6 +148,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   ao.beta2 = opts.beta2;
   ao.eps = opts.eps;
   ao.weight_decay = opts.weight_decay;
+  ao.state_dtype = opts.optimizer_state_dtype;
   im.adamw = std::make_unique<optim::AdamW>(ao);
   im.schedule = {opts.lr, opts.min_lr, opts.warmup_steps, opts.steps, opts.schedule};
   optim::validate(im.schedule);
@@ -159,6 +170,7 @@ Trainer::~Trainer() = default;
 
 fsdp::Engine& Trainer::engine() { return *impl_->engine; }
 int64_t Trainer::step() const { return impl_->step; }
+int64_t Trainer::process_base_rss() const { return impl_->base_rss; }
 
 void Trainer::load_weights(fsdp::WeightSource& source) { load_weights(&source, fsdp::LoadMode::Parallel); }
 
@@ -168,7 +180,7 @@ void Trainer::load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode) {
 
 int64_t Trainer::resume(const std::string& ckpt_dir) {
   Impl& im = *impl_;
-  nlohmann::json s = checkpoint::load(ckpt_dir, *im.engine);
+  nlohmann::json s = checkpoint::load(ckpt_dir, *im.engine, im.checkpoint_state());
   im.step = s.at("step").get<int64_t>();
   im.adamw->set_step_count(s.at("optimizer").at("step_count").get<int64_t>());
   if (im.sampler && s.contains("sampler") && !s["sampler"].is_null()) {
@@ -181,6 +193,10 @@ int64_t Trainer::resume(const std::string& ckpt_dir) {
 QueuedStep Trainer::Impl::queue_step() {
   Impl& im = *this;
   TESSERA_CHECK(im.sampler, "training needs a dataset");
+  // This step's peaks: the tracker's composition and the kernel's high-water mark start afresh.
+  im.lifetime_peak_rss = std::max(im.lifetime_peak_rss, memory::peak_rss_bytes());
+  memory::reset_peak_rss();
+  memory::reset_peak();
   QueuedStep q;
   q.t0 = Clock::now();
   fsdp::Engine& eng = *im.engine;
@@ -191,15 +207,27 @@ QueuedStep Trainer::Impl::queue_step() {
     at::Tensor batch = im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a))).to(im.device);
     at::Tensor inputs = batch.narrow(1, 0, T), targets = batch.narrow(1, 1, T);
     eng.begin_forward(/*sync=*/a == accum - 1);
-    at::Tensor h = im.lm.embed(inputs);
-    for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
-    at::Tensor logits = im.lm.head(h);
-    at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                           targets.reshape({-1}));
-    (loss / static_cast<double>(accum)).backward();
+    at::Tensor loss;
+    {
+      memory::Scope scope(memory::Category::Activations);
+      {
+        memory::set_phase("forward");
+        at::Tensor h = im.lm.embed(inputs);
+        for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
+        memory::set_phase("head and loss");
+        at::Tensor logits = im.lm.head(h);
+        loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                    targets.reshape({-1}));
+      }  // the logits (B x T x vocab) are not kept through backward: autograd keeps what it needs
+      memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
+      memory::set_phase("backward");
+      (loss / static_cast<double>(accum)).backward();
+    }
     eng.finish_backward();
     q.loss_sum.add_(loss.detach().to(at::kDouble).div(static_cast<double>(accum)));
   }
+  memory::Scope opt_scope(memory::Category::Optimizer);
+  memory::set_phase("optimizer");
   std::vector<at::Tensor> grads;
   for (auto& sh : eng.shards()) grads.push_back(sh.grad);
   if (im.device.is_cpu())  // host-side norm and clipping (the device form would only add tensor ops)
@@ -209,11 +237,7 @@ QueuedStep Trainer::Impl::queue_step() {
   else
     q.grad_norm = optim::clip_grad_norm_on_device(grads, im.opts.clip, &eng.shard_group());
   q.lr = optim::lr_at(im.step, im.schedule);
-  std::vector<optim::ShardState> states;
-  for (auto& sh : eng.shards()) states.push_back({sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.decay_mask});
-  std::vector<optim::ShardState*> ptrs;
-  for (auto& s : states) ptrs.push_back(&s);
-  im.adamw->step(ptrs, q.lr);
+  im.adamw->step(im.param_shards(), q.lr);
   eng.after_step();
   eng.zero_grad();
   ++im.step;
@@ -241,7 +265,11 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
   r.tokens_per_s = tokens / r.step_time_s;
   if (im.peak_flops > 0 && im.lm.flops_per_token)
     r.mfu = r.tokens_per_s * im.lm.flops_per_token(T) / (im.peak_flops * im.groups.world->size());
-  r.peak_rss_bytes = peak_rss_bytes();
+  r.memory.tracked = memory::peak();
+  r.memory.process_base = im.base_rss;
+  r.memory.peak_rss = memory::peak_rss_bytes();
+  im.lifetime_peak_rss = std::max(im.lifetime_peak_rss, r.memory.peak_rss);
+  r.peak_rss_bytes = im.lifetime_peak_rss;
   r.peak_gpu_mem_bytes = device::peak_memory_bytes(im.device);
   return r;
 }
@@ -251,7 +279,7 @@ StepRecord Trainer::train_step() { return impl_->record(impl_->queue_step(), /*m
 std::string Trainer::save_checkpoint() {
   Impl& im = *impl_;
   TESSERA_CHECK(im.checkpointer, "checkpoint.dir is not set");
-  auto timing = im.checkpointer->save(im.step, *im.engine, im.state_json());
+  auto timing = im.checkpointer->save(im.step, *im.engine, im.checkpoint_state(), im.state_json());
   if (!im.opts.quiet && im.groups.world->rank() == 0) {
     char buf[160];
     snprintf(buf, sizeof(buf), "checkpoint step-%ld: loop blocked %.2fs%s", static_cast<long>(im.step),
@@ -291,6 +319,7 @@ RunResult Trainer::run() {
                                   {"tokens_per_s", r.tokens_per_s},
                                   {"mfu", r.mfu},
                                   {"peak_rss_bytes", r.peak_rss_bytes},
+                                  {"memory", r.memory.to_json()},
                                   {"device", r.device},
                                   {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes}}
                        .dump()
@@ -326,6 +355,8 @@ RunResult Trainer::run() {
 std::vector<double> Trainer::sequence_losses(const at::Tensor& tokens) {
   Impl& im = *impl_;
   torch::NoGradGuard no_grad;
+  memory::Scope scope(memory::Category::Activations);
+  memory::set_phase("forward (no grad)");
   fsdp::Engine& eng = *im.engine;
   eng.begin_forward(true);
   at::Tensor h = im.lm.embed(tokens.to(im.device));

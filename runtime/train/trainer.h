@@ -19,6 +19,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/fsdp/loader.h"
+#include "runtime/memory/tracker.h"
 
 namespace tessera::data {
 class TokenDataset;
@@ -44,6 +45,7 @@ struct TrainOptions {
   int64_t warmup_steps = 5;
   std::string schedule = "cosine";
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
+  at::ScalarType optimizer_state_dtype = at::kFloat;  // AdamW moments (optim.state_dtype)
   uint64_t seed = 42;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
@@ -59,7 +61,8 @@ struct StepRecord {
   int64_t step = 0;  // 1-based number of optimizer steps done
   double loss = 0, grad_norm = 0, lr = 0;
   double step_time_s = 0, tokens_per_s = 0, mfu = 0;
-  int64_t peak_rss_bytes = 0;
+  int64_t peak_rss_bytes = 0;     // the process's peak resident set so far (loading included)
+  memory::Breakdown memory;       // host memory of this step: measured breakdown at its peak
   int64_t peak_gpu_mem_bytes = 0;  // LibTorch caching allocator peak on the device (0 on CPU)
   std::string device = "cpu";      // "cpu" or "cuda:N"
   bool materialised = true;        // false: loss/grad_norm/step time not read back (nothing logged)
@@ -92,6 +95,8 @@ class Trainer {
   RunResult run();          // from the current step to opts.steps, with logging/checkpoints/signals
   std::string save_checkpoint();  // returns the directory written
   int64_t step() const;
+  // Resident set of the process just before the engine allocated its first tensor.
+  int64_t process_base_rss() const;
 
   // Forward only (no grad, FSDP-sharded): next-token cross entropy per sequence for [B, T] tokens.
   std::vector<double> sequence_losses(const at::Tensor& tokens);
@@ -105,8 +110,5 @@ class Trainer {
 // Installs handlers: the signal sets a flag the loop checks once per step (all ranks agree).
 void install_preemption_handlers(int preempt_signal);
 bool preemption_requested();
-
-// Peak resident set size of this process (VmHWM), bytes.
-int64_t peak_rss_bytes();
 
 }  // namespace tessera::train

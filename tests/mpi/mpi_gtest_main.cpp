@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include "launcher/bootstrap.h"
+#include "runtime/memory/tracker.h"
 
 namespace {
 class QuietListener : public ::testing::EmptyTestEventListener {
@@ -23,6 +24,7 @@ class QuietListener : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::memory::configure_process_allocators();  // as the tessera binary does
   ::testing::InitGoogleTest(&argc, argv);
   tessera::launcher::Bootstrap boot = tessera::launcher::bootstrap(argc, argv, {});
   int rank = boot.world_rank;

@@ -34,7 +34,7 @@ class CheckpointTest : public ::testing::Test {
     std::string last;
     for (int64_t s : steps) {
       fill(*e, s);
-      last = ck.save(s, *e, test_state(s)).dir;
+      last = ck.save(s, *e, e->kinds, test_state(s)).dir;
     }
     return last;
   }
@@ -77,7 +77,7 @@ TEST_F(CheckpointTest, RoundTripIsBitExactAndReturnsState) {
   auto a = make_engine(self_groups());
   fill(*a, 11);
   Checkpointer ck(dir, {}, self_groups());
-  const auto t = ck.save(7, *a, test_state(7));
+  const auto t = ck.save(7, *a, a->kinds, test_state(7));
   EXPECT_EQ(t.dir, dir + "/step-7");
   EXPECT_GT(t.bytes, 0);
   EXPECT_TRUE(fs::exists(dir + "/step-7/manifest.json"));
@@ -86,10 +86,10 @@ TEST_F(CheckpointTest, RoundTripIsBitExactAndReturnsState) {
   EXPECT_EQ(tessera::checkpoint::latest(dir), dir + "/step-7");
 
   auto b = make_engine(self_groups());
-  const auto state = tessera::checkpoint::load(dir + "/step-7", *b);
+  const auto state = tessera::checkpoint::load(dir + "/step-7", *b, b->kinds);
   EXPECT_EQ(state, test_state(7));
   for (size_t u = 0; u < a->shards().size(); ++u)
-    for (int k = 0; k < 3; ++k) EXPECT_TRUE(at::equal(kind_tensor(a->shards()[u], k), kind_tensor(b->shards()[u], k)));
+    for (int k = 0; k < 3; ++k) EXPECT_TRUE(at::equal(kind_tensor(*a, u, k), kind_tensor(*b, u, k)));
   EXPECT_EQ(mismatches(*b, 11), 0);
   const auto rep = tessera::checkpoint::verify(dir + "/step-7");
   EXPECT_EQ(rep.files, 1);
@@ -101,9 +101,9 @@ TEST_F(CheckpointTest, AlignmentAndPaddingDoNotMatter) {
   // Saved with align 16, loaded into an engine with align 1 (other padding, other flat offsets).
   auto a = make_engine(self_groups(), tessera::fsdp::Strategy::FullShard, tiny_config(), 16);
   fill(*a, 3);
-  Checkpointer(dir, {}, self_groups()).save(1, *a, test_state(1));
+  Checkpointer(dir, {}, self_groups()).save(1, *a, a->kinds, test_state(1));
   auto b = make_engine(self_groups(), tessera::fsdp::Strategy::FullShard, tiny_config(), 1);
-  tessera::checkpoint::load(dir + "/step-1", *b);
+  tessera::checkpoint::load(dir + "/step-1", *b, b->kinds);
   EXPECT_EQ(mismatches(*b, 3), 0);
 }
 
@@ -111,7 +111,7 @@ TEST_F(CheckpointTest, AsyncSaveSnapshotsAndReportsTiming) {
   auto a = make_engine(self_groups());
   fill(*a, 5);
   Checkpointer ck(dir, {2, true}, self_groups());
-  const auto blocked = ck.save(3, *a, test_state(3));
+  const auto blocked = ck.save(3, *a, a->kinds, test_state(3));
   EXPECT_GT(blocked.blocked_s, 0);
   fill(*a, 6);  // training continues: must not leak into the snapshot being written
   const auto done = ck.wait();
@@ -120,11 +120,11 @@ TEST_F(CheckpointTest, AsyncSaveSnapshotsAndReportsTiming) {
   EXPECT_GT(done.bytes, 0);
   EXPECT_EQ(ck.wait().dir, "");  // nothing in flight any more
   auto b = make_engine(self_groups());
-  tessera::checkpoint::load(dir + "/step-3", *b);
+  tessera::checkpoint::load(dir + "/step-3", *b, b->kinds);
   EXPECT_EQ(mismatches(*b, 5), 0);
   // The next save waits for the previous one by itself.
-  ck.save(4, *a, test_state(4));
-  ck.save(5, *a, test_state(5));
+  ck.save(4, *a, a->kinds, test_state(4));
+  ck.save(5, *a, a->kinds, test_state(5));
   ck.wait();
   EXPECT_EQ(tessera::checkpoint::latest(dir), dir + "/step-5");
 }
@@ -151,9 +151,9 @@ TEST_F(CheckpointTest, SavingAnExistingStepReplacesIt) {
   save_steps({5}, {1, false});  // same step, other values (seed is the step: use another engine)
   auto e = make_engine(self_groups());
   fill(*e, 99);
-  Checkpointer(dir, {1, false}, self_groups()).save(5, *e, test_state(5));
+  Checkpointer(dir, {1, false}, self_groups()).save(5, *e, e->kinds, test_state(5));
   auto b = make_engine(self_groups());
-  tessera::checkpoint::load(dir + "/step-5", *b);
+  tessera::checkpoint::load(dir + "/step-5", *b, b->kinds);
   EXPECT_EQ(mismatches(*b, 99), 0);
   EXPECT_FALSE(fs::exists(dir + "/step-5.old"));
   EXPECT_FALSE(fs::exists(dir + "/step-5.tmp"));
@@ -163,7 +163,7 @@ TEST_F(CheckpointTest, CorruptionAndMismatchGiveOneLineErrorsAndChangeNothing) {
   const std::string ck = save_steps({2});
   const std::string file = ck + "/rank-00000.bin";
   auto e = make_engine(self_groups());
-  auto load = [&] { tessera::checkpoint::load(ck, *e); };
+  auto load = [&] { tessera::checkpoint::load(ck, *e, e->kinds); };
 
   // Flipped byte: checksum mismatch naming the file (load and verify).
   flip_byte(file, 12345);
@@ -193,14 +193,14 @@ TEST_F(CheckpointTest, CorruptionAndMismatchGiveOneLineErrorsAndChangeNothing) {
 
   // A manifest of another model (hidden size 64): the error names the first differing tensor.
   auto other = make_engine(self_groups(), tessera::fsdp::Strategy::FullShard, tiny_config(64));
-  msg = error_of([&] { tessera::checkpoint::load(ck, *other); });
+  msg = error_of([&] { tessera::checkpoint::load(ck, *other, other->kinds); });
   EXPECT_NE(msg.find("model.embed_tokens.weight has shape [320,128] in the checkpoint, [320,64] in the model"),
             std::string::npos) << msg;
   // ... and one with more layers names the missing tensor.
   auto deeper_cfg = tiny_config();
   deeper_cfg.num_hidden_layers = 3;
   auto deeper = make_engine(self_groups(), tessera::fsdp::Strategy::FullShard, deeper_cfg);
-  msg = error_of([&] { tessera::checkpoint::load(ck, *deeper); });
+  msg = error_of([&] { tessera::checkpoint::load(ck, *deeper, deeper->kinds); });
   EXPECT_NE(msg.find("model.layers.2."), std::string::npos) << msg;
   EXPECT_NE(msg.find("is missing"), std::string::npos) << msg;
 
@@ -223,7 +223,7 @@ TEST_F(CheckpointTest, CorruptionAndMismatchGiveOneLineErrorsAndChangeNothing) {
   msg = error_of(load);
   EXPECT_NE(msg.find("not complete"), std::string::npos) << msg;
   write_file(mpath, manifest);
-  tessera::checkpoint::load(ck, *e);
+  tessera::checkpoint::load(ck, *e, e->kinds);
   EXPECT_EQ(mismatches(*e, 2), 0);
 }
 
@@ -234,7 +234,7 @@ TEST_F(CheckpointTest, FailedSaveKeepsPreviousCheckpoints) {
   const std::string blocked = dir + "/blocked";
   write_file(blocked, "x");
   auto e = make_engine(self_groups());
-  std::string msg = error_of([&] { Checkpointer(blocked, {}, self_groups()).save(2, *e, test_state(2)); });
+  std::string msg = error_of([&] { Checkpointer(blocked, {}, self_groups()).save(2, *e, e->kinds, test_state(2)); });
   EXPECT_NE(msg.find(blocked), std::string::npos) << msg;
   fs::remove(blocked);
   EXPECT_EQ(snapshot(dir), before);

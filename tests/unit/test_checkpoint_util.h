@@ -46,15 +46,26 @@ inline std::vector<fsdp::UnitDef> llama_units(const model::LlamaConfig& cfg) {
   return units;
 }
 
-inline std::unique_ptr<fsdp::Engine> make_engine(const comm::ProcessGroups& groups,
-                                                 fsdp::Strategy strategy = fsdp::Strategy::FullShard,
-                                                 const model::LlamaConfig& cfg = tiny_config(), int64_t align = 16) {
+// An engine plus the optimizer-like state a trainer checkpoints with it: kinds[0] is the engine's
+// "param" (its masters), kinds[1..2] two moment tensors per unit ("exp_avg", "exp_avg_sq").
+struct TestEngine : fsdp::Engine {
+  using fsdp::Engine::Engine;
+  std::vector<NamedShards> kinds;
+};
+
+inline std::unique_ptr<TestEngine> make_engine(const comm::ProcessGroups& groups,
+                                               fsdp::Strategy strategy = fsdp::Strategy::FullShard,
+                                               const model::LlamaConfig& cfg = tiny_config(), int64_t align = 16) {
   fsdp::Options o;
   o.strategy = strategy;
   o.align = align;
-  return std::make_unique<fsdp::Engine>(
+  auto e = std::make_unique<TestEngine>(
       llama_units(cfg), [](int64_t, const at::Tensor& h) { return h; }, groups, o,
       [](const std::string& n) { return !model::is_norm_weight(n); });
+  e->kinds = {e->named_state(), {"exp_avg", {}}, {"exp_avg_sq", {}}};
+  for (const auto& u : e->shards())
+    for (int k = 1; k < 3; ++k) e->kinds[k].per_unit.push_back(at::zeros({u.plan.chunk}));
+  return e;
 }
 
 inline comm::ProcessGroups self_groups() {
@@ -73,31 +84,35 @@ inline float value(uint64_t seed, const std::string& name, int kind, int64_t i) 
   return static_cast<float>(static_cast<int64_t>(h % 2000001) - 1000000) / 65536.0f;
 }
 
-inline at::Tensor& kind_tensor(fsdp::UnitShard& u, int k) { return k == 0 ? u.master : k == 1 ? u.exp_avg : u.exp_avg_sq; }
+inline at::Tensor& kind_tensor(TestEngine& e, size_t unit, int k) { return e.kinds[k].per_unit[unit]; }
 
 // Fills this rank's shards (params and moments) with value(seed, ...); padding stays zero.
-inline void fill(fsdp::Engine& e, uint64_t seed) {
-  for (auto& u : e.shards())
+inline void fill(TestEngine& e, uint64_t seed) {
+  for (size_t ui = 0; ui < e.shards().size(); ++ui) {
+    const auto& u = e.shards()[ui];
     for (int k = 0; k < 3; ++k) {
-      at::Tensor& t = kind_tensor(u, k);
+      at::Tensor& t = kind_tensor(e, ui, k);
       t.zero_();
       float* d = t.data_ptr<float>();
       for (const auto& s : u.plan.slices(u.shard_rank))
         for (int64_t j = 0; j < s.length; ++j) d[s.shard_offset + j] = value(seed, u.plan.params[s.param].name, k, s.param_offset + j);
     }
+  }
 }
 
 // Elements of this rank's shards that differ from value(seed, ...) (padding must be zero).
-inline int64_t mismatches(fsdp::Engine& e, uint64_t seed) {
+inline int64_t mismatches(TestEngine& e, uint64_t seed) {
   int64_t bad = 0;
-  for (auto& u : e.shards())
+  for (size_t ui = 0; ui < e.shards().size(); ++ui) {
+    const auto& u = e.shards()[ui];
     for (int k = 0; k < 3; ++k) {
       at::Tensor expect = at::zeros({u.plan.chunk});
       float* d = expect.data_ptr<float>();
       for (const auto& s : u.plan.slices(u.shard_rank))
         for (int64_t j = 0; j < s.length; ++j) d[s.shard_offset + j] = value(seed, u.plan.params[s.param].name, k, s.param_offset + j);
-      bad += at::ne(expect, kind_tensor(u, k)).sum().item<int64_t>();
+      bad += at::ne(expect, kind_tensor(e, ui, k)).sum().item<int64_t>();
     }
+  }
   return bad;
 }
 

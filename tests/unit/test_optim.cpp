@@ -58,14 +58,14 @@ TEST(AdamW, MatchesTorchAdamWWithDecayAndNoDecayGroups) {
                                                              .weight_decay(0.0)));
   torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(opt.lr));
 
-  // Tessera side: one flat shard holding both, with a decay mask; plus a second shard holding a
-  // copy of w alone with mask undefined (decay everything), to cover both paths.
-  ShardState flat, wonly;
-  flat.param = torch::cat({w.detach().flatten(), g.detach().flatten()}).clone();
-  flat.decay_mask = torch::cat({torch::ones({35}), torch::zeros({9})});
-  wonly.param = w.detach().flatten().clone();
+  // Tessera side: one flat shard holding both, decay on the first 35 elements only (a range, no
+  // per-element mask); plus a second shard holding a copy of w alone, decayed everywhere.
+  std::vector<ParamShard> shards(2);
+  shards[0].param = torch::cat({w.detach().flatten(), g.detach().flatten()}).clone();
+  shards[0].decay = {{0, 35}};
+  shards[1].param = w.detach().flatten().clone();
+  shards[1].decay = {{0, 35}};
   AdamW adamw(opt);
-  std::vector<ShardState*> shards = {&flat, &wonly};
 
   const double lrs[] = {1e-2, 5e-3, 2e-2, 1e-3, 1e-2, 3e-3};
   for (double lr : lrs) {
@@ -75,54 +75,110 @@ TEST(AdamW, MatchesTorchAdamWWithDecayAndNoDecayGroups) {
     for (auto& group : reference.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     reference.step();
 
-    flat.grad = torch::cat({gw.flatten(), gg.flatten()});
-    wonly.grad = gw.flatten().clone();
+    shards[0].grad = torch::cat({gw.flatten(), gg.flatten()});
+    shards[1].grad = gw.flatten().clone();
     adamw.step(shards, lr);
   }
   EXPECT_EQ(adamw.step_count(), 6);
   const torch::Tensor expected = torch::cat({w.detach().flatten(), g.detach().flatten()});
-  EXPECT_LT(max_rel_err(flat.param, expected), 1e-6);
-  EXPECT_LT(max_rel_err(wonly.param, w.detach().flatten()), 1e-6);
-  // The parameters actually moved, and decay made a difference for w.
-  EXPECT_GT((flat.param.slice(0, 0, 35) - torch::zeros({35})).abs().sum().item<double>(), 0);
+  EXPECT_LT(max_rel_err(shards[0].param, expected), 1e-6);
+  EXPECT_LT(max_rel_err(shards[1].param, w.detach().flatten()), 1e-6);
+  // The optimizer owns its moments; they are torch's.
+  auto state = adamw.state(shards);
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_EQ(state[0].kind, "exp_avg");
+  EXPECT_EQ(state[1].kind, "exp_avg_sq");
   auto& st = static_cast<torch::optim::AdamWParamState&>(reference_state(reference.state(), w));
-  EXPECT_LT(max_rel_err(wonly.exp_avg_sq, st.exp_avg_sq().flatten()), 1e-6);
-  EXPECT_LT(max_rel_err(wonly.exp_avg, st.exp_avg().flatten()), 1e-5);
+  EXPECT_LT(max_rel_err(state[1].per_unit[1], st.exp_avg_sq().flatten()), 1e-6);
+  EXPECT_LT(max_rel_err(state[0].per_unit[1], st.exp_avg().flatten()), 1e-5);
+  EXPECT_EQ(adamw.state_bytes_per_element(), 8);
 
-  // Without decay on the masked part, the result must differ from decaying it.
-  ShardState all_decay;
-  all_decay.param = torch::cat({torch::zeros({35}), torch::ones({9})});
-  all_decay.grad = torch::zeros({44});
-  ShardState masked = all_decay;
-  masked.param = all_decay.param.clone();
-  masked.decay_mask = torch::cat({torch::ones({35}), torch::zeros({9})});
-  AdamW one(opt);
-  std::vector<ShardState*> a = {&all_decay}, b = {&masked};
-  one.step(a, 0.5);
-  one.set_step_count(0);
-  one.step(b, 0.5);
-  EXPECT_NEAR(all_decay.param[40].item<double>(), 1 - 0.5 * 0.1, 1e-7);
-  EXPECT_EQ(masked.param[40].item<double>(), 1.0);
+  // Decay applies inside the ranges only: a zero gradient leaves the undecayed element untouched.
+  std::vector<ParamShard> one(1);
+  one[0].param = torch::ones({44});
+  one[0].grad = torch::zeros({44});
+  one[0].decay = {{0, 10}, {30, 5}};
+  AdamW fresh(opt);
+  fresh.step(one, 0.5);
+  for (int64_t i : {0, 9, 30, 34}) EXPECT_NEAR(one[0].param[i].item<double>(), 1 - 0.5 * 0.1, 1e-7) << i;
+  for (int64_t i : {10, 29, 35, 43}) EXPECT_EQ(one[0].param[i].item<double>(), 1.0) << i;
 }
 
 TEST(AdamW, ShardedUpdateEqualsUnsharded) {
-  // The update is elementwise, so splitting a buffer into shards gives bit-identical results.
+  // The update is elementwise, so splitting a buffer into shards gives bit-identical results,
+  // decay ranges split with it.
   torch::manual_seed(1);
-  ShardState full;
-  full.param = torch::randn({20});
-  ShardState s0, s1;
-  s0.param = full.param.slice(0, 0, 13).clone();
-  s1.param = full.param.slice(0, 13).clone();
-  AdamW a({}), b({});
-  std::vector<ShardState*> fa = {&full}, fb = {&s0, &s1};
+  std::vector<ParamShard> full(1), split(2);
+  full[0].param = torch::randn({20});
+  full[0].decay = {{2, 9}, {15, 3}};
+  split[0].param = full[0].param.slice(0, 0, 13).clone();
+  split[0].decay = {{2, 9}};
+  split[1].param = full[0].param.slice(0, 13).clone();
+  split[1].decay = {{2, 3}};
+  AdamWOptions o;
+  o.weight_decay = 0.3;
+  AdamW a(o), b(o);
   for (int i = 0; i < 4; ++i) {
-    full.grad = torch::randn({20});
-    s0.grad = full.grad.slice(0, 0, 13).clone();
-    s1.grad = full.grad.slice(0, 13).clone();
-    a.step(fa, 1e-3);
-    b.step(fb, 1e-3);
+    full[0].grad = torch::randn({20});
+    split[0].grad = full[0].grad.slice(0, 0, 13).clone();
+    split[1].grad = full[0].grad.slice(0, 13).clone();
+    a.step(full, 1e-3);
+    b.step(split, 1e-3);
   }
-  EXPECT_TRUE(torch::equal(torch::cat({s0.param, s1.param}), full.param));
+  EXPECT_TRUE(torch::equal(torch::cat({split[0].param, split[1].param}), full[0].param));
+}
+
+TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
+  // The one-pass CPU loop and the tensor-op path (used on GPUs) compute the same formula.
+  torch::manual_seed(3);
+  const int64_t n = AdamW::kBlockElems + 1000;  // more than one block
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    std::vector<ParamShard> a(1), b(1);
+    a[0].param = torch::randn({n});
+    a[0].decay = {{100, AdamW::kBlockElems}};
+    b[0].param = a[0].param.clone();
+    b[0].decay = a[0].decay;
+    AdamWOptions oa, ob;
+    oa.state_dtype = ob.state_dtype = dt;
+    ob.fused_cpu = false;
+    AdamW fa(oa), fb(ob);
+    for (int i = 0; i < 3; ++i) {
+      a[0].grad = torch::randn({n});
+      b[0].grad = a[0].grad.clone();
+      fa.step(a, 1e-2);
+      fb.step(b, 1e-2);
+    }
+    // Same formula, float rounding apart (params ~ N(0, 1), three steps of lr 1e-2).
+    EXPECT_LT((a[0].param - b[0].param).abs().max().item<double>(), 1e-5) << c10::toString(dt);
+    EXPECT_EQ(fa.state(a)[0].per_unit[0].scalar_type(), dt);
+  }
+}
+
+TEST(AdamW, Bf16StateTracksFp32State) {
+  // bf16 moments: half the state bytes, updates within bf16 rounding of the fp32-state run.
+  torch::manual_seed(4);
+  std::vector<ParamShard> a(1), b(1);
+  a[0].param = torch::randn({5000});
+  a[0].decay = {{0, 5000}};
+  b[0].param = a[0].param.clone();
+  b[0].decay = a[0].decay;
+  AdamWOptions o32, o16;
+  o16.state_dtype = at::kBFloat16;
+  AdamW f32(o32), f16(o16);
+  EXPECT_EQ(f16.state_bytes_per_element(), 4);
+  const torch::Tensor start = a[0].param.clone();
+  for (int i = 0; i < 20; ++i) {
+    a[0].grad = torch::randn({5000});
+    b[0].grad = a[0].grad.clone();
+    f32.step(a, 1e-3);
+    f16.step(b, 1e-3);
+  }
+  const double moved = (a[0].param - start).norm().item<double>();
+  const double diff = (a[0].param - b[0].param).norm().item<double>();
+  EXPECT_GT(moved, 0.1);
+  EXPECT_LT(diff / moved, 1e-2) << "bf16-state update drifted from the fp32-state update";
+  EXPECT_FALSE(torch::equal(a[0].param, b[0].param));  // the state really was rounded
+  EXPECT_THROW(parse_state_dtype("fp16"), Error);
 }
 
 TEST(LrSchedule, WarmupCosineLinearConstant) {

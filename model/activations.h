@@ -1,0 +1,35 @@
+// Activation memory of the Llama family in THIS implementation (model/llama.cpp on LibTorch):
+// what autograd keeps from a decoder layer's forward for its backward, counted tensor by tensor
+// from the ops the modules run (model/activations.cpp lists them), plus the largest temporaries a
+// layer's forward and backward hold on top. The memory model (runtime/memory/model.h) builds its
+// per-step peak from these; tests/unit/test_memory_model.cpp measures each term with the allocation
+// tracker on real forward/backward passes and requires the formula to match.
+//
+// All sizes in bytes for one micro-batch of B sequences of T tokens, computed in a dtype of
+// `elem` bytes (4 fp32, 2 bf16/fp16). `fused_attention`: attention through
+// scaled_dot_product_attention without a T x T score matrix (LibTorch >= 2 on a GPU: flash /
+// memory-efficient kernels); false: the explicit softmax(q k^T) v this build runs (LibTorch 1.13).
+#pragma once
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace tessera::model {
+
+struct ActivationBytes {
+  int64_t layer_input = 0;               // a layer's input [B, T, H] (all activation checkpointing keeps)
+  int64_t layer_saved = 0;               // kept from one layer's forward for its backward, input included
+  int64_t layer_forward_transient = 0;   // most held beyond layer_saved while a layer runs forward
+  int64_t layer_backward_transient = 0;  // most held beyond layer_saved while a layer runs backward
+  int64_t head_saved = 0;                // final norm, lm_head input, fp32 log-softmax kept for backward
+  int64_t head_forward_transient = 0;    // logits and their fp32 copy while the loss is formed
+  int64_t head_backward_transient = 0;   // gradients of the logits while the head runs backward
+  int64_t logits = 0;                    // [B, T, V] in the compute dtype (evaluation returns these)
+};
+
+ActivationBytes llama_activation_bytes(const LlamaConfig& cfg, int64_t B, int64_t T, int elem, bool fused_attention);
+
+// True when this build's attention is fused (no T x T scores): LibTorch >= 2.
+bool build_has_fused_attention();
+
+}  // namespace tessera::model

@@ -1,0 +1,122 @@
+// The memory model: per rank, per phase, what a rank of THIS implementation holds, by the same
+// categories the tracker measures (runtime/memory/tracker.h). `tessera plan` predicts with it,
+// `tessera bench memory` and tests/mpi compare it with measured peaks, and `tessera train` checks
+// the host limit with it before loading. A byte that is in a rank but not in this formula is a bug
+// in one or the other.
+//
+// Notation: P_u the padded flat size of unit u at the shard group size S (ShardPlan), c_u = P_u / S
+// its shard, p / r / s the bytes of the compute (param) dtype, the reduce dtype and one optimizer
+// moment, G = fsdp.limit_all_gathers, K = fsdp::kMaxReductionsInFlight, L layers.
+//
+// Static, every strategy (held from the first step on):
+//   master 4 sum c_u      gradient shard 4 sum c_u      optimizer 2 s sum c_u
+// so 16 bytes per parameter of the shard with fp32 moments, 12 with bf16 ones; S = the world for
+// full_shard / shard_grad_op, the node for hybrid_shard, 1 for no_shard.
+// Training step (the maximum over the moments of forward, loss, backward and reductions, each the
+// sum below; runtime/memory/model.cpp walks them in the order the engine runs):
+//   gathered params  root P_0 p from the first forward to the end of backward, plus layers:
+//                    full_shard / hybrid_shard: the running layer and the prefetched one
+//                    (min(G, 2), 1 without prefetch); shard_grad_op / no_shard: every layer run so
+//                    far in this forward, until its backward
+//   unsharded grads  autograd's gradients of the unit in backward (its parameters x p), the root's
+//                    (lm_head during backward, + the embedding's at the end), and the flat
+//                    reduction inputs P_u r of up to K + 1 units (none when S = 1: no_shard adds
+//                    straight into its gradient); fsdp.accumulate = unsharded: 4 P_u for every unit
+//                    between micro-steps
+//   comm buffers     reduce-scatter outputs c_u r (K + 1), the all-gather input cast c_u p
+//   saved tensors    per layer, model/activations.h's layer_saved (layer_input with activation
+//                    checkpointing), for the layers whose backward has not run yet
+//   activations      the running layer's (or the head's) transient, recomputation under
+//                    activation checkpointing, the gradient of the hidden state
+// Evaluation: master + gathered params as in forward + one layer's inference working set + logits.
+// Load (host): masters + the loader's staging (model.load: rank0 reading rank: 2 units as stored;
+// parallel: none; naive: the whole model in fp32). Save (host): a snapshot of every kind
+// (4 + 2 s) sum c_u when the save is asynchronous or the shards live on a GPU.
+// Plus, per process: the base (libraries, MPI, LibTorch: measured, kHostBaseBytes) and, on a GPU,
+// the CUDA context and NCCL's buffers (kCudaContextBytes, kNcclBytesPerCommunicator).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/memory/tracker.h"
+
+namespace tessera::memory {
+
+// Resident set of a tessera process before it allocates anything for the model (LibTorch, Open
+// MPI with its shared-memory transport, glibc), measured on this project's Debian 12 build: 166
+// MiB per rank at 1, 2 and 4 ranks (`process_base` in metrics.jsonl).
+constexpr int64_t kHostBaseBytes = int64_t(166) << 20;
+// What the tracker never sees on the host (MPI and BLAS internals, allocator slack with the fixed
+// mmap threshold of configure_process_allocators): 25-45 MiB measured at 1-4 ranks.
+constexpr int64_t kHostUntrackedBytes = int64_t(40) << 20;
+// GPU-only constants, from vendor documentation and common reports, NOT measured by this project
+// (no GPU has run it yet): a CUDA 12/13 context on Hopper, and NCCL's buffers per communicator
+// (NCCL_BUFFSIZE 4 MiB x channels x 2 directions for a ring of NVLink peers).
+constexpr int64_t kCudaContextBytes = int64_t(512) << 20;
+constexpr int64_t kNcclBytesPerCommunicator = int64_t(256) << 20;
+
+// Activation terms of the model family for one micro-batch (see model/activations.h).
+struct ActivationTerms {
+  int64_t layer_input = 0, layer_saved = 0, layer_forward_transient = 0, layer_backward_transient = 0;
+  int64_t head_saved = 0, head_forward_transient = 0, head_backward_transient = 0, logits = 0;
+};
+
+// A model as the planner sees it: its FSDP units' parameter shapes ([0] the root: embeddings, final
+// norm, lm_head; [1..] the decoder layers), which root parameters belong to the head (lm_head
+// and the final norm: their gradients appear at the start of backward, the embedding's at its end)
+// and the activation terms (a function of the micro-batch, so a callback).
+struct ModelShape {
+  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> units;
+  std::vector<bool> root_param_in_head;  // per root parameter
+  int64_t parameters = 0;
+};
+
+enum class LoadMode { Rank0, Parallel, Naive };
+
+struct RunShape {
+  std::string strategy = "full_shard";  // full_shard | shard_grad_op | no_shard | hybrid_shard
+  int world = 1, ranks_per_node = 1;    // hybrid_shard shards over a node
+  int param_bytes = 4, reduce_bytes = 4, state_bytes = 4;  // compute dtype, reduce dtype, one moment
+  int stored_bytes = 2;                  // the checkpoint's dtype on disk (loading)
+  int limit_all_gathers = 2;
+  bool prefetch = true, activation_checkpointing = false, accumulate_unsharded = false;
+  int64_t grad_accum = 1;
+  bool checkpoint_async = false;
+  LoadMode load = LoadMode::Rank0;
+  bool gpu = false;  // shards, gathered units and activations on a GPU; host keeps base, load, save
+  int64_t align = 16;
+};
+
+// One phase on one kind of memory: bytes per category at its peak and where that peak is.
+struct PhaseEstimate {
+  Snapshot bytes;          // the tracked categories (Snapshot::phase names the moment)
+  int64_t base = 0;        // process base (host) or CUDA context + NCCL (GPU)
+  int64_t untracked = 0;   // host allowance for what the tracker cannot see
+  int64_t total() const { return bytes.total() + base + untracked; }
+  nlohmann::json to_json() const;
+};
+
+struct Plan {
+  // Host: every phase; GPU (gpu runs only): train and eval.
+  PhaseEstimate load_reader, load_other, train_host, save_host, eval_host;
+  PhaseEstimate train_gpu, eval_gpu;
+  // The floor of the training step and of evaluation, tracked bytes only (add the process base):
+  // the shard state, the gathered units the strategy must hold (full_shard / hybrid_shard: the root
+  // and min(G, 2) layers; the others: every layer) with their gradients in the compute dtype, and
+  // the activations at the step's peak. What the estimate holds beyond it is the price of the
+  // implementation (reduction buffers in the reduce dtype, collective buffers).
+  int64_t train_floor = 0, eval_floor = 0;
+  int shard_size = 1, replicate_size = 1;
+  int64_t shard_elements = 0;   // sum of c_u
+  int64_t peak_host() const;    // max over the host phases (the reading rank's load included)
+  int64_t peak_gpu() const;     // 0 for CPU runs
+};
+
+// The activation terms come from the model family at (micro_batch, seq_len, compute bytes).
+Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShape& run);
+
+}  // namespace tessera::memory

@@ -1,0 +1,224 @@
+#include "runtime/memory/tracker.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace tessera::memory {
+
+const char* name(Category c) {
+  switch (c) {
+    case Category::Other: return "other";
+    case Category::Master: return "master";
+    case Category::GradShard: return "grad_shard";
+    case Category::Optimizer: return "optimizer";
+    case Category::GatheredParams: return "gathered_params";
+    case Category::UnsharedGrads: return "unsharded_grads";
+    case Category::CommBuffers: return "comm_buffers";
+    case Category::Activations: return "activations";
+    case Category::SavedTensors: return "saved_tensors";
+    case Category::Loader: return "loader";
+    case Category::Checkpoint: return "checkpoint";
+    case Category::Count: break;
+  }
+  return "?";
+}
+
+int64_t Snapshot::total() const {
+  int64_t t = 0;
+  for (int64_t b : bytes) t += b;
+  return t;
+}
+
+namespace {
+
+std::atomic<const char*> g_phase{""};
+thread_local Category t_default = Category::Other;
+thread_local int t_depth = 0;
+thread_local Category t_current = Category::Other;
+
+struct Entry {
+  size_t bytes;
+  Category cat;
+};
+
+struct State {
+  std::mutex mu;
+  std::unordered_map<void*, Entry> entries;
+  Snapshot live, peak;
+  int64_t live_total = 0, peak_total = 0;
+
+  void add(int c, int64_t n) {
+    live.bytes[c] += n;
+    live_total += n;
+    if (live_total > peak_total) {
+      peak_total = live_total;
+      peak = live;
+      peak.phase = g_phase.load(std::memory_order_relaxed);
+    }
+  }
+  void sub(int c, int64_t n) {
+    live.bytes[c] -= n;
+    live_total -= n;
+  }
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: frees may run during static destruction
+  return *s;
+}
+
+void tracked_free(void* p) {
+  if (p == nullptr) return;
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.entries.find(p);
+    if (it != s.entries.end()) {
+      s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(it->second.bytes));
+      s.entries.erase(it);
+    }
+  }
+  c10::free_cpu(p);
+}
+
+// Same memory as LibTorch's default CPU allocator (c10::alloc_cpu: aligned, zero-size safe), plus
+// the bookkeeping. The context is the data pointer itself, so raw_allocate/raw_deleter work too.
+class TrackingAllocator final : public at::Allocator {
+ public:
+  at::DataPtr allocate(size_t n) const override {
+    void* p = c10::alloc_cpu(n);
+    if (p != nullptr) {
+      State& s = state();
+      const Category c = current_category();
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.entries[p] = {n, c};
+      s.add(static_cast<int>(c), static_cast<int64_t>(n));
+    }
+    return {p, p, &tracked_free, at::Device(at::DeviceType::CPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &tracked_free; }
+};
+
+std::atomic<bool> g_installed{false};
+
+int64_t read_status_kib(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t klen = std::char_traits<char>::length(key);
+  while (std::getline(in, line))
+    if (line.compare(0, klen, key) == 0) return std::stoll(line.substr(klen));
+  return 0;
+}
+
+}  // namespace
+
+Scope::Scope(Category c) : prev_(t_depth > 0 ? t_current : t_default) {
+  ++t_depth;
+  t_current = c;
+}
+Scope::~Scope() {
+  --t_depth;
+  t_current = prev_;
+}
+
+void set_phase(const char* label) { g_phase.store(label, std::memory_order_relaxed); }
+
+Category current_category() { return t_depth > 0 ? t_current : t_default; }
+void set_thread_default(Category c) { t_default = c; }
+
+void install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static TrackingAllocator allocator;
+    c10::SetCPUAllocator(&allocator, /*priority=*/1);
+    g_installed.store(c10::GetCPUAllocator() == &allocator);
+  });
+}
+void configure_process_allocators() {
+  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
+  if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  install();
+}
+
+bool installed() { return g_installed.load(); }
+
+Snapshot live() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.live;
+}
+Snapshot peak() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.peak;
+}
+void reset_peak() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.peak = s.live;
+  s.peak.phase = g_phase.load(std::memory_order_relaxed);
+  s.peak_total = s.live_total;
+}
+
+void retag(const at::Tensor& t, Category c) {
+  if (!t.defined() || !t.has_storage()) return;
+  void* p = t.storage().data_ptr().get();
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.entries.find(p);
+  if (it == s.entries.end() || it->second.cat == c) return;
+  s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(it->second.bytes));
+  it->second.cat = c;
+  s.add(static_cast<int>(c), static_cast<int64_t>(it->second.bytes));
+}
+
+void retag_all(Category from, Category to) {
+  if (from == to) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (auto& [p, e] : s.entries)
+    if (e.cat == from) {
+      e.cat = to;
+      s.live.bytes[static_cast<int>(from)] -= static_cast<int64_t>(e.bytes);
+      s.live.bytes[static_cast<int>(to)] += static_cast<int64_t>(e.bytes);
+    }
+}
+
+nlohmann::json Breakdown::to_json() const {
+  nlohmann::json j = {{"process_base", process_base},
+                      {"peak_rss", peak_rss},
+                      {"tracked", tracked.total()},
+                      {"untracked", untracked()},
+                      {"peak_phase", tracked.phase}};
+  for (int c = 0; c < kNumCategories; ++c) j[name(static_cast<Category>(c))] = tracked.bytes[c];
+  return j;
+}
+
+int64_t rss_bytes() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+int64_t peak_rss_bytes() { return read_status_kib("VmHWM:") * 1024; }
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+}  // namespace tessera::memory

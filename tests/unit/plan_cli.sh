@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `tessera plan`: the JSON the issue promises, figures that follow the memory model's formula for
+# Llama 2 70B, suggestions when it does not fit, and one-line errors (exit 2) for impossible
+# layouts. No MPI, no weights: the planner reads a preset or a config.json only.
+set -uo pipefail
+BIN=${TESSERA_BIN:?}/tessera
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0; pass=0
+ok() { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "FAIL $*"; }
+
+# A Hugging Face Llama 2 70B directory as far as the planner needs it: its config.json (bf16).
+mkdir -p "$T/llama70"
+cat > "$T/llama70/config.json" <<'J'
+{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 8192,
+ "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+ "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "bfloat16",
+ "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false}
+J
+cat > "$T/70b.json" <<J
+{"model": {"path": "$T/llama70", "load": "rank0"}, "data": {"seq_len": 4096}, "train": {"micro_batch": 1},
+ "fsdp": {"strategy": "full_shard", "mixed_precision": "bf16", "activation_checkpointing": "true"}}
+J
+# 70B on 2 nodes x 8 GPUs of 141 GB: fits; the JSON has every phase and the promised fields.
+"$BIN" plan --config "$T/70b.json" --nodes 2 --gpus-per-node 8 --gpu-mem 141GB --host-mem 2TiB --json > "$T/p16.json"
+rc=$?
+python3 - "$T/p16.json" <<'P' && [ $rc -eq 0 ] && ok || bad "70b on 16 H200: rc=$rc"
+import json, sys
+p = json.load(open(sys.argv[1]))
+for phase in ("load", "train", "save", "eval"): assert phase in p["phases"], phase
+assert p["fits"] is True and isinstance(p["peak_host_bytes_per_rank"], int) and isinstance(p["peak_gpu_bytes_per_rank"], int)
+g = p["phases"]["train"]["gpu"]
+# 16 bytes per parameter of the shard: 68,976,648,192 parameters / 16 ranks, padded to 16-element multiples.
+shard = g["master"] / 4
+assert abs(shard - 68976648192 / 16) / shard < 1e-3, shard
+assert g["grad_shard"] == g["master"] and g["optimizer"] == 2 * g["master"]
+gib = 2**30
+assert 64 * gib < p["peak_gpu_bytes_per_rank"] < 141e9, p["peak_gpu_bytes_per_rank"] / gib
+# model.load=rank0: rank 0 maps two units as stored (bf16) while loading; the others hold one unit's
+# shard in a host buffer at a time (the masters live on the GPU)
+r, o = p["phases"]["load"]["reading_rank"], p["phases"]["load"]["other_ranks"]
+assert r["loader"] == 2 * 2 * 855654400, r  # the largest unit: one decoder layer
+assert "loader" not in o and r["total"] > o["total"]
+P
+# Twice the GPUs: less per rank (the shard state halves).
+"$BIN" plan --config "$T/70b.json" --nodes 4 --gpus-per-node 8 --json > "$T/p32.json"
+python3 -c "
+import json,sys; a=json.load(open('$T/p16.json')); b=json.load(open('$T/p32.json'))
+assert b['peak_gpu_bytes_per_rank'] < a['peak_gpu_bytes_per_rank'] - 30*2**30, (a['peak_gpu_bytes_per_rank'], b['peak_gpu_bytes_per_rank'])
+" && ok || bad "32 GPUs should need about 32 GiB less per rank than 16"
+# 8 x 80 GiB does not fit; the planner says so (exit 1) and names changes that would.
+"$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 80GiB --json > "$T/p8.json"; rc=$?
+python3 -c "
+import json; p=json.load(open('$T/p8.json'))
+assert p['fits'] is False and 'exceeds' in p['why_not'], p['why_not']
+changes=[s['change'] for s in p['suggestions']]
+assert any(c.startswith('--nodes') for c in changes), changes
+assert all(s.get('peak_gpu_bytes_per_rank', 0) <= 80*2**30 for s in p['suggestions'] if 'peak_gpu_bytes_per_rank' in s)
+" && [ $rc -eq 1 ] && ok || bad "70b on 8 x 80GiB: rc=$rc $(head -c 300 "$T/p8.json")"
+# The human form prints the table and the verdict.
+"$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 80GiB > "$T/human.txt"
+grep -q "does not fit" "$T/human.txt" && grep -q "would fit with" "$T/human.txt" && grep -q "training step" "$T/human.txt" \
+  && ok || bad "human output: $(cat "$T/human.txt")"
+# A CPU plan of the small preset (what this machine runs).
+"$BIN" plan --set model.preset=small --ranks 2 --device cpu --json > "$T/cpu.json" && python3 -c "
+import json; p=json.load(open('$T/cpu.json')); assert 'gpu' not in p['phases']['train'] and p['peak_gpu_bytes_per_rank']==0
+" && ok || bad "cpu plan"
+
+# expect_error NAME SUBSTRING CMD...: exit 2 and one line naming the problem
+expect_error() {
+  local name=$1 want=$2; shift 2
+  "$@" >"$T/out" 2>"$T/err"; local rc=$?
+  local lines; lines=$(grep -c '^tessera' "$T/err")
+  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$T/err"; then ok
+  else bad "$name: rc=$rc lines=$lines want '$want': $(cat "$T/err")"; fi
+}
+expect_error ranks-not-dividing "do not divide into nodes of 4" "$BIN" plan --config "$T/70b.json" --ranks 10 --ranks-per-node 4
+expect_error hybrid-one-node "hybrid_shard on one node" "$BIN" plan --config "$T/70b.json" --set fsdp.strategy=hybrid_shard --nodes 1 --gpus-per-node 8
+expect_error impossible "cannot fit" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 1GiB
+expect_error bad-size "is not a size" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem lots
+expect_error no-ranks "say how many ranks" "$BIN" plan --config "$T/70b.json"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
