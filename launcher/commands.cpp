@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "launcher/cli.h"
+#include "launcher/accelerate.h"
 #include "benchmarks/bench_checkpoint.h"
 #include "benchmarks/bench_collectives.h"
 #include "benchmarks/bench_step.h"
@@ -23,10 +24,22 @@ GlobalOptions& global_options() {
 int run_config(const std::vector<std::string>& args) {
   po::options_description desc("config options");
   desc.add_options()("reference", "print every configuration key as a Markdown table")(
-      "check", po::value<std::string>(), "validate a config file and print it with defaults filled in")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override key=value");
-  auto vm = parse_command("tessera config --reference | --check run.json [--set key=value]", desc, args);
+      "check", po::value<std::string>(), "validate a config file (JSON, or YAML: .yaml/.yml) and print it with defaults filled in")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override key=value")(
+      "from-accelerate", po::value<std::string>(),
+      "translate a Hugging Face Accelerate FSDP config (YAML) into a Tessera run config; a report of every key on stderr")(
+      "out", po::value<std::string>(), "with --from-accelerate: write the run config to this new file instead of stdout");
+  auto vm = parse_command(
+      "tessera config --reference | --check run.json [--set key=value] | --from-accelerate fsdp_config.yaml [--out run.json]",
+      desc, args);
   if (!vm) return 0;
+  if (vm->count("from-accelerate")) {
+    TESSERA_CHECK_INPUT(!vm->count("check") && !vm->count("reference") && !vm->count("set"),
+                        "--from-accelerate takes no --check, --reference or --set (check the result with tessera config --check)");
+    return run_config_from_accelerate((*vm)["from-accelerate"].as<std::string>(),
+                                      vm->count("out") ? (*vm)["out"].as<std::string>() : "");
+  }
+  TESSERA_CHECK_INPUT(!vm->count("out"), "--out goes with --from-accelerate");
   if (vm->count("reference")) {
     std::cout << Config::reference_markdown();
     return 0;
@@ -67,7 +80,7 @@ const std::vector<CommandInfo>& commands() {
       {"tokenize", "pre-tokenise a corpus into a token file that train reads", false, run_tokenize},
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
       {"bench", "benchmarks: collectives, checkpoint, load", true, run_bench},
-      {"config", "print the configuration reference or validate a config file", false, run_config},
+      {"config", "print the configuration reference, validate a config file, or translate an Accelerate FSDP config", false, run_config},
   };
   return list;
 }

@@ -202,7 +202,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
 }
 
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
-  return from_json(path.empty() ? nlohmann::json::object() : read_json_file(path), path.empty() ? "config" : path,
+  return from_json(path.empty() ? nlohmann::json::object() : read_config_file(path), path.empty() ? "config" : path,
                    overrides);
 }
 

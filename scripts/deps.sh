@@ -2,7 +2,7 @@
 # Installs every Debian package Tessera needs. Idempotent: does nothing when all are present.
 set -euo pipefail
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
-      libboost-program-options-dev libsentencepiece-dev sentencepiece libgtest-dev
+      libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
       libopenblas0-openmp libgloo-dev slurm-wlm munge base-files)
 missing=()
 for p in "${PKGS[@]}"; do

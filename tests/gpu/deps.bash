@@ -5,7 +5,7 @@
 #                               the machine has no dpkg); non-zero on any failure
 #   deps_use ROOT               exports OPAL_PREFIX, PATH (mpirun, mpicc) and LD_LIBRARY_PATH for ROOT
 #                               and sets the array CMAKE_DEPS to the CMake arguments that find
-#                               Open MPI, Boost, nlohmann-json and GTest there
+#                               Open MPI, Boost, yaml-cpp, nlohmann-json and GTest there
 deps_unpack() {
   local debs=$1 root=$2 f d
   compgen -G "$debs/*.deb" >/dev/null || { echo "deps_unpack: no .deb in $debs" >&2; return 1; }
@@ -30,5 +30,5 @@ deps_use() {
   # Open MPI finds its components, help files and wrapper data under OPAL_PREFIX.
   export OPAL_PREFIX=$usr PATH=$root/bin:$PATH LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
   CMAKE_DEPS=(-DMPI_C_COMPILER="$usr/bin/mpicc.openmpi" -DBoost_DIR="$lib/cmake/Boost-1.74.0"
-    -Dnlohmann_json_DIR="$usr/share/cmake/nlohmann_json" -DGTest_DIR="$lib/cmake/GTest")
+    -Dnlohmann_json_DIR="$usr/share/cmake/nlohmann_json" -DGTest_DIR="$lib/cmake/GTest" -Dyaml-cpp_DIR="$lib/cmake/yaml-cpp")
 }

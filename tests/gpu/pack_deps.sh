@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs Tessera's C++ build dependencies (Open MPI, Boost.Program_options, nlohmann-json, GTest) as
+# Packs Tessera's C++ build dependencies (Open MPI, Boost.Program_options, yaml-cpp, nlohmann-json, GTest) as
 # Debian 12 packages into one folder, for a GPU machine that has CUDA, PyTorch and a compiler but
 # not these, and cannot download anything. Run it HERE (Debian 12, apt reaches the mirror):
 #
@@ -23,6 +23,8 @@ PKGS=(
   libucx0 libmunge2 libnl-3-200 libnl-route-3-200 libnuma1 libltdl7
   # Boost.Program_options 1.74 (library, headers, CMake config)
   libboost-program-options1.74.0 libboost-program-options1.74-dev libboost-program-options-dev libboost1.74-dev
+  # yaml-cpp 0.7 (library, headers, CMake config): YAML run configs, `tessera config --from-accelerate`
+  libyaml-cpp0.7 libyaml-cpp-dev
   # header-only / static test dependencies
   nlohmann-json3-dev libgtest-dev
 )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rehearses tests/gpu/run.sh on this (GPU-less, Debian 12) machine as a machine WITHOUT Tessera's
 # C++ dependencies would see it: in a private mount namespace, the system's own Open MPI, Boost,
-# nlohmann-json and GTest (headers, CMake packages, libraries, launchers) are hidden -- directories
+# yaml-cpp, nlohmann-json and GTest (headers, CMake packages, libraries, launchers) are hidden -- directories
 # under empty tmpfs mounts, files under /dev/null -- so any silent fallback to /usr fails the build
 # or the runs. Needs root (unshare -m) and the packed folder (bash tests/gpu/pack_deps.sh).
 #
@@ -15,13 +15,13 @@ if [[ ${1:-} != --inside ]]; then
   exec unshare -m --propagation private bash "${BASH_SOURCE[0]}" --inside
 fi
 L=/usr/lib/x86_64-linux-gnu
-for d in /usr/include/boost /usr/include/nlohmann /usr/include/gtest /usr/include/gmock "$L/openmpi" \
-  "$L/cmake/Boost-1.74.0" "$L/cmake/boost_headers-1.74.0" "$L/cmake/boost_program_options-1.74.0" "$L/cmake/GTest" \
+for d in /usr/include/boost /usr/include/yaml-cpp /usr/include/nlohmann /usr/include/gtest /usr/include/gmock "$L/openmpi" \
+  "$L/cmake/Boost-1.74.0" "$L/cmake/boost_headers-1.74.0" "$L/cmake/boost_program_options-1.74.0" "$L/cmake/GTest" "$L/cmake/yaml-cpp" \
   /usr/share/cmake/nlohmann_json /usr/share/openmpi /etc/openmpi; do
   if [[ -d $d ]]; then mount -t tmpfs none "$d"; fi
 done
 n=0
-for f in "$L"/libmpi* "$L"/libopen-rte* "$L"/libopen-pal* "$L"/libboost_program_options* "$L"/libgtest* "$L"/libgmock* \
+for f in "$L"/libmpi* "$L"/libopen-rte* "$L"/libopen-pal* "$L"/libboost_program_options* "$L"/libyaml-cpp* "$L"/libgtest* "$L"/libgmock* \
   "$L"/libpmix* "$L"/libhwloc* "$L"/libevent* "$L"/libfabric* "$L"/libucx* "$L"/libuc[pmst]* \
   /usr/bin/mpirun* /usr/bin/mpicc* /usr/bin/mpiexec* /usr/bin/orterun /usr/bin/orted /usr/bin/opal_wrapper; do
   if [[ -e $f && ! -L $f ]]; then mount --bind /dev/null "$f" && n=$((n + 1)); fi

@@ -2,7 +2,7 @@
 # The GPU script's carried dependencies (tests/gpu/pack_deps.sh + tests/gpu/deps.bash) work from a
 # private root: the packages download, unpack outside /, an MPI program built with the carried
 # wrapper runs under the carried mpirun on 2 ranks with the carried libmpi, and Tessera's CMake
-# configure takes Open MPI, Boost, nlohmann-json and GTest from that root, not from /usr.
+# configure takes Open MPI, Boost, yaml-cpp, nlohmann-json and GTest from that root, not from /usr.
 set -uo pipefail
 SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -53,7 +53,7 @@ check "both ranks use the carried libmpi with MPI_THREAD_MULTIPLE" $? "$(cat "$T
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S "$SRC" -B "$T/build" "${GEN[@]}" "${CMAKE_DEPS[@]}" >"$T/cmake.log" 2>&1
 check "Tessera configures against the root" $? "$(grep -A3 'CMake Error' "$T/cmake.log" | head -8)"
-for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR nlohmann_json_DIR GTest_DIR; do
+for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR; do
   val=$(grep -E "^$var:" "$T/build/CMakeCache.txt" | cut -d= -f2-)
   [[ $val == "$T/root/"* ]]
   check "$var from the root" $? "($val)"
