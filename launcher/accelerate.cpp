@@ -185,7 +185,9 @@ class Translator {
       const std::string key = it.key().rfind("fsdp_", 0) == 0 ? it.key() : "fsdp_" + it.key();
       if (std::find(kFsdpKeys.begin(), kFsdpKeys.end(), key) == kFsdpKeys.end()) unknown(path, key, kFsdpKeys);
       auto [prev, fresh] = fsdp_.emplace(key, std::make_pair(path, it.value()));
-      if (!fresh) conflict(path, it.value(), prev->second.first, prev->second.second);
+      if (!fresh)
+        fail(path, "the same key as " + prev->second.first + " (line " + std::to_string(line_of(prev->second.first)) +
+                       "): Accelerate adds the fsdp_ prefix; keep one of them");
     }
     if (fsdp_.count("fsdp_version")) {
       const auto& [path, v] = fsdp_["fsdp_version"];
