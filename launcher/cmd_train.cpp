@@ -135,7 +135,7 @@ void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Con
 
 int run_train(const std::vector<std::string>& args) {
   po::options_description desc("train options");
-  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON)")(
+  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON, or YAML when the name ends in .yaml/.yml)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.lr=1e-4")(
       "resume", po::value<std::string>()->implicit_value("latest"),
       "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory");

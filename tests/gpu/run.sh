@@ -6,7 +6,7 @@
 #
 # Needs: nvidia-smi, python3 with a CUDA PyTorch 2.x (its LibTorch is what Tessera builds against)
 # and the pip NCCL (nvidia-nccl-*), cmake, a C++17 compiler (C++20 for PyTorch >= 2.14), and Tessera's C++ dependencies (Open
-# MPI, nlohmann-json, Boost.Program_options, GTest). Where the machine lacks those, make the folder
+# MPI, nlohmann-json, Boost.Program_options, yaml-cpp, GTest). Where the machine lacks those, make the folder
 # .gpu-deps here first with `bash tests/gpu/pack_deps.sh` (Debian 12 packages, ~18 MB) and carry it
 # (device tool: carry [".gpu-deps"]; or point TESSERA_GPU_DEBS at such a folder): its packages are
 # unpacked into a private root under the work folder, never into /, and the build, mpirun and the
@@ -201,7 +201,7 @@ else
     -DTESSERA_GLOO_BASELINE=OFF; then
     grep -E 'CMake Error|Could NOT find|TESSERA_WITH_CUDA' "$LOGS/configure.log" | say_lines
     # Which copies of the dependencies the build took (the carried root or the machine's own).
-    grep -E '^(MPI_C_HEADER_DIR|MPI_mpi_LIBRARY|Boost_DIR|nlohmann_json_DIR|GTest_DIR|Torch_DIR):' "$BUILD/CMakeCache.txt" | say_lines
+    grep -E '^(MPI_C_HEADER_DIR|MPI_mpi_LIBRARY|Boost_DIR|yaml-cpp_DIR|nlohmann_json_DIR|GTest_DIR|Torch_DIR):' "$BUILD/CMakeCache.txt" | say_lines
     if step build "$BUILD_LIMIT" cmake --build "$BUILD" -j "$JOBS" --target tessera test_comm_conformance test_fsdp_train; then
       BUILT=1
       ldd "$BUILD/bin/tessera" | grep -E 'libmpi|boost|libtorch\.|libc10|nccl|cudart' | say_lines
