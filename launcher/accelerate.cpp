@@ -30,6 +30,21 @@ std::string shown(const json& v) {
   return v.dump();
 }
 
+// "a, b,c" -> {"a", "b", "c"}: Accelerate's comma-separated lists (gpu_ids, layer class names).
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    part.erase(0, part.find_first_not_of(' '));
+    part.erase(part.find_last_not_of(' ') + 1);
+    out.push_back(part);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 bool empty_value(const json& v) {
   return v.is_null() || (v.is_boolean() && !v.get<bool>()) || ((v.is_object() || v.is_array()) && v.empty()) ||
          (v.is_string() && v.get<std::string>().empty());
@@ -312,21 +327,11 @@ class Translator {
 
   // gpu_ids: "all", or a contiguous list that is exactly the ranks' GPUs -> train.device cuda:N.
   void gpu_ids(const std::string& p, const json& v) {
+    if (t_.cpu) return say(p, v, "nothing to do: use_cpu is true");
     if (v.is_null() || (v.is_string() && v.get<std::string>() == "all"))
       return say(p, v, "same in Tessera: every rank on a node takes its own GPU (local rank r uses GPU r)");
-    if (t_.cpu) return say(p, v, "not honoured: use_cpu is true");
     std::vector<int64_t> ids;
-    std::string s = v.is_string() ? v.get<std::string>() : shown(v);
-    size_t start = 0;
-    while (start <= s.size()) {
-      size_t comma = s.find(',', start);
-      std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      part.erase(0, part.find_first_not_of(' '));
-      part.erase(part.find_last_not_of(' ') + 1);
-      ids.push_back(as_int(p, json(part)));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+    for (const auto& part : split_list(shown(v))) ids.push_back(as_int(p, json(part)));
     bool contiguous = true;
     for (size_t i = 1; i < ids.size(); ++i) contiguous &= ids[i] == ids[0] + static_cast<int64_t>(i);
     if (contiguous && static_cast<int>(ids.size()) == t_.ranks_per_node)
@@ -493,19 +498,9 @@ class Translator {
                     : "not honoured: Tessera always makes one unit per decoder layer, plus one for embeddings, final norm and lm_head");
     } else if (key == "fsdp_transformer_layer_cls_to_wrap") {
       bool decoder = v.is_string();
-      if (decoder) {
-        const std::string s = v.get<std::string>();
-        size_t start = 0;
-        while (decoder && start <= s.size()) {
-          size_t comma = s.find(',', start);
-          std::string c = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-          c.erase(0, c.find_first_not_of(' '));
-          c.erase(c.find_last_not_of(' ') + 1);
-          decoder = c.size() > 12 && c.compare(c.size() - 12, 12, "DecoderLayer") == 0;
-          if (comma == std::string::npos) break;
-          start = comma + 1;
-        }
-      }
+      if (decoder)
+        for (const auto& c : split_list(v.get<std::string>()))
+          decoder &= c.size() > 12 && c.compare(c.size() - 12, 12, "DecoderLayer") == 0;
       say(p, v, decoder ? "same in Tessera: each decoder layer of the model is one unit"
                         : "not honoured: Tessera wraps each decoder layer of the (Llama) model in model.path; this names no decoder layer");
     } else if (key == "fsdp_min_num_params") {
