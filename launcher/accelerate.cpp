@@ -30,6 +30,10 @@ std::string shown(const json& v) {
   return v.dump();
 }
 
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
 // "a, b,c" -> {"a", "b", "c"}: Accelerate's comma-separated lists (gpu_ids, layer class names).
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -144,7 +148,7 @@ class Translator {
     if (v.is_number_integer()) return v.get<int64_t>();
     if (v.is_string()) {
       const std::string s = v.get<std::string>();
-      if (!s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), ::isdigit)) return std::stoll(s);
+      if (all_digits(s) && s.size() < 18) return std::stoll(s);
     }
     fail(path, "expected an integer, got " + v.dump());
   }
@@ -152,9 +156,7 @@ class Translator {
   // numbers are accepted too. Returns the canonical name.
   std::string as_name(const std::string& path, const json& v, const std::vector<std::string>& names,
                       bool numbered = false) const {
-    const std::string text = v.is_string() ? v.get<std::string>() : "";
-    const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), ::isdigit);
-    if (numbered && (v.is_number_integer() || digits)) {
+    if (numbered && (v.is_number_integer() || (v.is_string() && all_digits(v.get<std::string>())))) {
       int64_t i = as_int(path, v);
       if (i >= 1 && i <= static_cast<int64_t>(names.size())) return names[i - 1];
       fail(path, shown(v) + " is not a strategy number (1.." + std::to_string(names.size()) + ")");
@@ -249,7 +251,7 @@ class Translator {
       say(p, v, "NODES=" + std::to_string(t_.nodes) + " (SLURM nodes; see the submit line)");
     } else if (key == "num_processes") {
       if (t_.ranks_per_node == 0)
-        say(p, v, "not honoured: -1 means the process count is given at launch; pass NODES and GPUS_PER_NODE to make submit");
+        say(p, v, "not honoured: the process count is left to launch time; pass NODES and GPUS_PER_NODE to make submit");
       else if (t_.cpu)
         say(p, v, "GPUS_PER_NODE=0 TASKS_PER_NODE=" + std::to_string(t_.ranks_per_node) + " (num_processes / num_machines ranks per CPU node)");
       else
