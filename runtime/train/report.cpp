@@ -105,7 +105,7 @@ std::string svg_chart(const Chart& c) {
     o << "<text x=\"" << left - 6 << "\" y=\"" << num(py(y) + 4, "%.1f") << "\" class=\"tick\" text-anchor=\"end\">"
       << num(std::abs(y) < ys * 1e-6 ? 0 : y) << "</text>\n";
   }
-  const double xs = nice_step(x1 - x0, 6);
+  const double xs = std::max(1.0, nice_step(x1 - x0, 6));  // steps are integers
   for (double x = std::ceil(x0 / xs) * xs; x <= x1 + 1e-9; x += xs) {
     o << "<line x1=\"" << num(px(x), "%.1f") << "\" x2=\"" << num(px(x), "%.1f") << "\" y1=\"" << H - bottom << "\" y2=\""
       << H - bottom + 4 << "\" stroke=\"#888888\"/>\n";

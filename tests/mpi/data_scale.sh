@@ -9,7 +9,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 
 # A token file of N byte-tokenizer tokens (vocab 258): one plain-text document (format:
-# runtime/data/token_file.h). The tokens are zeros, i.e. id 0.
+# runtime/data/token_file.h). The tokens are zero words: id 0, target bit clear (hence train_on=all).
 make_tokens() {
   python3 - "$1" "$2" <<'PY'
 import struct, sys
@@ -29,7 +29,7 @@ echo "big: $(du -h --apparent-size "$T/big.bin" | cut -f1) apparent, $(du -h "$T
 run() {
   "${MPIRUN[@]}" -np 2 bash -c 'exec /usr/bin/time -f %M -o "$0.rss.$OMPI_COMM_WORLD_RANK" "$@"' "$T/$1" \
     $BIN train --set data.path="$T/$1.bin" --set data.seq_len=512 --set train.steps=3 --set train.micro_batch=2 \
-    --set train.warmup_steps=1 --set log.dir="$T/log_$1" > "$T/$1.log"
+    --set train.warmup_steps=1 --set data.train_on=all --set log.dir="$T/log_$1" > "$T/$1.log"
 }
 run small
 run big

@@ -258,22 +258,23 @@ TEST(FsdpSft, MaskedPackedDataMatchesSingleProcessReference) {
 // the same documents evaluated one by one (Trainer::sequence_losses, one unpacked row each).
 TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
   const auto cfg = test_config();
-  const std::string path = "/tmp/tessera_fsdp_docs_" + std::to_string(getpid()) + ".jsonl";
+  const std::string path = "/tmp/tessera_fsdp_docs_" + std::to_string(getpid()) + ".jsonl";  // one per rank
   std::vector<std::string> docs;
-  for (int i = 0; i < 23; ++i) docs.push_back("doc " + std::to_string(i) + std::string(3 + i * 11 % 17, 'a' + i % 26));
-  if (world_groups().world->rank() == 0) {
+  for (int i = 0; i < 21; ++i) docs.push_back("doc " + std::to_string(i) + std::string(3 + i * 11 % 17, 'a' + i % 26));
+  {
     std::ofstream out(path);
     for (const auto& d : docs) out << "{\"text\": \"" << d << "\"}\n";
   }
-  MPI_Barrier(MPI_COMM_WORLD);
   data::ByteTokenizer tok;
   data::PackOptions po;
   po.seq_len = 64;
   auto ds = data::load_dataset({path}, tok, po);
-  ASSERT_LT(ds->num_sequences(), static_cast<int64_t>(docs.size()) / 3);  // several documents per row
+  std::remove(path.c_str());
+  ASSERT_LT(ds->num_sequences(), static_cast<int64_t>(docs.size()) / 2);  // several documents per row
+  ASSERT_EQ(ds->num_sequences(), 7);  // at np 2 and 4 some rank runs a filler forward in the last pass
   auto t = test_train_options();
-  t.micro_batch = 2;
-  train::Trainer trainer(launcher::make_llama_lm(cfg), world_groups(), fsdp::Options{}, t, ds, {});
+  t.micro_batch = 1;
+  train::Trainer trainer(launcher::make_llama_lm(cfg), world_groups(), fsdp::Options{}, t, test_dataset(t.seq_len), {});
   launcher::InitWeightSource src(1234);
   trainer.load_weights(src);
   trainer.set_validation(ds);
@@ -299,8 +300,6 @@ TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
   torch::NoGradGuard ng;
   auto masked = m->forward(b.inputs, layout_of(b)), plain = m->forward(b.inputs);
   EXPECT_GT((masked - plain).abs().max().item<double>(), 1e-3);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_groups().world->rank() == 0) std::remove(path.c_str());
 }
 
 // Under full_shard, the number of decoder layers whose gathered parameters are alive at any moment
