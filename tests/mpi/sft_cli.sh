@@ -36,7 +36,7 @@ with open(sys.argv[1], "w") as f:
         prompt = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(24))
         f.write(json.dumps({"prompt": prompt, "completion": " The answer is always forty-two."}) + "\n")
 PY
-MASK=(--set data.path="$T/mask.jsonl" --set data.seq_len=128 --set train.steps=80 --set train.micro_batch=4
+MASK=(--set data.path="$T/mask.jsonl" --set data.seq_len=128 --set train.steps=40 --set train.micro_batch=4
       --set train.lr=3e-3 --set train.min_lr=1e-3 --set train.warmup_steps=5 --set log.every=20)
 "${MPIRUN[@]}" -np 2 $BIN train "${MASK[@]}" --set log.dir="$T/completion" > "$T/completion.log"
 "${MPIRUN[@]}" -np 2 $BIN train "${MASK[@]}" --set data.train_on=all --set log.dir="$T/all" > "$T/all.log"

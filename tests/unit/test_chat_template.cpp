@@ -13,9 +13,11 @@
 #include "runtime/data/chat_template.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "tests/unit/test_process_util.h"
 
 using namespace tessera;
 using namespace tessera::data;
+using tessera::test::run_capture;
 using nlohmann::json;
 
 namespace {
@@ -23,17 +25,6 @@ namespace {
 std::string fixture(const std::string& name) {
   const char* src = std::getenv("TESSERA_TEST_SRC");
   return std::string(src ? src : ".") + "/tests/unit/fixtures/" + name;
-}
-
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(pipe), 0) << cmd;
-  return out;
 }
 
 std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t b, size_t e) {
@@ -63,6 +54,13 @@ class FakeLlama3Tokenizer final : public Tokenizer {
 
 std::vector<int32_t> bytes(const std::string& s) { return FakeLlama3Tokenizer().encode(s); }
 
+// {"messages": [{"role": r, "content": c}, ...]}
+json conversation(const std::vector<std::pair<std::string, std::string>>& turns) {
+  json a = json::array();
+  for (const auto& [r, c] : turns) a.push_back({{"role", r}, {"content", c}});
+  return json{{"messages", a}};
+}
+
 Example render(const json& record, const Tokenizer& tok, const std::string& tmpl) {
   return render_record(record, tok, *make_chat_template(tmpl));
 }
@@ -78,13 +76,11 @@ void expect_bad(const json& record, const std::string& kind, const std::string& 
   }
 }
 
-const json kConversation = {
-    {"messages",
-     {{{"role", "system"}, {"content", "Be brief."}},
-      {{"role", "user"}, {"content", "What is 2 plus 3?"}},
-      {{"role", "assistant"}, {"content", "2 + 3 = 5."}},
-      {{"role", "user"}, {"content", "And minus 1?"}},
-      {{"role", "assistant"}, {"content", " 5 - 1 = 4.\n"}}}}};  // stripped like Meta's .strip()
+const json kConversation = conversation({{"system", "Be brief."},
+                                         {"user", "What is 2 plus 3?"},
+                                         {"assistant", "2 + 3 = 5."},
+                                         {"user", "And minus 1?"},
+                                         {"assistant", " 5 - 1 = 4.\n"}});  // stripped like Meta's .strip()
 
 }  // namespace
 
@@ -146,11 +142,7 @@ TEST(ChatTemplate, Llama2MatchesHandCheckedIdsOfARealSentencePieceModel) {
 
 TEST(ChatTemplate, Llama2WithoutSystemAndWithATrailingUserMessage) {
   ByteTokenizer tok;  // bytes make the expected sequence plain to read
-  const json rec = {{"messages",
-                     {{{"role", "user"}, {"content", "hi"}},
-                      {{"role", "assistant"}, {"content", "yo"}},
-                      {{"role", "user"}, {"content", "bye"}}}}};
-  const Example ex = render(rec, tok, "llama2");
+  const Example ex = render(conversation({{"user", "hi"}, {"assistant", "yo"}, {"user", "bye"}}), tok, "llama2");
   std::vector<int32_t> want = {256};
   for (unsigned char c : std::string("[INST] hi [/INST] yo ")) want.push_back(c);
   want.push_back(257);
@@ -164,11 +156,7 @@ TEST(ChatTemplate, Llama2WithoutSystemAndWithATrailingUserMessage) {
 
 TEST(ChatTemplate, Llama3RendersSpecialTokensThroughTheTokenizer) {
   FakeLlama3Tokenizer tok;
-  const json rec = {{"messages",
-                     {{{"role", "system"}, {"content", "S"}},
-                      {{"role", "user"}, {"content", " Hi "}},
-                      {{"role", "assistant"}, {"content", "Yo"}}}}};
-  const Example ex = render(rec, tok, "llama3");
+  const Example ex = render(conversation({{"system", "S"}, {"user", " Hi "}, {"assistant", "Yo"}}), tok, "llama3");
   std::vector<int32_t> want = {1000};
   std::vector<uint8_t> target = {0};
   auto add = [&](const std::vector<int32_t>& ids, bool t) {
@@ -202,8 +190,7 @@ TEST(ChatTemplate, Llama3RendersSpecialTokensThroughTheTokenizer) {
 
 TEST(ChatTemplate, NoneConcatenatesContents) {
   ByteTokenizer tok;
-  const json rec = {{"messages", {{{"role", "user"}, {"content", "ab"}}, {{"role", "assistant"}, {"content", "cd"}}}}};
-  const Example ex = render(rec, tok, "none");
+  const Example ex = render(conversation({{"user", "ab"}, {"assistant", "cd"}}), tok, "none");
   EXPECT_EQ(ex.tokens, (std::vector<int32_t>{256, 'a', 'b', 'c', 'd', 257}));
   EXPECT_EQ(ex.target, (std::vector<uint8_t>{0, 0, 0, 1, 1, 1}));
 }
@@ -231,11 +218,7 @@ TEST(RecordFormats, PromptCompletionAndText) {
 }
 
 TEST(RecordFormats, BadRecordsAreBadExamplesWithAKind) {
-  auto msgs = [](std::vector<std::pair<std::string, std::string>> m) {
-    json a = json::array();
-    for (auto& [r, c] : m) a.push_back({{"role", r}, {"content", c}});
-    return json{{"messages", a}};
-  };
+  const auto& msgs = conversation;
   expect_bad(msgs({{"user", "a"}, {"bot", "b"}}), "unknown role", "message 2 has unknown role \"bot\"");
   expect_bad(msgs({{"user", "a"}, {"user", "b"}, {"assistant", "c"}}), "roles do not alternate", "message 2 is \"user\"");
   expect_bad(msgs({{"assistant", "a"}, {"user", "b"}}), "roles do not alternate", "message 1 is \"assistant\"");

@@ -17,10 +17,12 @@
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "tests/unit/test_process_util.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
 using namespace tessera::data;
+using tessera::test::run_capture;
 
 namespace {
 
@@ -34,17 +36,6 @@ std::string make_temp_dir() {
 void write_file(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
   out << content;
-}
-
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(pipe), 0) << cmd;
-  return out;
 }
 
 // Expects `fn` to throw tessera::Error(Input) whose message contains every string of `needles`.
