@@ -49,7 +49,10 @@ int run_bench_step(const std::vector<std::string>& args) {
   const int64_t T = (*vm)["seq-len"].as<int64_t>(), M = (*vm)["micro-batch"].as<int64_t>();
   const int steps = (*vm)["steps"].as<int>();
   data::ByteTokenizer tok;
-  auto dataset = std::make_shared<data::TokenDataset>((*vm)["data"].as<std::string>(), T, &tok);
+  data::PackOptions po;
+  po.seq_len = T;
+  po.packing = false;  // one text piece per row: plain causal attention in both runs
+  auto dataset = data::load_dataset({(*vm)["data"].as<std::string>()}, tok, po);
   const int W = b.world_size;
   const double global_tokens = static_cast<double>(W * M * T);
   int total_threads = 0;
@@ -86,12 +89,13 @@ int run_bench_step(const std::vector<std::string>& args) {
     torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(topts.lr));
     std::vector<int64_t> idx(W * M);
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i);
-    auto batch = dataset->batch(idx);
-    auto in = batch.narrow(1, 0, T), tg = batch.narrow(1, 1, T);
+    const data::Batch batch = dataset->batch(idx);
+    namespace F = torch::nn::functional;
     auto one_step = [&] {
       opt.zero_grad();
-      auto logits = m->forward(in);
-      auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), tg.reshape({-1}));
+      auto logits = m->forward(batch.inputs);
+      auto loss = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch.labels.reshape({-1}),
+                                   F::CrossEntropyFuncOptions().ignore_index(data::Batch::kIgnore));
       loss.backward();
       torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
       opt.step();

@@ -18,9 +18,15 @@ const std::vector<ConfigKey>& config_schema() {
       {"model.seed", "int", 1234, "Seed of the initialisation when model.path is empty."},
       {"model.load", "string", "rank0", "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only).", {"rank0", "parallel", "naive"}},
       // data
-      {"data.path", "string", "/usr/share/common-licenses", "Text file, directory of text files, JSONL file (a `text` field per line) or token file from `tessera tokenize`."},
-      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format). Empty: byte-level tokens (0-255, BOS 256, EOS 257)."},
+      {"data.path", "string", "/usr/share/common-licenses", "Training data: a text file, a JSONL file (records `messages` (chat), `prompt`/`completion` or `text`, auto-detected per line), a token file from `tessera tokenize`, or a directory of them."},
+      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Empty: the model directory's tokenizer.model; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny preset); otherwise an error naming the model's vocab size."},
       {"data.seq_len", "int", 128, "Tokens per training sequence (<= the model's max_position_embeddings)."},
+      {"data.chat_template", "string", "llama2", "How `messages` records are rendered: llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated).", {"llama2", "llama3", "none"}},
+      {"data.train_on", "string", "completion", "Loss targets: completion (assistant turns and completions; `text` records and text files entirely) or all (every token).", {"completion", "all"}},
+      {"data.packing", "bool", true, "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."},
+      {"data.truncation", "string", "drop", "An example (chat, prompt/completion) longer than seq_len + 1 tokens: drop (skip it with a warning naming file and line), left (keep its last seq_len + 1 tokens), error (stop). Text is cut into pieces instead.", {"drop", "left", "error"}},
+      {"data.val_path", "string", "", "Validation data, in the formats of data.path."},
+      {"data.val_fraction", "float", 0.0, "Fraction of data.path's examples held out for validation (a fixed hash per example; 0: none). Exclusive with data.val_path."},
       // train
       {"train.steps", "int", 20, "Optimizer steps."},
       {"train.micro_batch", "int", 2, "Sequences per rank per micro-step."},
@@ -48,10 +54,13 @@ const std::vector<ConfigKey>& config_schema() {
       {"checkpoint.dir", "string", "", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."},
       {"checkpoint.every", "int", 0, "Save every N steps (0: only at the end and on preemption)."},
       {"checkpoint.keep", "int", 2, "Complete checkpoints to retain."},
+      {"checkpoint.keep_best", "bool", false, "Also keep the checkpoint with the lowest validation loss (saved whenever validation improves); needs validation data and checkpoint.dir."},
       {"checkpoint.async", "bool", false, "Snapshot shards to host memory and write on a background thread."},
       {"checkpoint.resume", "string", "auto", "auto: resume from the latest complete checkpoint in checkpoint.dir if any; never; or a checkpoint directory."},
+      // eval
+      {"eval.every", "int", 0, "Validation loss every N steps (0: only at the end of the run); needs data.val_path or data.val_fraction."},
       // log
-      {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step). Empty: checkpoint.dir, else none."},
+      {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."},
       {"log.every", "int", 1, "Progress line every N steps."},
       // comm
       {"comm.timeout_s", "float", 600.0, "Timeout of a collective before every rank stops with an error."},

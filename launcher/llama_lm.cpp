@@ -16,8 +16,15 @@ train::CausalLm make_llama_lm(const model::LlamaConfig& cfg) {
   for (int64_t i = 0; i < m->num_layers(); ++i)
     lm.units.push_back({"model.layers." + std::to_string(i), m->layer_parameters(i)});
   model::LlamaImpl* impl = m.get();
+  // The current micro-batch's layout (packed documents): set before its forward, read by every
+  // layer call of that micro-batch, including the activation-checkpointing recompute in backward.
+  auto layout = std::make_shared<model::TokenLayout>();
   lm.embed = [impl](const at::Tensor& tokens) { return impl->embed(tokens); };
-  lm.layer = [impl](int64_t i, const at::Tensor& h) { return impl->layer(i)->forward(h); };
+  lm.layer = [impl, layout](int64_t i, const at::Tensor& h) { return impl->layer(i)->forward(h, *layout); };
+  lm.set_context = [layout](const train::BatchContext& c) {
+    layout->position_ids = c.position_ids;
+    layout->document_ids = c.document_ids;
+  };
   lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
   lm.decay = [](const std::string& name) { return !model::is_norm_weight(name); };
   lm.vocab_size = cfg.vocab_size;

@@ -33,6 +33,15 @@ std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t T, int64_t head_di
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
+std::pair<torch::Tensor, torch::Tensor> rotary_tables_at(const torch::Tensor& position_ids, int64_t head_dim,
+                                                         double theta, torch::Dtype dtype) {
+  const int64_t B = position_ids.size(0), T = position_ids.size(1);
+  const int64_t max_pos = position_ids.numel() ? position_ids.max().item<int64_t>() : 0;
+  auto [cos, sin] = rotary_tables(max_pos + 1, head_dim, theta, dtype, position_ids.device());
+  auto flat = position_ids.reshape({-1});
+  return {cos.index_select(0, flat).view({B, 1, T, head_dim}), sin.index_select(0, flat).view({B, 1, T, head_dim})};
+}
+
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
@@ -46,7 +55,23 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(2).expand({B, KV, n_rep, T, D}).reshape({B, KV * n_rep, T, D});
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& document_ids) {
+  if (document_ids.defined()) {
+    // allowed[b, i, j] = j <= i and doc[b, i] == doc[b, j]; [B, 1, T, T] broadcasts over the heads.
+    const int64_t T = q.size(-2);
+    auto causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
+    auto same_doc = document_ids.unsqueeze(2) == document_ids.unsqueeze(1);  // [B, T, T]
+    auto allowed = (same_doc & causal).unsqueeze(1);
+#if TORCH_VERSION_MAJOR >= 2
+    return at::scaled_dot_product_attention(q, k, v, allowed, /*dropout_p=*/0.0, /*is_causal=*/false);
+#else
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt((double)q.size(-1)));
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+    auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+    return torch::matmul(probs, v);
+#endif
+  }
 #if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
 #else
@@ -97,16 +122,18 @@ AttentionImpl::AttentionImpl(const LlamaConfig& cfg, const torch::TensorOptions&
   o_proj = register_module("o_proj", Linear(num_heads * head_dim, h, opts));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1);
   auto q = q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2);  // [B, nh, T, D]
   auto k = k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
-  auto [cos, sin] = ops::rotary_tables(T, head_dim, rope_theta, q.scalar_type(), q.device());
+  auto [cos, sin] = layout.position_ids.defined()
+                        ? ops::rotary_tables_at(layout.position_ids, head_dim, rope_theta, q.scalar_type())
+                        : ops::rotary_tables(T, head_dim, rope_theta, q.scalar_type(), q.device());
   q = ops::apply_rotary(q, cos, sin);
   k = ops::apply_rotary(k, cos, sin);
   const int64_t n_rep = num_heads / num_kv_heads;
-  auto out = ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep));
+  auto out = ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep), layout.document_ids);
   return o_proj(out.transpose(1, 2).reshape({B, T, num_heads * head_dim}));
 }
 
@@ -129,8 +156,8 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& cfg, const torch::TensorOp
       register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h) {
-  auto x = h + self_attn(input_layernorm(h));
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const TokenLayout& layout) {
+  auto x = h + self_attn->forward(input_layernorm(h), layout);
   return x + mlp(post_attention_layernorm(x));
 }
 
@@ -168,9 +195,9 @@ torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
   return cfg_.tie_word_embeddings ? torch::linear(x, model->embed_tokens->weight) : lm_head(x);
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const TokenLayout& layout) {
   auto h = embed(tokens);
-  for (auto& l : model->layer_list) h = l(h);
+  for (auto& l : model->layer_list) h = l->forward(h, layout);
   return head(h);
 }
 

@@ -33,13 +33,21 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // angle(p, j) = p * theta^(-2(j mod head_dim/2)/head_dim), HF rotate-half layout (halves repeated).
 std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t T, int64_t head_dim, double theta,
                                                       torch::Dtype dtype, torch::Device device);
+// The same angles at given positions: position_ids [B, T] int64 -> cos/sin [B, 1, T, head_dim]
+// (rows of rotary_tables(max position + 1, ...), so both agree bit for bit).
+std::pair<torch::Tensor, torch::Tensor> rotary_tables_at(const torch::Tensor& position_ids, int64_t head_dim,
+                                                         double theta, torch::Dtype dtype);
 // x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1); x is [..., T, head_dim].
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 // [B, kv_heads, T, D] -> [B, kv_heads * n_rep, T, D]; query head h uses KV head h / n_rep.
 torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep);
 // Causal softmax(q k^T / sqrt(D)) v for q, k, v [B, H, T, D] (same H): scaled_dot_product_attention
-// when LibTorch has it, else explicit (softmax in fp32).
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// when LibTorch has it, else explicit (softmax in fp32). With document_ids [B, T] (packed
+// sequences), token i also attends to token j <= i only when both belong to the same document: an
+// explicit block-diagonal causal mask [B, 1, T, T] (one byte per pair, shared by the heads), built
+// per call. Without it, the plain causal mask [T, T].
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& document_ids = {});
 // down(silu(x gate^T) * (x up^T)) with weights in [out, in] layout.
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down);
@@ -71,10 +79,20 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// How the tokens of a batch [B, T] are laid out when several documents are packed into one row:
+// position_ids [B, T] (RoPE positions, restarting at 0 for each document) and document_ids [B, T]
+// (a token attends only to earlier tokens of its own document). Undefined tensors (the default):
+// one document per row at positions 0..T-1, i.e. plain causal attention.
+struct TokenLayout {
+  torch::Tensor position_ids, document_ids;
+  bool packed() const { return document_ids.defined(); }
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts);
-  torch::Tensor forward(const torch::Tensor& x);  // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1
+  // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1 (or at layout's positions, within its documents).
+  torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   int64_t num_heads, num_kv_heads, head_dim;
   double rope_theta;
@@ -93,7 +111,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts);
   // h + attn(norm1(h)), then + mlp(norm2(.)): the whole decoder layer, [B, T, H] -> [B, T, H].
-  torch::Tensor forward(const torch::Tensor& h);
+  torch::Tensor forward(const torch::Tensor& h, const TokenLayout& layout = {});
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -121,7 +139,7 @@ class LlamaImpl : public torch::nn::Module {
   int64_t num_layers() const { return (int64_t)model->layer_list.size(); }
   DecoderLayer& layer(int64_t i);
   torch::Tensor head(const torch::Tensor& h);        // final norm + lm_head -> logits [B, T, V]
-  torch::Tensor forward(const torch::Tensor& tokens);  // head(layers(embed(tokens)))
+  torch::Tensor forward(const torch::Tensor& tokens, const TokenLayout& layout = {});  // head(layers(embed(tokens)))
 
   // HF-named parameters. Roots: model.embed_tokens.weight, model.norm.weight and lm_head.weight
   // (absent when tie_word_embeddings: the head then uses the embedding weight).

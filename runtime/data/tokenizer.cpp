@@ -75,6 +75,10 @@ static_assert(sizeof(StatusShim) == sizeof(spm::util::Status), "util::Status lay
 
 // Pointers to the virtual methods we call, retyped to return StatusShim.
 using LoadFn = StatusShim (spm::SentencePieceProcessor::*)(std::string_view);
+using LoadProtoFn = StatusShim (spm::SentencePieceProcessor::*)(std::string_view);
+const LoadProtoFn kLoadProto = reinterpret_cast<LoadProtoFn>(
+    static_cast<spm::util::Status (spm::SentencePieceProcessor::*)(absl::string_view)>(
+        &spm::SentencePieceProcessor::LoadFromSerializedProto));
 using EncodeFn = StatusShim (spm::SentencePieceProcessor::*)(std::string_view, std::vector<int>*) const;
 const LoadFn kLoad = reinterpret_cast<LoadFn>(
     static_cast<spm::util::Status (spm::SentencePieceProcessor::*)(absl::string_view)>(&spm::SentencePieceProcessor::Load));
@@ -88,13 +92,14 @@ const IntFn kPieceSize = &spm::SentencePieceProcessor::GetPieceSize;
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
+  // From the file `path`, or (bytes != nullptr) from its contents.
+  SentencePieceTokenizer(const std::string& path, const std::string* bytes) : path_(path) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
+    if (!bytes && !std::filesystem::is_regular_file(path, ec))
       throw TESSERA_INPUT_ERROR("tokenizer file " + path + " does not exist or is not a regular file");
     spm_library().construct(storage_);
     {
-      const StatusShim status = (sp()->*kLoad)(path);
+      const StatusShim status = bytes ? (sp()->*kLoadProto)(*bytes) : (sp()->*kLoad)(path);
       if (!status.ok())
         throw TESSERA_INPUT_ERROR("tokenizer file " + path + " is not a SentencePiece model (" + status.message() + ")");
     }
@@ -130,8 +135,12 @@ class SentencePieceTokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path_or_empty) {
-  if (path_or_empty.empty()) return std::make_unique<ByteTokenizer>();
-  return std::make_unique<SentencePieceTokenizer>(path_or_empty);
+  if (path_or_empty.empty() || path_or_empty == "bytes") return std::make_unique<ByteTokenizer>();
+  return std::make_unique<SentencePieceTokenizer>(path_or_empty, nullptr);
+}
+
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_bytes, const std::string& path) {
+  return std::make_unique<SentencePieceTokenizer>(path, &model_bytes);
 }
 
 }  // namespace tessera::data

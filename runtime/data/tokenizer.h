@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   // "byte" or "sentencepiece:<path>", for messages and metrics.
   virtual std::string name() const = 0;
+  // The id of a special token given by its text (e.g. "<|eot_id|>"), for chat templates that
+  // render special tokens; nullopt when this tokenizer has no such special token.
+  virtual std::optional<int32_t> special_id(const std::string& text) const { return std::nullopt; }
 };
 
 class ByteTokenizer final : public Tokenizer {
@@ -40,8 +44,12 @@ class ByteTokenizer final : public Tokenizer {
   std::string name() const override { return "byte"; }
 };
 
-// Empty path -> ByteTokenizer; otherwise loads a SentencePiece model. A missing file, or a file
+// "" or "bytes" -> ByteTokenizer; otherwise loads a SentencePiece model. A missing file, or a file
 // that is not a SentencePiece model, throws tessera::Error(Input) naming the file.
+// (Which tokenizer a training run uses is decided in launcher/cmd_train.cpp, resolve_tokenizer.)
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path_or_empty);
+// A SentencePiece model from the bytes of a tokenizer.model file (`path` names it in messages):
+// for ranks that cannot see the file itself (model.load=rank0 broadcasts it).
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_bytes, const std::string& path);
 
 }  // namespace tessera::data

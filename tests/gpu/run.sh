@@ -263,7 +263,7 @@ else
     rm -rf "$MODEL_DIR" "$(dirname "$TESSERA_METRICS")"
     if step init_model 60 "$BUILD/bin/tessera" init-model --config "$MODEL_CFG" --out "$MODEL_DIR" --dtype bf16; then
       step tessera_train 150 "${MPIRUN[@]}" "$BUILD/bin/tessera" train --set train.device=cuda --set model.path="$MODEL_DIR" \
-        --set data.path="$WORK/run/corpus.txt" --set data.seq_len=$SEQ --set train.micro_batch="$BATCH" \
+        --set data.path="$WORK/run/corpus.txt" --set data.tokenizer=bytes --set data.seq_len=$SEQ --set train.micro_batch="$BATCH" \
         --set train.steps=12 --set train.warmup_steps=2 --set train.lr=1e-4 \
         --set fsdp.mixed_precision=bf16 --set fsdp.activation_checkpointing=false \
         --set log.dir="$(dirname "$TESSERA_METRICS")" ||

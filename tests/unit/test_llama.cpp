@@ -410,6 +410,54 @@ TEST(LlamaLayers, Bf16ForwardTracksFp32AndGradientsFlow) {
   }
 }
 
+TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {
+  auto pos = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 5, 3, 0}).view({2, 4});
+  auto [cos, sin] = ops::rotary_tables_at(pos, 8, 500.0, torch::kFloat32);
+  auto [tc, ts] = ops::rotary_tables(6, 8, 500.0, torch::kFloat32, torch::kCPU);
+  ASSERT_EQ(cos.sizes(), (torch::IntArrayRef{2, 1, 4, 8}));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 4; ++t) {
+      EXPECT_TRUE(cos[b][0][t].equal(tc[pos[b][t].item<int64_t>()]));
+      EXPECT_TRUE(sin[b][0][t].equal(ts[pos[b][t].item<int64_t>()]));
+    }
+}
+
+// Documents packed into one row (positions restarting at 0, attention within each document) give
+// exactly the logits, and so the loss, of each document evaluated alone.
+TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOne) {
+  auto cfg = small_cfg(4, 2);
+  Llama m = random_model(cfg, 11);
+  torch::NoGradGuard g;
+  const std::vector<std::vector<int64_t>> docs = {{3, 7, 1, 9, 4}, {11, 2, 2, 30, 5, 6, 8}, {1, 36, 12}};
+  std::vector<int64_t> row, pos, doc;
+  for (size_t d = 0; d < docs.size(); ++d)
+    for (size_t i = 0; i < docs[d].size(); ++i) row.push_back(docs[d][i]), pos.push_back(i), doc.push_back(d);
+  auto as_row = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).unsqueeze(0); };
+  TokenLayout layout{as_row(pos), as_row(doc)};
+  auto packed = m->forward(as_row(row), layout);
+  double packed_sum = 0, alone_sum = 0;
+  int64_t at = 0, n = 0;
+  for (const auto& d : docs) {
+    auto alone = m->forward(as_row(d));
+    const int64_t len = static_cast<int64_t>(d.size());
+    expect_close(packed.narrow(1, at, len), alone, 1e-5, "document logits");
+    auto target = torch::tensor(std::vector<int64_t>(d.begin() + 1, d.end()), torch::kLong);
+    alone_sum += torch::nn::functional::cross_entropy(alone[0].narrow(0, 0, len - 1), target,
+                                                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                     .item<double>();
+    packed_sum += torch::nn::functional::cross_entropy(packed[0].narrow(0, at, len - 1), target,
+                                                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .item<double>();
+    at += len;
+    n += len - 1;
+  }
+  EXPECT_NEAR(packed_sum / n, alone_sum / n, 1e-5);
+  // Plain causal attention over the same row (no layout) lets documents see each other.
+  auto plain = m->forward(as_row(row));
+  EXPECT_GT((plain.narrow(1, 5, 7) - packed.narrow(1, 5, 7)).abs().max().item<double>(), 1e-3);
+  expect_close(plain.narrow(1, 0, 5), packed.narrow(1, 0, 5), 1e-5, "the first document is the same either way");
+}
+
 // ---------------------------------------------------------------- initialisation
 
 TEST(LlamaInit, NormalStd002NormsOneDeterministicPerName) {
