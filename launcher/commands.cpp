@@ -49,7 +49,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::vector<std::string> names;
   for (const auto& b : benches) names.push_back(b.first);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "usage: tessera bench <collectives|checkpoint|load> [options]   (tessera bench <name> --help)" << std::endl;
+    std::cout << "usage: tessera bench <collectives|checkpoint|step|load> [options]   (tessera bench <name> --help)" << std::endl;
     return args.empty() ? 2 : 0;
   }
   for (const auto& b : benches)
@@ -66,7 +66,8 @@ const std::vector<CommandInfo>& commands() {
       {"init-model", "write a Hugging Face model directory with the Llama initialisation", false, run_init_model},
       {"tokenize", "pre-tokenise a corpus into a token file that train reads", false, run_tokenize},
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
-      {"bench", "benchmarks: collectives, checkpoint, load", true, run_bench},
+      {"bench", "benchmarks: collectives, checkpoint, step (--peer: vs PyTorch DDP), load", true, run_bench,
+       bench::bench_step_is_driver},
       {"config", "print the configuration reference or validate a config file", false, run_config},
   };
   return list;
