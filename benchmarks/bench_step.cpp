@@ -90,7 +90,7 @@ launcher::po::options_description step_options() {
       // peer driver
       ("peer", "run as the driver: Tessera (mpirun) against the PyTorch DDP peer in interleaved rounds")  //
       ("np", po::value<int>()->default_value(2), "peer: ranks per run (hybrid_shard: 2 emulated nodes of --np ranks)")  //
-      ("global-batch", po::value<int64_t>()->default_value(8), "peer: sequences per step, all ranks together")  //
+      ("global-batch", po::value<int64_t>()->default_value(4), "peer: sequences per step, all ranks together")  //
       ("rounds", po::value<int>()->default_value(3), "peer: rounds (each runs every configuration once, shuffled)")  //
       ("strategies", po::value<std::string>()->default_value("full_shard,shard_grad_op,no_shard,hybrid_shard"),
        "peer: Tessera strategies to measure")  //
@@ -307,9 +307,10 @@ struct Driver {
     const ChildResult res = run_child(cmd, {"OMP_NUM_THREADS=" + std::to_string(threads)}, timeout, work);
     const std::string why = res.timed_out ? "ran past --timeout " + std::to_string((int)timeout) + " s"
                                           : "exit code " + std::to_string(res.exit_code);
-    TESSERA_CHECK_INPUT(res.exit_code == 0 && !res.timed_out,
-                        "bench step --peer: " + r.label() + " failed (" + why + "): " +
-                            last_line(res.err.empty() ? res.out : res.err) + " [command: " + line + "]");
+    if (res.exit_code != 0 || res.timed_out)  // the child's own exit code 2 (bad input) stays 2
+      throw Error(res.exit_code == 2 ? ErrorKind::Input : ErrorKind::Internal,
+                  "bench step --peer: " + r.label() + " failed (" + why + "): " +
+                      last_line(res.err.empty() ? res.out : res.err) + " [command: " + line + "]");
     json out;
     try {
       out = json::parse(last_line(res.out));
@@ -589,9 +590,9 @@ bool bench_step_is_driver(const std::vector<std::string>& args) {
 
 int run_bench_step(const std::vector<std::string>& args) {
   auto vm = launcher::parse_command(
-      "tessera bench step [--preset small] [--seq-len 256] [--micro-batch 2] [--steps 4] [--strategy S] [--dtype fp32|bf16]\n"
-      "  or, as one plain process: tessera bench step --peer [--np 2] [--global-batch 8] [--rounds 3] [--steps 4]\n"
-      "                             [--strategies a,b] [--dtypes fp32,bf16] [--threads N] [--json]",
+      "tessera bench step [--preset small] [--seq-len 256] [--micro-batch 2] [--steps 4] [--strategy S] [--dtype fp32|bf16] "
+      "(under mpirun), or as one plain process: tessera bench step --peer [--np 2] [--global-batch 4] [--rounds 3] "
+      "[--strategies a,b] [--dtypes fp32,bf16] [--threads N] [--json]",
       step_options(), args);
   if (!vm) return 0;
   if (vm->count("peer")) {
