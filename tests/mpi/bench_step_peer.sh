@@ -9,7 +9,7 @@ BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail, expect_error
 /usr/bin/python3 -c "import torch" 2>/dev/null || fail "/usr/bin/python3 has no torch (scripts/deps.sh installs python3-torch)"
 FAST=(--preset tiny --seq-len 32 --global-batch 4 --rounds 1 --steps 2)
 
@@ -56,21 +56,13 @@ grep -qE '^no_shard +1 +shm +bf16 +[0-9.]+ +[0-9.]+ +[0-9.]+x' "$WORK/b.txt" || 
 echo "ok: --strategies / --dtypes narrow the set"
 
 # 3. Bad input: one line, exit code 2 (on every rank under mpirun, one line from rank 0).
-expect_error() {
-  local pattern=$1; shift
-  "$@" >"$WORK/out" 2>"$WORK/err"
-  local rc=$?
-  [ "$rc" = 2 ] || fail "exit $rc (want 2) from: $* ; stderr: $(cat "$WORK/err")"
-  [ "$(grep -c . "$WORK/err")" = 1 ] || fail "stderr is not one line: $(cat "$WORK/err")"
-  grep -q -- "$pattern" "$WORK/err" || fail "stderr lacks '$pattern': $(cat "$WORK/err")"
-}
-expect_error "unknown strategy 'ful_shard' in --strategies (did you mean 'full_shard'?)" \
+expect_error 2 "unknown strategy 'ful_shard' in --strategies (did you mean 'full_shard'?)" \
   "$BIN" bench step --peer "${FAST[@]}" --strategies ful_shard
-expect_error "unknown dtype 'fp16' in --dtypes" "$BIN" bench step --peer "${FAST[@]}" --dtypes fp16
-expect_error "must be a multiple of 4" "$BIN" bench step --peer --preset tiny --global-batch 6
+expect_error 2 "unknown dtype 'fp16' in --dtypes" "$BIN" bench step --peer "${FAST[@]}" --dtypes fp16
+expect_error 2 "must be a multiple of 4" "$BIN" bench step --peer --preset tiny --global-batch 6
 printf '#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n' >"$WORK/python-without-torch"  # -S: no dist-packages
 chmod +x "$WORK/python-without-torch"
-expect_error "peer DDP fp32 at 2 ranks failed (exit code 2): torch_peer: error: PyTorch is not installed" \
+expect_error 2 "peer DDP fp32 at 2 ranks failed (exit code 2): torch_peer: error: PyTorch is not installed" \
   "$BIN" bench step --peer "${FAST[@]}" --strategies full_shard --dtypes fp32 --python "$WORK/python-without-torch"
 # Under mpirun: exit code 2 and one error line (from rank 0; mpirun adds its own notice).
 "${MPIRUN[@]}" -np 2 "$BIN" bench step --peer "${FAST[@]}" >"$WORK/out" 2>"$WORK/err"

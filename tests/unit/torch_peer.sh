@@ -15,7 +15,7 @@ PY=/usr/bin/python3
 PEER=("$PY" "$SRC/benchmarks/torch_peer.py" run)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail, expect_error
 "$PY" -c "import torch" 2>/dev/null || fail "$PY has no torch (scripts/deps.sh installs python3-torch)"
 
 # A tiny model (GQA: 4 heads, 2 KV heads) and 4 sequences of 32 tokens (+1) in both file formats.
@@ -73,25 +73,17 @@ PY
 echo "ok: peer losses equal Tessera's"
 
 # Bad input: one line, exit code 2, before any rank starts.
-expect_error() {
-  local pattern=$1; shift
-  "$@" >"$WORK/out" 2>"$WORK/err"
-  local rc=$?
-  [ "$rc" = 2 ] || fail "exit $rc (want 2) from: $* ; stderr: $(cat "$WORK/err")"
-  [ "$(wc -l <"$WORK/err")" = 1 ] || fail "stderr is not one line: $(cat "$WORK/err")"
-  grep -q -- "$pattern" "$WORK/err" || fail "stderr lacks '$pattern': $(cat "$WORK/err")"
-}
 cp -r "$WORK/model" "$WORK/model3"
 "$PY" - "$WORK/model3/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 3; json.dump(c, open(sys.argv[1], "w"))
 PY
-expect_error "missing \['model.layers.2" "${PEER[@]}" --weights "$WORK/model3" --tokens "$WORK/tokens.bin" \
+expect_error 2 "missing \['model.layers.2" "${PEER[@]}" --weights "$WORK/model3" --tokens "$WORK/tokens.bin" \
   --seq-len 32 --global-batch 4 --nproc 2
-expect_error "nope.bin: no such file" "${PEER[@]}" --weights "$WORK/model" --tokens "$WORK/nope.bin" --seq-len 32 \
+expect_error 2 "nope.bin: no such file" "${PEER[@]}" --weights "$WORK/model" --tokens "$WORK/nope.bin" --seq-len 32 \
   --global-batch 4
-expect_error "fewer than one sequence" "${PEER[@]}" --weights "$WORK/model" --tokens "$WORK/tokens.bin" \
+expect_error 2 "fewer than one sequence" "${PEER[@]}" --weights "$WORK/model" --tokens "$WORK/tokens.bin" \
   --seq-len 200 --global-batch 2
-expect_error "multiple of --nproc" "${PEER[@]}" --weights "$WORK/model" --tokens "$WORK/tokens.bin" --seq-len 32 \
+expect_error 2 "multiple of --nproc" "${PEER[@]}" --weights "$WORK/model" --tokens "$WORK/tokens.bin" --seq-len 32 \
   --global-batch 3 --nproc 2
 echo "ok: bad input"
