@@ -79,7 +79,7 @@ launcher::po::options_description step_options() {
       ("seq-len", po::value<int64_t>()->default_value(256), "tokens per sequence")  //
       ("steps", po::value<int>()->default_value(4), "timed steps")  //
       ("warmup", po::value<int>()->default_value(1), "untimed steps first")  //
-      ("dtype", po::value<std::string>()->default_value("fp32"), "compute dtype (fsdp.mixed_precision): fp32 or bf16")  //
+      ("dtype", po::value<std::string>()->default_value("fp32"), "in process: compute dtype (fsdp.mixed_precision), fp32 or bf16")  //
       ("data", po::value<std::string>()->default_value("/usr/share/common-licenses"), "text or token file to train on")  //
       ("json", "print one JSON object")
       // in process
@@ -595,7 +595,19 @@ int run_bench_step(const std::vector<std::string>& args) {
       "[--strategies a,b] [--dtypes fp32,bf16] [--threads N] [--json]",
       step_options(), args);
   if (!vm) return 0;
-  if (vm->count("peer")) {
+  const bool peer = vm->count("peer") > 0;
+  // Options of the other mode are errors, not silently ignored (with the option to use instead).
+  const std::vector<std::pair<const char*, const char*>> in_process_only = {
+      {"micro-batch", "--global-batch"}, {"strategy", "--strategies"}, {"dtype", "--dtypes"}, {"baseline", nullptr}};
+  const char* const driver_only[] = {"np", "global-batch", "rounds", "strategies", "dtypes", "python",
+                                     "peer-script", "mpirun", "timeout", "verbose"};
+  auto given = [&](const char* o) { return vm->count(o) && !(*vm)[o].defaulted(); };
+  for (const auto& [o, instead] : in_process_only)
+    TESSERA_CHECK_INPUT(!peer || !given(o), std::string("bench step: --") + o + " does not apply with --peer" +
+                                                (instead ? std::string(" (use ") + instead + ")" : ""));
+  for (const char* o : driver_only)
+    TESSERA_CHECK_INPUT(peer || !given(o), std::string("bench step: --") + o + " applies only with --peer");
+  if (peer) {
     // Under mpirun or srun every rank would launch the whole benchmark: refuse, one line from rank 0.
     for (const char* rank_var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
       if (const char* rank = std::getenv(rank_var)) {

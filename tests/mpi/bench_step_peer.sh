@@ -59,6 +59,8 @@ echo "ok: --strategies / --dtypes narrow the set"
 expect_error 2 "unknown strategy 'ful_shard' in --strategies (did you mean 'full_shard'?)" \
   "$BIN" bench step --peer "${FAST[@]}" --strategies ful_shard
 expect_error 2 "unknown dtype 'fp16' in --dtypes" "$BIN" bench step --peer "${FAST[@]}" --dtypes fp16
+expect_error 2 "bench step: --strategy does not apply with --peer (use --strategies)" \
+  "$BIN" bench step --peer "${FAST[@]}" --strategy no_shard
 expect_error 2 "must be a multiple of 4" "$BIN" bench step --peer --preset tiny --global-batch 6
 printf '#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n' >"$WORK/python-without-torch"  # -S: no dist-packages
 chmod +x "$WORK/python-without-torch"
