@@ -339,8 +339,12 @@ def run_rank(a):
             "warmup_steps": a.warmup, "timed_steps": a.steps,
             "tokens_per_s": B * T * a.steps / elapsed if a.steps else 0.0,
             "step_time_s": times, "losses": losses}), flush=True)
-    dist.destroy_process_group()
-    return 0
+    # Every collective is done (the barrier above). Leave without the interpreter's teardown: there,
+    # destroying DDP's Reducer joins gloo's worker threads while holding the GIL, and a worker that
+    # releases a tensor with a Python object waits for the GIL -- torch 1.13 hung there now and then.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ------------------------------------------------------------------------------------------------

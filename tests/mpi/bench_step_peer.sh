@@ -11,7 +11,7 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail, expect_error
 /usr/bin/python3 -c "import torch" 2>/dev/null || fail "/usr/bin/python3 has no torch (scripts/deps.sh installs python3-torch)"
-FAST=(--preset tiny --seq-len 32 --global-batch 4 --rounds 1 --steps 2)
+FAST=(--preset tiny --seq-len 32 --global-batch 4 --rounds 1 --steps 2 --timeout 300)
 
 # 1. Two strategies x two dtypes, JSON: full_shard at 2 ranks, hybrid_shard 2x2 over TCP and its
 #    full_shard reference at 4 ranks; DDP at 2 and 4 ranks.
