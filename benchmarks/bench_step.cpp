@@ -261,7 +261,7 @@ struct Driver {
   launcher::po::variables_map vm;
   model::LlamaConfig cfg;
   int np = 2, rounds = 3, steps = 4, warmup = 1, threads = 1;
-  int64_t T = 256, global_batch = 8;
+  int64_t T = 256, global_batch = 4;
   std::vector<std::string> strategies, dtypes;
   std::string work, config_path, tokens_path, self_exe;
   std::vector<RunSpec> runs;
@@ -310,14 +310,14 @@ struct Driver {
     if (res.exit_code != 0 || res.timed_out)  // the child's own exit code 2 (bad input) stays 2
       throw Error(res.exit_code == 2 ? ErrorKind::Input : ErrorKind::Internal,
                   "bench step --peer: " + r.label() + " failed (" + why + "): " +
-                      last_line(res.err.empty() ? res.out : res.err) + " [command: " + line + "]");
+                      error_line(res.err.empty() ? res.out : res.err) + " [command: " + line + "]");
     json out;
     try {
       out = json::parse(last_line(res.out));
       out.at(r.rate_key()).get<double>();
     } catch (const std::exception&) {
-      throw TESSERA_INPUT_ERROR("bench step --peer: " + r.label() + " printed no result line: '" + last_line(res.out) +
-                                "' [command: " + line + "]");
+      throw Error(ErrorKind::Internal, "bench step --peer: " + r.label() + " printed no result line: '" +
+                                           last_line(res.out) + "' [command: " + line + "]");
     }
     if (r.peer && out.contains("torch")) peer_torch = out["torch"].get<std::string>();
     if (vm.count("verbose")) std::cerr << "# " << r.label() << ": " << out.dump() << std::endl;

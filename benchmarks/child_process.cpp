@@ -96,4 +96,11 @@ std::string last_line(const std::string& text) {
   return last;
 }
 
+std::string error_line(const std::string& text) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("error:") != std::string::npos) return line;
+  return last_line(text);
+}
+
 }  // namespace tessera::bench

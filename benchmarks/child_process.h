@@ -21,7 +21,10 @@ struct ChildResult {
 ChildResult run_child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                       double timeout_s, const std::string& scratch_dir);
 
-// The last non-empty line of `text` ("" if none): the one-line error of a failed child.
+// The last non-empty line of `text` ("" if none): a child's result line.
 std::string last_line(const std::string& text);
+// A failed child's one-line error: its first line containing "error:" (mpirun appends notices
+// after the ranks' messages), else its last non-empty line.
+std::string error_line(const std::string& text);
 
 }  // namespace tessera::bench
