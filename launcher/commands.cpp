@@ -62,7 +62,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::vector<std::string> names;
   for (const auto& b : benches) names.push_back(b.first);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "usage: tessera bench <collectives|checkpoint|load> [options]   (tessera bench <name> --help)" << std::endl;
+    std::cout << "usage: tessera bench <collectives|checkpoint|step|load> [options]   (tessera bench <name> --help)" << std::endl;
     return args.empty() ? 2 : 0;
   }
   for (const auto& b : benches)
@@ -80,7 +80,8 @@ const std::vector<CommandInfo>& commands() {
       {"tokenize", "pre-tokenise a corpus (text, JSONL chat/prompt-completion/text) into a token file that train maps", false, run_tokenize},
       {"report", "write a run's HTML report (loss, validation, lr, grad norm, tokens/s, MFU, memory, config, topology)", false, run_report},
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
-      {"bench", "benchmarks: collectives, checkpoint, load", true, run_bench},
+      {"bench", "benchmarks: collectives, checkpoint, step (--peer: vs PyTorch DDP), load", true, run_bench,
+       bench::bench_step_is_driver},
       {"config", "print the configuration reference, validate a config file, or translate an Accelerate FSDP config", false, run_config},
   };
   return list;

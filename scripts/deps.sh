@@ -3,7 +3,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
-      libopenblas0-openmp libgloo-dev slurm-wlm munge base-files python3-yaml chromium time)
+      libopenblas0-openmp libgloo-dev slurm-wlm munge base-files python3-yaml chromium time
+      python3-torch)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
