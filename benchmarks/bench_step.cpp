@@ -9,8 +9,8 @@
 
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
-#include "launcher/llama_lm.h"
-#include "model/llama.h"
+#include "launcher/model_lm.h"
+#include "model/registry.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/train/trainer.h"
@@ -45,7 +45,7 @@ int run_bench_step(const std::vector<std::string>& args) {
   auto vm = parse_command("tessera bench step [--preset small] [--seq-len 256] [--micro-batch 2] [--steps 4]", desc, args);
   if (!vm) return 0;
   const Bootstrap& b = current();
-  const auto cfg = model::LlamaConfig::preset((*vm)["preset"].as<std::string>());
+  const auto cfg = model::ModelConfig::preset((*vm)["preset"].as<std::string>());
   const int64_t T = (*vm)["seq-len"].as<int64_t>(), M = (*vm)["micro-batch"].as<int64_t>();
   const int steps = (*vm)["steps"].as<int>();
   data::ByteTokenizer tok;
@@ -65,8 +65,8 @@ int run_bench_step(const std::vector<std::string>& args) {
   fopts.strategy = fsdp::parse_strategy((*vm)["strategy"].as<std::string>());
   double fsdp_tps = 0;
   {
-    train::Trainer trainer(make_llama_lm(cfg), b.groups, fopts, topts, dataset, {});
-    InitWeightSource src(1);
+    train::Trainer trainer(make_causal_lm(cfg), b.groups, fopts, topts, dataset, {});
+    InitWeightSource src(cfg, 1);
     trainer.load_weights(src);
     trainer.train_step();  // warm-up
     MPI_Barrier(MPI_COMM_WORLD);
@@ -81,8 +81,11 @@ int run_bench_step(const std::vector<std::string>& args) {
   if (b.world_rank == 0) {
     const int saved = torch::get_num_threads();
     torch::set_num_threads(total_threads);
-    model::Llama m(cfg);
-    model::init_weights(m, 1);
+    std::shared_ptr<model::CausalLmModule> m = cfg.spec().build(cfg, torch::kCPU);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& [name, t] : m->named_hf_parameters()) t.copy_(cfg.spec().init_tensor({name, t.sizes().vec()}, 1));
+    }
     torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(topts.lr));
     std::vector<int64_t> idx(W * M);
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "launcher/cli.h"
+#include "model/config.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -14,7 +15,7 @@ const std::vector<ConfigKey>& config_schema() {
   static const std::vector<ConfigKey> schema = {
       // model
       {"model.path", "string", "", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."},
-      {"model.preset", "string", "tiny", "Preset used when model.path is empty.", {"tiny", "small", "llama2-7b", "llama2-13b", "llama2-70b"}},
+      {"model.preset", "string", "tiny", "Preset used when model.path is empty (any family of the model registry).", model::ModelConfig::preset_names()},
       {"model.seed", "int", 1234, "Seed of the initialisation when model.path is empty."},
       {"model.load", "string", "rank0", "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only).", {"rank0", "parallel", "naive"}},
       // data
@@ -41,7 +42,7 @@ const std::vector<ConfigKey>& config_schema() {
       {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}},
       {"fsdp.mixed_precision", "string", "fp32", "Dtype of gathered parameters and compute; master shards and optimizer state are fp32.", {"fp32", "bf16", "fp16"}},
       {"fsdp.reduce_dtype", "string", "fp32", "Dtype of gradient reduction.", {"fp32", "bf16", "fp16"}},
-      {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for llama2-* sizes), true, false.", {"auto", "true", "false"}},
+      {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false.", {"auto", "true", "false"}},
       {"fsdp.prefetch", "bool", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."},
       {"fsdp.limit_all_gathers", "int", 2, "Most decoder-layer units gathered at once (>= 1)."},
       // checkpoint

@@ -11,7 +11,7 @@
 
 #include "launcher/bootstrap.h"
 #include "launcher/device_select.h"
-#include "launcher/llama_lm.h"
+#include "launcher/model_lm.h"
 #include "model/llama.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/mpi_backend.h"
@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-model::LlamaConfig test_config() {
-  model::LlamaConfig c = model::LlamaConfig::preset("tiny");
+model::ModelConfig test_config() {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
   c.num_hidden_layers = 3;
   return c;
 }
@@ -80,7 +80,7 @@ struct Reference {
 };
 
 // Single process, no sharding: W ranks x micro m x accum a == 1 rank x micro m x accum a*W.
-Reference reference_run(const model::LlamaConfig& cfg, const train::TrainOptions& t, int world) {
+Reference reference_run(const model::ModelConfig& cfg, const train::TrainOptions& t, int world) {
   model::Llama m(cfg);
   model::init_weights(m, 1234);
   auto dataset = test_dataset(t.seq_len);
@@ -158,8 +158,8 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessReference) {
     fo.activation_checkpointing = ac;
     auto t = test_train_options();
     if (!ac) t.clip = 0;  // unclipped: the gradients' absolute scale reaches the update
-    train::Trainer trainer(launcher::make_llama_lm(cfg), groups_for(strategy), fo, t, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(1234);
+    train::Trainer trainer(launcher::make_causal_lm(cfg), groups_for(strategy), fo, t, test_dataset(t.seq_len), {});
+    launcher::InitWeightSource src(cfg, 1234);
     trainer.load_weights(src);
     std::vector<double> losses;
     for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
@@ -195,7 +195,7 @@ TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
     fsdp::Options fo;
     fo.strategy = fsdp::Strategy::FullShard;
     fo.limit_all_gathers = limit;
-    auto lm = launcher::make_llama_lm(cfg);
+    auto lm = launcher::make_causal_lm(cfg);
     int64_t max_live = 0;
     fsdp::Engine* eng = nullptr;
     auto inner = lm.layer;
@@ -207,7 +207,7 @@ TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
     };
     train::Trainer trainer(lm, world_groups(), fo, t, test_dataset(t.seq_len), {});
     eng = &trainer.engine();
-    launcher::InitWeightSource src(1234);
+    launcher::InitWeightSource src(cfg, 1234);
     trainer.load_weights(src);
     trainer.train_step();
     EXPECT_LE(max_live, limit) << "limit " << limit;
@@ -230,8 +230,8 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
   std::vector<double> straight;
   std::map<std::string, torch::Tensor> straight_params;
   {
-    train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(1234);
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+    launcher::InitWeightSource src(cfg, 1234);
     tr.load_weights(src);
     for (int s = 0; s < 10; ++s) straight.push_back(tr.train_step().loss);
     straight_params = gather_all(tr.engine());
@@ -240,14 +240,14 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
   t2.checkpoint_dir = dir;
   std::vector<double> resumed;
   {
-    train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(1234);
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
+    launcher::InitWeightSource src(cfg, 1234);
     tr.load_weights(src);
     for (int s = 0; s < 5; ++s) resumed.push_back(tr.train_step().loss);
     tr.save_checkpoint();
   }
   {
-    train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
     std::string latest = checkpoint::latest(dir);
     ASSERT_FALSE(latest.empty());
     EXPECT_EQ(tr.resume(latest), 5);
@@ -285,8 +285,8 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
     fo.activation_checkpointing = ac;
     std::vector<double> cpu_losses, gpu_losses;
     {
-      train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-      launcher::InitWeightSource src(1234);
+      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+      launcher::InitWeightSource src(cfg, 1234);
       tr.load_weights(src);
       for (int s = 0; s < t.steps; ++s) cpu_losses.push_back(tr.train_step().loss);
     }
@@ -296,8 +296,8 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
       fg.device = gpu;
       auto tg = t;
       tg.checkpoint_dir = dir;
-      train::Trainer tr(launcher::make_llama_lm(cfg), nccl, fg, tg, test_dataset(t.seq_len), {}, world_groups());
-      launcher::InitWeightSource src(1234);
+      train::Trainer tr(launcher::make_causal_lm(cfg), nccl, fg, tg, test_dataset(t.seq_len), {}, world_groups());
+      launcher::InitWeightSource src(cfg, 1234);
       tr.load_weights(src);
       for (auto& sh : tr.engine().shards()) ASSERT_EQ(sh.master.device(), gpu);
       for (int s = 0; s < t.steps; ++s) {
@@ -312,7 +312,7 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
     for (int s = 0; s < t.steps; ++s)
       EXPECT_NEAR(gpu_losses[s], cpu_losses[s], 1e-4 * std::abs(cpu_losses[s])) << "step " << s << (ac ? " +AC" : "");
     {
-      train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
       EXPECT_EQ(tr.resume(checkpoint::latest(dir)), t.steps);
       for (auto& [name, p] : gather_all(tr.engine())) EXPECT_TRUE(torch::equal(p, gpu_params.at(name))) << name;
     }

@@ -23,8 +23,8 @@ void expect_close(const torch::Tensor& a, const torch::Tensor& b, double atol, c
   EXPECT_LE(diff, atol) << what;
 }
 
-LlamaConfig small_cfg(int64_t heads, int64_t kv_heads, bool tied = false) {
-  LlamaConfig c = LlamaConfig::preset("tiny");
+ModelConfig small_cfg(int64_t heads, int64_t kv_heads, bool tied = false) {
+  ModelConfig c = ModelConfig::preset("tiny");
   c.vocab_size = 37;
   c.hidden_size = 24;
   c.intermediate_size = 40;
@@ -38,7 +38,7 @@ LlamaConfig small_cfg(int64_t heads, int64_t kv_heads, bool tied = false) {
 }
 
 // Random weights with non-trivial norms (so a missing norm multiplication shows).
-Llama random_model(const LlamaConfig& cfg, uint64_t seed) {
+Llama random_model(const ModelConfig& cfg, uint64_t seed) {
   torch::manual_seed(seed);
   Llama m(cfg);
   torch::NoGradGuard g;
@@ -164,39 +164,39 @@ TEST(LlamaMath, SwigluOfKnownVector) {
 // MFU's FLOP count, against the parameter count: the weights every token multiplies are all
 // parameters but the embedding and the norm weights (7B: 6738415616 - 32000*4096 - 65*4096).
 TEST(LlamaPresets, TrainFlopsPerTokenLeaveOutTheEmbeddingLookup) {
-  const auto c7 = LlamaConfig::preset("llama2-7b");
+  const auto c7 = ModelConfig::preset("llama2-7b");
   EXPECT_DOUBLE_EQ(c7.train_flops_per_token(4096), 6.0 * 6607077376.0 + 12.0 * 32 * 4096 * 4096);
-  const auto c70 = LlamaConfig::preset("llama2-70b");  // 8 KV heads: k, v are 8192 x 1024
+  const auto c70 = ModelConfig::preset("llama2-70b");  // 8 KV heads: k, v are 8192 x 1024
   const double norms = (2.0 * 80 + 1) * 8192, embedding = 32000.0 * 8192;
   EXPECT_DOUBLE_EQ(c70.train_flops_per_token(2048),
                    6.0 * (68976648192.0 - embedding - norms) + 12.0 * 80 * 8192 * 2048);
-  auto tied = LlamaConfig::preset("small");
+  auto tied = ModelConfig::preset("small");
   tied.tie_word_embeddings = true;  // the tied matrix still multiplies every token once, as the head
-  EXPECT_DOUBLE_EQ(tied.train_flops_per_token(128), LlamaConfig::preset("small").train_flops_per_token(128));
+  EXPECT_DOUBLE_EQ(tied.train_flops_per_token(128), ModelConfig::preset("small").train_flops_per_token(128));
 }
 
 TEST(LlamaPresets, ParameterCountsAreExact) {
-  EXPECT_EQ(LlamaConfig::preset("llama2-7b").num_parameters(), 6738415616LL);
-  EXPECT_EQ(LlamaConfig::preset("llama2-13b").num_parameters(), 13015864320LL);
-  EXPECT_EQ(LlamaConfig::preset("llama2-70b").num_parameters(), 68976648192LL);
-  EXPECT_EQ(LlamaConfig::preset("tiny").num_parameters(), 445056);
-  EXPECT_EQ(LlamaConfig::preset("small").num_parameters(), 22712576);
-  for (const auto& name : LlamaConfig::preset_names()) {
-    auto cfg = LlamaConfig::preset(name);
+  EXPECT_EQ(ModelConfig::preset("llama2-7b").num_parameters(), 6738415616LL);
+  EXPECT_EQ(ModelConfig::preset("llama2-13b").num_parameters(), 13015864320LL);
+  EXPECT_EQ(ModelConfig::preset("llama2-70b").num_parameters(), 68976648192LL);
+  EXPECT_EQ(ModelConfig::preset("tiny").num_parameters(), 445056);
+  EXPECT_EQ(ModelConfig::preset("small").num_parameters(), 22712576);
+  for (const auto& name : ModelConfig::preset_names()) {
+    auto cfg = ModelConfig::preset(name);
     int64_t total = 0;
     for (const auto& s : hf_tensor_specs(cfg)) total += s.numel();
     EXPECT_EQ(total, cfg.num_parameters()) << name;
     std::cout << name << ": " << cfg.num_parameters() << " parameters\n";
   }
-  auto tiny = LlamaConfig::preset("tiny");
+  auto tiny = ModelConfig::preset("tiny");
   EXPECT_GE(tiny.vocab_size, 258);
   EXPECT_GE(tiny.max_position_embeddings, 512);
-  EXPECT_GE(LlamaConfig::preset("small").vocab_size, 258);
+  EXPECT_GE(ModelConfig::preset("small").vocab_size, 258);
 }
 
 TEST(LlamaPresets, Llama70bOnMetaAllocatesNothing) {
   const int64_t before = resident_bytes();
-  auto cfg = LlamaConfig::preset("llama2-70b");
+  auto cfg = ModelConfig::preset("llama2-70b");
   Llama m(cfg, torch::kMeta, torch::kBFloat16);
   const int64_t after = resident_bytes();
   int64_t total = 0;
@@ -211,7 +211,7 @@ TEST(LlamaPresets, Llama70bOnMetaAllocatesNothing) {
 }
 
 TEST(LlamaNames, HfNamesShapesAndOrder) {
-  auto cfg = LlamaConfig::preset("llama2-70b");
+  auto cfg = ModelConfig::preset("llama2-70b");
   auto specs = hf_tensor_specs(cfg);
   ASSERT_EQ(specs.size(), 2 + 9 * 80 + 1u);
   EXPECT_EQ(specs.front(), (TensorSpec{"model.embed_tokens.weight", {32000, 8192}}));
@@ -285,7 +285,7 @@ torch::Tensor rope(const torch::Tensor& x /*[T, D]*/, double theta) {
   return out;
 }
 
-torch::Tensor logits(W& w, const LlamaConfig& c, const std::vector<int64_t>& tokens) {
+torch::Tensor logits(W& w, const ModelConfig& c, const std::vector<int64_t>& tokens) {
   const int64_t Tn = tokens.size(), D = c.hidden_size / c.num_attention_heads;
   auto x = torch::stack([&] {
     std::vector<torch::Tensor> rows;
@@ -413,7 +413,7 @@ TEST(LlamaLayers, Bf16ForwardTracksFp32AndGradientsFlow) {
 // ---------------------------------------------------------------- initialisation
 
 TEST(LlamaInit, NormalStd002NormsOneDeterministicPerName) {
-  auto cfg = LlamaConfig::preset("tiny");
+  auto cfg = ModelConfig::preset("tiny");
   Llama a(cfg), b(cfg);
   init_weights(a, 42);
   // Layer-at-a-time, in reverse order, gives the same values.

@@ -1,4 +1,4 @@
-// LlamaConfig: presets, config.json parsing (required keys, defaults, unsupported features), validation.
+// ModelConfig: presets, config.json parsing (required keys, defaults, unsupported features), validation.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -31,74 +31,74 @@ nlohmann::json llama7b_hf_config() {
 }
 }  // namespace
 
-TEST(LlamaConfig, ParsesRealHfConfigAndMatchesPreset) {
-  auto c = LlamaConfig::from_json(llama7b_hf_config(), "config.json");
-  EXPECT_EQ(c, LlamaConfig::preset("llama2-7b"));
+TEST(ModelConfig, ParsesRealHfConfigAndMatchesPreset) {
+  auto c = ModelConfig::from_json(llama7b_hf_config(), "config.json");
+  EXPECT_EQ(c, ModelConfig::preset("llama2-7b"));
   EXPECT_EQ(c.num_parameters(), 6738415616LL);
   EXPECT_EQ(c.head_dim(), 128);
 }
 
-TEST(LlamaConfig, ToJsonRoundTripsAndHasHfKeys) {
-  for (const auto& name : LlamaConfig::preset_names()) {
-    auto c = LlamaConfig::preset(name);
+TEST(ModelConfig, ToJsonRoundTripsAndHasHfKeys) {
+  for (const auto& name : ModelConfig::preset_names()) {
+    auto c = ModelConfig::preset(name);
     auto j = c.to_json();
     EXPECT_EQ(j["architectures"], nlohmann::json::array({"LlamaForCausalLM"}));
     EXPECT_EQ(j["model_type"], "llama");
-    EXPECT_EQ(LlamaConfig::from_json(j, name), c) << name;
+    EXPECT_EQ(ModelConfig::from_json(j, name), c) << name;
   }
-  auto c70 = LlamaConfig::preset("llama2-70b").to_json();
+  auto c70 = ModelConfig::preset("llama2-70b").to_json();
   EXPECT_EQ(c70["num_key_value_heads"], 8);
   EXPECT_EQ(c70["hidden_size"], 8192);
   EXPECT_EQ(c70["intermediate_size"], 28672);
 }
 
-TEST(LlamaConfig, DefaultsForOptionalKeys) {
+TEST(ModelConfig, DefaultsForOptionalKeys) {
   auto j = llama7b_hf_config();
   j.erase("num_key_value_heads");
   j.erase("tie_word_embeddings");
   j["num_attention_heads"] = 16;
-  auto c = LlamaConfig::from_json(j, "cfg");
+  auto c = ModelConfig::from_json(j, "cfg");
   EXPECT_EQ(c.num_key_value_heads, 16);
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_FALSE(c.tie_word_embeddings);
 }
 
-TEST(LlamaConfig, ErrorsNameSourceAndKey) {
+TEST(ModelConfig, ErrorsNameSourceAndKey) {
   auto j = llama7b_hf_config();
   j.erase("hidden_size");
-  EXPECT_EQ(error_of([&] { LlamaConfig::from_json(j, "/m/config.json"); }),
+  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "/m/config.json"); }),
             "/m/config.json: missing required key 'hidden_size'");
   j = llama7b_hf_config();
   j["vocab_size"] = "32000";
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("c.json: key 'vocab_size' must be an integer"),
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("c.json: key 'vocab_size' must be an integer"),
             std::string::npos);
   j = llama7b_hf_config();
   j["num_key_value_heads"] = 5;
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("not divisible by num_key_value_heads 5"),
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("not divisible by num_key_value_heads 5"),
             std::string::npos);
   j = llama7b_hf_config();
   j["model_type"] = "mistral";
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("model_type \"mistral\""), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("model_type \"mistral\""), std::string::npos);
   j = llama7b_hf_config();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("rope_scaling"), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling"), std::string::npos);
   j = llama7b_hf_config();
   j["hidden_size"] = -4;
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("'hidden_size' must be positive"),
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("'hidden_size' must be positive"),
             std::string::npos);
-  EXPECT_EQ(error_of([] { LlamaConfig::preset("llama3"); }),
+  EXPECT_EQ(error_of([] { ModelConfig::preset("llama3"); }),
             "unknown model preset 'llama3' (valid: tiny, small, llama2-7b, llama2-13b, llama2-70b)");
 }
 
-TEST(LlamaConfig, LoadFromFile) {
+TEST(ModelConfig, LoadFromFile) {
   auto dir = std::filesystem::temp_directory_path() / ("tessera_cfg_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto path = (dir / "config.json").string();
   std::ofstream(path) << llama7b_hf_config().dump();
-  EXPECT_EQ(LlamaConfig::load(path), LlamaConfig::preset("llama2-7b"));
+  EXPECT_EQ(ModelConfig::load(path), ModelConfig::preset("llama2-7b"));
   std::ofstream(path) << "{\"vocab_size\": 3,";
-  EXPECT_NE(error_of([&] { LlamaConfig::load(path); }).find(path + ": invalid JSON"), std::string::npos);
-  EXPECT_NE(error_of([&] { LlamaConfig::load((dir / "nope.json").string()); }).find("nope.json: cannot open"),
+  EXPECT_NE(error_of([&] { ModelConfig::load(path); }).find(path + ": invalid JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelConfig::load((dir / "nope.json").string()); }).find("nope.json: cannot open"),
             std::string::npos);
   std::filesystem::remove_all(dir);
 }
