@@ -18,9 +18,9 @@ int run_tokenize(const std::vector<std::string>& args) {
        "text/JSONL file or directory to tokenise (repeatable; files of a directory in sorted order)")
       ("out", po::value<std::string>()->required(), "output token file (.bin)")
       ("tokenizer", po::value<std::string>()->default_value(""),
-       "SentencePiece tokenizer.model (default: byte-level tokenizer, vocab 258)")
+       "SentencePiece tokenizer.model or Hugging Face tokenizer.json (file or its directory); default: byte-level tokenizer, vocab 258")
       ("force", po::bool_switch(), "replace OUT if it exists");
-  const auto vm = parse_command("tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model]", desc, args);
+  const auto vm = parse_command("tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json]", desc, args);
   if (!vm) return 0;
 
   const auto inputs = (*vm)["input"].as<std::vector<std::string>>();

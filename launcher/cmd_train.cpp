@@ -185,6 +185,14 @@ int run_train(const std::vector<std::string>& args) {
                               std::to_string(b.world_size) + ", " + std::to_string(b.num_nodes) +
                               " nodes); use --ranks-per-node");
     tokenizer = data::make_tokenizer(cfg.get_string("data.tokenizer"));
+    // Every id the tokenizer can produce must have a row in the model's embedding.
+    if (tokenizer->vocab_size() > ms.config.vocab_size) {
+      const std::string tok = cfg.get_string("data.tokenizer");
+      throw TESSERA_INPUT_ERROR("data.tokenizer " + (tok.empty() ? std::string("(byte tokenizer)") : tok) + " has a vocabulary of " +
+                                std::to_string(tokenizer->vocab_size()) + " tokens, more than the model's vocab_size " +
+                                std::to_string(ms.config.vocab_size) + " (" +
+                                (cfg.get_string("model.path").empty() ? ms.source : ms.source + "/config.json") + ")");
+    }
     dataset = std::make_shared<data::TokenDataset>(cfg.get_string("data.path"), topts.seq_len, tokenizer.get());
     dataset->check_vocab(ms.config.vocab_size);
     const int64_t global = b.world_size * topts.micro_batch * topts.grad_accum;

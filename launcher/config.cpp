@@ -20,7 +20,7 @@ const std::vector<ConfigKey>& config_schema() {
       {"model.load", "string", "rank0", "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only).", {"rank0", "parallel", "naive"}},
       // data
       {"data.path", "string", "/usr/share/common-licenses", "Text file, directory of text files, JSONL file (a `text` field per line) or token file from `tessera tokenize`."},
-      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format). Empty: byte-level tokens (0-255, BOS 256, EOS 257)."},
+      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format), or a Hugging Face byte-level BPE tokenizer.json (Llama 3; a *.json file or a directory holding tokenizer.json). Its vocabulary must fit the model's vocab_size. Empty: byte-level tokens (0-255, BOS 256, EOS 257)."},
       {"data.seq_len", "int", 128, "Tokens per training sequence (<= the model's max_position_embeddings)."},
       // train
       {"train.steps", "int", 20, "Optimizer steps."},

@@ -184,6 +184,37 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessReference) {
 INSTANTIATE_TEST_SUITE_P(Strategies, FsdpEquivalence,
                          ::testing::Values("full_shard", "shard_grad_op", "no_shard", "hybrid_shard"));
 
+// Every family of the registry trains under full_shard like the single process: Llama 3 (tied
+// embedding: one tensor of the root unit, gradients of the lookup and the head summed; llama3 RoPE
+// scaling) and Mistral (sliding window 32 < seq_len 48).
+class FamilyEquivalence : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyEquivalence, MatchesSingleProcessReference) {
+  const auto cfg = model::ModelConfig::preset(GetParam());
+  const int W = world_groups().world->size();
+  auto t = test_train_options();
+  t.seq_len = 48;
+  fsdp::Options fo;
+  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+  launcher::InitWeightSource src(cfg, 1234);
+  trainer.load_weights(src);
+  std::vector<double> losses;
+  for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
+  const Reference ref = reference_run(cfg, t, W);
+  const std::string what = GetParam() + " W=" + std::to_string(W);
+  ASSERT_EQ(losses.size(), ref.losses.size());
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
+  auto got = gather_all(trainer.engine());
+  expect_close(got, ref.params, 1e-5, what);
+  if (cfg.tie_word_embeddings) EXPECT_EQ(got.count("lm_head.weight"), 0u) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyEquivalence, ::testing::Values("tiny-llama3", "tiny-mistral"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return i.param == "tiny-llama3" ? std::string("llama3") : std::string("mistral");
+                         });
+
 // Under full_shard, the number of decoder layers whose gathered parameters are alive at any moment
 // of forward and backward never exceeds fsdp.limit_all_gathers (measured on the live storage).
 TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
