@@ -43,8 +43,8 @@ TEST(ModelConfig, ToJsonRoundTripsAndHasHfKeys) {
   for (const auto& name : ModelConfig::preset_names()) {
     auto c = ModelConfig::preset(name);
     auto j = c.to_json();
-    EXPECT_EQ(j["architectures"], nlohmann::json::array({"LlamaForCausalLM"}));
-    EXPECT_EQ(j["model_type"], "llama");
+    EXPECT_EQ(j["architectures"], nlohmann::json::array({c.model_type == "llama" ? "LlamaForCausalLM" : "MistralForCausalLM"}));
+    EXPECT_EQ(j["model_type"], c.model_type);
     EXPECT_EQ(ModelConfig::from_json(j, name), c) << name;
   }
   auto c70 = ModelConfig::preset("llama2-70b").to_json();
