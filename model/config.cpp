@@ -97,6 +97,24 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
   return c;
 }
 
+ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t hidden, int64_t intermediate,
+                         int64_t layers, int64_t heads, int64_t kv_heads, int64_t max_positions, int64_t bos,
+                         int64_t eos, const std::string& torch_dtype) {
+  ModelConfig c;
+  c.model_type = model_type;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.max_position_embeddings = max_positions;
+  c.torch_dtype = torch_dtype;
+  c.bos_token_id = bos;
+  c.eos_token_ids = {eos};
+  return c;
+}
+
 nlohmann::json common_keys_json(const ModelConfig& c) {
   return {
       {"hidden_act", "silu"},

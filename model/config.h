@@ -71,6 +71,10 @@ struct ModelConfig {
 };
 
 // ---- For family implementations (model/<family>.cpp) -------------------------------------------
+// A config of these sizes: rms_norm_eps 1e-5, rope_theta 10000, untied, no RoPE scaling, no window.
+ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t hidden, int64_t intermediate,
+                         int64_t layers, int64_t heads, int64_t kv_heads, int64_t max_positions, int64_t bos,
+                         int64_t eos, const std::string& torch_dtype);
 // The keys every registered family shares (sizes, norms, rope_theta, tied embeddings, dtype,
 // bos/eos ids; hidden_act must be silu, attention_bias/mlp_bias false, head_dim if present equal
 // to hidden_size / num_attention_heads). model_type, rope_scaling and sliding_window are left to

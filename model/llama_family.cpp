@@ -10,21 +10,7 @@ namespace {
 
 ModelConfig make(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads,
                  int64_t max_pos, int64_t bos, int64_t eos, const char* dtype) {
-  ModelConfig c;
-  c.model_type = "llama";
-  c.vocab_size = vocab;
-  c.hidden_size = hidden;
-  c.intermediate_size = inter;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = heads;
-  c.num_key_value_heads = kv_heads;
-  c.max_position_embeddings = max_pos;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10000.0;
-  c.torch_dtype = dtype;
-  c.bos_token_id = bos;
-  c.eos_token_ids = {eos};
-  return c;
+  return sized_config("llama", vocab, hidden, inter, layers, heads, kv_heads, max_pos, bos, eos, dtype);
 }
 
 // Llama 3.x: theta 500000, <|begin_of_text|> / <|end_of_text|>, bf16; `factor` > 0 adds the

@@ -17,19 +17,8 @@ class MistralFamily final : public LlamaArchitecture {
   std::vector<Preset> presets() const override {
     auto make = [](int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads,
                    int64_t max_pos, int64_t window, int64_t bos, int64_t eos, const char* dtype) {
-      ModelConfig c;
-      c.model_type = "mistral";
-      c.vocab_size = vocab;
-      c.hidden_size = hidden;
-      c.intermediate_size = inter;
-      c.num_hidden_layers = layers;
-      c.num_attention_heads = heads;
-      c.num_key_value_heads = kv_heads;
-      c.max_position_embeddings = max_pos;
+      ModelConfig c = sized_config("mistral", vocab, hidden, inter, layers, heads, kv_heads, max_pos, bos, eos, dtype);
       c.sliding_window = window;
-      c.torch_dtype = dtype;
-      c.bos_token_id = bos;
-      c.eos_token_ids = {eos};
       return c;
     };
     return {

@@ -8,18 +8,6 @@ set -uo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-pass=0
-ok() { pass=$((pass+1)); echo "ok: $*"; }
-die() { echo "FAIL: $*"; echo "$pass passed, 1 failed"; exit 1; }
-check() { local msg=$1; shift; if "$@"; then ok "$msg"; else die "$msg"; fi; }
-# expect_error NAME SUBSTRING CMD...: exit 2 and exactly one 'tessera' line on stderr containing SUBSTRING.
-expect_error() {
-  local name=$1 want=$2; shift 2
-  timeout 120 "$@" >"$T/out" 2>"$T/err"; local rc=$?
-  local lines; lines=$(grep -c '^tessera' "$T/err")
-  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$T/err"; then ok "$name"; else
-    echo "rc=$rc lines=$lines want '$want'"; cat "$T/err"; die "$name"; fi
-}
 
 python3 -c "
 import random; random.seed(5)

@@ -8,16 +8,6 @@ set -uo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../mpi/lib.bash"
-pass=0
-ok() { pass=$((pass+1)); echo "ok: $*"; }
-die() { echo "FAIL: $*"; echo "$pass passed, 1 failed"; exit 1; }
-expect_error() {
-  local name=$1 want=$2; shift 2
-  timeout 120 "$@" >"$T/out" 2>"$T/err"; local rc=$?
-  local lines; lines=$(grep -c '^tessera' "$T/err")
-  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$T/err"; then ok "$name"; else
-    echo "rc=$rc lines=$lines want '$want'"; cat "$T/err"; die "$name"; fi
-}
 
 # tokenizer.json: the 256 bytes (id = byte, GPT-2 alphabet), merges " t" -> 256, "h e" -> 257,
 # " t he" -> 258, "i n" -> 259, " c" -> 260; specials 300-302; Llama 3's pre-tokenizer.

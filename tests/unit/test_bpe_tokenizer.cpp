@@ -250,3 +250,25 @@ TEST_F(BpeTest, MakeTokenizerPicksTokenizerJson) {
   EXPECT_EQ(by_dir->encode("hi"), ids({256}));
   EXPECT_FALSE(tessera::data::make_tokenizer("")->special_id("<s>").has_value());
 }
+
+// The SentencePiece tokenizer's special tokens are its control pieces and <unk> (a model trained
+// here with Debian's spm_train).
+TEST(TokenizerSpecialId, SentencePieceControlPieces) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera_spm_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string text = (dir / "train.txt").string(), prefix = (dir / "sp").string();
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 200; ++i) out << "the quick brown fox " << i << " jumps over the lazy dog\n";
+  }
+  const std::string cmd = "spm_train --input=" + text + " --model_prefix=" + prefix +
+                          " --vocab_size=60 --model_type=bpe --minloglevel=2 >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto t = tessera::data::make_tokenizer(prefix + ".model");
+  EXPECT_EQ(t->special_id("<unk>"), 0);
+  EXPECT_EQ(t->special_id("<s>"), 1);
+  EXPECT_EQ(t->special_id("</s>"), 2);
+  EXPECT_FALSE(t->special_id("the").has_value());
+  EXPECT_FALSE(t->special_id("<|eot_id|>").has_value());
+  fs::remove_all(dir);
+}
