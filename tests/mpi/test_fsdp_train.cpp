@@ -207,7 +207,9 @@ TEST_P(FamilyEquivalence, MatchesSingleProcessReference) {
     EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
   auto got = gather_all(trainer.engine());
   expect_close(got, ref.params, 1e-5, what);
-  if (cfg.tie_word_embeddings) EXPECT_EQ(got.count("lm_head.weight"), 0u) << what;
+  if (cfg.tie_word_embeddings) {
+    EXPECT_EQ(got.count("lm_head.weight"), 0u) << what;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyEquivalence, ::testing::Values("tiny-llama3", "tiny-mistral"),
