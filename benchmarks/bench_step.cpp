@@ -29,8 +29,8 @@
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
-#include "launcher/llama_lm.h"
-#include "model/llama.h"
+#include "launcher/model_lm.h"
+#include "model/registry.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
@@ -104,9 +104,9 @@ launcher::po::options_description step_options() {
   return desc;
 }
 
-model::LlamaConfig model_config(const launcher::po::variables_map& vm) {
-  return vm.count("model-config") ? model::LlamaConfig::load(vm["model-config"].as<std::string>())
-                                  : model::LlamaConfig::preset(vm["preset"].as<std::string>());
+model::ModelConfig model_config(const launcher::po::variables_map& vm) {
+  return vm.count("model-config") ? model::ModelConfig::load(vm["model-config"].as<std::string>())
+                                  : model::ModelConfig::preset(vm["preset"].as<std::string>());
 }
 
 std::string model_name(const launcher::po::variables_map& vm) {
@@ -153,8 +153,8 @@ int run_in_process(const launcher::po::variables_map& vm) {
   double fsdp_tps = 0;
   std::vector<double> step_times;
   {
-    train::Trainer trainer(make_llama_lm(cfg), b.groups, fopts, topts, dataset, {});
-    InitWeightSource src(1);
+    train::Trainer trainer(make_causal_lm(cfg), b.groups, fopts, topts, dataset, {});
+    InitWeightSource src(cfg, 1);
     trainer.load_weights(src);
     for (int i = 0; i < warmup; ++i) trainer.train_step();
     MPI_Barrier(MPI_COMM_WORLD);
@@ -169,8 +169,11 @@ int run_in_process(const launcher::po::variables_map& vm) {
   if (baseline == "single" && b.world_rank == 0) {
     const int saved = torch::get_num_threads();
     torch::set_num_threads(total_threads);
-    model::Llama m(cfg);
-    model::init_weights(m, 1);
+    std::shared_ptr<model::CausalLmModule> m = cfg.spec().build(cfg, torch::kCPU);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& [name, t] : m->named_hf_parameters()) t.copy_(cfg.spec().init_tensor({name, t.sizes().vec()}, 1));
+    }
     if (fopts.param_dtype != at::kFloat) m->to(fopts.param_dtype);
     torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(topts.lr));
     std::vector<int64_t> idx(W * M);
@@ -267,7 +270,7 @@ constexpr double kHybridGoal = 0.9;  // hybrid_shard 2 x np over TCP / full_shar
 
 struct Driver {
   launcher::po::variables_map vm;
-  model::LlamaConfig cfg;
+  model::ModelConfig cfg;
   int np = 2, rounds = 3, steps = 4, warmup = 1, threads = 1;
   int64_t T = 256, global_batch = 4;
   std::vector<std::string> strategies, dtypes;

@@ -61,12 +61,14 @@ int run_tokenize(const std::vector<std::string>& args) {
        "text/JSONL file or directory to tokenise (repeatable; files of a directory in sorted order)")
       ("out", po::value<std::string>()->required(), "output token file (.bin)")
       ("tokenizer", po::value<std::string>()->default_value("bytes"),
-       "SentencePiece tokenizer.model, or bytes (byte-level tokenizer, vocab 258)")
+       "SentencePiece tokenizer.model, Hugging Face tokenizer.json (file or its directory), or bytes (byte-level "
+       "tokenizer, vocab 258)")
       ("chat-template", po::value<std::string>()->default_value("llama2"),
        "how chat (messages) records are rendered: llama2, llama3 or none (as data.chat_template)")
       ("force", po::bool_switch(), "replace OUT if it exists");
   const auto vm = parse_command(
-      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|bytes] [--chat-template llama2]", desc, args);
+      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template llama2]",
+      desc, args);
   if (!vm) return 0;
 
   const auto inputs = (*vm)["input"].as<std::vector<std::string>>();

@@ -15,7 +15,7 @@
 #include "launcher/config.h"
 #include "launcher/data_setup.h"
 #include "launcher/device_select.h"
-#include "launcher/llama_lm.h"
+#include "launcher/model_lm.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -30,7 +30,7 @@
 namespace tessera::launcher {
 namespace fs = std::filesystem;
 
-fsdp::Options fsdp_options_from(const Config& cfg, const model::LlamaConfig& mc) {
+fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc) {
   fsdp::Options o;
   o.strategy = fsdp::parse_strategy(cfg.get_string("fsdp.strategy"));
   o.param_dtype = fsdp::parse_dtype(cfg.get_string("fsdp.mixed_precision"));
@@ -108,7 +108,7 @@ train::TrainOptions train_options_from(const Config& cfg) {
 // Everything `train` and `eval` set up before the first collective of the engine; run inside
 // collectively() so that bad input stops every rank with one message and nothing written.
 struct ModelSetup {
-  model::LlamaConfig config;
+  model::ModelConfig config;
   std::shared_ptr<model::ModelDir> dir;  // null: initialise from the preset
   std::string source;
 };
@@ -122,7 +122,7 @@ ModelSetup setup_model(const Config& cfg) {
     s.config = s.dir->config();
     s.source = path;
   } else {
-    s.config = model::LlamaConfig::preset(cfg.get_string("model.preset"));
+    s.config = model::ModelConfig::preset(cfg.get_string("model.preset"));
     s.source = "preset " + cfg.get_string("model.preset") + " (seed " + std::to_string(cfg.get_int("model.seed")) + ")";
   }
   return s;
@@ -135,7 +135,7 @@ void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Con
     if (ms.dir) src = std::make_unique<HfWeightSource>(ms.dir);
     trainer.load_weights(src.get(), fsdp::parse_load_mode(cfg.get_string("model.load")));
   } else {
-    InitWeightSource src(static_cast<uint64_t>(cfg.get_int("model.seed")));
+    InitWeightSource src(ms.config, static_cast<uint64_t>(cfg.get_int("model.seed")));
     trainer.load_weights(src);
   }
 }
@@ -229,7 +229,9 @@ int run_train(const std::vector<std::string>& args) {
       const std::string path = cfg.get_string("model.path");
       tok_choice = choose_tokenizer(cfg.get_string("data.tokenizer"), path,
                                     path.empty() ? "preset " + cfg.get_string("model.preset") : path, ms.config);
-      if (rank0_reads && !tok_choice.bytes) tok_bytes = read_tokenizer_file(tok_choice.path);
+      // A SentencePiece tokenizer.model travels by broadcast; a tokenizer.json (with its
+      // tokenizer_config.json) is opened by every rank itself.
+      if (rank0_reads && !tok_choice.bytes && !tok_choice.bpe()) tok_bytes = read_tokenizer_file(tok_choice.path);
     }
   });
   if (rank0_reads) {
@@ -239,7 +241,7 @@ int run_train(const std::vector<std::string>& args) {
     tok_bytes = b.groups.world->broadcast_string(tok_bytes, 0);
     if (!rank0) {
       ms.source = cfg.get_string("model.path");
-      ms.config = model::LlamaConfig::from_json(nlohmann::json::parse(config_json), ms.source + "/config.json");
+      ms.config = model::ModelConfig::from_json(nlohmann::json::parse(config_json), ms.source + "/config.json");
     }
   }
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
@@ -298,7 +300,7 @@ int run_train(const std::vector<std::string>& args) {
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective).
   const comm::ProcessGroups groups = device_groups(b, device);
-  train::Trainer trainer(make_llama_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
+  train::Trainer trainer(make_causal_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
   if (data.val) trainer.set_validation(data.val);
   if (!resume_dir.empty()) {
     collectively([&] { trainer.resume(resume_dir); });
@@ -364,7 +366,7 @@ int run_eval(const std::vector<std::string>& args) {
     dir->validate();
     sequences = model::read_token_file((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
-  train::Trainer trainer(make_llama_lm(dir->config()), b.groups, fopts, train::TrainOptions{}, nullptr, {});
+  train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, train::TrainOptions{}, nullptr, {});
   collectively([&] {
     HfWeightSource src(dir);
     trainer.load_weights(src);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "launcher/cli.h"
+#include "model/config.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -14,12 +15,12 @@ const std::vector<ConfigKey>& config_schema() {
   static const std::vector<ConfigKey> schema = {
       // model
       {"model.path", "string", "", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."},
-      {"model.preset", "string", "tiny", "Preset used when model.path is empty.", {"tiny", "small", "llama2-7b", "llama2-13b", "llama2-70b"}},
+      {"model.preset", "string", "tiny", "Preset used when model.path is empty (any family of the model registry).", model::ModelConfig::preset_names()},
       {"model.seed", "int", 1234, "Seed of the initialisation when model.path is empty."},
       {"model.load", "string", "rank0", "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only).", {"rank0", "parallel", "naive"}},
       // data
       {"data.path", "string", "/usr/share/common-licenses", "Training data: a text file, a JSONL file (records `messages` (chat), `prompt`/`completion` or `text`, auto-detected per line), a token file from `tessera tokenize`, or a directory of them."},
-      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Empty: the model directory's tokenizer.model; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny preset); otherwise an error naming the model's vocab size."},
+      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format), a Hugging Face byte-level BPE tokenizer.json (Llama 3; a *.json file or a directory holding tokenizer.json), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Its vocabulary must fit the model's vocab_size. Empty: the model directory's tokenizer.model, else its tokenizer.json; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny presets); otherwise an error naming the model's vocab size."},
       {"data.seq_len", "int", 128, "Tokens per training sequence (<= the model's max_position_embeddings)."},
       {"data.chat_template", "string", "llama2", "How `messages` records are rendered: llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated).", {"llama2", "llama3", "none"}},
       {"data.train_on", "string", "completion", "Loss targets: completion (assistant turns and completions; `text` records and text files entirely) or all (every token).", {"completion", "all"}},
@@ -47,7 +48,7 @@ const std::vector<ConfigKey>& config_schema() {
       {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}},
       {"fsdp.mixed_precision", "string", "fp32", "Dtype of gathered parameters and compute; master shards and optimizer state are fp32.", {"fp32", "bf16", "fp16"}},
       {"fsdp.reduce_dtype", "string", "fp32", "Dtype of gradient reduction.", {"fp32", "bf16", "fp16"}},
-      {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for llama2-* sizes), true, false.", {"auto", "true", "false"}},
+      {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false.", {"auto", "true", "false"}},
       {"fsdp.prefetch", "bool", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."},
       {"fsdp.limit_all_gathers", "int", 2, "Most decoder-layer units gathered at once (>= 1)."},
       // checkpoint

@@ -1,5 +1,6 @@
 #include "launcher/data_setup.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -9,20 +10,31 @@ namespace tessera::launcher {
 
 namespace fs = std::filesystem;
 
+bool TokenizerChoice::bpe() const {
+  std::error_code ec;
+  const fs::path p(path);
+  return !bytes && (p.extension() == ".json" || (fs::is_directory(p, ec) && fs::exists(p / "tokenizer.json", ec) &&
+                                                 !fs::exists(p / "tokenizer.model", ec)));
+}
+
 TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& model_dir, const std::string& model_name,
-                                 const model::LlamaConfig& mc) {
+                                 const model::ModelConfig& mc) {
   if (spec == "bytes") return {true, ""};
   if (!spec.empty()) return {false, spec};
   std::error_code ec;
-  if (!model_dir.empty() && fs::is_regular_file(fs::path(model_dir) / "tokenizer.model", ec))
-    return {false, (fs::path(model_dir) / "tokenizer.model").string()};
-  const bool byte_vocab = mc.bos_token_id == data::ByteTokenizer::kBos && mc.eos_token_id == data::ByteTokenizer::kEos &&
+  for (const char* file : {"tokenizer.model", "tokenizer.json"})
+    if (!model_dir.empty() && fs::is_regular_file(fs::path(model_dir) / file, ec))
+      return {false, (fs::path(model_dir) / file).string()};
+  const auto& eos = mc.eos_token_ids;
+  const bool byte_vocab = mc.bos_token_id == data::ByteTokenizer::kBos &&
+                          std::find(eos.begin(), eos.end(), data::ByteTokenizer::kEos) != eos.end() &&
                           mc.vocab_size >= data::ByteTokenizer::kVocab;
   if (byte_vocab) return {true, ""};
   throw TESSERA_INPUT_ERROR(
       "data.tokenizer is empty and model " + model_name + " (vocab_size " + std::to_string(mc.vocab_size) + ") " +
-      (model_dir.empty() ? "is a preset without a tokenizer" : "has no tokenizer.model in its directory") +
-      ": set data.tokenizer to the model's tokenizer.model, or to \"bytes\" to train it on byte-level tokens (ids 0-257)");
+      (model_dir.empty() ? "is a preset without a tokenizer" : "has no tokenizer.model or tokenizer.json in its directory") +
+      ": set data.tokenizer to the model's tokenizer.model or tokenizer.json, or to \"bytes\" to train it on byte-level "
+      "tokens (ids 0-257)");
 }
 
 namespace {
@@ -42,10 +54,12 @@ DataSetup setup_data(const Config& cfg, const model::LlamaConfig& mc, std::uniqu
   DataSetup d;
   d.tokenizer = std::move(tokenizer);
   const data::Tokenizer& tok = *d.tokenizer;
+  const std::string model_path = cfg.get_string("model.path");
   TESSERA_CHECK_INPUT(tok.vocab_size() <= mc.vocab_size,
                       "tokenizer " + tok.name() + " has a vocab of " + std::to_string(tok.vocab_size()) +
-                          " tokens, more than the model's vocab_size " + std::to_string(mc.vocab_size) +
-                          ": its ids would be outside the model's embedding (set data.tokenizer to the model's own)");
+                          " tokens, more than the model's vocab_size " + std::to_string(mc.vocab_size) + " (" +
+                          (model_path.empty() ? "preset " + cfg.get_string("model.preset") : model_path + "/config.json") +
+                          "): its ids would be outside the model's embedding (set data.tokenizer to the model's own)");
   d.chat = data::make_chat_template(cfg.get_string("data.chat_template"));
   d.chat->check(tok);
 

@@ -18,7 +18,7 @@
 #include <set>
 
 #include "model/errors.h"
-#include "model/llama.h"
+#include "model/registry.h"
 
 namespace fs = std::filesystem;
 
@@ -310,7 +310,7 @@ ModelDir::ModelDir(const std::string& dir) : dir_(dir) {
   if (!fs::is_directory(dir)) throw ModelError(dir + ": model directory does not exist");
   const std::string config_path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(config_path)) throw ModelError(config_path + ": missing config.json in model directory");
-  config_ = LlamaConfig::load(config_path);
+  config_ = ModelConfig::load(config_path);
 
   const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
   const std::string single = (fs::path(dir) / "model.safetensors").string();
@@ -467,7 +467,7 @@ void write_safetensors_file(const std::string& path, const std::vector<TensorSpe
 }
 
 namespace {
-void write_dir_impl(const std::string& dir, const LlamaConfig& cfg, const std::vector<TensorSpec>& specs, DType dtype,
+void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::vector<TensorSpec>& specs, DType dtype,
                     uint64_t max_shard_bytes, const std::function<at::Tensor(const TensorSpec&)>& produce) {
   const fs::path target(dir);
   if (fs::exists(target) && !(fs::is_directory(target) && fs::is_empty(target)))
@@ -494,7 +494,7 @@ void write_dir_impl(const std::string& dir, const LlamaConfig& cfg, const std::v
   fs::remove_all(tmp);
   fs::create_directory(tmp);
   try {
-    LlamaConfig out_cfg = cfg;
+    ModelConfig out_cfg = cfg;
     out_cfg.torch_dtype = torch_dtype_name(dtype);
     write_json(tmp / "config.json", out_cfg.to_json());
     if (shards.size() <= 1) {
@@ -520,7 +520,7 @@ void write_dir_impl(const std::string& dir, const LlamaConfig& cfg, const std::v
 }
 }  // namespace
 
-void write_safetensors_dir(const std::string& dir, const LlamaConfig& cfg, const std::vector<TensorSpec>& specs,
+void write_safetensors_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<TensorSpec>& specs,
                            DType dtype, uint64_t max_shard_bytes,
                            const std::function<at::Tensor(const TensorSpec&)>& produce) {
   try {

@@ -30,5 +30,6 @@ deps_use() {
   # Open MPI finds its components, help files and wrapper data under OPAL_PREFIX.
   export OPAL_PREFIX=$usr PATH=$root/bin:$PATH LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
   CMAKE_DEPS=(-DMPI_C_COMPILER="$usr/bin/mpicc.openmpi" -DBoost_DIR="$lib/cmake/Boost-1.74.0"
-    -Dnlohmann_json_DIR="$usr/share/cmake/nlohmann_json" -DGTest_DIR="$lib/cmake/GTest" -Dyaml-cpp_DIR="$lib/cmake/yaml-cpp")
+    -Dnlohmann_json_DIR="$usr/share/cmake/nlohmann_json" -DGTest_DIR="$lib/cmake/GTest" -Dyaml-cpp_DIR="$lib/cmake/yaml-cpp"
+    -DPCRE2_INCLUDE_DIR="$usr/include" -DPCRE2_LIBRARY="$lib/libpcre2-8.so")
 }

@@ -15,16 +15,7 @@ BIN=${TESSERA_BIN:?}/tessera
 SRC=${TESSERA_SRC:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-pass=0
-ok() { pass=$((pass+1)); echo "ok: $*"; }
-check() { local msg=$1; shift; if "$@"; then ok "$msg"; else echo "FAIL: $msg"; echo "$pass passed, 1 failed"; exit 1; fi; }
-# expect_exit2 NAME WANT CMD...: exit 2 and exactly one 'tessera: error' line containing WANT.
-expect_exit2() {
-  local name=$1 want=$2; shift 2
-  set +e; timeout 300 "$@" > "$T/out" 2> "$T/err"; local rc=$?; set -e
-  if [ $rc -eq 2 ] && [ "$(grep -c '^tessera: error' "$T/err")" -eq 1 ] && grep -qF -- "$want" "$T/err"; then ok "$name"
-  else echo "FAIL: $name: rc=$rc, want '$want'"; cat "$T/err"; exit 1; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, check, expect_error
 last() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])" "$1" "$2"; }
 
 # ---- 1. loss masking -----------------------------------------------------------------------------
@@ -102,13 +93,13 @@ check "example: validation at 5 and 10" python3 -c "
 import json; r=[json.loads(l) for l in open('$T/chat/metrics.jsonl')]; assert [x['step'] for x in r if 'val_loss' in x]==[5,10]"
 
 # ---- 4. tokenizer safety -------------------------------------------------------------------------
-expect_exit2 "preset with a non-byte vocab and no tokenizer" "model preset small (vocab_size 32000) is a preset without a tokenizer: set data.tokenizer" \
+expect_error 2 "model preset small (vocab_size 32000) is a preset without a tokenizer: set data.tokenizer" \
   $BIN train --set model.preset=small --set train.steps=1
 python3 -c "
 import json; c=json.load(open('$T/chatmodel/config.json')); c.update(vocab_size=512, bos_token_id=1, eos_token_id=2)
 json.dump(c, open('$T/v512.json','w'))"
 $BIN init-model --config "$T/v512.json" --out "$T/m512" > /dev/null
-expect_exit2 "model dir without tokenizer.model" "$T/m512 (vocab_size 512) has no tokenizer.model in its directory: set data.tokenizer" \
+expect_error 2 "$T/m512 (vocab_size 512) has no tokenizer.model or tokenizer.json in its directory: set data.tokenizer" \
   "${MPIRUN[@]}" -np 2 $BIN train --set model.path="$T/m512" --set train.steps=1 --set data.path="$SRC/examples/chat/train.jsonl" --set data.seq_len=256
 "${MPIRUN[@]}" -np 2 $BIN train --set model.path="$T/m512" --set train.steps=1 --set data.tokenizer=bytes \
   --set data.path="$SRC/examples/chat/train.jsonl" --set data.seq_len=256 > "$T/bytes.log"
@@ -123,10 +114,10 @@ R0=(train --set model.path=m --set train.steps=2 --set data.path="$SRC/examples/
 "${MPIRUN[@]}" -np 1 -wdir "$T/r0" $BIN "${R0[@]}" : -np 1 -wdir "$T/r1" $BIN "${R0[@]}" > "$T/r0.log"
 check "rank0 load: the tokenizer reaches the rank without the model" test "$(wc -l < "$T/r0log/metrics.jsonl")" -eq 2
 check "same losses as when every rank reads it" test "$(last "$T/r0log/metrics.jsonl" loss)" = "$(last "$T/sp/metrics.jsonl" loss)"
-expect_exit2 "tokenizer larger than the model's vocab" "has a vocab of 420 tokens, more than the model's vocab_size 320" \
+expect_error 2 "has a vocab of 420 tokens, more than the model's vocab_size 320" \
   $BIN train --set data.tokenizer="$SRC/tests/unit/fixtures/llama2-chat-test.model" --set train.steps=1
 $BIN tokenize --input "$SRC/examples/chat/val.jsonl" --tokenizer "$SRC/tests/unit/fixtures/llama2-chat-test.model" --out "$T/sp420.bin" > /dev/null
-expect_exit2 "token file of another tokenizer" "token file $T/sp420.bin was written with a vocab of 420, but the tokenizer byte has a vocab of 258" \
+expect_error 2 "token file $T/sp420.bin was written with a vocab of 420, but the tokenizer byte has a vocab of 258" \
   $BIN train --set data.path="$T/sp420.bin" --set train.steps=1
 
 # ---- 5. bad records ------------------------------------------------------------------------------
@@ -152,16 +143,16 @@ check "the count of dropped examples is printed" grep -qF "4 of 7 examples dropp
 check "and the over-long one" grep -qF "1 of 3 examples dropped (1 too long)" "$T/bad.out"
 $BIN train --set data.path="$T/bad.jsonl" --set data.seq_len=64 --set data.truncation=left --set train.steps=1 --set train.micro_batch=1 > "$T/left.out"
 check "truncation=left keeps the over-long example" grep -q "3 examples" "$T/left.out"
-expect_exit2 "truncation=error stops naming file and line" "$T/bad.jsonl:6: example of 303 tokens is longer than data.seq_len + 1 = 65 (data.truncation = error" \
+expect_error 2 "$T/bad.jsonl:6: example of 303 tokens is longer than data.seq_len + 1 = 65 (data.truncation = error" \
   "${MPIRUN[@]}" -np 2 $BIN train --set data.path="$T/bad.jsonl" --set data.seq_len=64 --set data.truncation=error --set checkpoint.dir="$T/nock"
 check "nothing written on error" test ! -e "$T/nock"
 sed -n '2,5p' "$T/bad.jsonl" > "$T/allbad.jsonl"
-expect_exit2 "nothing trainable: exit 2 on every rank" "data.path $T/allbad.jsonl holds no trainable example (4 of 4 examples dropped" \
+expect_error 2 "data.path $T/allbad.jsonl holds no trainable example (4 of 4 examples dropped" \
   "${MPIRUN[@]}" -np 2 $BIN train --set data.path="$T/allbad.jsonl"
-expect_exit2 "val_path and val_fraction together" "data.val_path and data.val_fraction are both set" \
+expect_error 2 "data.val_path and data.val_fraction are both set" \
   $BIN train --set data.val_path="$T/bad.jsonl" --set data.val_fraction=0.1
-expect_exit2 "eval.every without validation data" "eval.every is 5 but there is no validation data" $BIN train --set eval.every=5
-expect_exit2 "keep_best without validation data" "checkpoint.keep_best needs validation data" $BIN train --set checkpoint.keep_best=true
+expect_error 2 "eval.every is 5 but there is no validation data" $BIN train --set eval.every=5
+expect_error 2 "checkpoint.keep_best needs validation data" $BIN train --set checkpoint.keep_best=true
 
 # ---- 6. packing and chat template choices show in the data summary --------------------------------
 summary() { $BIN train --set data.path="$SRC/examples/chat/train.jsonl" --set data.seq_len=256 --set train.steps=1 "$@" > "$T/summary"; head -1 "$T/summary"; }

@@ -12,7 +12,7 @@
 
 #include "launcher/bootstrap.h"
 #include "launcher/device_select.h"
-#include "launcher/llama_lm.h"
+#include "launcher/model_lm.h"
 #include "model/llama.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/mpi_backend.h"
@@ -28,8 +28,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-model::LlamaConfig test_config() {
-  model::LlamaConfig c = model::LlamaConfig::preset("tiny");
+model::ModelConfig test_config() {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
   c.num_hidden_layers = 3;
   return c;
 }
@@ -106,7 +106,7 @@ struct Reference {
 // Single process, no sharding: W ranks x micro m x accum a == 1 rank x micro m x accum a*W.
 // The loss of a step is the mean cross entropy over all its target tokens (every micro-batch's
 // summed loss divided by the step's total).
-Reference reference_run(const model::LlamaConfig& cfg, const train::TrainOptions& t, int world,
+Reference reference_run(const model::ModelConfig& cfg, const train::TrainOptions& t, int world,
                         const std::shared_ptr<data::TokenDataset>& dataset) {
   model::Llama m(cfg);
   model::init_weights(m, 1234);
@@ -190,8 +190,8 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessReference) {
     fo.activation_checkpointing = ac;
     auto t = test_train_options();
     if (!ac) t.clip = 0;  // unclipped: the gradients' absolute scale reaches the update
-    train::Trainer trainer(launcher::make_llama_lm(cfg), groups_for(strategy), fo, t, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(1234);
+    train::Trainer trainer(launcher::make_causal_lm(cfg), groups_for(strategy), fo, t, test_dataset(t.seq_len), {});
+    launcher::InitWeightSource src(cfg, 1234);
     trainer.load_weights(src);
     std::vector<double> losses;
     for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
@@ -242,8 +242,8 @@ TEST(FsdpSft, MaskedPackedDataMatchesSingleProcessReference) {
   for (bool ac : {false, true}) {
     fsdp::Options fo;
     fo.activation_checkpointing = ac;
-    train::Trainer trainer(launcher::make_llama_lm(cfg), world_groups(), fo, t, ds, {});
-    launcher::InitWeightSource src(1234);
+    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, ds, {});
+    launcher::InitWeightSource src(cfg, 1234);
     trainer.load_weights(src);
     std::vector<double> losses;
     for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
@@ -274,8 +274,8 @@ TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
   ASSERT_EQ(ds->num_sequences(), 7);  // at np 2 and 4 some rank runs a filler forward in the last pass
   auto t = test_train_options();
   t.micro_batch = 1;
-  train::Trainer trainer(launcher::make_llama_lm(cfg), world_groups(), fsdp::Options{}, t, test_dataset(t.seq_len), {});
-  launcher::InitWeightSource src(1234);
+  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, t, test_dataset(t.seq_len), {});
+  launcher::InitWeightSource src(cfg, 1234);
   trainer.load_weights(src);
   trainer.set_validation(ds);
   const auto packed = trainer.evaluate();
@@ -302,6 +302,39 @@ TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
   EXPECT_GT((masked - plain).abs().max().item<double>(), 1e-3);
 }
 
+// Every family of the registry trains under full_shard like the single process: Llama 3 (tied
+// embedding: one tensor of the root unit, gradients of the lookup and the head summed; llama3 RoPE
+// scaling) and Mistral (sliding window 32 < seq_len 48).
+class FamilyEquivalence : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyEquivalence, MatchesSingleProcessReference) {
+  const auto cfg = model::ModelConfig::preset(GetParam());
+  const int W = world_groups().world->size();
+  auto t = test_train_options();
+  t.seq_len = 48;
+  fsdp::Options fo;
+  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+  launcher::InitWeightSource src(cfg, 1234);
+  trainer.load_weights(src);
+  std::vector<double> losses;
+  for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
+  const Reference ref = reference_run(cfg, t, W, test_dataset(t.seq_len));
+  const std::string what = GetParam() + " W=" + std::to_string(W);
+  ASSERT_EQ(losses.size(), ref.losses.size());
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
+  auto got = gather_all(trainer.engine());
+  expect_close(got, ref.params, 1e-5, what);
+  if (cfg.tie_word_embeddings) {
+    EXPECT_EQ(got.count("lm_head.weight"), 0u) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyEquivalence, ::testing::Values("tiny-llama3", "tiny-mistral"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return i.param == "tiny-llama3" ? std::string("llama3") : std::string("mistral");
+                         });
+
 // Under full_shard, the number of decoder layers whose gathered parameters are alive at any moment
 // of forward and backward never exceeds fsdp.limit_all_gathers (measured on the live storage).
 TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
@@ -313,7 +346,7 @@ TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
     fsdp::Options fo;
     fo.strategy = fsdp::Strategy::FullShard;
     fo.limit_all_gathers = limit;
-    auto lm = launcher::make_llama_lm(cfg);
+    auto lm = launcher::make_causal_lm(cfg);
     int64_t max_live = 0;
     fsdp::Engine* eng = nullptr;
     auto inner = lm.layer;
@@ -325,7 +358,7 @@ TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
     };
     train::Trainer trainer(lm, world_groups(), fo, t, test_dataset(t.seq_len), {});
     eng = &trainer.engine();
-    launcher::InitWeightSource src(1234);
+    launcher::InitWeightSource src(cfg, 1234);
     trainer.load_weights(src);
     trainer.train_step();
     EXPECT_LE(max_live, limit) << "limit " << limit;
@@ -348,8 +381,8 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
   std::vector<double> straight;
   std::map<std::string, torch::Tensor> straight_params;
   {
-    train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(1234);
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+    launcher::InitWeightSource src(cfg, 1234);
     tr.load_weights(src);
     for (int s = 0; s < 10; ++s) straight.push_back(tr.train_step().loss);
     straight_params = gather_all(tr.engine());
@@ -358,14 +391,14 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
   t2.checkpoint_dir = dir;
   std::vector<double> resumed;
   {
-    train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(1234);
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
+    launcher::InitWeightSource src(cfg, 1234);
     tr.load_weights(src);
     for (int s = 0; s < 5; ++s) resumed.push_back(tr.train_step().loss);
     tr.save_checkpoint();
   }
   {
-    train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
     std::string latest = checkpoint::latest(dir);
     ASSERT_FALSE(latest.empty());
     EXPECT_EQ(tr.resume(latest), 5);
@@ -403,8 +436,8 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
     fo.activation_checkpointing = ac;
     std::vector<double> cpu_losses, gpu_losses;
     {
-      train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-      launcher::InitWeightSource src(1234);
+      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+      launcher::InitWeightSource src(cfg, 1234);
       tr.load_weights(src);
       for (int s = 0; s < t.steps; ++s) cpu_losses.push_back(tr.train_step().loss);
     }
@@ -414,8 +447,8 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
       fg.device = gpu;
       auto tg = t;
       tg.checkpoint_dir = dir;
-      train::Trainer tr(launcher::make_llama_lm(cfg), nccl, fg, tg, test_dataset(t.seq_len), {}, world_groups());
-      launcher::InitWeightSource src(1234);
+      train::Trainer tr(launcher::make_causal_lm(cfg), nccl, fg, tg, test_dataset(t.seq_len), {}, world_groups());
+      launcher::InitWeightSource src(cfg, 1234);
       tr.load_weights(src);
       for (auto& sh : tr.engine().shards()) ASSERT_EQ(sh.master.device(), gpu);
       for (int s = 0; s < t.steps; ++s) {
@@ -430,7 +463,7 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
     for (int s = 0; s < t.steps; ++s)
       EXPECT_NEAR(gpu_losses[s], cpu_losses[s], 1e-4 * std::abs(cpu_losses[s])) << "step " << s << (ac ? " +AC" : "");
     {
-      train::Trainer tr(launcher::make_llama_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
       EXPECT_EQ(tr.resume(checkpoint::latest(dir)), t.steps);
       for (auto& [name, p] : gather_all(tr.engine())) EXPECT_TRUE(torch::equal(p, gpu_params.at(name))) << name;
     }

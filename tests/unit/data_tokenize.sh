@@ -7,7 +7,7 @@ set -u
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
 
 # u32/u64 little-endian field of a file at a byte offset.
 field() { od -An -t "u$3" -j "$2" -N "$3" --endian=little "$1" | tr -d ' '; }

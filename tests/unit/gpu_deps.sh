@@ -53,7 +53,7 @@ check "both ranks use the carried libmpi with MPI_THREAD_MULTIPLE" $? "$(cat "$T
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S "$SRC" -B "$T/build" "${GEN[@]}" "${CMAKE_DEPS[@]}" >"$T/cmake.log" 2>&1
 check "Tessera configures against the root" $? "$(grep -A3 'CMake Error' "$T/cmake.log" | head -8)"
-for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR; do
+for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR PCRE2_INCLUDE_DIR PCRE2_LIBRARY; do
   val=$(grep -E "^$var:" "$T/build/CMakeCache.txt" | cut -d= -f2-)
   [[ $val == "$T/root/"* ]]
   check "$var from the root" $? "($val)"

@@ -1,4 +1,5 @@
-// Glue between model/ (Llama 2) and runtime/ (FSDP, training): the only place that knows both.
+// Glue between model/ (the family registry, model/registry.h) and runtime/ (FSDP, training): the
+// only place that knows both. Nothing here names a family: everything comes from ModelConfig::spec().
 #pragma once
 #include <memory>
 #include <string>
@@ -13,19 +14,21 @@ class ModelDir;
 
 namespace tessera::launcher {
 
-// A Llama built on the meta device (no memory), described to the runtime as a causal LM: unit 0
-// holds the embeddings, final norm and lm_head; unit i+1 is decoder layer i.
-train::CausalLm make_llama_lm(const model::LlamaConfig& cfg);
+// The model of `cfg`'s family built on the meta device (no memory), described to the runtime as a
+// causal LM: unit 0 is the family's root (embeddings, final norm, head; a tied embedding is one
+// tensor there), unit i+1 is decoder layer i; decay rule and FLOPs from the family.
+train::CausalLm make_causal_lm(const model::ModelConfig& cfg);
 
-// Weights from the Llama initialisation (seed): every rank generates only the parameters of the
+// Weights from the family's initialisation (seed): every rank generates only the parameters of the
 // unit being loaded, one parameter at a time, identical on every rank and world size.
 class InitWeightSource : public fsdp::WeightSource {
  public:
-  explicit InitWeightSource(uint64_t seed) : seed_(seed) {}
+  InitWeightSource(const model::ModelConfig& cfg, uint64_t seed) : spec_(&cfg.spec()), seed_(seed) {}
   void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
             float* dst) override;
 
  private:
+  const model::ModelSpec* spec_;
   uint64_t seed_;
   std::string cached_name_;
   at::Tensor cached_;
