@@ -49,7 +49,7 @@ void print_read_warnings(const data::ReadStats& s, const std::string& what) {
 
 }  // namespace
 
-DataSetup setup_data(const Config& cfg, const model::LlamaConfig& mc, std::unique_ptr<data::Tokenizer> tokenizer,
+DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, std::unique_ptr<data::Tokenizer> tokenizer,
                      bool print_warnings) {
   DataSetup d;
   d.tokenizer = std::move(tokenizer);
