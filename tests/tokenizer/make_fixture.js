@@ -179,8 +179,16 @@ function writeTokenFile(file, ids) {
   fs.writeFileSync(file, buf);
 }
 
+// The ids of a token file (runtime/data/token_file.h): version 2, what `tessera tokenize` writes
+// (u64 count at 16, u32 words from 32 with the id in bits 0-30), or version 1, expected.bin's.
 function readTokenFile(file) {
   const buf = fs.readFileSync(file);
+  const magic = buf.toString("latin1", 0, 8);
+  if (magic === "TSRTOK2\0") {
+    const n = Number(buf.readBigUInt64LE(16));
+    return Array.from({ length: n }, (_, i) => buf.readUInt32LE(32 + 4 * i) & 0x7fffffff);
+  }
+  if (magic !== "TSRTOK1\0") throw new Error(`${file}: not a token file`);
   const n = Number(buf.readBigUInt64LE(12));
   return Array.from({ length: n }, (_, i) => buf.readInt32LE(20 + 4 * i));
 }

@@ -11,11 +11,10 @@ BIN=${TESSERA_BIN:?}/tessera
 SRC=${TESSERA_SRC:?}
 FIX=$SRC/tests/tokenizer/make_fixture.js
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
 command -v node >/dev/null || fail "node is not installed (scripts/deps.sh installs nodejs)"
 [ -f "$SRC/tests/tokenizer/node_modules/js-tiktoken/package.json" ] ||
   fail "js-tiktoken is not installed in tests/tokenizer/node_modules (run scripts/deps.sh)"
-pass=0
 node "$FIX" make "$T/fx" "$SRC" || fail "make_fixture.js make"
 start=$(date +%s%N)
 "$BIN" tokenize --input "$T/fx/corpus.jsonl" --tokenizer "$T/fx/tokenizer.json" --out "$T/got.bin" ||
