@@ -589,6 +589,53 @@ TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOne) {
   expect_close(plain.narrow(1, 0, 5), packed.narrow(1, 0, 5), 1e-5, "the first document is the same either way");
 }
 
+// The same with the other families' features inside a packed row: llama3 RoPE scaling and a tied
+// head (tiny-llama3), and Mistral's sliding window, narrowed to 3 so that it cuts into every
+// document (window and document mask together).
+TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOneForEveryFamily) {
+  auto mistral = ModelConfig::preset("tiny-mistral");
+  mistral.sliding_window = 3;
+  for (const auto& cfg : {ModelConfig::preset("tiny-llama3"), mistral}) {
+    Llama m = random_model(cfg, 12);
+    torch::NoGradGuard g;
+    const std::vector<std::vector<int64_t>> docs = {{3, 7, 1, 9, 4}, {11, 2, 2, 30, 5, 6, 8}, {1, 36, 12}};
+    std::vector<int64_t> row, pos, doc;
+    for (size_t d = 0; d < docs.size(); ++d)
+      for (size_t i = 0; i < docs[d].size(); ++i) row.push_back(docs[d][i]), pos.push_back(i), doc.push_back(d);
+    auto as_row = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).unsqueeze(0); };
+    auto packed = m->forward(as_row(row), TokenLayout{as_row(pos), as_row(doc)});
+    int64_t at = 0;
+    for (const auto& d : docs) {
+      const int64_t len = static_cast<int64_t>(d.size());
+      // fp32 rounding of the larger matmuls (hidden 128, weights N(0, 0.3)): relative to the logits
+      expect_close(packed.narrow(1, at, len), m->forward(as_row(d)), 1e-5 * packed.abs().max().item<double>(),
+                   cfg.spec().family() + " document logits");
+      at += len;
+    }
+    if (cfg.sliding_window > 0) {  // the window is applied in the packed row: without it the logits differ
+      auto wide_cfg = cfg;
+      wide_cfg.sliding_window = 0;
+      Llama wide = random_model(wide_cfg, 12);
+      auto wide_packed = wide->forward(as_row(row), TokenLayout{as_row(pos), as_row(doc)});
+      EXPECT_GT((wide_packed - packed).abs().max().item<double>(), 1e-3);
+    }
+  }
+}
+
+TEST(LlamaPacking, RotaryAtPositionsKeepsTheLlama3Scaling) {
+  const RopeScaling scaling{"llama3", 8.0, 1.0, 4.0, 4};
+  auto pos = torch::tensor(std::vector<int64_t>{0, 3, 1, 2, 0, 5}).view({2, 3});
+  auto [cos, sin] = ops::rotary_tables_at(pos, 8, 500000.0, torch::kFloat32, scaling);
+  auto [tc, ts] = ops::rotary_tables(6, 8, 500000.0, torch::kFloat32, torch::kCPU, scaling);
+  auto [plain_c, plain_s] = ops::rotary_tables(6, 8, 500000.0, torch::kFloat32, torch::kCPU);
+  ASSERT_FALSE(tc.equal(plain_c));  // the scaling changes these angles
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 3; ++t) {
+      EXPECT_TRUE(cos[b][0][t].equal(tc[pos[b][t].item<int64_t>()]));
+      EXPECT_TRUE(sin[b][0][t].equal(ts[pos[b][t].item<int64_t>()]));
+    }
+}
+
 // ---------------------------------------------------------------- initialisation
 
 TEST(LlamaInit, NormalStd002NormsOneDeterministicPerName) {
