@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A Hugging Face tokenizer.json through the real CLI: `tessera tokenize` ids derived by hand for a
 # small byte-level BPE (special tokens in the text, BOS/EOS from tokenizer_config.json), `train` on
-# a Llama 3 model with it, and bad input: a tokenizer whose vocabulary exceeds the model's, and
-# tokenizer.json files of unsupported kinds (WordPiece, a Metaspace pre-tokenizer) -> one line
-# naming the file and the field, exit 2, alone and under mpirun.
+# a Llama 3 model with it (also a model directory holding its tokenizer.json, found by an empty
+# data.tokenizer and opened by every rank under mpirun), and bad input: a tokenizer whose
+# vocabulary exceeds the model's, and tokenizer.json files of unsupported kinds (WordPiece, a
+# Metaspace pre-tokenizer) -> one line naming the file and the field, exit 2, alone and under mpirun.
 set -uo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -64,7 +65,16 @@ $BIN train --set model.preset=tiny-llama3 --set data.tokenizer="$T/tok" --set da
   --set log.every=100 > "$T/train.log" 2>&1 || { cat "$T/train.log"; fail "train with tokenizer.json"; }
 ok "train tiny-llama3 with tokenizer.json"
 
-# 3. bad input.
+# 3. a model directory with its own tokenizer.json: an empty data.tokenizer finds it, and under
+#    mpirun with model.load=rank0 (the default) every rank opens it (only a tokenizer.model is
+#    broadcast from rank 0).
+$BIN init-model --preset tiny-llama3 --out "$T/m3" > /dev/null || fail "init-model tiny-llama3"
+cp "$T/tok/tokenizer.json" "$T/tok/tokenizer_config.json" "$T/m3/"
+"${MPIRUN[@]}" -np 2 $BIN train --set model.path="$T/m3" --set data.seq_len=32 --set train.steps=2 --set log.every=100 \
+  --set log.dir="$T/m3log" --set checkpoint.dir="$T/m3ck" > "$T/m3.log" 2>&1 || { cat "$T/m3.log"; fail "train a model directory holding tokenizer.json"; }
+check "the model directory's tokenizer.json is used" grep -q "tokenizer bpe:$T/m3/tokenizer.json" "$T/m3.log"
+
+# 4. bad input.
 expect_error 2 "tokenizer bpe:$T/big/tokenizer.json has a vocab of 128256 tokens, more than the model's vocab_size 320 (preset tiny-llama3)" \
   $BIN train --set model.preset=tiny-llama3 --set data.tokenizer="$T/big" --set checkpoint.dir="$T/ck1"
 expect_error 2 "more than the model's vocab_size 320" \
