@@ -553,19 +553,28 @@ TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {
     }
 }
 
+namespace {
+// Three documents packed into one row [1, 15]: their tokens, positions restarting at 0 for each,
+// and document ids (the layout the data pipeline gives the model).
+const std::vector<std::vector<int64_t>> kPackedDocs = {{3, 7, 1, 9, 4}, {11, 2, 2, 30, 5, 6, 8}, {1, 36, 12}};
+torch::Tensor as_row(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).unsqueeze(0); }
+std::pair<torch::Tensor, TokenLayout> packed_row(const std::vector<std::vector<int64_t>>& docs) {
+  std::vector<int64_t> row, pos, doc;
+  for (size_t d = 0; d < docs.size(); ++d)
+    for (size_t i = 0; i < docs[d].size(); ++i) row.push_back(docs[d][i]), pos.push_back(i), doc.push_back(d);
+  return {as_row(row), TokenLayout{as_row(pos), as_row(doc)}};
+}
+}  // namespace
+
 // Documents packed into one row (positions restarting at 0, attention within each document) give
 // exactly the logits, and so the loss, of each document evaluated alone.
 TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOne) {
   auto cfg = small_cfg(4, 2);
   Llama m = random_model(cfg, 11);
   torch::NoGradGuard g;
-  const std::vector<std::vector<int64_t>> docs = {{3, 7, 1, 9, 4}, {11, 2, 2, 30, 5, 6, 8}, {1, 36, 12}};
-  std::vector<int64_t> row, pos, doc;
-  for (size_t d = 0; d < docs.size(); ++d)
-    for (size_t i = 0; i < docs[d].size(); ++i) row.push_back(docs[d][i]), pos.push_back(i), doc.push_back(d);
-  auto as_row = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).unsqueeze(0); };
-  TokenLayout layout{as_row(pos), as_row(doc)};
-  auto packed = m->forward(as_row(row), layout);
+  const auto& docs = kPackedDocs;
+  const auto [row, layout] = packed_row(docs);
+  auto packed = m->forward(row, layout);
   double packed_sum = 0, alone_sum = 0;
   int64_t at = 0, n = 0;
   for (const auto& d : docs) {
@@ -584,7 +593,7 @@ TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOne) {
   }
   EXPECT_NEAR(packed_sum / n, alone_sum / n, 1e-5);
   // Plain causal attention over the same row (no layout) lets documents see each other.
-  auto plain = m->forward(as_row(row));
+  auto plain = m->forward(row);
   EXPECT_GT((plain.narrow(1, 5, 7) - packed.narrow(1, 5, 7)).abs().max().item<double>(), 1e-3);
   expect_close(plain.narrow(1, 0, 5), packed.narrow(1, 0, 5), 1e-5, "the first document is the same either way");
 }
@@ -598,12 +607,9 @@ TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOneForEveryFamily) {
   for (const auto& cfg : {ModelConfig::preset("tiny-llama3"), mistral}) {
     Llama m = random_model(cfg, 12);
     torch::NoGradGuard g;
-    const std::vector<std::vector<int64_t>> docs = {{3, 7, 1, 9, 4}, {11, 2, 2, 30, 5, 6, 8}, {1, 36, 12}};
-    std::vector<int64_t> row, pos, doc;
-    for (size_t d = 0; d < docs.size(); ++d)
-      for (size_t i = 0; i < docs[d].size(); ++i) row.push_back(docs[d][i]), pos.push_back(i), doc.push_back(d);
-    auto as_row = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).unsqueeze(0); };
-    auto packed = m->forward(as_row(row), TokenLayout{as_row(pos), as_row(doc)});
+    const auto& docs = kPackedDocs;
+    const auto [row, layout] = packed_row(docs);
+    auto packed = m->forward(row, layout);
     int64_t at = 0;
     for (const auto& d : docs) {
       const int64_t len = static_cast<int64_t>(d.size());
@@ -616,7 +622,7 @@ TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOneForEveryFamily) {
       auto wide_cfg = cfg;
       wide_cfg.sliding_window = 0;
       Llama wide = random_model(wide_cfg, 12);
-      auto wide_packed = wide->forward(as_row(row), TokenLayout{as_row(pos), as_row(doc)});
+      auto wide_packed = wide->forward(row, layout);
       EXPECT_GT((wide_packed - packed).abs().max().item<double>(), 1e-3);
     }
   }
