@@ -5,6 +5,7 @@
 
 #include "launcher/cli.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::launcher {
 
@@ -143,7 +144,7 @@ json& slot(json& root, const std::string& key) {
 
 json parse_json_text(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return util::parse_json(text);
   } catch (const json::parse_error& e) {
     size_t line = 1, col = 1, byte = std::min<size_t>(e.byte, text.size());
     for (size_t i = 0; i + 1 < byte; ++i) {
@@ -191,7 +192,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
       v = text;
     } else {
       try {
-        v = nlohmann::json::parse(text);
+        v = util::parse_json(text);
       } catch (const nlohmann::json::parse_error&) {
         v = text;
       }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::data {
 
@@ -101,7 +102,7 @@ std::vector<Segment> jsonl_segments(const std::string& path, const std::string& 
     const std::string where = path + ":" + std::to_string(line_no);
     nlohmann::json record;
     try {
-      record = nlohmann::json::parse(line);
+      record = util::parse_json(line);
     } catch (const nlohmann::json::exception& e) {
       throw TESSERA_INPUT_ERROR(where + ": invalid JSON: " + e.what());
     }
