@@ -170,3 +170,55 @@ TEST(FuzzFindings, OverlappingSlicesAreAnInputErrorWhenStreamed) {
   for (const auto& q : r.requests(*r.find("b", "param"), 0, 1, b)) reqs.push_back(q);
   EXPECT_INPUT_ERROR(r.stream_file(0, reqs), file, "belong to two tensor slices");
 }
+
+// The header's byte check multiplies with saturation, so [2^32, 2^32, 0] (0 bytes) passed it, and
+// every later numel() overflowed int64 (UBSan: signed integer overflow).
+TEST(FuzzFindings, SafetensorsShapeWhoseElementCountOverflowsIsRefused) {
+  TempDir d;
+  const std::string st = d.write("model.safetensors",
+                                 safetensors_bytes("{\"z\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 0], "
+                                                   "\"data_offsets\": [0, 0]}}", ""));
+  EXPECT_INPUT_ERROR(model::SafetensorsFile{st}, st, "tensor 'z'", "more than 2^63 elements");
+  // A zero dimension first is an ordinary empty tensor.
+  const std::string ok = d.write("ok.safetensors",
+                                 safetensors_bytes("{\"z\": {\"dtype\": \"F32\", \"shape\": [0, 4294967296, 4294967296], "
+                                                   "\"data_offsets\": [0, 0]}}", ""));
+  EXPECT_EQ(model::SafetensorsFile(ok).entry("z").numel(), 0);
+}
+
+// config.json sizes: hidden_size 2^31 (and vocab 2^62, intermediate 2^63-1) made LibTorch throw
+// c10::Error "Storage size calculation overflowed" while ModelDir::validate built the meta model,
+// and num_hidden_layers 10^9 hung there. Now ModelErrors naming the keys.
+TEST(FuzzFindings, ConfigSizesBeyondAnyLlamaAreRefused) {
+  auto cfg = [](const std::string& key, const nlohmann::json& value) {
+    nlohmann::json j = model::LlamaConfig::preset("tiny").to_json();
+    j[key] = value;
+    return j;
+  };
+  EXPECT_INPUT_ERROR(model::LlamaConfig::from_json(cfg("num_hidden_layers", 1000000000), "c.json"), "c.json",
+                     "'num_hidden_layers' 1000000000 is more than 1024");
+  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
+           {"hidden_size", int64_t(1) << 31}, {"vocab_size", int64_t(1) << 62}, {"intermediate_size", INT64_MAX}})
+    EXPECT_INPUT_ERROR(model::LlamaConfig::from_json(cfg(key, value), "c.json"), "c.json", "more than 2^50");
+  // The largest presets are far inside the limits.
+  EXPECT_NO_THROW(model::LlamaConfig::preset("llama2-70b").validate());
+}
+
+// A --set value is a shell argument, which (unlike a JSON file) can hold invalid UTF-8: the error
+// message's dump() of it threw nlohmann type_error 316 instead of a config error, and an accepted
+// string would have made the checkpoint manifest's dump() throw at the first save.
+TEST(FuzzFindings, SetValueThatIsNotUtf8IsAnInputError) {
+  EXPECT_INPUT_ERROR(launcher::Config::load("", {"model.path=/data/\xe9t\xe9"}), "--set model.path", "not valid UTF-8");
+  EXPECT_INPUT_ERROR(launcher::Config::load("", {"train.lr=[\xff"}), "--set train.lr", "not valid UTF-8");
+  EXPECT_EQ(launcher::Config::load("", {"model.path=/data/\xc3\xa9t\xc3\xa9"}).get_string("model.path"), "/data/\xc3\xa9t\xc3\xa9");
+}
+
+// 1e400 parses as JSON syntax but overflows a double: nlohmann throws out_of_range 406, which the
+// config reader did not catch (it caught parse_error only), so `tessera train` printed nlohmann's
+// message without the file and exited 1.
+TEST(FuzzFindings, NumberOutOfRangeInConfigIsAnInputErrorNamingTheFile) {
+  TempDir d;
+  const std::string cfg = d.write("run.json", "{\"train\": {\"lr\": 1e400}}");
+  EXPECT_INPUT_ERROR(launcher::Config::load(cfg), cfg + ": invalid JSON", "number overflow");
+  EXPECT_INPUT_ERROR(launcher::Config::load("", {"train.lr=1e400"}), "--set", "'train.lr' must be float");
+}
