@@ -3,7 +3,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libsentencepiece-dev sentencepiece libgtest-dev
-      libopenblas0-openmp libgloo-dev slurm-wlm munge base-files)
+      libopenblas0-openmp libgloo-dev slurm-wlm munge base-files
+      clang libclang-rt-14-dev)  # clang + libFuzzer/ASan runtime: ctest sanitize.fuzz_replay (tests/fuzz)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
