@@ -6,6 +6,7 @@
 #include "launcher/cli.h"
 #include "model/config.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::launcher {
 
@@ -153,7 +154,7 @@ json& slot(json& root, const std::string& key) {
 
 json parse_json_text(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return util::parse_json(text);
   } catch (const json::parse_error& e) {
     size_t line = 1, col = 1, byte = std::min<size_t>(e.byte, text.size());
     for (size_t i = 0; i + 1 < byte; ++i) {
@@ -165,6 +166,8 @@ json parse_json_text(const std::string& text, const std::string& source) {
     if (p != std::string::npos) reason = reason.substr(p);
     throw TESSERA_INPUT_ERROR(source + ":" + std::to_string(line) + ":" + std::to_string(col) +
                               ": invalid JSON: " + reason);
+  } catch (const json::exception& e) {  // e.g. out_of_range 406 for 1e400 (found by fuzzing)
+    throw TESSERA_INPUT_ERROR(source + ": invalid JSON: " + e.what());
   }
 }
 
@@ -201,10 +204,17 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
       v = text;
     } else {
       try {
-        v = nlohmann::json::parse(text);
-      } catch (const nlohmann::json::parse_error&) {
+        v = util::parse_json(text);
+      } catch (const nlohmann::json::exception&) {  // not JSON, or a number out of range (1e400)
         v = text;
       }
+    }
+    // A JSON file cannot hold invalid UTF-8, but a shell argument can: every later dump() of the
+    // config (error messages, the checkpoint manifest) would throw json type_error 316 (found by fuzzing).
+    try {
+      (void)v.dump();
+    } catch (const nlohmann::json::type_error&) {
+      throw TESSERA_INPUT_ERROR("--set " + key + ": the value is not valid UTF-8");
     }
     slot(c.j_, key) = check_value(*k, v, "--set");
   }

@@ -1,9 +1,11 @@
 #include "model/config.h"
 
+#include <cstdio>
 #include <fstream>
 
 #include "model/errors.h"
 #include "model/registry.h"
+#include "util/json.h"
 
 namespace tessera::model {
 
@@ -171,7 +173,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
   if (!in) throw ModelError(path + ": cannot open config file");
   nlohmann::json j;
   try {
-    in >> j;
+    j = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
   } catch (const nlohmann::json::exception& e) {
     throw ModelError(path + ": invalid JSON: " + e.what());
   }
@@ -215,6 +217,21 @@ void ModelConfig::validate(const std::string& src) const {
   if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16")
     throw ModelError(src + ": torch_dtype '" + torch_dtype + "' is not supported (float32, bfloat16, float16)");
   spec().validate(*this, src);
+  // Found by fuzzing model directories (tests/fuzz): sizes whose tensors overflow int64 made LibTorch
+  // throw "Storage size calculation overflowed" instead of naming the keys, and 10^9 layers hung
+  // building the meta-device model. Both limits are far beyond any Llama (405B: 126 layers, 2^39
+  // parameters). The count is num_parameters()'s, in double so that it cannot overflow.
+  if (num_hidden_layers > 1024)
+    throw ModelError(src + ": 'num_hidden_layers' " + std::to_string(num_hidden_layers) + " is more than 1024");
+  const double h = double(hidden_size);
+  const double params = double(vocab_size) * h * 2 +
+                        double(num_hidden_layers) * (4 * h * h + 3 * h * double(intermediate_size) + 2 * h) + h;
+  if (params > 0x1p50) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", params);
+    throw ModelError(src + ": vocab_size, hidden_size, intermediate_size and num_hidden_layers describe " + count +
+                     " parameters, more than 2^50");
+  }
 }
 
 }  // namespace tessera::model

@@ -1,5 +1,6 @@
 #include "model/safetensors.h"
 
+#include "util/json.h"
 #include "util/widen.h"
 
 #include <c10/util/BFloat16.h>
@@ -167,7 +168,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                        std::to_string(size_ - 8) + " bytes after the length field");
     nlohmann::json header;
     try {
-      header = nlohmann::json::parse(map_ + 8, map_ + 8 + n);
+      header = util::parse_json(std::string_view(reinterpret_cast<const char*>(map_) + 8, n));
     } catch (const nlohmann::json::exception& e) {
       throw ModelError(path + ": header is not valid JSON: " + e.what());
     }
@@ -190,9 +191,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       Entry e;
       e.dtype = dtype_from_name(v["dtype"].get<std::string>(), ctx);
       unsigned __int128 bytes = element_size(e.dtype);
+      int64_t elems = 1;  // numel() multiplies in this order: a zero dimension after [2^32, 2^32] came too late
       for (const auto& d : v["shape"]) {
         if (!d.is_number_integer() || d.get<int64_t>() < 0)
           throw ModelError(ctx + ": shape " + v["shape"].dump() + " has an invalid dimension");
+        if (d.get<int64_t>() != 0 && elems > INT64_MAX / d.get<int64_t>())
+          throw ModelError(ctx + ": shape " + v["shape"].dump() + " has more than 2^63 elements");
+        elems *= d.get<int64_t>();
         e.shape.push_back(d.get<int64_t>());
         bytes *= (uint64_t)e.shape.back();
         if (bytes > size_) bytes = (unsigned __int128)size_ + 1;  // saturate: cannot fit anyway
@@ -319,7 +324,7 @@ ModelDir::ModelDir(const std::string& dir) : dir_(dir) {
     nlohmann::json j;
     try {
       std::ifstream in(index);
-      in >> j;
+      j = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
     } catch (const nlohmann::json::exception& e) {
       throw ModelError(index + ": invalid JSON: " + e.what());
     }

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
       libopenblas0-openmp libgloo-dev slurm-wlm munge base-files python3-yaml chromium time
-      python3-torch libpcre2-dev nodejs)
+      python3-torch libpcre2-dev nodejs
+      clang libclang-rt-14-dev)  # clang + libFuzzer/ASan runtime: ctest sanitize.fuzz_replay (tests/fuzz)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::data {
 
@@ -143,7 +144,7 @@ void read_jsonl(const std::string& file, const Tokenizer& tok, const ChatTemplat
         r.line = batch[i].first;
         nlohmann::json record;
         try {
-          record = nlohmann::json::parse(batch[i].second);
+          record = util::parse_json(batch[i].second);
         } catch (const nlohmann::json::exception& ex) {
           std::string what = ex.what();
           const size_t p = what.find("parse error");
