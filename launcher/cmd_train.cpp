@@ -218,7 +218,8 @@ int run_train(const std::vector<std::string>& args) {
               << dataset->num_sequences() << " sequences of " << topts.seq_len << ")" << std::endl;
   }
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
-  // one rank is an error of that rank (it aborts the world; no rank waits in a collective).
+  // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
+  // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
   const comm::ProcessGroups groups = device_groups(b, device);
   train::Trainer trainer(make_llama_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
   if (!resume_dir.empty()) {
