@@ -329,11 +329,27 @@ fi
 export TESSERA_TEST_SRC=$SRC
 nccl_line() { grep -m1 -E 'NCCL version [0-9]' "$LOGS/$1.log" | sed 's/^.*NCCL version/NCCL version/'; }
 
-if ! wanted conformance; then
-  skip conformance "not selected (TESSERA_GPU_STEPS)"
-elif ((!BUILT)); then
-  skip conformance "not built"
-else
+# can_run NAME: true when step NAME is selected and the binaries exist; else records why it is skipped.
+can_run() {
+  if ! wanted "$1"; then
+    skip "$1" "not selected (TESSERA_GPU_STEPS)"
+  elif ((!BUILT)); then
+    skip "$1" "not built"
+  else
+    return 0
+  fi
+  return 1
+}
+# gtest_verdict STEP TEST MEANING: says whether gtest TEST passed in STEP's log, and what that shows.
+gtest_verdict() {
+  if grep -q "OK \] $2" "$LOGS/$1.log"; then
+    say "  $2 PASSED: $3"
+  else
+    say "  NOTE: $2 did not pass: $(grep -m1 -E '^\[  (SKIPPED|FAILED) ' "$LOGS/$1.log" || echo 'see the log')"
+  fi
+}
+
+if can_run conformance; then
   step conformance 60 "${NP1[@]}" "$BUILD/bin/test_comm_conformance"
   if [[ -n $(nccl_line conformance) ]]; then
     say "  NCCL initialised ($(nccl_line conformance)): the nccl communicator is part of the conformance suite"
@@ -341,39 +357,20 @@ else
     say "  NOTE: no 'NCCL version' line (NCCL_DEBUG=VERSION) in the conformance log: NCCL was not exercised"
   fi
 fi
-
-if ! wanted fsdp_train; then
-  skip fsdp_train "not selected (TESSERA_GPU_STEPS)"
-elif ((!BUILT)); then
-  skip fsdp_train "not built"
-else
+if can_run fsdp_train; then
   step fsdp_train 90 "${NP1[@]}" "$BUILD/bin/test_fsdp_train"
   say "  NOTE: test_fsdp_train checks FSDP against a single-process LibTorch reference on CPU tensors;"
-  if grep -q 'OK \] FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost' "$LOGS/fsdp_train.log"; then
-    say "  FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost PASSED: FSDP on the GPU over NCCL matches the CPU run"
-  else
-    say "  NOTE: FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost did not pass (skipped or failed; see the log)"
-  fi
+  gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
 fi
-
-if ! wanted nccl_timeout; then
-  skip nccl_timeout "not selected (TESSERA_GPU_STEPS)"
-elif ((!BUILT)); then
-  skip nccl_timeout "not built"
-else
+if can_run nccl_timeout; then
   step nccl_timeout 60 "${NP1[@]}" "$BUILD/bin/test_nccl_timeout"
-  if grep -q 'OK \] NcclWatchdog.StalledCollectiveTimesOutWithOneLineError' "$LOGS/nccl_timeout.log"; then
-    say "  NcclWatchdog.StalledCollectiveTimesOutWithOneLineError PASSED: a stalled NCCL collective ended in a one-line Timeout within 2 s + slack"
-  else
-    say "  NOTE: NcclWatchdog.StalledCollectiveTimesOutWithOneLineError did not pass: $(grep -m1 -E 'SKIPPED|FAILED' "$LOGS/nccl_timeout.log" || echo 'see the log')"
-  fi
+  gtest_verdict nccl_timeout NcclWatchdog.StalledCollectiveTimesOutWithOneLineError \
+    "a stalled NCCL collective ended in a one-line Timeout within 2 s + slack"
 fi
 
 # ---- nccl_stall: one of two GPU ranks stopped ------------------------------------------------------
-if ! wanted nccl_stall; then
-  skip nccl_stall "not selected (TESSERA_GPU_STEPS)"
-elif ((!BUILT)); then
-  skip nccl_stall "not built"
+if ! can_run nccl_stall; then
+  :
 elif ((GPUS < 2)); then
   skip nccl_stall "needs 2 GPUs (NCCL refuses two ranks on one GPU); $GPUS visible"
 else

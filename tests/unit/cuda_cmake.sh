@@ -7,13 +7,10 @@
 # machine's own CUDA is not seen. A CUDA LibTorch is stood in for by the target its config defines.
 set -uo pipefail
 SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-check() {  # check NAME CONDITION-STATUS [detail]
-  if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1 ${3:-}"; fail=1; fi
-}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
 
-# fake_cuda DIR PIECE...: a CUDA tree with the named pieces (nccl, cudart)
+# fake_cuda DIR PIECE...: a CUDA tree with the named pieces (nccl, cudart, cudart-headers)
 fake_cuda() {
   local root=$1/usr/local/cuda
   shift
@@ -22,12 +19,12 @@ fake_cuda() {
     case $piece in
       nccl) touch "$root/include/nccl.h" "$root/lib64/libnccl.so" ;;
       cudart) touch "$root/include/cuda_runtime_api.h" "$root/lib64/libcudart.so" ;;
+      cudart-headers) touch "$root/include/cuda_runtime_api.h" ;;
     esac
   done
 }
 fake_cuda "$T/full" nccl cudart
-fake_cuda "$T/no-cudart" nccl
-touch "$T/no-cudart/usr/local/cuda/include/cuda_runtime_api.h"  # headers present, library missing
+fake_cuda "$T/no-cudart" nccl cudart-headers  # headers present, library missing
 fake_cuda "$T/no-nccl" cudart
 
 mkdir -p "$T/probe"
@@ -40,40 +37,31 @@ endif()
 include($SRC/cmake/cuda_nccl.cmake)
 CMAKE
 
-# probe NAME WITH_CUDA TORCH_CUDA TREE: configures; log in $T/NAME.log, exit status returned
-probe() {
-  env -u CUDA_HOME -u NCCL_HOME cmake -S "$T/probe" -B "$T/build-$1" -DTESSERA_WITH_CUDA="$2" -DPROBE_TORCH_CUDA="$3" \
+# expect DESCRIPTION WITH_CUDA TORCH_CUDA TREE OUTCOME TEXT: configures the probe on the fake TREE;
+# the configure must end as OUTCOME (ok or error) and its output, whitespace-normalised (CMake wraps
+# long errors), must hold TEXT.
+failures=0 n=0
+expect() {
+  local log=$T/$((++n)).log rc
+  env -u CUDA_HOME -u NCCL_HOME cmake -S "$T/probe" -B "$T/build-$n" -DTESSERA_WITH_CUDA="$2" -DPROBE_TORCH_CUDA="$3" \
     -DCMAKE_FIND_ROOT_PATH="$T/$4" -DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY -DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY \
-    >"$T/$1.log" 2>&1
+    >"$log" 2>&1
+  rc=$?
+  if [[ ($5 == ok && $rc -eq 0) || ($5 == error && $rc -ne 0) ]] && tr -s ' \n' ' ' <"$log" | grep -qF -- "$6"; then
+    echo "ok   $1"
+  else
+    echo "FAIL $1 (exit $rc; wanted $5 and: $6)"
+    grep -E -A3 'Tessera:|CMake Error' "$log" | head -8
+    failures=1
+  fi
 }
-says() { tr -s ' \n' ' ' <"$T/$1.log" | grep -qF -- "$2"; }  # says NAME TEXT (CMake wraps long errors)
-
-probe on-full ON ON full
-check "ON with everything: configures" $? "$(tail -5 "$T/on-full.log")"
-says on-full "cudart=$T/full/usr/local/cuda/lib64/libcudart.so -> TESSERA_WITH_CUDA=ON"
-check "ON with everything: CUDA path on, cudart from the tree" $? "$(grep Tessera: "$T/on-full.log")"
-
-probe on-no-cudart ON ON no-cudart
-[ $? -ne 0 ]
-check "ON without libcudart: the configure fails" $? "$(grep Tessera: "$T/on-no-cudart.log")"
-says on-no-cudart "TESSERA_WITH_CUDA=ON but missing: the CUDA runtime" &&
-  says on-no-cudart "libcudart: CUDART_LIBRARY-NOTFOUND"
-check "ON without libcudart: the error names the CUDA runtime and libcudart" $? "$(grep -A3 'CMake Error' "$T/on-no-cudart.log")"
-
-probe on-no-nccl ON ON no-nccl
-[ $? -ne 0 ] && says on-no-nccl "missing: NCCL"
-check "ON without NCCL: fails naming NCCL" $? "$(grep -A3 'CMake Error' "$T/on-no-nccl.log")"
-
-probe on-cpu-torch ON OFF full
-[ $? -ne 0 ] && says on-cpu-torch "missing: a CUDA-enabled LibTorch"
-check "ON with a CPU-only LibTorch: fails naming LibTorch" $? "$(grep -A3 'CMake Error' "$T/on-cpu-torch.log")"
-
-probe auto-no-cudart AUTO ON no-cudart
-check "AUTO without libcudart: configures" $? "$(tail -5 "$T/auto-no-cudart.log")"
-says auto-no-cudart "-> TESSERA_WITH_CUDA=OFF"
-check "AUTO without libcudart: CUDA path off" $? "$(grep Tessera: "$T/auto-no-cudart.log")"
-
-probe auto-full AUTO ON full
-says auto-full "-> TESSERA_WITH_CUDA=ON"
-check "AUTO with everything: CUDA path on" $? "$(grep Tessera: "$T/auto-full.log")"
-exit $fail
+expect "ON with everything: configures, CUDA path on, cudart from the tree" ON ON full ok \
+  "cudart=$T/full/usr/local/cuda/lib64/libcudart.so -> TESSERA_WITH_CUDA=ON"
+expect "ON without libcudart: the configure fails naming the CUDA runtime and libcudart" ON ON no-cudart error \
+  "TESSERA_WITH_CUDA=ON but missing: the CUDA runtime (cuda_runtime_api.h: $T/no-cudart/usr/local/cuda/include, libcudart: CUDART_LIBRARY-NOTFOUND"
+expect "ON without NCCL: fails naming NCCL" ON ON no-nccl error "TESSERA_WITH_CUDA=ON but missing: NCCL"
+expect "ON with a CPU-only LibTorch: fails naming LibTorch" ON OFF full error \
+  "TESSERA_WITH_CUDA=ON but missing: a CUDA-enabled LibTorch"
+expect "AUTO without libcudart: configures, CUDA path off" AUTO ON no-cudart ok "-> TESSERA_WITH_CUDA=OFF"
+expect "AUTO with everything: CUDA path on" AUTO ON full ok "-> TESSERA_WITH_CUDA=ON"
+exit $failures
