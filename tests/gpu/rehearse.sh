@@ -9,6 +9,7 @@
 #
 #   bash tests/gpu/rehearse.sh        # results in $OUT/gpu_results.txt, else ./gpu_results.txt
 #   TESSERA_GPU_STEPS=conformance bash tests/gpu/rehearse.sh     # some steps only (see run.sh)
+#   TESSERA_GPU_REHEARSAL_KEEP=1 ...  # keep the last rehearsal's build folder: an incremental build
 set -euo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [[ ${1:-} != --inside ]]; then
@@ -33,5 +34,9 @@ source "$SRC/tests/gpu/deps.bash"
 shells=$(hide_remote_shells) || { echo "rehearse: could not hide ssh/rsh" >&2; exit 1; }
 echo "rehearse: system copies hidden ($n files, $(ls /usr/include/boost | wc -l) entries left in /usr/include/boost); $shells of ssh/rsh hidden, command -v ssh: $(p=$(command -v ssh); [[ -x $p ]] && echo "$p" || echo none)"
 export TESSERA_GPU_REHEARSAL=1 TESSERA_GPU_WORK=${TESSERA_GPU_WORK:-/tmp/tessera-gpu-rehearsal}
-rm -rf "$TESSERA_GPU_WORK"
+if [[ ${TESSERA_GPU_REHEARSAL_KEEP:-0} == 1 ]]; then
+  rm -rf "$TESSERA_GPU_WORK/logs" "$TESSERA_GPU_WORK/run"
+else
+  rm -rf "$TESSERA_GPU_WORK"
+fi
 exec bash "$SRC/tests/gpu/run.sh"
