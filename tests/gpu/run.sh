@@ -19,8 +19,9 @@
 # Rehearsal on a machine without a GPU (checks this script, the carried dependencies and the build
 # plumbing, nothing about CUDA): TESSERA_GPU_REHEARSAL=1 bash tests/gpu/run.sh builds against the
 # CPU LibTorch found by CMake (TESSERA_WITH_CUDA=AUTO, so the NCCL backend only compiles and links),
-# runs the test steps on the CPU, and skips the GPU-only steps, saying so. tests/gpu/rehearse.sh
-# does that with this machine's own copies of the carried packages, and ssh and rsh, hidden.
+# runs the test steps on the CPU (each step's limit x TESSERA_GPU_STEP_SCALE, default 5, for shared
+# machines), and skips the GPU-only steps, saying so. tests/gpu/rehearse.sh does that with this
+# machine's own copies of the carried packages, and ssh and rsh, hidden.
 #
 # Steps, each under its own `timeout` and a global deadline (TESSERA_GPU_BUDGET_S, default 500 s).
 # Each is reported PASS, FAIL, TIMEOUT or SKIPPED (with the reason) the moment it ends, and
@@ -60,6 +61,10 @@ BUILD_NICE=(nice -n 10)  # the build yields to the eager reference, which runs m
 # A rehearsal builds on whatever CPU it finds, maybe shared (about 5 minutes on 2 idle cores from
 # nothing, over an hour when other builds share them): practically no limits, and no eager to yield to.
 ((REHEARSAL)) && DEADLINE=${TESSERA_GPU_BUDGET_S:-14400} && BUILD_LIMIT=12000 && BUILD_NICE=()
+# Every step's own limit is sized for the GPU machine; a rehearsal on a loaded shared machine
+# multiplies them (a niced rehearsal there once spent over 60 s unpacking the 3-second deps step).
+STEP_SCALE=1
+((REHEARSAL)) && STEP_SCALE=${TESSERA_GPU_STEP_SCALE:-5}
 SEQ=2048
 BATCH=${TESSERA_GPU_BATCH:-4}
 JOBS=$(nproc 2>/dev/null || echo 4)
@@ -116,6 +121,7 @@ run_step() {
     publish
     return 99
   fi
+  limit=$((limit * STEP_SCALE))
   ((limit > left)) && limit=$left
   local t=$SECONDS rc
   say "[$name] running (limit ${limit}s): $*"
@@ -343,11 +349,17 @@ can_run() {
   return 1
 }
 # gtest_verdict STEP TEST MEANING: says whether gtest TEST passed in STEP's log, and what that shows.
+# gtest colours its lines when mpirun gives the rank a pty (seen in the rehearsal: "\e[0;32m[       OK ]
+# \e[m"), so the escapes are stripped before matching; a skip is reported with gtest's reason line.
 gtest_verdict() {
-  if grep -q "OK \] $2" "$LOGS/$1.log"; then
+  local plain why
+  plain=$(sed 's/\x1b\[[0-9;]*m//g' "$LOGS/$1.log")
+  if grep -q "OK \] $2" <<<"$plain"; then
     say "  $2 PASSED: $3"
   else
-    say "  NOTE: $2 did not pass: $(grep -m1 -E '^\[  (SKIPPED|FAILED) ' "$LOGS/$1.log" || echo 'see the log')"
+    why=$(grep -m1 -E '^\[  (SKIPPED|FAILED) ' <<<"$plain" || echo 'see the log')
+    [[ $why == *SKIPPED* ]] && why+=" ($(grep -m1 -A1 ': Skipped$' <<<"$plain" | tail -n1))"
+    say "  NOTE: $2 did not pass: $why"
   fi
 }
 
