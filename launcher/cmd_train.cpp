@@ -298,7 +298,8 @@ int run_train(const std::vector<std::string>& args) {
     if (!topts.log_dir.empty()) write_run_info(topts.log_dir, cfg, ms, fopts, b, *data.train, data.val.get(), *data.tokenizer);
   }
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
-  // one rank is an error of that rank (it aborts the world; no rank waits in a collective).
+  // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
+  // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
   const comm::ProcessGroups groups = device_groups(b, device);
   train::Trainer trainer(make_causal_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
   if (data.val) trainer.set_validation(data.val);

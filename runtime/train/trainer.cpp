@@ -173,7 +173,23 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   }
 }
 
-Trainer::~Trainer() = default;
+// Teardown in an explicit order, the same on the normal and the exception path: what holds device
+// memory or outstanding Work handles first (the checkpointer, joining an asynchronous save; the
+// optimizer; the engine with its gathered buffers), then the model, and only then this trainer's
+// references to the communicators. The caller's ProcessGroups outlive the trainer, so the
+// communicators themselves go after the model (see ~NcclCommunicator: destroyed when drained,
+// aborted otherwise). Device tensors go back to LibTorch's caching allocator, stream-recorded behind
+// any NCCL work still using them: nothing here waits for the GPU.
+Trainer::~Trainer() {
+  Impl& im = *impl_;
+  im.checkpointer.reset();
+  im.sampler.reset();
+  im.adamw.reset();
+  im.engine.reset();
+  im.lm = CausalLm{};
+  im.groups = {};
+  im.host = {};
+}
 
 fsdp::Engine& Trainer::engine() { return *impl_->engine; }
 int64_t Trainer::step() const { return impl_->step; }
