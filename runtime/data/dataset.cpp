@@ -1,6 +1,7 @@
 #include "runtime/data/dataset.h"
 
 #include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 
