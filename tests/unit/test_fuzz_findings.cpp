@@ -15,7 +15,9 @@
 #include "model/errors.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/chat_template.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/reader.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
 
@@ -89,13 +91,13 @@ TEST(FuzzFindings, DeeplyNestedJsonIsAnInputErrorInEveryReader) {
   EXPECT_INPUT_ERROR(launcher::Config::load("", {"train.lr=" + deep}), "--set", "train.lr");
 
   const std::string mcfg = d.write("config.json", "{\"vocab_size\": " + deep + "}");
-  EXPECT_INPUT_ERROR(model::LlamaConfig::load(mcfg), mcfg, "nested deeper than 256");
+  EXPECT_INPUT_ERROR(model::ModelConfig::load(mcfg), mcfg, "nested deeper than 256");
 
   const std::string st = d.write("model.safetensors", safetensors_bytes("{\"__metadata__\": " + deep + "}", ""));
   EXPECT_INPUT_ERROR(model::SafetensorsFile{st}, st, "nested deeper than 256");
 
   TempDir m;
-  m.write("config.json", model::LlamaConfig::preset("tiny").to_json().dump());
+  m.write("config.json", model::ModelConfig::preset("tiny").to_json().dump());
   const std::string index = m.write("model.safetensors.index.json", "{\"weight_map\": " + deep + "}");
   EXPECT_INPUT_ERROR(model::ModelDir{m.str()}, index, "nested deeper than 256");
 
@@ -104,8 +106,14 @@ TEST(FuzzFindings, DeeplyNestedJsonIsAnInputErrorInEveryReader) {
   EXPECT_INPUT_ERROR(checkpoint::Reader{c.str()}, manifest, "nested deeper than 256");
 
   const std::string jsonl = d.write("data.jsonl", "{\"text\": \"ok\"}\n{\"text\": " + deep + "}\n");
+  // A JSONL record is dropped with a warning naming its line (runtime/data/reader.h), not fatal.
   const data::ByteTokenizer bytes;
-  EXPECT_INPUT_ERROR(data::TokenDataset(jsonl, 4, &bytes), jsonl + ":2:", "nested deeper than 256");
+  data::ReadStats stats;
+  data::load_documents({jsonl}, bytes, *data::make_chat_template("llama2"), stats);
+  ASSERT_EQ(stats.dropped, 1);
+  ASSERT_EQ(stats.warnings.size(), 1u);
+  EXPECT_NE(stats.warnings[0].find(jsonl + ":2"), std::string::npos) << stats.warnings[0];
+  EXPECT_NE(stats.warnings[0].find("nested deeper than 256"), std::string::npos) << stats.warnings[0];
 }
 
 // The limit leaves real documents alone: 256 levels still parse.
@@ -113,7 +121,11 @@ TEST(FuzzFindings, JsonNestedUpTo256LevelsStillParses) {
   TempDir d;
   const std::string jsonl = d.write("data.jsonl", "{\"text\": \"abcdefgh\", \"meta\": " + nested(255) + "}\n");
   const data::ByteTokenizer bytes;
-  EXPECT_EQ(data::TokenDataset(jsonl, 4, &bytes).num_tokens(), 10);
+  data::ReadStats stats;
+  const auto stores = data::load_documents({jsonl}, bytes, *data::make_chat_template("llama2"), stats);
+  EXPECT_EQ(stats.dropped, 0);
+  ASSERT_EQ(stores.size(), 1u);
+  EXPECT_EQ(stores[0]->num_tokens(), 10);  // <s> abcdefgh </s>
 }
 
 namespace {
@@ -191,17 +203,18 @@ TEST(FuzzFindings, SafetensorsShapeWhoseElementCountOverflowsIsRefused) {
 // and num_hidden_layers 10^9 hung there. Now ModelErrors naming the keys.
 TEST(FuzzFindings, ConfigSizesBeyondAnyLlamaAreRefused) {
   auto cfg = [](const std::string& key, const nlohmann::json& value) {
-    nlohmann::json j = model::LlamaConfig::preset("tiny").to_json();
+    nlohmann::json j = model::ModelConfig::preset("tiny").to_json();
+    j.erase("head_dim");  // derived from hidden_size, as in Llama 2 configs
     j[key] = value;
     return j;
   };
-  EXPECT_INPUT_ERROR(model::LlamaConfig::from_json(cfg("num_hidden_layers", 1000000000), "c.json"), "c.json",
+  EXPECT_INPUT_ERROR(model::ModelConfig::from_json(cfg("num_hidden_layers", 1000000000), "c.json"), "c.json",
                      "'num_hidden_layers' 1000000000 is more than 1024");
   for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
            {"hidden_size", int64_t(1) << 31}, {"vocab_size", int64_t(1) << 62}, {"intermediate_size", INT64_MAX}})
-    EXPECT_INPUT_ERROR(model::LlamaConfig::from_json(cfg(key, value), "c.json"), "c.json", "more than 2^50");
+    EXPECT_INPUT_ERROR(model::ModelConfig::from_json(cfg(key, value), "c.json"), "c.json", "more than 2^50");
   // The largest presets are far inside the limits.
-  EXPECT_NO_THROW(model::LlamaConfig::preset("llama2-70b").validate());
+  EXPECT_NO_THROW(model::ModelConfig::preset("llama2-70b").validate());
 }
 
 // A --set value is a shell argument, which (unlike a JSON file) can hold invalid UTF-8: the error
