@@ -103,6 +103,18 @@ std::string mpirun(int world, int rpn) {
   return cmd + " " + self_exe();
 }
 
+// The line of a failed child's output that says why (its "error:" line), else its last line.
+std::string why(const std::string& out) {
+  std::istringstream in(out);
+  std::string line, last, err;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (err.empty() && line.find("error:") != std::string::npos) err = line;
+  }
+  return err.empty() ? last : err;
+}
+
 std::string mib(int64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f", static_cast<double>(b) / (1 << 20));
@@ -117,7 +129,8 @@ int run_bench_memory(const std::vector<std::string>& args) {
   desc.add_options()("quick", "the configurations the test suite runs (small models)")(
       "steps", po::value<int>()->default_value(3), "training steps per configuration (the last one is measured)")(
       "dir", po::value<std::string>()->default_value("/tmp"), "scratch directory (models, configs, logs)")(
-      "json", "print one JSON object");
+      "json", "print one JSON object")(
+      "only", po::value<std::string>()->default_value(""), "only the configurations whose name contains this text");
   auto vm = parse_command("tessera bench memory [--quick] [--steps 3] [--dir /tmp] [--json]", desc, args);
   if (!vm) return 0;
   const bool quick = vm->count("quick") > 0, as_json = vm->count("json") > 0;
@@ -138,7 +151,7 @@ int run_bench_memory(const std::vector<std::string>& args) {
     std::ofstream(dir / "mid.json") << c.dump();
     auto [rc, out] = run_command(exe + " init-model --config " + (dir / "mid.json").string() + " --out " + mid.string() +
                                  " --dtype bf16");
-    TESSERA_CHECK(rc == 0, "bench memory: init-model failed: " + out);
+    TESSERA_CHECK(rc == 0, "bench memory: init-model failed: " + why(out));
   }
   // Token ids for evaluation: 4 sequences of 256 tokens.
   {
@@ -153,10 +166,12 @@ int run_bench_memory(const std::vector<std::string>& args) {
     std::printf("%-44s %9s %9s %7s %9s %7s  %s\n", "configuration", "measured", "plan", "error", "floor", "/floor",
                 "measured breakdown at the peak (MiB)");
   int index = 0;
+  const std::string only = (*vm)["only"].as<std::string>();
   for (const Case& c : cases(quick)) {
+    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
     const fs::path run_dir = dir / ("case-" + std::to_string(index++));
     fs::create_directories(run_dir);
-    json cfg = {{"data", {{"seq_len", 64}}},
+    json cfg = {{"data", {{"seq_len", 64}, {"tokenizer", "bytes"}}},  // presets and init-model dirs have no tokenizer
                 {"log", {{"dir", run_dir.string()}}},
                 {"train", {{"steps", steps}, {"micro_batch", 1}, {"warmup_steps", 1}, {"device", "cpu"}}}};
     if (c.model == "mid") cfg["model"] = {{"path", mid.string()}};
@@ -171,24 +186,24 @@ int run_bench_memory(const std::vector<std::string>& args) {
     if (c.eval) {
       auto [rc, out] = run_command(mpirun(c.world, c.ranks_per_node) + " eval --model " + mid.string() + " --tokens " +
                                    (dir / "tokens.txt").string() + " --dtype bf16" + rpn_flag);
-      TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed: " + out);
+      TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed: " + why(out));
       const size_t brace = out.rfind("\n{");
       measured = json::parse(out.substr(brace == std::string::npos ? out.find('{') : brace + 1)).at("memory");
       conf.set("fsdp.mixed_precision", "bf16");
       conf.set("data.seq_len", 255);  // 256 tokens: 255 predicted
     } else {
-      auto [rc, out] = run_command(mpirun(c.world, c.ranks_per_node) + " train --config " + (run_dir / "run.json").string() +
-                                   rpn_flag);
-      TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed: " + out);
+      const std::string cmd = mpirun(c.world, c.ranks_per_node) + " train --config " + (run_dir / "run.json").string() + rpn_flag;
+      auto [rc, out] = run_command(cmd);
+      TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed (exit " + std::to_string(rc) + "): " + why(out) + " [" + cmd + "]");
       std::ifstream m(run_dir / "metrics.jsonl");
       std::string line, last;
       while (std::getline(m, line))
         if (!line.empty()) last = line;
       measured = json::parse(last).at("memory");
     }
-    model::LlamaConfig mc = c.model == "mid"
-                                ? model::LlamaConfig::from_json(json::parse(std::ifstream(mid / "config.json")), "mid")
-                                : model::LlamaConfig::preset(c.model);
+    model::ModelConfig mc = c.model == "mid"
+                                ? model::ModelConfig::from_json(json::parse(std::ifstream(mid / "config.json")), "mid")
+                                : model::ModelConfig::preset(c.model);
     PlanRequest req;
     req.world = c.world;
     req.ranks_per_node = rpn;

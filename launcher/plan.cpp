@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "launcher/cli.h"
-#include "launcher/llama_lm.h"
+#include "launcher/model_lm.h"
 #include "launcher/run_options.h"
 #include "model/activations.h"
 #include "runtime/error.h"
@@ -32,7 +32,7 @@ int stored_bytes_of(const std::string& torch_dtype) { return torch_dtype == "flo
 
 }  // namespace
 
-memory::RunShape run_shape_from(const Config& cfg, const model::LlamaConfig& mc, const PlanRequest& req) {
+memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
   const fsdp::Options fo = fsdp_options_from(cfg, mc);
   const train::TrainOptions to = train_options_from(cfg);
   memory::RunShape r;
@@ -57,13 +57,13 @@ memory::RunShape run_shape_from(const Config& cfg, const model::LlamaConfig& mc,
   return r;
 }
 
-memory::Plan plan_run(const Config& cfg, const model::LlamaConfig& mc, const PlanRequest& req) {
+memory::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
   const memory::RunShape run = run_shape_from(cfg, mc, req);
   const train::TrainOptions to = train_options_from(cfg);
   // A GPU run uses LibTorch >= 2's fused attention; a CPU run this build's attention.
   const bool fused = req.gpu || model::build_has_fused_attention();
-  return memory::estimate(llama_memory_shape(mc),
-                          llama_activation_terms(mc, to.micro_batch, to.seq_len, run.param_bytes, fused), run);
+  return memory::estimate(memory_shape(mc),
+                          activation_terms(mc, to.micro_batch, to.seq_len, run.param_bytes, fused), run);
 }
 
 int64_t host_bytes_per_node(const memory::Plan& plan, const PlanRequest& req) {
@@ -156,7 +156,7 @@ struct Knob {
 
 // Single changes that may make a run fit, most conservative first (the caller keeps those that
 // apply and fit).
-std::vector<Knob> knobs(const Config& cfg, const model::LlamaConfig& mc) {
+std::vector<Knob> knobs(const Config& cfg, const model::ModelConfig& mc) {
   std::vector<Knob> k;
   const fsdp::Options fo = fsdp_options_from(cfg, mc);
   const train::TrainOptions to = train_options_from(cfg);
@@ -190,7 +190,7 @@ std::vector<Knob> knobs(const Config& cfg, const model::LlamaConfig& mc) {
 
 // The smallest world, in whole nodes (GPU) or doublings (CPU), at which the run fits; 0 if none
 // up to 8192 ranks. Sharding over more ranks only helps strategies that shard over the world.
-int ranks_that_fit(const Config& cfg, const model::LlamaConfig& mc, PlanRequest req) {
+int ranks_that_fit(const Config& cfg, const model::ModelConfig& mc, PlanRequest req) {
   for (int world = req.world + req.ranks_per_node; world <= 8192; world += (req.gpu ? req.ranks_per_node : world)) {
     if (world % req.ranks_per_node != 0) continue;
     PlanRequest r = req;
@@ -202,7 +202,7 @@ int ranks_that_fit(const Config& cfg, const model::LlamaConfig& mc, PlanRequest 
 
 }  // namespace
 
-nlohmann::json fitting_changes(const Config& cfg, const model::LlamaConfig& mc, const PlanRequest& req,
+nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req,
                                std::string* impossible) {
   nlohmann::json suggestions = nlohmann::json::array();
   Config all = cfg;
@@ -303,11 +303,11 @@ int run_plan(const std::vector<std::string>& args) {
                       "plan: fsdp.strategy hybrid_shard with one rank per node shards nothing; use no_shard or more ranks per node");
 
   // The model: a preset, or the config.json of model.path (the weights need not be there).
-  model::LlamaConfig mc;
+  model::ModelConfig mc;
   std::string model_name;
   if (cfg.get_string("model.path").empty()) {
     model_name = cfg.get_string("model.preset");
-    mc = model::LlamaConfig::preset(model_name);
+    mc = model::ModelConfig::preset(model_name);
     req.stored_bytes = 4;
   } else {
     model_name = cfg.get_string("model.path");
@@ -315,7 +315,7 @@ int run_plan(const std::vector<std::string>& args) {
     std::ifstream in(path);
     TESSERA_CHECK_INPUT(static_cast<bool>(in), path + ": cannot open (tessera plan reads the model's config.json)");
     nlohmann::json j = parse_json_text(std::string(std::istreambuf_iterator<char>(in), {}), path);
-    mc = model::LlamaConfig::from_json(j, path);
+    mc = model::ModelConfig::from_json(j, path);
     req.stored_bytes = stored_bytes_of(mc.torch_dtype);
   }
   const memory::Plan plan = plan_run(cfg, mc, req);

@@ -22,8 +22,8 @@ struct PlanRequest {
   int stored_bytes = 4;  // checkpoint dtype on disk (what rank0 loading stages)
 };
 
-memory::RunShape run_shape_from(const Config& cfg, const model::LlamaConfig& mc, const PlanRequest& req);
-memory::Plan plan_run(const Config& cfg, const model::LlamaConfig& mc, const PlanRequest& req);
+memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req);
+memory::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req);
 
 // Host bytes of the busiest node: the reading rank's load phase plus the other local ranks'.
 int64_t host_bytes_per_node(const memory::Plan& plan, const PlanRequest& req);
@@ -40,7 +40,7 @@ int64_t detect_host_limit(std::string* source);
 // Changes that make a run that does not fit fit ([{"change": "...", "peak_gpu_bytes_per_rank": ..,
 // "peak_host_bytes_per_rank": ..}]): each knob alone, all of them, more ranks. Empty when nothing
 // fits, with *impossible saying so.
-nlohmann::json fitting_changes(const Config& cfg, const model::LlamaConfig& mc, const PlanRequest& req,
+nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req,
                                std::string* impossible);
 
 int run_plan(const std::vector<std::string>& args);

@@ -8,7 +8,7 @@
 
 namespace tessera::launcher {
 
-fsdp::Options fsdp_options_from(const Config& cfg, const model::LlamaConfig& mc);
+fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc);
 train::TrainOptions train_options_from(const Config& cfg);
 
 }  // namespace tessera::launcher

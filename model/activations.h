@@ -27,7 +27,7 @@ struct ActivationBytes {
   int64_t logits = 0;                    // [B, T, V] in the compute dtype (evaluation returns these)
 };
 
-ActivationBytes llama_activation_bytes(const LlamaConfig& cfg, int64_t B, int64_t T, int elem, bool fused_attention);
+ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, bool fused_attention);
 
 // True when this build's attention is fused (no T x T scores): LibTorch >= 2.
 bool build_has_fused_attention();

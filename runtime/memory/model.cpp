@@ -120,17 +120,28 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
   const int64_t per_layer_saved = ac ? a.layer_input : a.layer_saved;
   const bool reduce_scatter = z.S > 1;
   // What every moment holds: the static shard state (the optimizer's from the first step on).
-  auto base = [&](const char* at) {
+  // `layers_reduced`: the last micro-step's layer reductions are done, so with unsharded
+  // accumulation only the root's accumulator is left.
+  auto base = [&](const char* at, bool layers_reduced = false) {
     Moment m(at);
     m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * z.sum_chunk).add(C::Optimizer, 2 * run.state_bytes * z.sum_chunk);
-    if (run.accumulate_unsharded && run.grad_accum > 1 && reduce_scatter) m.add(C::UnsharedGrads, 4 * z.sum_padded);
+    if (run.accumulate_unsharded && run.grad_accum > 1 && reduce_scatter)
+      m.add(C::UnsharedGrads, 4 * (layers_reduced ? z.padded[0] : z.sum_padded));
     return m;
   };
   // Reductions already in flight when layer i's gradient is reduced (issued by layers > i).
   auto in_flight = [&](int i) { return std::min<int64_t>(K, z.L - 1 - i); };
+  // The host backend (MPI, runtime/comm/mpi_backend.cpp) reduces 16-bit floats in fp32: a widened
+  // copy of the whole input (4 bytes per element) lives while it runs. NCCL reduces in place.
+  const bool widen = !run.gpu && r != 4;
+  // Unsharded accumulation (grad_accum > 1): a unit's fp32 accumulator, counted in base(), is the
+  // reduction's input itself when the reduce dtype is fp32 (otherwise a cast copy of it).
+  const bool flat_is_accum = run.accumulate_unsharded && run.grad_accum > 1 && r == 4;
   auto reductions = [&](Moment& m, int64_t n) {
     if (!reduce_scatter) return;
-    m.add(C::UnsharedGrads, n * z.layer_padded * r).add(C::CommBuffers, n * z.layer_chunk * r);
+    if (!flat_is_accum) m.add(C::UnsharedGrads, n * z.layer_padded * r);
+    m.add(C::CommBuffers, n * z.layer_chunk * r);
+    if (widen && n > 0) m.add(C::CommBuffers, 4 * z.layer_padded);  // one reduction runs at a time
     if (z.R > 1 && r != 4) m.add(C::CommBuffers, std::min<int64_t>(n, K) * z.layer_chunk * r);  // replica casts
   };
   const int64_t gather_cast = p == 4 ? 0 : z.layer_chunk * p;  // master cast while a layer gathers
@@ -155,7 +166,8 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
     peak.offer(m);
     Moment b = base("backward");
     b.add(C::GatheredParams, gathered_for_backward).add(C::SavedTensors, z.L * per_layer_saved + a.head_saved);
-    b.add(C::Activations, a.head_backward_transient).add(C::UnsharedGrads, z.head_numel * p);
+    // The head's parameter gradients are allocated once the logits' gradients are gone.
+    b.add(C::Activations, a.head_backward_transient);
     peak.offer(b);
   }
   // Decoder layers' backward, last to first, each followed by its reduction.
@@ -177,9 +189,16 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
   }
   // The embedding's backward completes the root's gradients; then the root is reduced.
   {
-    Moment m = base("root reduction");
-    m.add(C::UnsharedGrads, z.numel[0] * p);
-    if (reduce_scatter) m.add(C::UnsharedGrads, z.padded[0] * r).add(C::CommBuffers, z.chunk[0] * r);
+    Moment m = base("root reduction", /*layers_reduced=*/true);
+    // The root's gradients move into its flat reduction buffer one by one (each freed once added):
+    // at the reduction, the buffer and the backend's working copies.
+    if (reduce_scatter) {
+      if (!flat_is_accum) m.add(C::UnsharedGrads, z.padded[0] * r);
+      m.add(C::CommBuffers, z.chunk[0] * r);
+      if (widen) m.add(C::CommBuffers, 4 * z.padded[0]);
+    } else {
+      m.add(C::UnsharedGrads, z.numel[0] * p);
+    }
     if (z.R > 1 && r != 4) m.add(C::CommBuffers, z.chunk[0] * r);
     peak.offer(m);
   }
@@ -261,6 +280,17 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   }
   if (!run.gpu) {
     plan.train_host = host_phase(train);
+    // The MPI backend's ring scratch buffers (malloc'd, kept and grown across calls, so untracked):
+    // the shard group's reduce-scatter (the largest chunk, in fp32) and the replica group's
+    // all-reduce (its share of that chunk).
+    // Measured resident only where 16-bit reductions are widened (fp32 runs take paths that
+    // leave the scratch untouched or small).
+    if (run.reduce_bytes != 4) {
+      int64_t max_chunk = 0;
+      for (int64_t c : z.chunk) max_chunk = std::max(max_chunk, c);
+      if (z.S > 1) plan.train_host.untracked += max_chunk * 4;
+      if (z.R > 1) plan.train_host.untracked += (max_chunk + z.R - 1) / z.R * 4;
+    }
     plan.eval_host = host_phase(eval);
     return plan;
   }

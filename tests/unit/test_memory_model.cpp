@@ -1,5 +1,6 @@
 // The activation formula of model/activations.h against the allocation tracker on real LibTorch
-// forward and backward passes of one decoder layer and of the head.
+// forward and backward passes of one decoder layer and of the head: saved tensors to the byte (1%),
+// transients as upper bounds. MHA and GQA, fp32 and bf16, T from 64 to 256.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -19,28 +20,42 @@ struct Measured {
 
 int64_t bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-Measured measure(const model::LlamaConfig& cfg, int64_t B, int64_t T, torch::Dtype dtype) {
+Measured measure(const model::ModelConfig& cfg, int64_t B, int64_t T, torch::Dtype dtype) {
   memory::install();
   model::Llama m(cfg, torch::kCPU, dtype);
   model::init_weights(m, 7);
-  torch::Tensor x = torch::randn({B, T, cfg.hidden_size}).to(dtype).requires_grad_(true);
-  torch::Tensor g = torch::randn({B, T, cfg.hidden_size}).to(dtype);
+  // The input is an intermediate of the graph (noise + a tiny leaf), made inside the measured
+  // region and released by the test: whether autograd keeps it is part of what is measured.
+  const torch::Tensor noise = torch::randn({B, T, cfg.hidden_size}).to(dtype);
+  const torch::Tensor leaf = torch::zeros({1, 1, cfg.hidden_size}, dtype).requires_grad_(true);
+  const torch::Tensor g = torch::randn({B, T, cfg.hidden_size}).to(dtype);
+  auto grads_of = [](const model::NamedTensors& params) {
+    int64_t n = 0;
+    for (auto& [name, p] : params)
+      if (p.grad().defined()) n += bytes(p.grad());
+    return n;
+  };
   Measured r{};
   {
     memory::Scope scope(memory::Category::Activations);
     const int64_t before = memory::live().total();
     memory::reset_peak();
+    torch::Tensor x = noise + leaf;
     torch::Tensor y = m->layer(0)->forward(x);
+    x = torch::Tensor();
     const int64_t after = memory::live().total();
     r.layer_fwd = memory::peak().total() - after;
-    r.layer_saved = after - before - bytes(y) + bytes(x);
+    r.layer_saved = after - before - bytes(y);
     memory::reset_peak();
     const int64_t before_b = memory::live().total();
     y.backward(g);
-    int64_t param_grads = 0;
-    for (auto& [n, p] : m->layer_parameters(0)) param_grads += bytes(p.grad());
-    r.layer_bwd = memory::peak().total() - before_b - param_grads;
+    // What backward holds beyond the saved tensors it frees, less the gradients it leaves behind
+    // (the engine counts a unit's gradients separately); never below 0 (the step's peak is then at
+    // the start of backward).
+    r.layer_bwd = std::max<int64_t>(
+        0, memory::peak().total() - before_b - grads_of(m->layer_parameters(0)) - bytes(leaf.grad()));
   }
+  leaf.mutable_grad() = torch::Tensor();
   {
     memory::Scope scope(memory::Category::Activations);
     torch::Tensor targets = torch::randint(cfg.vocab_size, {B, T}, torch::kLong);
@@ -48,28 +63,33 @@ Measured measure(const model::LlamaConfig& cfg, int64_t B, int64_t T, torch::Dty
     memory::reset_peak();
     torch::Tensor loss;
     {
+      torch::Tensor x = noise + leaf;
       torch::Tensor logits = m->head(x);
       loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
                                                   targets.reshape({-1}));
     }
     const int64_t after = memory::live().total();
     r.head_fwd = memory::peak().total() - after;
-    r.head_saved = after - before - bytes(loss) + bytes(x);
+    r.head_saved = after - before - bytes(loss);
     memory::reset_peak();
     const int64_t before_b = memory::live().total();
     loss.backward();
-    int64_t param_grads = 0;
-    for (auto& [n, p] : m->root_parameters())
-      if (p.grad().defined()) param_grads += bytes(p.grad());
-    r.head_bwd = memory::peak().total() - before_b - param_grads - bytes(x.grad());
+    r.head_bwd = std::max<int64_t>(
+        0, memory::peak().total() - before_b - grads_of(m->root_parameters()) - bytes(leaf.grad()));
   }
   return r;
 }
 
-void check(const char* what, int64_t measured, int64_t formula, double tol) {
+// Saved tensors: exact (the formula counts them tensor by tensor; 1% covers the loss scalar and
+// nll's bookkeeping). Transients: the formula is an upper bound of what the tracker sees.
+void check_saved(const char* what, int64_t measured, int64_t formula) {
   std::printf("  %-12s measured %12ld formula %12ld  ratio %.3f\n", what, (long)measured, (long)formula,
               measured ? double(formula) / double(measured) : 0.0);
-  EXPECT_NEAR(double(formula), double(measured), tol * double(measured)) << what;
+  EXPECT_NEAR(double(formula), double(measured), 0.01 * double(measured)) << what;
+}
+void check_bound(const char* what, int64_t measured, int64_t formula) {
+  std::printf("  %-12s measured %12ld bound   %12ld\n", what, (long)measured, (long)formula);
+  EXPECT_GE(formula, measured) << what;
 }
 
 }  // namespace
@@ -87,7 +107,7 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
       {"gqa fp32 T256", 128, 344, 4, 2, 2, 256, torch::kFloat},
   };
   for (const Case& c : cases) {
-    model::LlamaConfig cfg = model::LlamaConfig::preset("tiny");
+    model::ModelConfig cfg = model::ModelConfig::preset("tiny");
     cfg.hidden_size = c.hidden;
     cfg.intermediate_size = c.inter;
     cfg.num_attention_heads = c.heads;
@@ -95,14 +115,14 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
     cfg.num_hidden_layers = 1;
     cfg.vocab_size = 1000;
     const int elem = c.dtype == torch::kFloat ? 4 : 2;
-    const auto f = model::llama_activation_bytes(cfg, c.B, c.T, elem, model::build_has_fused_attention());
+    const auto f = model::activation_bytes(cfg, c.B, c.T, elem, model::build_has_fused_attention());
     const Measured m = measure(cfg, c.B, c.T, c.dtype);
     std::printf("%s B=%ld T=%ld\n", c.name, (long)c.B, (long)c.T);
-    check("layer saved", m.layer_saved, f.layer_saved, 0.01);
-    check("layer fwd", m.layer_fwd, f.layer_forward_transient, 0.25);
-    check("layer bwd", m.layer_bwd, f.layer_backward_transient, 0.25);
-    check("head saved", m.head_saved, f.head_saved, 0.01);
-    check("head fwd", m.head_fwd, f.head_forward_transient, 0.25);
-    check("head bwd", m.head_bwd, f.head_backward_transient, 0.25);
+    check_saved("layer saved", m.layer_saved, f.layer_saved);
+    check_saved("head saved", m.head_saved, f.head_saved);
+    check_bound("layer fwd", m.layer_fwd, f.layer_forward_transient);
+    check_bound("layer bwd", m.layer_bwd, f.layer_backward_transient);
+    check_bound("head fwd", m.head_fwd, f.head_forward_transient);
+    check_bound("head bwd", m.head_bwd, f.head_backward_transient);
   }
 }

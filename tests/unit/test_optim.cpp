@@ -148,8 +148,17 @@ TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
       fa.step(a, 1e-2);
       fb.step(b, 1e-2);
     }
-    // Same formula, float rounding apart (params ~ N(0, 1), three steps of lr 1e-2).
-    EXPECT_LT((a[0].param - b[0].param).abs().max().item<double>(), 1e-5) << c10::toString(dt);
+    // Same formula, float rounding apart (params ~ N(0, 1), three steps of lr 1e-2). With bf16
+    // moments, an fp32 rounding difference between the two paths can flip a moment's bf16 rounding
+    // (one step of 2^-8 relative), which moves that element's later updates by up to lr x 2^-8: the
+    // bound is then 3 steps x 1e-2 x 2^-8, and such flips must stay rare (< 1% of the elements).
+    const at::Tensor diff = (a[0].param - b[0].param).abs();
+    if (dt == at::kFloat) {
+      EXPECT_LT(diff.max().item<double>(), 1e-5);
+    } else {
+      EXPECT_LT(diff.max().item<double>(), 3 * 1e-2 / 256);
+      EXPECT_LT(diff.gt(1e-5).sum().item<double>(), 0.01 * n);
+    }
     EXPECT_EQ(fa.state(a)[0].per_unit[0].scalar_type(), dt);
   }
 }
