@@ -4,6 +4,7 @@
 # guide's variables set small: examples/chat as data, 2 ranks, 40 steps of 256 tokens. The run is
 # preempted with SIGUSR2 mid-way and resumed, exported to Hugging Face safetensors and loaded again.
 # Fails on the first guide command that fails (naming its line in GUIDE.md), then checks the results.
+# Then runs the README's Example block the same way.
 set -euo pipefail
 SRC=${TESSERA_SRC:?} BIN_DIR=${TESSERA_BIN:?}
 export TESSERA_SRC=$SRC TESSERA_GUIDE_BIN=$BIN_DIR/tessera
@@ -31,4 +32,12 @@ check "the export is a Hugging Face directory with the tokenizer" test -s "$RUN/
 check "the fine-tuned model scores lower than the base model on the sample" \
   python3 -c "import json,sys; b,t=(json.load(open(f))['mean_loss'] for f in sys.argv[1:]); assert t < b - 0.5, (b, t)" "$RUN/base-eval.json" "$RUN/tuned-eval.json"
 check "the PyTorch reader loaded every tensor" grep -q "^21 tensors, 494,208 parameters, 2 layers" "$T/guide.log"
+
+# The README's Example block, as written, in a scratch copy of the repository root (build/ and
+# examples/ linked) so that its runs/demo lands there.
+mkdir -p "$T/readme" && ln -s "$SRC/build" "$T/readme/build" && ln -s "$SRC/examples" "$T/readme/examples"
+sed -n '/^## Example/,/^## /p' "$SRC/README.md" | awk '/^```sh/ { f = 1; next } /^```/ { f = 0 } f' > "$T/readme/example.sh"
+check "the README has an example of at least 5 lines" test "$(wc -l < "$T/readme/example.sh")" -ge 5
+(cd "$T/readme" && bash -euo pipefail example.sh) > "$T/readme.log" 2>&1 || { tail -n 20 "$T/readme.log"; fail "the README's example"; }
+check "the README's example trains and exports" test -s "$T/readme/runs/demo/hf/model.safetensors"
 echo "$pass passed, 0 failed"
