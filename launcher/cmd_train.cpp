@@ -258,6 +258,11 @@ int run_train(const std::vector<std::string>& args) {
     if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
     cfg = Config::load((*vm)["config"].as<std::string>(), sets);
     topts = train_options_from(cfg);
+    // comm.timeout_s: how long any rank waits in a collective before every rank stops with an error.
+    const double timeout_s = cfg.get_float("comm.timeout_s");
+    TESSERA_CHECK_INPUT(timeout_s > 0 && timeout_s <= 1e9,
+                        "comm.timeout_s must be positive (seconds), got " + std::to_string(timeout_s));
+    comm::set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0 + 0.5)));
     rank0_reads = !cfg.get_string("model.path").empty() && cfg.get_string("model.load") == "rank0";
     if (rank0 || !rank0_reads) {
       ms = setup_model(cfg);

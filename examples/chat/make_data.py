@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes train.jsonl and val.jsonl: small arithmetic-tutor conversations in the Hugging Face chat
-format ({"messages": [{"role": ..., "content": ...}]}), written for Tessera's README example (no
+format ({"messages": [{"role": ..., "content": ...}]}), written for Tessera's chat example (docs/DATA.md) (no
 third-party text). Deterministic: python3 make_data.py reproduces the committed files."""
 import json
 import random

@@ -5,7 +5,7 @@
 #    target_tokens in metrics.jsonl is the step's exact number of completion tokens;
 #  - validation (data.val_path / data.val_fraction, eval.every, end of run), val_loss and perplexity
 #    in metrics.jsonl and the progress line; checkpoint.keep_best keeps the best beside the last K;
-#  - the README's chat example (examples/chat) trains with masking and validation and writes report.html;
+#  - docs/DATA.md's chat example (examples/chat) trains with masking and validation and writes report.html;
 #  - tokenizer safety: the model directory's tokenizer.model is used (also when only rank 0 sees it),
 #    bytes only when asked or for a byte-vocabulary model, else exit 2 naming the vocab size and the fix;
 #  - bad records are dropped with one line each naming file and line, the count printed; exit 2 when
@@ -80,7 +80,7 @@ check "val_fraction: validation at the end" python3 -c "
 import json; r=[json.loads(l) for l in open('$T/frac/metrics.jsonl')]; assert [x['step'] for x in r if 'val_loss' in x]==[4]"
 check "banner names the validation split" grep -q "validation .* examples" "$T/frac.log"
 
-# ---- 3. the README's chat example ---------------------------------------------------------------
+# ---- 3. docs/DATA.md's chat example -------------------------------------------------------------
 $BIN init-model --preset tiny --seed 1 --out "$T/chatmodel" > /dev/null
 "${MPIRUN[@]}" -np 2 $BIN train --config "$SRC/examples/chat/run.json" --set model.path="$T/chatmodel" \
   --set data.path="$SRC/examples/chat/train.jsonl" --set data.val_path="$SRC/examples/chat/val.jsonl" \

@@ -88,4 +88,18 @@ ok "metrics records carry device cpu and peak_gpu_mem_bytes 0"
 "${MPIRUN[@]}" -np 2 $BIN train --set data.seq_len=32 --set train.steps=3 --set log.dir="$T/auto" > /dev/null
 "${MPIRUN[@]}" -np 2 $BIN train --set data.seq_len=32 --set train.steps=3 --set train.device=cpu --set log.dir="$T/cpu" > /dev/null
 check "train.device=cpu equals auto on a CPU-only build" test "$(losses "$T/auto/metrics.jsonl")" = "$(losses "$T/cpu/metrics.jsonl")"
+
+# comm.timeout_s is honoured: with rank 1 stopped (SIGSTOP) after the first step, rank 0 stops with the
+# Timeout line naming the collective within the 3 s asked for, not the 600 s default.
+timeout 60 "${MPIRUN[@]}" -np 2 $BIN train --set data.seq_len=32 --set train.steps=100000 --set comm.timeout_s=3 \
+  --set log.dir="$T/hang" > /dev/null 2> "$T/hang.err" & hang=$!
+for ((i = 0; i < 600; i++)); do [[ -s $T/hang/metrics.jsonl ]] && break; sleep 0.1; done
+stopped=$(pgrep -P "$(pgrep -n -P $hang mpirun || echo $hang)" tessera | sed -n 2p)
+[[ -n $stopped ]] && kill -STOP "$stopped"
+start=$SECONDS rc=0
+wait $hang || rc=$?
+kill -CONT "$stopped" 2>/dev/null || true
+check "a stalled rank ends the run (exit $rc) within comm.timeout_s + 15 s" test $rc -ne 0 -a $((SECONDS - start)) -le 18
+check "the timeout names the collective and the 3 s" grep -q "on comm 'world' (rank 0 of 2, host .*) did not complete within 3s" "$T/hang.err"
+expect_error 2 "comm.timeout_s must be positive (seconds), got 0" $BIN train --set comm.timeout_s=0
 echo "$pass passed, 0 failed"
