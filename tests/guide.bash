@@ -5,7 +5,6 @@
 # A block runs when its fence is ```sh guide [TAG...]``` (shown to readers) or ```sh guide-test [TAG...]```
 # (test glue inside an HTML comment, hidden when the page is rendered) and it has no tag, or the tag
 # of this run's way of launching (`local`: mpirun; `slurm`: Makefile.slurm on a Slurm cluster).
-# Blocks tagged `plan` run only when this build has `tessera plan` (see guide_script).
 #   guide_model DIR          a small Hugging Face Llama directory like a real one: bf16 weights in
 #                            several safetensors files with an index, a SentencePiece tokenizer.model
 #   guide_run MODE           runs the blocks for MODE from the repository root (the guide's commands
@@ -14,17 +13,12 @@
 
 # guide_script FILE MODE: the bash script of FILE's blocks for MODE, on stdout.
 guide_script() {
-  # `tessera plan` is being merged from another branch: until `build/bin/tessera plan --help` works,
-  # blocks tagged `plan` are skipped (with a line saying so). Remove this skip once plan is on main.
-  local plan=0
-  if "$TESSERA_SRC/build/bin/tessera" plan --help >/dev/null 2>&1; then plan=1; fi
-  awk -v mode="$2" -v plan=$plan -v file="$1" '
+  awk -v mode="$2" -v file="$1" '
     function wanted(tags,   n, t, i) {
       n = split(tags, t, " ")
       if (n == 0) return 1
       for (i = 1; i <= n; i++) {
-        if (t[i] == "plan") { if (!plan) { print "echo \"skipped " file ":" NR ": tessera plan is not in this build\""; return 0 } }
-        else if (t[i] != mode) return 0
+        if (t[i] != mode) return 0
       }
       return 1
     }
