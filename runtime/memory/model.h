@@ -32,6 +32,8 @@
 // Load (host): masters + the loader's staging (model.load: rank0 reading rank: 2 units as stored;
 // parallel: none; naive: the whole model in fp32). Save (host): a snapshot of every kind
 // (4 + 2 s) sum c_u when the save is asynchronous or the shards live on a GPU.
+// Host backend (MPI): 16-bit reductions run in fp32, so a unit's reduction adds a 4 P_u working
+// copy, and the ring's scratch (4 x the largest shard, malloc'd: untracked) stays between steps.
 // Plus, per process: the base (libraries, MPI, LibTorch: measured, kHostBaseBytes) and, on a GPU,
 // the CUDA context and NCCL's buffers (kCudaContextBytes, kNcclBytesPerCommunicator).
 #pragma once
