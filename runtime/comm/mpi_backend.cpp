@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <climits>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -21,6 +22,7 @@
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/mpi_ring.h"
 #include "runtime/error.h"
+#include "runtime/memory/model.h"
 #include "runtime/memory/tracker.h"
 
 namespace tessera::comm {
@@ -373,12 +375,34 @@ class MpiCommunicator : public Communicator {
     const ring::Blocks b(n, size_);
     const MPI_Op mop = mpi_op(op);
     if (widen) {
-      at::Tensor acc = in.to(at::kFloat);
+      // In segments of at most memory::kHostWidenedReductionBytes of fp32: segment j takes
+      // elements [j s, j s + s) of every rank's block into an fp32 accumulator of `size` blocks of
+      // s (zero past a block's end), ring-reduces it, and rounds this rank's part into `out` once.
+      // Each element meets the same ranks in the same ring order as one whole-input pass, so the
+      // result is the same; the fp32 copy is bounded instead of 4 bytes x the whole input.
+      // TESSERA_WIDENED_REDUCTION_BYTES overrides the bound (tests use it to make segments small;
+      // every rank must see the same value).
+      const char* env = std::getenv("TESSERA_WIDENED_REDUCTION_BYTES");
+      const int64_t budget = env && std::atoll(env) > 0 ? static_cast<int64_t>(std::atoll(env))
+                                                          : memory::kHostWidenedReductionBytes;
+      const int64_t s = std::max<int64_t>(1, std::min<int64_t>(b.chunk, budget / (4 * static_cast<int64_t>(size_))));
+      const ring::Blocks sb(s * size_, size_);
+      at::Tensor acc = at::empty({s * size_}, in.options().dtype(at::kFloat));
       char* accp = static_cast<char*>(acc.data_ptr());
-      ring::reduce_scatter(accp, true, accp + b.offset(rank_) * 4, scratch(chunk * 4), b, 4, MPI_FLOAT, mop, comm_);
-      at::Tensor mine = acc.narrow(0, b.offset(rank_), b.count(rank_));
-      if (op == ReduceOp::Mean) mine.div_(size_);
-      out.narrow(0, 0, b.count(rank_)).copy_(mine);  // rounds fp32 -> bf16/fp16 once
+      for (int64_t j = 0; j < b.chunk; j += s) {
+        for (int q = 0; q < size_; ++q) {
+          const int64_t len = std::clamp<int64_t>(b.count(q) - j, 0, s);
+          if (len > 0) acc.narrow(0, q * s, len).copy_(in.narrow(0, b.offset(q) + j, len));
+          if (len < s) acc.narrow(0, q * s + len, s - len).zero_();
+        }
+        ring::reduce_scatter(accp, true, accp + static_cast<int64_t>(rank_) * s * 4, scratch(s * 4), sb, 4, MPI_FLOAT,
+                             mop, comm_);
+        const int64_t mine = std::clamp<int64_t>(b.count(rank_) - j, 0, s);
+        if (mine == 0) continue;
+        at::Tensor part = acc.narrow(0, rank_ * s, mine);
+        if (op == ReduceOp::Mean) part.div_(size_);
+        out.narrow(0, j, mine).copy_(part);  // rounds fp32 -> bf16/fp16 once
+      }
     } else {
       const int esz = static_cast<int>(in.element_size());
       ring::reduce_scatter(static_cast<char*>(in.data_ptr()), in_place, static_cast<char*>(out.data_ptr()),

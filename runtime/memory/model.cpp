@@ -141,7 +141,7 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
     if (!reduce_scatter) return;
     if (!flat_is_accum) m.add(C::UnsharedGrads, n * z.layer_padded * r);
     m.add(C::CommBuffers, n * z.layer_chunk * r);
-    if (widen && n > 0) m.add(C::CommBuffers, 4 * z.layer_padded);  // one reduction runs at a time
+    if (widen && n > 0) m.add(C::CommBuffers, std::min(4 * z.layer_padded, kHostWidenedReductionBytes));  // one at a time
     if (z.R > 1 && r != 4) m.add(C::CommBuffers, std::min<int64_t>(n, K) * z.layer_chunk * r);  // replica casts
   };
   const int64_t gather_cast = p == 4 ? 0 : z.layer_chunk * p;  // master cast while a layer gathers
@@ -195,7 +195,7 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
     if (reduce_scatter) {
       if (!flat_is_accum) m.add(C::UnsharedGrads, z.padded[0] * r);
       m.add(C::CommBuffers, z.chunk[0] * r);
-      if (widen) m.add(C::CommBuffers, 4 * z.padded[0]);
+      if (widen) m.add(C::CommBuffers, std::min(4 * z.padded[0], kHostWidenedReductionBytes));
     } else {
       m.add(C::UnsharedGrads, z.numel[0] * p);
     }
@@ -275,7 +275,9 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     const int64_t gathered = z.padded[0] * p + layers * z.layer_padded * p;
     const auto at = [](const Snapshot& s, C c) { return s.bytes[static_cast<int>(c)]; };
     plan.train_floor = (8 + 2 * run.state_bytes) * z.sum_chunk + gathered + (z.numel[0] + z.layer_numel) * p +
-                       at(train, C::SavedTensors) + at(train, C::Activations);
+                       at(train, C::SavedTensors) + at(train, C::Activations) +
+                       // fsdp.accumulate = unsharded holds a full fp32 gradient by definition
+                       (run.accumulate_unsharded && run.grad_accum > 1 && z.S > 1 ? 4 * z.sum_padded : 0);
     plan.eval_floor = 4 * z.sum_chunk + gathered + at(eval, C::Activations);
   }
   if (!run.gpu) {
@@ -288,7 +290,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     if (run.reduce_bytes != 4) {
       int64_t max_chunk = 0;
       for (int64_t c : z.chunk) max_chunk = std::max(max_chunk, c);
-      if (z.S > 1) plan.train_host.untracked += max_chunk * 4;
+      if (z.S > 1) plan.train_host.untracked += std::min(max_chunk * 4, kHostWidenedReductionBytes / z.S);
       if (z.R > 1) plan.train_host.untracked += (max_chunk + z.R - 1) / z.R * 4;
     }
     plan.eval_host = host_phase(eval);

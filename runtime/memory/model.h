@@ -32,8 +32,9 @@
 // Load (host): masters + the loader's staging (model.load: rank0 reading rank: 2 units as stored;
 // parallel: none; naive: the whole model in fp32). Save (host): a snapshot of every kind
 // (4 + 2 s) sum c_u when the save is asynchronous or the shards live on a GPU.
-// Host backend (MPI): 16-bit reductions run in fp32, so a unit's reduction adds a 4 P_u working
-// copy, and the ring's scratch (4 x the largest shard, malloc'd: untracked) stays between steps.
+// Host backend (MPI): 16-bit reductions run in fp32 through an accumulator of at most
+// kHostWidenedReductionBytes (4 P_u when smaller), and the ring's scratch (its 1/S of that,
+// malloc'd: untracked) stays between steps.
 // Plus, per process: the base (libraries, MPI, LibTorch: measured, kHostBaseBytes) and, on a GPU,
 // the CUDA context and NCCL's buffers (kCudaContextBytes, kNcclBytesPerCommunicator).
 #pragma once
@@ -58,6 +59,9 @@ constexpr int64_t kHostUntrackedBytes = int64_t(40) << 20;
 // GPU-only constants, from vendor documentation and common reports, NOT measured by this project
 // (no GPU has run it yet): a CUDA 12/13 context on Hopper, and NCCL's buffers per communicator
 // (NCCL_BUFFSIZE 4 MiB x channels x 2 directions for a ring of NVLink peers).
+// The MPI backend reduces 16-bit floats in fp32 through an accumulator of at most this many bytes
+// (runtime/comm/mpi_backend.cpp's widened ring reduce-scatter works in segments of it).
+constexpr int64_t kHostWidenedReductionBytes = int64_t(8) << 20;
 constexpr int64_t kCudaContextBytes = int64_t(512) << 20;
 constexpr int64_t kNcclBytesPerCommunicator = int64_t(256) << 20;
 

@@ -217,6 +217,36 @@ TEST(CommConformance, BroadcastFromFirstAndLastRank) {
   }
 }
 
+// 16-bit reduce-scatters on the MPI backend run in fp32 through a bounded accumulator, in segments
+// (runtime/comm/mpi_backend.cpp): with the bound made tiny, the segments are many and do not divide
+// the blocks, and the results are the same exact ones, in and out of place.
+TEST(CommConformance, WidenedReduceScatterInSegments) {
+  setenv("TESSERA_WIDENED_REDUCTION_BYTES", "40000", 1);  // same on every rank
+  for (const auto& comm : backends()) {
+    if (comm->backend() != "mpi") continue;
+    const int rank = comm->rank(), size = comm->size();
+    for (at::ScalarType dt : {at::kBFloat16, at::kHalf}) {
+      auto o = opts_on(*comm, dt);
+      const int64_t n = 300007, chunk = tc::detail::chunk_of(n, size);
+      const int64_t begin = std::min(n, rank * chunk), real = std::min(n, begin + chunk) - begin;
+      at::Tensor input = values(dt, rank, 0, n).to(o);
+      for (ReduceOp op : ops_for(dt)) {
+        at::Tensor expected = at::cat({reduced(dt, op, size, begin, real).to(at::kDouble),
+                                       at::zeros({chunk - real}, at::kDouble)}).to(dt);
+        at::Tensor in = input.clone(), out = at::full({chunk}, 9, o);
+        comm->reduce_scatter_into(out, in, op)->wait();
+        expect_same(out, expected, label(*comm, "segmented reduce_scatter", dt, n, "out-of-place", op));
+        expect_same(in, input, label(*comm, "segmented reduce_scatter", dt, n, "input untouched", op));
+        in = input.clone();
+        out = (rank + 1) * chunk <= n ? in.narrow(0, rank * chunk, chunk) : at::full({chunk}, 9, o);
+        comm->reduce_scatter_into(out, in, op)->wait();
+        expect_same(out, expected, label(*comm, "segmented reduce_scatter", dt, n, "in-place", op));
+      }
+    }
+  }
+  unsetenv("TESSERA_WIDENED_REDUCTION_BYTES");
+}
+
 // Sizes above the thresholds where the MPI backend leaves MPI's own collectives for its ring and
 // chain algorithms (runtime/comm/mpi_ring.h; reduce-scatter 256 KiB, all-reduce and broadcast
 // 1 MiB), uneven so that the last blocks are short or empty: the same exact results as the small
