@@ -2,6 +2,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +17,7 @@
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/device/device.h"
@@ -96,6 +99,26 @@ train::TrainOptions train_options_from(const Config& cfg) {
   return t;
 }
 
+// comm.timeout_s -> the default timeout of every Work::wait() (all backends: the MPI backend's wait,
+// NCCL's watchdog deadline) and so of the checkpoint's save/load agreement and the launcher's.
+void apply_comm_timeout(const Config& cfg) {
+  const double s = cfg.get_float("comm.timeout_s");
+  TESSERA_CHECK_INPUT(std::isfinite(s) && s >= 0.001 && s <= 1e7,
+                      "comm.timeout_s must be a number of seconds between 0.001 and 1e7 (got " + std::to_string(s) + ")");
+  comm::set_default_timeout(std::chrono::milliseconds(std::llround(s * 1000)));
+}
+
+// One id for this run on every rank (rank 0's clock and pid), so that flight records of this run
+// are told apart from older ones in the same log.dir.
+std::string agree_run_id(const Bootstrap& b) {
+  std::string id;
+  if (b.world_rank == 0)
+    id = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count()) +
+         "-" + std::to_string(getpid());
+  return b.groups.world->broadcast_string(id, 0);
+}
+
 }  // namespace
 
 // Everything `train` and `eval` set up before the first collective of the engine; run inside
@@ -159,6 +182,7 @@ int run_train(const std::vector<std::string>& args) {
     if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
     cfg = Config::load((*vm)["config"].as<std::string>(), sets);
     topts = train_options_from(cfg);
+    apply_comm_timeout(cfg);
     rank0_reads = !cfg.get_string("model.path").empty() && cfg.get_string("model.load") == "rank0";
     if (rank0 || !rank0_reads) ms = setup_model(cfg);
   });
@@ -172,6 +196,7 @@ int run_train(const std::vector<std::string>& args) {
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
   // the lowest failing rank's one-line message (rank, host, device).
   const c10::Device device = agree_on_device(cfg.get_string("train.device"), b);
+  const std::string run_id = agree_run_id(b);
   collectively([&] {
     fopts = fsdp_options_from(cfg, ms.config);
     fopts.device = device;
@@ -195,6 +220,9 @@ int run_train(const std::vector<std::string>& args) {
                             " x grad_accum " + std::to_string(topts.grad_accum) + " = " + std::to_string(global) + ")");
     if (!topts.checkpoint_dir.empty()) check_writable_dir(topts.checkpoint_dir, "checkpoint.dir");
     if (!topts.log_dir.empty()) check_writable_dir(topts.log_dir, "log.dir");
+    // The flight recorder dumps to <log.dir>/flight on a timeout, an abort or a fatal signal.
+    comm::flight::set_dump_dir(topts.log_dir.empty() ? "" : topts.log_dir + "/flight", run_id, b.world_size);
+    comm::flight::install_signal_handlers();
     std::string resume = vm->count("resume") ? (*vm)["resume"].as<std::string>() : cfg.get_string("checkpoint.resume");
     if (resume == "latest" || resume == "auto") {
       TESSERA_CHECK_INPUT(!(resume == "latest" && topts.checkpoint_dir.empty()),
@@ -228,6 +256,7 @@ int run_train(const std::vector<std::string>& args) {
     collectively([&] { load_model_weights(trainer, ms, cfg); });
   }
   train::install_preemption_handlers(topts.preempt_signal);
+  comm::flight::install_signal_handlers();  // again: its SIGTERM dump runs first, then the preemption flag
   auto res = trainer.run();
   if (rank0) {
     if (res.preempted) {

@@ -68,6 +68,7 @@ const std::vector<CommandInfo>& commands() {
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
       {"bench", "benchmarks: collectives, checkpoint, load", true, run_bench},
       {"config", "print the configuration reference or validate a config file", false, run_config},
+      {"diagnose", "after a hang or crash: which ranks were behind in which collective, or disagreed (flight records)", false, run_diagnose},
   };
   return list;
 }

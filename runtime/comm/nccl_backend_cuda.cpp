@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "runtime/comm/collective_checks.h"
+#include "runtime/comm/flight_recorder.h"
+#include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 
 #ifdef TESSERA_WITH_CUDA
@@ -92,22 +94,25 @@ class NcclCommunicator;
 class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<NcclCommunicator> comm, std::shared_ptr<Event> done, std::string what,
-           std::vector<at::Tensor> keep)
-      : comm_(std::move(comm)), done_(std::move(done)), what_(std::move(what)), keep_(std::move(keep)) {}
+           std::vector<at::Tensor> keep, uint64_t seq)
+      : comm_(std::move(comm)), done_(std::move(done)), what_(std::move(what)), keep_(std::move(keep)), seq_(seq) {}
   void wait(std::chrono::milliseconds timeout) override;
-  bool is_completed() override { return cudaEventQuery(done_->ev) == cudaSuccess; }
+  bool is_completed() override;
 
  private:
   std::shared_ptr<NcclCommunicator> comm_;
   std::shared_ptr<Event> done_;
   std::string what_;
   std::vector<at::Tensor> keep_;  // inputs, outputs and temporaries stay alive with the handle
+  uint64_t seq_;                  // in the communicator's flight recorder
 };
 
 class NcclCommunicator : public Communicator, public std::enable_shared_from_this<NcclCommunicator> {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, std::string host)
-      : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)), host_(std::move(host)) {
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, std::string host,
+                   const std::vector<int>& world_ranks)
+      : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)), host_(std::move(host)),
+        recorder_(name_, "nccl", rank, size, world_ranks) {
     const std::string who = describe("init");
     CUDA_OK(cudaSetDevice(device_), who);
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), who);
@@ -137,7 +142,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe("all_gather");
     int64_t chunk = detail::check_all_gather(out, in, size_, who);
     ncclDataType_t type = check_device_tensor(in, who);
-    return issue(who, {out, in}, [&](std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::AllGather, out), {out, in}, [&](std::vector<at::Tensor>& keep) {
       const int64_t n = out.numel(), esz = in.element_size();
       if (n == chunk * size_) {  // NCCL handles in-place (in == out + rank*chunk) natively
         NCCL_OK(ncclAllGather(in.data_ptr(), out.data_ptr(), chunk, type, comm_, stream_), who);
@@ -154,7 +159,8 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe(std::string("reduce_scatter(") + detail::op_name(op) + ")");
     int64_t chunk = detail::check_reduce_scatter(out, in, op, size_, who);
     check_device_tensor(in, who);
-    return issue(who, {out, in}, [&](std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)), {out, in},
+                 [&](std::vector<at::Tensor>& keep) {
       const int64_t n = in.numel(), padded = chunk * size_;
       const at::ScalarType red = reduce_in_fp32(in.scalar_type()) ? at::kFloat : in.scalar_type();
       at::Tensor src = in;
@@ -182,7 +188,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe(std::string("all_reduce(") + detail::op_name(op) + ")");
     detail::check_reducible(t, op, who);
     check_device_tensor(t, who);
-    return issue(who, {t}, [&](std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), {t}, [&](std::vector<at::Tensor>& keep) {
       at::Tensor buf = t;
       if (reduce_in_fp32(t.scalar_type())) {
         buf = at::empty(t.sizes(), t.options().dtype(at::kFloat));
@@ -201,27 +207,33 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     detail::check_contiguous(t, "broadcast", who);
     ncclDataType_t type = check_device_tensor(t, who);
     if (root < 0 || root >= size_) throw TESSERA_INPUT_ERROR(who + ": root " + std::to_string(root) + " is not a rank");
-    return issue(who, {t}, [&](std::vector<at::Tensor>&) {
+    return issue(who, flight::op_info(flight::Op::Broadcast, t, -1, root), {t}, [&](std::vector<at::Tensor>&) {
       NCCL_OK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, root, comm_, stream_), who);
     });
   }
 
   WorkPtr barrier() override {
     std::string who = describe("barrier");
-    return issue(who, {}, [&](std::vector<at::Tensor>&) {
+    flight::OpInfo info;
+    info.op = flight::Op::Barrier;
+    return issue(who, info, {}, [&](std::vector<at::Tensor>&) {
       NCCL_OK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_), who);
     });
   }
 
   // Called by NcclWork::wait: order the caller's stream after `done` and arm the watchdog.
-  void wait_for(const std::shared_ptr<Event>& done, const std::string& what, std::chrono::milliseconds timeout) {
+  void wait_for(const std::shared_ptr<Event>& done, const std::string& what, std::chrono::milliseconds timeout,
+                uint64_t seq) {
     rethrow_failure();
     CUDA_OK(cudaStreamWaitEvent(compute_stream(device_), done->ev, 0), what);
     auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
     std::lock_guard<std::mutex> lk(m_);
-    watched_.push_back({done, what, timeout, std::chrono::steady_clock::now() + limit});
+    watched_.push_back({done, what, timeout, std::chrono::steady_clock::now() + limit, seq});
     cv_.notify_all();
   }
+
+  // The flight record of operation `seq` (NCCL has no host-side start: scheduled -> completed).
+  flight::Recorder& recorder() { return recorder_; }
 
  private:
   std::string describe(const std::string& op) const {
@@ -255,9 +267,10 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   }
 
   // Orders our stream after the caller's compute, enqueues `body`, records the completion event.
-  WorkPtr issue(const std::string& who, std::vector<at::Tensor> keep,
+  WorkPtr issue(const std::string& who, const flight::OpInfo& info, std::vector<at::Tensor> keep,
                 const std::function<void(std::vector<at::Tensor>&)>& body) {
     rethrow_failure();
+    const uint64_t seq = recorder_.enqueue(info);
     CUDA_OK(cudaSetDevice(device_), who);
     Event ready;
     CUDA_OK(cudaEventRecord(ready.ev, compute_stream(device_)), who);
@@ -272,7 +285,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
 #endif
     auto done = std::make_shared<Event>();
     CUDA_OK(cudaEventRecord(done->ev, stream_), who);
-    return std::make_shared<NcclWork>(shared_from_this(), done, who, std::move(keep));
+    return std::make_shared<NcclWork>(shared_from_this(), done, who, std::move(keep), seq);
   }
 
   void rethrow_failure() {
@@ -289,6 +302,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
       if (aborted_) continue;
       for (auto it = watched_.begin(); it != watched_.end();) {
         if (cudaEventQuery(it->done->ev) == cudaSuccess) {
+          recorder_.end(it->seq, true);
           it = watched_.erase(it);
           continue;
         }
@@ -296,7 +310,8 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
         ncclCommGetAsyncError(comm_, &async);
         bool late = std::chrono::steady_clock::now() > it->deadline;
         if (async != ncclSuccess || late) {
-          std::string msg = late ? it->what + " did not complete within " +
+          recorder_.end(it->seq, false);
+          std::string msg = late ? it->what + ", " + recorder_.describe(it->seq) + ", did not complete within " +
                                        std::to_string(it->timeout.count() / 1000.0) + "s; communicator aborted"
                                  : it->what + ": NCCL asynchronous error: " + ncclGetErrorString(async);
           failure_ = std::make_exception_ptr(
@@ -316,6 +331,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string what;
     std::chrono::milliseconds timeout;
     std::chrono::steady_clock::time_point deadline;
+    uint64_t seq;  // in recorder_
   };
 
   ncclComm_t comm_;
@@ -328,10 +344,17 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   std::list<Watched> watched_;
   std::exception_ptr failure_;
   bool stop_ = false, aborted_ = false;
+  flight::Recorder recorder_;
   std::thread watchdog_;
 };
 
-void NcclWork::wait(std::chrono::milliseconds timeout) { comm_->wait_for(done_, what_, timeout); }
+void NcclWork::wait(std::chrono::milliseconds timeout) { comm_->wait_for(done_, what_, timeout, seq_); }
+
+bool NcclWork::is_completed() {
+  if (cudaEventQuery(done_->ev) != cudaSuccess) return false;
+  comm_->recorder().end(seq_, true);
+  return true;
+}
 
 }  // namespace
 
@@ -361,7 +384,7 @@ CommPtr make_nccl_communicator(MPI_Comm comm, const std::string& name, int devic
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
   ncclComm_t nccl = nullptr;
   NCCL_OK(ncclCommInitRank(&nccl, size, id, rank), who);
-  return std::make_shared<NcclCommunicator>(nccl, rank, size, device, name, host);
+  return std::make_shared<NcclCommunicator>(nccl, rank, size, device, name, host, mpi_world_ranks(comm));
 }
 
 }  // namespace tessera::comm

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
@@ -18,6 +19,7 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
+#include "runtime/train/test_fault.h"
 
 namespace tessera::train {
 
@@ -152,6 +154,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
     so.keep = opts.checkpoint_keep;
     so.async = opts.checkpoint_async;
     im.checkpointer = std::make_unique<checkpoint::Checkpointer>(opts.checkpoint_dir, so, im.host);
+    im.checkpointer->begin_lineage(0, "");  // a fresh run, unless resume() says otherwise
   }
 }
 
@@ -163,13 +166,19 @@ int64_t Trainer::step() const { return impl_->step; }
 void Trainer::load_weights(fsdp::WeightSource& source) { load_weights(&source, fsdp::LoadMode::Parallel); }
 
 void Trainer::load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode) {
+  comm::flight::set_context(impl_->step, "weight load");
   fsdp::load_weights(*impl_->engine, source, mode, &impl_->host);
 }
 
 int64_t Trainer::resume(const std::string& ckpt_dir) {
   Impl& im = *impl_;
+  comm::flight::set_context(-1, "checkpoint load");
+  if (test_fault("stall-load", im.groups.world->rank(), -1)) raise(SIGSTOP);
   nlohmann::json s = checkpoint::load(ckpt_dir, *im.engine);
   im.step = s.at("step").get<int64_t>();
+  // This run continues from ckpt_dir: `auto` must resume it from there (or from its own later
+  // saves), never from newer checkpoints of the run it rolled back (checkpoint.h, begin_lineage).
+  if (im.checkpointer) im.checkpointer->begin_lineage(im.step, ckpt_dir);
   im.adamw->set_step_count(s.at("optimizer").at("step_count").get<int64_t>());
   if (im.sampler && s.contains("sampler") && !s["sampler"].is_null()) {
     // The sampler's position is the step; a different world size re-slices the same global batches.
@@ -183,6 +192,7 @@ QueuedStep Trainer::Impl::queue_step() {
   TESSERA_CHECK(im.sampler, "training needs a dataset");
   QueuedStep q;
   q.t0 = Clock::now();
+  comm::flight::set_context(im.step + 1, "train step");  // the step being computed, as logged
   fsdp::Engine& eng = *im.engine;
   const int64_t T = im.opts.seq_len, accum = im.opts.grad_accum;
   // This rank's mean loss, accumulated on the device (no host sync per micro-step).
@@ -251,6 +261,8 @@ StepRecord Trainer::train_step() { return impl_->record(impl_->queue_step(), /*m
 std::string Trainer::save_checkpoint() {
   Impl& im = *impl_;
   TESSERA_CHECK(im.checkpointer, "checkpoint.dir is not set");
+  comm::flight::set_context(im.step, "checkpoint save");
+  if (test_fault("stall-save", im.groups.world->rank(), im.step)) raise(SIGSTOP);
   auto timing = im.checkpointer->save(im.step, *im.engine, im.state_json());
   if (!im.opts.quiet && im.groups.world->rank() == 0) {
     char buf[160];
@@ -310,6 +322,8 @@ RunResult Trainer::run() {
         std::cout << line << std::endl;
       }
     }
+    if (test_fault("desync", im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
+      im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
     const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
     const bool periodic = im.opts.checkpoint_every > 0 && im.step % im.opts.checkpoint_every == 0;
     if (im.checkpointer && (stop || periodic || im.step == im.opts.steps)) res.last_checkpoint = save_checkpoint();
