@@ -1,6 +1,7 @@
 // `tessera diagnose <log.dir>`: reads the flight records a failed run left in <log.dir>/flight
-// (runtime/comm/flight_recorder.h) and says which ranks never joined or were behind in which
-// collective, and whether ranks disagreed about a collective (a desync). Single process, no MPI.
+// (runtime/comm/flight_recorder.h) and says which collective did not complete, which ranks left no
+// record or were behind, and whether ranks disagreed about a collective (a desync). Single process,
+// no MPI.
 #include <filesystem>
 #include <iostream>
 

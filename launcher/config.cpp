@@ -54,7 +54,7 @@ const std::vector<ConfigKey>& config_schema() {
       {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step). Empty: checkpoint.dir, else none."},
       {"log.every", "int", 1, "Progress line every N steps."},
       // comm
-      {"comm.timeout_s", "float", 600.0, "Timeout of a collective before every rank stops with an error."},
+      {"comm.timeout_s", "float", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3)."},
   };
   return schema;
 }

@@ -1,9 +1,10 @@
 // tessera: one binary, many subcommands. Errors from any rank end every rank: an error raised on all
 // ranks together (CollectiveError) exits cleanly with its code; an error on one rank aborts the world
 // so that no rank waits forever in a collective. Before that, the failing rank writes its flight
-// record (runtime/comm/flight_recorder.h); after a collective timeout it waits a short grace period
-// for the other ranks' records and its lowest rank with a record prints what they say (which ranks
-// never joined or were behind, at which collective, or a desync) as its last line.
+// record (runtime/comm/flight_recorder.h); after a collective timeout the failing ranks wait a short
+// grace period for the other ranks' records, and the lowest rank with a record prints what they say
+// (the collective that did not complete, the ranks without a record or behind, or a desync) as its
+// last line.
 #include <c10/util/Exception.h>
 #include <malloc.h>
 

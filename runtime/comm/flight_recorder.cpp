@@ -368,7 +368,28 @@ extern "C" void on_flight_signal(int sig, siginfo_t* info, void* ctx) {
     errno = saved_errno;
     return;
   }
-  dump_impl(2, signal_reason(sig), "fatal signal", nullptr, 0);
+  char path[1200] = {0};
+  const bool dumped = dump_impl(2, signal_reason(sig), "fatal signal", path, sizeof(path));
+  {  // One line on stderr: who died of what, where, and where its record is.
+    Out o(2);
+    o.s("tessera: rank ");
+    o.i(process_rank());
+    o.s(" (");
+    o.s(g_host[0] ? g_host : "?");
+    o.s("): ");
+    o.s(signal_reason(sig) + 7);  // "SIGSEGV"
+    o.s(" at step ");
+    o.i(context_step());
+    o.s(" (");
+    o.s(context_phase());
+    o.s(")");
+    if (dumped) {
+      o.s("; flight record ");
+      o.s(path);
+    }
+    o.c('\n');
+    o.flush();
+  }
   // The previous handler (or the default action) handles the signal from here: restored, re-raised.
   sigaction(sig, &g_old[sig], nullptr);
   raise(sig);

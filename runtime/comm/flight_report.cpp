@@ -227,6 +227,7 @@ Diagnosis diagnose(const Dumps& dumps) {
     }
     const uint64_t stuck = min_done + 1;
     if (stuck > frontier) {
+      if (frontier == 0) continue;  // never used
       dx.lines.push_back(group_text(G) + ": every member with a record completed collective #" + std::to_string(min_done) +
                          (absent.empty() ? "" : "; no record from " + rank_word(absent)));
       continue;
@@ -268,12 +269,16 @@ Diagnosis diagnose(const Dumps& dumps) {
     s += " did not complete:";
     std::string parts;
     auto add = [&](const std::string& p) { parts += (parts.empty() ? " " : "; ") + p; };
-    if (!absent.empty()) add(rank_word(absent) + " never joined and left no flight record (stopped, killed or hung)");
+    if (!absent.empty())
+      add(rank_word(absent) + (absent.size() == 1 ? " has" : " have") +
+          " no flight record (stopped, killed, or stuck where it could not write one)");
     for (const auto& b : behind_text) add(b + " (behind)");
     if (!timed_out.empty()) add(rank_word(timed_out) + " timed out waiting in it");
-    for (int r : waiting)
-      add("rank " + std::to_string(r) + " issued it but did not time out (its record: " +
-          str(*G.present.at(r).record, "reason") + ")");
+    std::map<std::string, std::vector<int>> by_reason;  // members in it that did not time out
+    for (int r : waiting) by_reason[str(*G.present.at(r).record, "reason")].push_back(r);
+    for (const auto& [reason, ranks] : by_reason)
+      add(rank_word(ranks) + (ranks.size() == 1 ? " was" : " were") + " in it without timing out (record written on " +
+          reason + ")");
     if (!done.empty()) add(rank_word(done) + " completed it");
     s += parts;
     dx.lines.push_back(s);

@@ -15,10 +15,10 @@
 //
 // Analysis, per group (same backend, name, instance and members on every rank): the pending
 // collective is the lowest sequence number some member with a record has not completed; members
-// that issued it and timed out were waiting in it (one that issued it but did not time out was not
-// running: stopped, or stuck on its own thread), members whose last issued number is lower are
-// behind, members with no dump at all are missing (stopped, killed, or stuck where they could not
-// write). A desync
+// that issued it and timed out were waiting in it (one that issued it but did not time out was
+// ended by its launcher while in it, or was not running: stopped), members whose last issued number
+// is lower are behind, members with no dump at all are missing (stopped, killed, or stuck where they
+// could not write). A desync
 // is a sequence number that two members recorded with a different op, reduce op, dtype, element
 // count or root. Only dumps of the newest run (run_id) are analysed.
 #pragma once

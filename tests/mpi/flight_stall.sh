@@ -3,7 +3,7 @@
 # comm.timeout_s 10):
 #  stall   this script SIGSTOPs rank 1 mid-run: mpirun exits non-zero within timeout + 10 s of the
 #          stop; rank 0's error names the collective (op, comm, #seq, bytes, step) and its last line
-#          names rank 1 as the rank that never joined; flight/rank-0.json is written; `tessera
+#          names rank 1 as the rank without a record in it; flight/rank-0.json is written; `tessera
 #          diagnose` reports the same collective; no core files.
 #  save    rank 1 stops itself (test hook) just before the checkpoint save of step 4: the save's
 #          agreement times out on the checkpoint communicator; step-2 stays complete (verify) and
@@ -88,7 +88,7 @@ grep -E "^tessera: error on rank 0 \(.*\): [a-z_]+(\([a-z]+\))? on comm 'world' 
 ok "stall: rank 0's error names op, comm, collective number, bytes and step"
 seq=$(grep -oE "^tessera: error on rank 0 .*collective #[0-9]+" "$err" | grep -oE "[0-9]+$")
 line=$(flight_line "$err")
-[[ $line == "tessera: flight recorder: collective #$seq "*"on group 'world' (mpi, ranks 0-1)"*"rank 1 never joined"*"rank 0 timed out waiting in it"* ]] ||
+[[ $line == "tessera: flight recorder: collective #$seq "*"on group 'world' (mpi, ranks 0-1)"*"rank 1 has no flight record"*"rank 0 timed out waiting in it"* ]] ||
   fail "stall: flight recorder line does not name rank 1 at collective #$seq: $line"
 # ... and it is rank 0's last line: nothing of rank 0 after it.
 [[ $(grep -E '^tessera: (error on rank 0|flight recorder)' "$err" | tail -n 1) == "$line" ]] || fail "stall: not rank 0's last line"
@@ -114,7 +114,7 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) +
 grep -qE "^tessera: error on rank 0 .* on comm 'checkpoint' .*step 4, checkpoint save\), did not complete within 10s" "$T/save/err" ||
   fail "save: no timeout of the checkpoint agreement at step 4"
 line=$(flight_line "$T/save/err")
-[[ $line == *"on group 'checkpoint' (mpi, ranks 0-1)"*"rank 1 never joined"* ]] || fail "save: last line: $line"
+[[ $line == *"on group 'checkpoint' (mpi, ranks 0-1)"*"rank 1 has no flight record"* ]] || fail "save: last line: $line"
 "$BIN" ckpt verify "$T/save/ck/step-2" >/dev/null || fail "save: step-2 does not verify"
 [[ ! -e $T/save/ck/step-4 ]] || fail "save: step-4 was published"
 [[ $(cat "$T/save/ck/latest") == step-2 ]] || fail "save: latest does not name step-2"
