@@ -95,6 +95,7 @@ struct Checkpointer::Impl {
   std::thread worker;
   bool in_flight = false;
   std::string error;  // of the job on the worker
+  ErrorKind error_kind = ErrorKind::Input;  // a timeout of the worker's agreement stays a timeout
   SaveTiming timing;  // of the job on the worker
   // Lineage (begin_lineage): the first save after it retires checkpoints above retire_above.
   bool lineage_started = false, retired = false;
@@ -274,7 +275,7 @@ SaveTiming Checkpointer::wait() {
   const std::string error = impl_->error;
   impl_->timing = {};
   impl_->error.clear();
-  throw_if(error);
+  if (!error.empty()) throw Error(impl_->error_kind, error, __FILE__, __LINE__);
   return t;
 }
 
@@ -394,6 +395,8 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const json& st
       impl_->timing.blocked_s = blocked;
     } catch (const std::exception& e) {
       impl_->error = e.what();
+      const auto* te = dynamic_cast<const Error*>(&e);
+      impl_->error_kind = te ? te->kind() : ErrorKind::Input;
     }
   });
   SaveTiming t;
