@@ -4,6 +4,7 @@
 #include "runtime/comm/flight_recorder.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "runtime/comm/collective_checks.h"
 #include "runtime/error.h"
@@ -63,6 +65,15 @@ char g_message[2048] = {0};
 std::atomic<int> g_world_size{1};
 std::atomic<bool> g_dump_busy{false};
 std::atomic<int> g_dumped{0};  // 0 none, 1 weak, 2 strong
+// Stops: a heartbeat thread (started by install_signal_handlers) stores the monotonic time every kBeatNs; a gap longer
+// than kStopNs means the whole process did not run (SIGSTOP, or frozen). Whoever first sees the stale
+// beat (the thread, a SIGCONT, a dump, a timed-out wait) swaps it for now and counts the stop, so a
+// stop is counted once and a SIGCONT to a process that was running (launchers send SIGCONT before
+// SIGTERM) counts nothing. Lock-free atomics only: used from signal handlers.
+constexpr int64_t kBeatNs = 100'000'000, kStopNs = 2'000'000'000;
+std::atomic<int64_t> g_beat_ns{0};
+std::atomic<int> g_beat_pid{0};  // the process whose heartbeat thread runs (none in a forked child)
+std::atomic<int64_t> g_stops{0}, g_stop_end_ns{0}, g_stop_len_ns{0};
 std::mutex g_dir_mutex;
 
 const char* dtype_name(int16_t t) {
@@ -262,6 +273,17 @@ void write_group(Out& o, const Slot& g) {
   o.s("]}");
 }
 
+// Counts a stop if the heartbeat is stale (see g_beat_ns). Async-signal-safe.
+void catch_up_stop() {
+  if (g_beat_pid.load() != static_cast<int>(getpid())) return;
+  int64_t old = g_beat_ns.load();
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  if (now - old <= kStopNs || !g_beat_ns.compare_exchange_strong(old, now)) return;
+  g_stop_len_ns.store(now - old);
+  g_stop_end_ns.store(now);
+  g_stops.fetch_add(1);
+}
+
 // The dump itself: async-signal-safe. strength 1 = weak (SIGTERM), 2 = strong.
 bool dump_impl(int strength, const char* reason, const char* message, char* path_out, size_t path_cap) {
   if (!g_dir[0]) return false;
@@ -270,6 +292,7 @@ bool dump_impl(int strength, const char* reason, const char* message, char* path
   bool expected = false;
   if (!g_dump_busy.compare_exchange_strong(expected, true)) return false;  // another dump in progress
   const int saved_errno = errno;
+  catch_up_stop();  // a dump right after a SIGCONT, before the heartbeat thread ran again
   const int rank = process_rank() < 0 ? 0 : process_rank();
   char path[1200], tmp[1250];
   char* p = append_str(path, path + sizeof(path), g_dir);
@@ -304,6 +327,14 @@ bool dump_impl(int strength, const char* reason, const char* message, char* path
     o.key("phase");
     o.q(g_phase.load());
     o.c('}');
+    o.key("timeout_ms");  // comm.timeout_s: an operation older than this that did not time out was not waited on
+    o.i(default_timeout().count());
+    o.key("stops");  // how often this process did not run for more than kStopNs (stopped or frozen)
+    o.i(g_stops.load());
+    o.key("stop_end_ns");  // monotonic time the last stop ended
+    o.i(g_stop_end_ns.load());
+    o.key("stop_ns");  // how long the last stop lasted
+    o.i(g_stop_len_ns.load());
     o.key("clock");
     o.s("{\"monotonic_ns\":");
     o.i(clock_ns(CLOCK_MONOTONIC));
@@ -354,6 +385,14 @@ const char* signal_reason(int sig) {
 
 extern "C" void on_flight_signal(int sig, siginfo_t* info, void* ctx) {
   const int saved_errno = errno;
+  if (sig == SIGCONT) {  // perhaps the end of a stop: counted at once if the heartbeat is stale
+    catch_up_stop();
+    const struct sigaction& old = g_old[sig];
+    if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction) old.sa_sigaction(sig, info, ctx);
+    else if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) old.sa_handler(sig);
+    errno = saved_errno;
+    return;
+  }
   if (sig == SIGTERM) {
     dump_impl(1, signal_reason(sig), "terminated by SIGTERM (launcher abort or preemption)", nullptr, 0);
     const struct sigaction& old = g_old[sig];
@@ -424,6 +463,13 @@ const char* state_name(State s) {
 }
 
 int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
+
+int64_t times_stopped() {
+  catch_up_stop();
+  return g_stops.load();
+}
+
+double last_stop_s() { return g_stop_len_ns.load() / 1e9; }
 
 void set_context(int64_t step, const char* phase) {
   g_step.store(step);
@@ -573,7 +619,7 @@ std::string dump(const char* reason, const std::string& message) {
 void install_signal_handlers() {
   struct sigaction sa {};
   sa.sa_sigaction = on_flight_signal;
-  sa.sa_flags = SA_SIGINFO;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   // Idempotent: a signal whose handler is already ours keeps the previous handler it chains to.
   auto install = [&](int sig) {
@@ -584,6 +630,29 @@ void install_signal_handlers() {
   };
   for (int sig : kFatal) install(sig);
   install(SIGTERM);
+  install(SIGCONT);
+  // The heartbeat thread, once per process (again in a forked child, which has no threads but ours).
+  const int pid = static_cast<int>(getpid());
+  if (g_beat_pid.load() != pid) {
+    std::lock_guard<std::mutex> lk(g_register_mutex);
+    if (g_beat_pid.load() != pid) {
+      g_beat_ns.store(clock_ns(CLOCK_MONOTONIC));
+      g_beat_pid.store(pid);
+      std::thread([] {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, nullptr);  // signal handlers run on the other threads
+        const struct timespec beat {0, kBeatNs};
+        for (;;) {
+          nanosleep(&beat, nullptr);
+          catch_up_stop();
+          int64_t old = g_beat_ns.load();
+          const int64_t now = clock_ns(CLOCK_MONOTONIC);
+          if (now > old) g_beat_ns.compare_exchange_strong(old, now);  // lost to catch_up_stop: it stored now
+        }
+      }).detach();
+    }
+  }
 }
 
 std::vector<Record> snapshot() {

@@ -23,7 +23,10 @@
 // clock_gettime only, formatting into a stack buffer, reading the fixed tables above (memory of a
 // group is never freed, only reused), so the same code runs from a SIGSEGV/SIGBUS/SIGABRT/SIGTERM
 // handler. The first "strong" dump of a process (timeout, error, fatal signal) wins; a SIGTERM dump
-// is "weak": written only if nothing was dumped yet, and replaced by a later strong one.
+// is "weak": written only if nothing was dumped yet, and replaced by a later strong one. Limits of
+// the signal path (best effort there): no alternate signal stack, so a SIGSEGV from a stack overflow
+// dies without a record; a record read while another thread overwrites an entry skips that entry;
+// a dump already in progress on another thread makes the handler skip its own.
 // Format and analysis: flight_report.h (`tessera diagnose`).
 //
 // Timestamps are CLOCK_MONOTONIC nanoseconds (now_ns()); a dump also records CLOCK_REALTIME at the
@@ -74,6 +77,12 @@ inline OpInfo op_info(Op op, const at::Tensor& t, int reduce = -1, int root = -1
 
 // Monotonic clock of every record, nanoseconds.
 int64_t now_ns();
+// How often this process did not run for more than 2 s (stopped by SIGSTOP, or frozen), as seen by
+// the heartbeat thread that install_signal_handlers starts (0 without it); last_stop_s() is how long
+// the last such stop lasted. A SIGCONT to a running process (launchers send one before SIGTERM) is
+// not a stop.
+int64_t times_stopped();
+double last_stop_s();
 
 // The generic context hook: what the process is doing, recorded with every operation enqueued
 // after it. `phase` must be a string with static storage ("train step", "checkpoint save", ...).
@@ -123,8 +132,11 @@ std::string run_id();
 std::string dump(const char* reason, const std::string& message);
 // Installs handlers that dump on SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT (then the previous
 // handler or the default action runs) and SIGTERM (weak dump, then the previous handler: the
-// trainer's preemption flag). Idempotent; call it again after installing other handlers for these
-// signals so that the flight recorder runs first and chains to them.
+// trainer's preemption flag), and starts a heartbeat thread (10 wake-ups a second) that notices when
+// the process did not run (times_stopped(), recorded in dumps, so a wait that timed out across a
+// stop says so; SIGCONT is handled to notice the end of a stop at once). Idempotent; call it again
+// after installing other handlers for these signals so that the flight recorder runs first and
+// chains to them.
 void install_signal_handlers();
 
 // Every recorded operation of every live group (for traces, step-time breakdowns and tests).

@@ -233,23 +233,57 @@ Diagnosis diagnose(const Dumps& dumps) {
       continue;
     }
     dx.pending = true;
+    // Who issued it first, and when (wall clock, so ranks on several hosts compare).
     const json* e = nullptr;
     int64_t t_real = INT64_MAX;
-    std::vector<int> timed_out, waiting, done;
-    std::vector<std::string> behind_text;
+    int first_rank = -1;
+    for (const auto& [rank, m] : G.present) {
+      auto it = m.entries.find(stuck);
+      if (it == m.entries.end()) continue;
+      const int64_t t = realtime_of(*m.record, num(*it->second, "enqueue_ns"));
+      if (t < t_real) t_real = t, first_rank = rank, e = it->second;
+    }
+    std::vector<int> timed_out, waiting;
+    std::vector<std::string> behind_text, done_text, not_running;
     for (const auto& [rank, m] : G.present) {
       const uint64_t le = num(*m.group, "last_enqueued"), lc = num(*m.group, "last_completed");
       auto it = m.entries.find(stuck);
-      if (it != m.entries.end()) {
-        if (!e) e = it->second;
-        t_real = std::min(t_real, realtime_of(*m.record, num(*it->second, "enqueue_ns")));
-      }
       if (lc >= stuck) {
-        done.push_back(rank);
+        std::string d = "rank " + std::to_string(rank) + " completed it";
+        auto now = m.entries.find(lc + 1);
+        if (now != m.entries.end()) d += " (then in #" + std::to_string(lc + 1) + ")";
+        done_text.push_back(d);
       } else if (le >= stuck) {
-        // A member that issued it and timed out was waiting for the others; one that issued it
-        // but did not time out was not running (stopped) or its record came from elsewhere.
-        (str(*m.record, "reason") == "timeout" ? timed_out : waiting).push_back(rank);
+        // In it: stopped (did not run for seconds) since it issued it; issued it so long after the
+        // first member that the first could time out first (it was behind, and caught up only once
+        // it ran again); in it longer than its timeout without timing out (not running); or
+        // waiting (timed out, or ended by its launcher while in it).
+        const int64_t enq = it != m.entries.end() ? num(*it->second, "enqueue_ns") : INT64_MAX;
+        const int64_t dumped = num(m.record->value("clock", json::object()), "monotonic_ns");
+        const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
+        const bool timed_out_here = str(*m.record, "reason") == "timeout";
+        const int64_t late = enq == INT64_MAX ? 0 : realtime_of(*m.record, enq) - t_real;
+        if (num(*m.record, "stops") > 0 && enq != INT64_MAX && num(*m.record, "stop_end_ns") > enq) {
+          char text[160];
+          std::snprintf(text, sizeof(text), "rank %d was stopped for %.1f s while in it (did not run: SIGSTOP or frozen)",
+                        rank, num(*m.record, "stop_ns") / 1e9);
+          not_running.push_back(text);
+          behind.insert(rank);
+        } else if (timeout_ns > 0 && late > timeout_ns) {
+          char text[160];
+          std::snprintf(text, sizeof(text), "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind",
+                        rank, late / 1e9, first_rank, timeout_ns / 1e9);
+          not_running.push_back(text);
+          behind.insert(rank);
+        } else if (!timed_out_here && timeout_ns > 0 && enq != INT64_MAX && dumped - enq > timeout_ns) {
+          char text[160];
+          std::snprintf(text, sizeof(text), "rank %d was in it for %.1f s without timing out (timeout %g s): stopped or not running",
+                        rank, (dumped - enq) / 1e9, timeout_ns / 1e9);
+          not_running.push_back(text);
+          behind.insert(rank);
+        } else {
+          (str(*m.record, "reason") == "timeout" ? timed_out : waiting).push_back(rank);
+        }
       } else {
         behind.insert(rank);
         std::string b = "rank " + std::to_string(rank) + " last issued #" + std::to_string(le);
@@ -272,6 +306,7 @@ Diagnosis diagnose(const Dumps& dumps) {
     if (!absent.empty())
       add(rank_word(absent) + (absent.size() == 1 ? " has" : " have") +
           " no flight record (stopped, killed, or stuck where it could not write one)");
+    for (const auto& n : not_running) add(n);
     for (const auto& b : behind_text) add(b + " (behind)");
     if (!timed_out.empty()) add(rank_word(timed_out) + " timed out waiting in it");
     std::map<std::string, std::vector<int>> by_reason;  // members in it that did not time out
@@ -279,7 +314,7 @@ Diagnosis diagnose(const Dumps& dumps) {
     for (const auto& [reason, ranks] : by_reason)
       add(rank_word(ranks) + (ranks.size() == 1 ? " was" : " were") + " in it without timing out (record written on " +
           reason + ")");
-    if (!done.empty()) add(rank_word(done) + " completed it");
+    for (const auto& d : done_text) add(d);
     s += parts;
     dx.lines.push_back(s);
     for (int r : absent) behind.insert(r);

@@ -4,7 +4,9 @@
 // A dump is <log.dir>/flight/rank-<N>.json:
 //   {"format": "tessera-flight", "version": 1, "rank", "world_size", "host", "pid", "run_id",
 //    "reason" ("timeout" | "error" | "signal SIGSEGV" | "signal SIGTERM" ...), "message",
-//    "context": {"step", "phase"}, "clock": {"monotonic_ns", "realtime_ns"},
+//    "context": {"step", "phase"}, "timeout_ms" (comm.timeout_s), "stops" (times the process did
+//    not run for over 2 s: SIGSTOP, frozen), "stop_end_ns" and "stop_ns" (the last one's end and
+//    length), "clock": {"monotonic_ns", "realtime_ns"},
 //    "groups": [{"name", "backend", "instance", "rank", "size", "ranks" (world ranks of the members),
 //                "last_enqueued", "last_started", "last_completed",
 //                "entries": [{"seq", "op", "reduce", "dtype", "count", "bytes", "root", "state",
@@ -16,7 +18,9 @@
 // Analysis, per group (same backend, name, instance and members on every rank): the pending
 // collective is the lowest sequence number some member with a record has not completed; members
 // that issued it and timed out were waiting in it (one that issued it but did not time out was
-// ended by its launcher while in it, or was not running: stopped), members whose last issued number
+// ended by its launcher while in it; one that was stopped (did not run) since it issued it, or
+// that was in it longer than its timeout without timing out, was stopped or not running, and is
+// named as behind), members whose last issued number
 // is lower are behind, members with no dump at all are missing (stopped, killed, or stuck where they
 // could not write). A desync
 // is a sequence number that two members recorded with a different op, reduce op, dtype, element

@@ -69,6 +69,10 @@ std::string seconds_text(std::chrono::milliseconds t) {
   return s.str();
 }
 
+std::chrono::milliseconds stop_ms() {
+  return std::chrono::milliseconds(static_cast<int64_t>(flight::last_stop_s() * 10) * 100);  // 0.1 s
+}
+
 // ---- Work: completed by the communication thread, awaited by the caller -----------------------
 
 class MpiWork : public Work {
@@ -81,6 +85,7 @@ class MpiWork : public Work {
   void wait(std::chrono::milliseconds timeout) override {
     // Clamp so that "wait forever" style values do not overflow the clock arithmetic.
     auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
+    const int64_t stops = flight::times_stopped();
     std::unique_lock<std::mutex> lk(m_);
     if (!cv_.wait_for(lk, limit, [&] { return done_; })) {
       lk.unlock();
@@ -92,7 +97,9 @@ class MpiWork : public Work {
         detail::keep_alive_forever(comm);
       }
       std::string msg = what_ + op + " did not complete within " + seconds_text(timeout) +
-                        " (collectives must be issued in the same order on every rank of the communicator)";
+                        (flight::times_stopped() != stops
+                             ? " (this process itself was stopped for " + seconds_text(stop_ms()) + " while it waited)"
+                             : " (collectives must be issued in the same order on every rank of the communicator)");
       flight::dump("timeout", msg);
       throw Error(ErrorKind::Timeout, msg, __FILE__, __LINE__);
     }

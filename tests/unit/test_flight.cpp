@@ -4,6 +4,7 @@
 // analysis (flight_report.h) on records of several ranks written as the format documents them.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -254,6 +255,87 @@ TEST(FlightReport, NamesTheRankThatNeverJoinedAndTheOneBehind) {
   EXPECT_NE(s.find("rank 3 last issued #4 all_reduce(sum)"), std::string::npos) << s;
   EXPECT_NE(s.find("ranks 0, 2 timed out waiting in it"), std::string::npos) << s;
   EXPECT_EQ(s.find('\n'), std::string::npos);
+}
+
+TEST(FlightRecorderDeathTest, AStopIsCountedAndASigcontAloneIsNot) {
+  GTEST_FLAG_SET(death_test_style, "fast");
+  const std::string dir = temp_dir();
+  auto child = [&] {
+    tessera::set_process_identity(0, "host-d");
+    flight::set_dump_dir(dir, "run-5", 1);
+    flight::install_signal_handlers();
+    // A SIGCONT to a running process (mpirun and srun send one before SIGTERM) is not a stop.
+    kill(getpid(), SIGCONT);
+    usleep(300000);
+    if (flight::times_stopped() != 0) _exit(1);
+    // Stopped for 3 s: a helper process continues us.
+    const pid_t me = getpid();
+    const pid_t helper = fork();
+    if (helper == 0) {
+      const struct timespec t {3, 0};
+      nanosleep(&t, nullptr);
+      kill(me, SIGCONT);
+      _exit(0);
+    }
+    kill(me, SIGSTOP);
+    waitpid(helper, nullptr, 0);
+    flight::dump("timeout", "");
+    _exit(flight::times_stopped() == 1 && flight::last_stop_s() >= 2.5 ? 7 : 2);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(7), "");
+  json j = read_json(dir + "/rank-0.json");
+  EXPECT_EQ(j["stops"], 1);
+  EXPECT_GE(j["stop_ns"].get<int64_t>(), 2500000000LL);
+  EXPECT_GT(j["stop_end_ns"].get<int64_t>(), 0);
+  fs::remove_all(dir);
+}
+
+TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
+  // Rank 1 was stopped (SIGSTOP) inside #4 and continued later; rank 0 completed #4 and timed out in #5.
+  auto e = [](int seq, const char* state) { return std::make_tuple(seq, std::string("all_reduce"), 2, std::string(state)); };
+  flight::Dumps d;
+  d.records.push_back(rank_record(0, 2, "timeout", {e(4, "completed"), e(5, "started")}));
+  json r1 = rank_record(1, 2, "timeout", {e(3, "completed"), e(4, "started")});
+  r1["stops"] = 1;
+  r1["stop_end_ns"] = 2000;  // after #4's enqueue_ns (1004)
+  r1["stop_ns"] = 12300000000LL;
+  d.records.push_back(r1);
+  auto dx = flight::diagnose(d);
+  EXPECT_NE(dx.summary.find("collective #4 all_reduce(sum) 8 bytes float32 (2 elements) on group 'world' (mpi, ranks 0-1) "
+                            "at step 7, train step did not complete: rank 1 was stopped for 12.3 s while in it (did not run: "
+                            "SIGSTOP or frozen); rank 0 completed it (then in #5)"),
+            std::string::npos) << dx.summary;
+  EXPECT_EQ(dx.behind, std::vector<int>({1}));
+  // Stopped before it issued #4: not stopped in it, it timed out waiting like the others.
+  d.records[1]["stop_end_ns"] = 10;
+  dx = flight::diagnose(d);
+  EXPECT_NE(dx.summary.find("rank 1 timed out waiting in it; rank 0 completed it (then in #5)"), std::string::npos)
+      << dx.summary;
+  // Its record written on SIGTERM 14 s after it issued #4, with a 10 s timeout it never hit: it was
+  // not waiting in it (stuck elsewhere, e.g. in computation, or a stop its record does not show).
+  d.records[1]["reason"] = "signal SIGTERM";
+  d.records[1]["timeout_ms"] = 10000;
+  d.records[1]["clock"]["monotonic_ns"] = 1004 + 14000000000LL;
+  dx = flight::diagnose(d);
+  EXPECT_NE(dx.summary.find("rank 1 was in it for 14.0 s without timing out (timeout 10 s): stopped or not running; "
+                            "rank 0 completed it (then in #5)"),
+            std::string::npos) << dx.summary;
+  EXPECT_EQ(dx.behind, std::vector<int>({1}));
+  d.records[1]["clock"]["monotonic_ns"] = 1004 + 2000000000LL;  // 2 s: ended by the launcher while waiting
+  EXPECT_NE(flight::diagnose(d).summary.find("rank 1 was in it without timing out (record written on signal SIGTERM)"),
+            std::string::npos);
+  // Both in #5; rank 1 issued it 12 s after rank 0 (it ran again only after a stop, and caught up).
+  d.records[0] = rank_record(0, 2, "timeout", {e(4, "completed"), e(5, "started")});
+  d.records[0]["timeout_ms"] = 10000;
+  d.records[1] = rank_record(1, 2, "signal SIGTERM", {e(4, "completed"), e(5, "started")});
+  d.records[1]["timeout_ms"] = 10000;
+  d.records[1]["clock"]["realtime_ns"] = 9000 + 12000000000LL;  // same monotonic times, 12 s later on the wall clock
+  dx = flight::diagnose(d);
+  EXPECT_NE(dx.summary.find("collective #5 all_reduce(sum) 8 bytes float32 (2 elements) on group 'world' (mpi, ranks 0-1) at "
+                            "step 7, train step did not complete: rank 1 issued it 12.0 s after rank 0, later than the "
+                            "timeout (10 s): behind; rank 0 timed out waiting in it"),
+            std::string::npos) << dx.summary;
+  EXPECT_EQ(dx.behind, std::vector<int>({1}));
 }
 
 TEST(FlightReport, DesyncAndInSyncAndOlderRuns) {
