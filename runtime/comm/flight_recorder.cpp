@@ -99,6 +99,24 @@ void copy_cstr(char* dst, size_t cap, const std::string& s) {
   dst[n] = 0;
 }
 
+int64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Appends decimal v to p (NUL-terminated), returns the new end.
+char* append_uint(char* p, char* end, uint64_t v) {
+  char tmp[24];
+  int k = 0;
+  do {
+    tmp[k++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (k && p + 1 < end) *p++ = tmp[--k];
+  *p = 0;
+  return p;
+}
 // ---- async-signal-safe JSON writer ----------------------------------------------------------
 
 class Out {
@@ -153,12 +171,8 @@ class Out {
   }
   void u(uint64_t v) {
     char tmp[24];
-    int k = 0;
-    do {
-      tmp[k++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v);
-    while (k) c(tmp[--k]);
+    append_uint(tmp, tmp + sizeof(tmp), v);
+    s(tmp);
   }
   void key(const char* k) {  // ,"k": (the caller writes the first key of an object by hand)
     c(',');
@@ -173,24 +187,6 @@ class Out {
   bool ok_ = true;
 };
 
-int64_t clock_ns(clockid_t id) {
-  timespec ts{};
-  clock_gettime(id, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// Appends decimal v to p (NUL-terminated), returns the new end.
-char* append_uint(char* p, char* end, uint64_t v) {
-  char tmp[24];
-  int k = 0;
-  do {
-    tmp[k++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v);
-  while (k && p + 1 < end) *p++ = tmp[--k];
-  *p = 0;
-  return p;
-}
 char* append_str(char* p, char* end, const char* s) {
   while (*s && p + 1 < end) *p++ = *s++;
   *p = 0;

@@ -66,6 +66,15 @@ finish() {
   RC=$?
   LAUNCHER=
 }
+# timed_out NAME: waits for $LAUNCHER, stalled at $T0; it must exit 3 (a timeout) within $TIMEOUT + 10 s
+# of the stall; sets RC and took.
+timed_out() {
+  finish 60
+  took=$(since "$T0")
+  [[ $RC -eq 3 ]] || fail "$1: mpirun exited $RC, not 3 (a timeout's exit code)"
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) + 10 else 1)" "$took" "$TIMEOUT" ||
+    fail "$1: took ${took}s after the stop (timeout ${TIMEOUT}s + 10 s)"
+}
 stopped() { [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) == T ]]; }
 # The flight recorder's line (printed once, by the lowest rank with a record, as its last line).
 flight_line() { grep '^tessera: flight recorder: ' "$1"; }
@@ -79,11 +88,7 @@ R1=$(rank_pid 1)
 [[ -n $R1 ]] || fail "stall: no rank 1 under mpirun"
 kill -STOP "$R1"
 T0=$(now)
-finish 60
-took=$(since "$T0")
-[[ $RC -eq 3 ]] || fail "stall: mpirun exited $RC, not 3 (a timeout's exit code)"
-python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) + 10 else 1)" "$took" "$TIMEOUT" ||
-  fail "stall: took ${took}s after the stop (timeout ${TIMEOUT}s + 10 s)"
+timed_out stall
 ok "stall: mpirun exited $RC ${took}s after rank 1 was stopped"
 err=$T/stall/err
 grep -E "^tessera: error on rank 0 \(.*\): [a-z_]+(\([a-z]+\))? on comm 'world' \(rank 0 of 2, host [^)]*\), collective #[0-9]+ \([0-9]+ bytes of [a-z0-9]+, step [0-9]+, train step\), did not complete within 10s" "$err" >/dev/null ||
@@ -114,11 +119,7 @@ COMMON+=(--set comm.timeout_s=$TIMEOUT)
 run_bg save -x TESSERA_TEST_FAULT=stall-save@1:4 --set train.steps=6 --set checkpoint.dir=ck --set checkpoint.every=2
 wait_until 180 eval 'R1=$(rank_pid 1); [[ -n $R1 ]] && stopped "$R1"' || fail "save: rank 1 never stopped itself"
 T0=$(now)
-finish 60
-took=$(since "$T0")
-[[ $RC -eq 3 ]] || fail "save: mpirun exited $RC, not 3 (a timeout's exit code)"
-python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) + 10 else 1)" "$took" "$TIMEOUT" ||
-  fail "save: took ${took}s after the stop"
+timed_out save
 grep -qE "^tessera: error on rank 0 .* on comm 'checkpoint' .*step 4, checkpoint save\), did not complete within 5s" "$T/save/err" ||
   fail "save: no timeout of the checkpoint agreement at step 4"
 line=$(flight_line "$T/save/err")

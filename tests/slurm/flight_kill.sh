@@ -48,5 +48,7 @@ echo "ok: ranks 0, 1, 3 wrote their flight records on srun's SIGTERM"
 grep -q "^flight records of ranks 0-1, 3 of 4 (run .*); no record from rank 2$" diag.out || fail "diagnose: $(cat diag.out)"
 grep -qE "^summary: collective #[0-9]+ .* on group 'world' \(mpi, ranks 0-3\) at step [0-9]+, train step did not complete: rank 2 has no flight record" diag.out ||
   fail "diagnose does not name rank 2 in the world collective: $(cat diag.out)"
+# The survivors were running when srun ended them (a SIGCONT before SIGTERM is no stop).
+! grep -q "was stopped" diag.out || fail "diagnose calls a surviving rank stopped: $(cat diag.out)"
 [[ -z $(find "$WORK" -name 'core*' -type f) ]] || fail "core files written"
 echo "ok: $(grep '^summary' diag.out)"
