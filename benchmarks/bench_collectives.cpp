@@ -16,6 +16,7 @@
 #include <numeric>
 #include <random>
 
+#include "benchmarks/bench_util.h"
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "runtime/comm/mpi_backend.h"
@@ -259,12 +260,6 @@ int64_t count_wrong(Op op, const Impl& impl, Buffers& b, bool ip, int rank, int 
   return at::ne(got.to(at::kDouble), expected.to(at::kDouble)).sum().item<int64_t>();
 }
 
-// Fisher-Yates with std::mt19937 alone (fully specified by the standard, unlike std::shuffle's use
-// of uniform_int_distribution), so every rank computes the same permutation.
-void shuffle_order(std::vector<size_t>& order, std::mt19937& rng) {
-  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
-}
-
 // Times several (implementation, in-place) runs in interleaved rounds -- one iteration of each per
 // round, each started by a barrier and timed to the slowest rank -- so that noise drifting over the
 // run (other tenants of the machine, page cache, CPU frequency) hits every implementation alike.
@@ -294,10 +289,7 @@ std::vector<double> time_interleaved(const std::vector<std::pair<Impl, bool>>& r
     }
   }
   std::vector<double> median;
-  for (auto& r : rounds) {
-    std::sort(r.begin(), r.end());
-    median.push_back(r.empty() ? -1 : r[r.size() / 2]);
-  }
+  for (auto& r : rounds) median.push_back(median_of(r));
   return median;
 }
 

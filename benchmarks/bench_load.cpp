@@ -16,7 +16,7 @@
 
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
-#include "launcher/llama_lm.h"
+#include "launcher/model_lm.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/error.h"
@@ -60,14 +60,14 @@ struct ModeResult {
   double seconds = 0;  // wall time, barrier to barrier
 };
 
-ModeResult run_mode(fsdp::LoadMode mode, const model::LlamaConfig& cfg, const std::shared_ptr<model::ModelDir>& dir) {
+ModeResult run_mode(fsdp::LoadMode mode, const model::ModelConfig& cfg, const std::shared_ptr<model::ModelDir>& dir) {
   const auto& groups = launcher::current().groups;
   comm::Communicator& world = *groups.world;
   ModeResult res;
   res.mode = fsdp::to_string(mode);
   std::array<int64_t, kFields> mine{};
   {
-    auto lm = launcher::make_llama_lm(cfg);
+    auto lm = launcher::make_causal_lm(cfg);
     fsdp::Engine engine(lm.units, lm.layer, groups, fsdp::Options{}, lm.decay);
     launcher::HfWeightSource source(dir);
     const bool reader = world.rank() == 0;

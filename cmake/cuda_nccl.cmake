@@ -4,11 +4,13 @@
 # separate library tessera_nccl, even with a CPU-only LibTorch. Every runtime/**/*_cuda.cpp goes into
 # that library (the NCCL backend, runtime/device/device_cuda.cpp); what in them needs a CUDA LibTorch
 # (c10/cuda) is under #ifdef TESSERA_WITH_CUDA.
-set(_cuda_hints /usr/local/cuda $ENV{CUDA_HOME})
+# Where to look: CUDA_HOME, the toolkit a CUDA LibTorch's config found (CUDAToolkit / FindCUDA), and
+# /usr/local/cuda; NCCL also under NCCL_HOME.
+set(_cuda_hints $ENV{CUDA_HOME} ${CUDAToolkit_LIBRARY_ROOT} ${CUDA_TOOLKIT_ROOT_DIR} /usr/local/cuda)
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_cuda_hints} $ENV{NCCL_HOME} PATH_SUFFIXES include)
 find_library(NCCL_LIBRARY nccl HINTS ${_cuda_hints} $ENV{NCCL_HOME} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
-find_path(CUDART_INCLUDE_DIR cuda_runtime_api.h HINTS ${_cuda_hints} PATH_SUFFIXES include)
-find_library(CUDART_LIBRARY cudart HINTS ${_cuda_hints} PATH_SUFFIXES lib64 lib)
+find_path(CUDART_INCLUDE_DIR cuda_runtime_api.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${_cuda_hints} PATH_SUFFIXES include)
+find_library(CUDART_LIBRARY cudart HINTS ${CUDAToolkit_LIBRARY_DIR} ${_cuda_hints} PATH_SUFFIXES lib64 lib)
 
 set(_torch_has_cuda OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
@@ -16,19 +18,33 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
 endif()
 set(TESSERA_CUDA_ENABLED OFF)
 if(TESSERA_WITH_CUDA STREQUAL "ON")
-  if(NOT (_torch_has_cuda AND NCCL_LIBRARY))
-    message(FATAL_ERROR "TESSERA_WITH_CUDA=ON but CUDA LibTorch (${_torch_has_cuda}) or NCCL (${NCCL_LIBRARY}) missing")
+  # Everything the CUDA path needs, or the configure fails naming what is missing (without cudart,
+  # tessera_add_cuda_sources below would build no NCCL backend at all while this said ON).
+  set(_missing)
+  if(NOT _torch_has_cuda)
+    list(APPEND _missing "a CUDA-enabled LibTorch (this one is CPU-only)")
+  endif()
+  if(NOT NCCL_LIBRARY OR NOT NCCL_INCLUDE_DIR)
+    list(APPEND _missing "NCCL (nccl.h: ${NCCL_INCLUDE_DIR}, libnccl: ${NCCL_LIBRARY}; set NCCL_HOME)")
+  endif()
+  if(NOT CUDART_LIBRARY OR NOT CUDART_INCLUDE_DIR)
+    list(APPEND _missing "the CUDA runtime (cuda_runtime_api.h: ${CUDART_INCLUDE_DIR}, libcudart: ${CUDART_LIBRARY}; set CUDA_HOME)")
+  endif()
+  if(_missing)
+    string(REPLACE ";" "; " _missing "${_missing}")
+    message(FATAL_ERROR "TESSERA_WITH_CUDA=ON but missing: ${_missing}")
   endif()
   set(TESSERA_CUDA_ENABLED ON)
-elseif(TESSERA_WITH_CUDA STREQUAL "AUTO" AND _torch_has_cuda AND NCCL_LIBRARY AND CUDART_LIBRARY)
+elseif(TESSERA_WITH_CUDA STREQUAL "AUTO" AND _torch_has_cuda AND NCCL_LIBRARY AND NCCL_INCLUDE_DIR AND CUDART_LIBRARY
+       AND CUDART_INCLUDE_DIR)
   set(TESSERA_CUDA_ENABLED ON)
 endif()
-message(STATUS "Tessera: CUDA LibTorch=${_torch_has_cuda} NCCL=${NCCL_LIBRARY} -> TESSERA_WITH_CUDA=${TESSERA_CUDA_ENABLED}")
+message(STATUS "Tessera: CUDA LibTorch=${_torch_has_cuda} NCCL=${NCCL_LIBRARY} cudart=${CUDART_LIBRARY} -> TESSERA_WITH_CUDA=${TESSERA_CUDA_ENABLED}")
 
 function(tessera_add_cuda_sources tgt)
   file(GLOB_RECURSE _cuda_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*_cuda.cpp)
-  if(NOT _cuda_src OR NOT NCCL_LIBRARY OR NOT CUDART_LIBRARY)
-    return()
+  if(NOT _cuda_src OR NOT NCCL_LIBRARY OR NOT NCCL_INCLUDE_DIR OR NOT CUDART_LIBRARY OR NOT CUDART_INCLUDE_DIR)
+    return()  # only when TESSERA_CUDA_ENABLED is OFF (ON without these failed above)
   endif()
   # Always compile + link the NCCL backend when headers exist, so CI proves it builds.
   add_library(tessera_nccl STATIC ${_cuda_src})

@@ -6,7 +6,7 @@
 
 #include "launcher/cli.h"
 #include "model/config.h"
-#include "model/llama.h"
+#include "model/registry.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/error.h"
@@ -103,7 +103,7 @@ int consolidate(const std::vector<std::string>& args) {
   checkpoint::Reader r(dir);
   if (!r.state().contains("model_config"))
     throw TESSERA_INPUT_ERROR("checkpoint " + dir + " has no state.model_config in its manifest; cannot write config.json");
-  const model::LlamaConfig cfg = model::LlamaConfig::from_json(r.state()["model_config"], dir + "/manifest.json state.model_config");
+  const model::ModelConfig cfg = model::ModelConfig::from_json(r.state()["model_config"], dir + "/manifest.json state.model_config");
   // The checkpoint must hold exactly the config's tensors (Hugging Face names), in file order.
   const std::vector<model::TensorSpec> specs = model::hf_tensor_specs(cfg);
   size_t params_in_ckpt = 0;

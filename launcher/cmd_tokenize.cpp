@@ -1,15 +1,58 @@
 #include "launcher/cmd_tokenize.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 
 #include "launcher/cli.h"
-#include "runtime/data/dataset.h"
+#include "runtime/data/chat_template.h"
+#include "runtime/data/reader.h"
+#include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/train/report.h"
 
 namespace tessera::launcher {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Progress on stderr: a bar redrawn in place on a terminal, otherwise a line every 10%.
+class ProgressBar {
+ public:
+  explicit ProgressBar(int64_t total) : total_(std::max<int64_t>(total, 1)), tty_(::isatty(2)), t0_(Clock::now()) {}
+  void update(int64_t done, int64_t tokens, bool final = false) {
+    const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
+    const int pct = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total_));
+    if (tty_) {
+      if (!final && secs - last_draw_ < 0.2) return;
+      last_draw_ = secs;
+    } else {
+      if (!final && (pct >= 100 || pct / 10 <= last_decile_)) return;
+      last_decile_ = pct / 10;
+    }
+    const int width = 30, filled = std::min(width, pct * width / 100);
+    char line[200];
+    std::snprintf(line, sizeof(line), "[%s%s] %3d%% %.1f/%.1f MB | %.1f MB/s | %.2fM tokens/s", std::string(filled, '#').c_str(),
+                  std::string(width - filled, '.').c_str(), pct, done / 1e6, total_ / 1e6,
+                  secs > 0 ? done / 1e6 / secs : 0.0, secs > 0 ? tokens / 1e6 / secs : 0.0);
+    std::fprintf(stderr, tty_ ? "\r%s%s" : "%s%s", line, tty_ && !final ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  int64_t total_;
+  bool tty_;
+  Clock::time_point t0_;
+  double last_draw_ = -1;
+  int last_decile_ = -1;
+};
+
+}  // namespace
 
 int run_tokenize(const std::vector<std::string>& args) {
   po::options_description desc("Options");
@@ -17,10 +60,15 @@ int run_tokenize(const std::vector<std::string>& args) {
       ("input", po::value<std::vector<std::string>>()->required()->composing(),
        "text/JSONL file or directory to tokenise (repeatable; files of a directory in sorted order)")
       ("out", po::value<std::string>()->required(), "output token file (.bin)")
-      ("tokenizer", po::value<std::string>()->default_value(""),
-       "SentencePiece tokenizer.model (default: byte-level tokenizer, vocab 258)")
+      ("tokenizer", po::value<std::string>()->default_value("bytes"),
+       "SentencePiece tokenizer.model, Hugging Face tokenizer.json (file or its directory), or bytes (byte-level "
+       "tokenizer, vocab 258)")
+      ("chat-template", po::value<std::string>()->default_value("llama2"),
+       "how chat (messages) records are rendered: llama2, llama3 or none (as data.chat_template)")
       ("force", po::bool_switch(), "replace OUT if it exists");
-  const auto vm = parse_command("tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model]", desc, args);
+  const auto vm = parse_command(
+      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template llama2]",
+      desc, args);
   if (!vm) return 0;
 
   const auto inputs = (*vm)["input"].as<std::vector<std::string>>();
@@ -29,19 +77,59 @@ int run_tokenize(const std::vector<std::string>& args) {
   if (std::filesystem::exists(out, ec) && !(*vm)["force"].as<bool>())
     throw TESSERA_INPUT_ERROR("output " + out + " already exists (pass --force to replace it)");
 
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const auto tokenizer = data::make_tokenizer((*vm)["tokenizer"].as<std::string>());
-  const data::TokenCorpus corpus = data::load_corpus(inputs, tokenizer.get());
-  if (corpus.tokens.empty())
+  const auto chat = data::make_chat_template((*vm)["chat-template"].as<std::string>());
+  chat->check(*tokenizer);
+  std::vector<std::string> files;
+  int64_t total = 0;
+  for (const auto& in : inputs)
+    for (const auto& f : data::list_data_files(in)) {
+      if (data::is_token_file_name(f))
+        throw TESSERA_INPUT_ERROR("input " + f + " is a token file already (train reads it as it is)");
+      files.push_back(f);
+      total += static_cast<int64_t>(std::filesystem::file_size(f, ec));
+    }
+
+  data::TokenFileWriter writer(out, static_cast<uint32_t>(tokenizer->vocab_size()));
+  data::ReadStats stats;
+  ProgressBar bar(total);
+  int64_t base = 0;
+  for (const auto& f : files) {
+    data::read_file(f, *tokenizer, *chat, writer, stats,
+                    [&](int64_t done, int64_t) { bar.update(done, writer.num_tokens()); }, base, total);
+    base += static_cast<int64_t>(std::filesystem::file_size(f, ec));
+  }
+  bar.update(total, writer.num_tokens(), /*final=*/true);
+  for (const auto& w : stats.warnings) std::cerr << "tessera: warning: " << w << "\n";
+  if (stats.dropped > static_cast<int64_t>(stats.warnings.size()))
+    std::cerr << "tessera: warning: " << (stats.dropped - static_cast<int64_t>(stats.warnings.size()))
+              << " more dropped examples not listed\n";
+  if (writer.num_documents() == 0)
     throw TESSERA_INPUT_ERROR("input " + inputs.front() + (inputs.size() > 1 ? " (and others)" : "") +
-                              " holds no text: 0 tokens in " + std::to_string(corpus.num_files) + " file(s)");
-  data::write_token_file(out, corpus.tokens, static_cast<uint32_t>(corpus.vocab_size));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                              " holds no trainable example: 0 tokens in " + std::to_string(stats.files) + " file(s)" +
+                              (stats.dropped ? "; " + stats.drop_summary() : ""));
+  writer.finish();
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
 
   std::printf("tokenized %lld file(s), %lld document(s) -> %lld tokens (tokenizer %s, vocab %lld) in %.2f s\n",
-              (long long)corpus.num_files, (long long)corpus.num_documents, (long long)corpus.tokens.size(),
-              tokenizer->name().c_str(), (long long)corpus.vocab_size, secs);
+              (long long)stats.files, (long long)writer.num_documents(), (long long)writer.num_tokens(),
+              tokenizer->name().c_str(), (long long)tokenizer->vocab_size(), secs);
+  if (stats.dropped) std::printf("%s\n", stats.drop_summary().c_str());
   std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+int run_report(const std::vector<std::string>& args) {
+  po::options_description desc("Options");
+  desc.add_options()("run-dir", po::value<std::string>()->required(), "the run's log.dir (metrics.jsonl, run_info.json)")(
+      "out", po::value<std::string>()->default_value(""), "output HTML file (default: RUN_DIR/report.html)");
+  po::positional_options_description pos;
+  pos.add("run-dir", 1);
+  const auto vm = parse_command("tessera report RUN_DIR [--out FILE.html]", desc, args, &pos);
+  if (!vm) return 0;
+  std::cout << "wrote " << train::write_report((*vm)["run-dir"].as<std::string>(), (*vm)["out"].as<std::string>())
+            << std::endl;
   return 0;
 }
 

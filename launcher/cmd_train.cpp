@@ -5,6 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <ctime>
+#include <fstream>
+#include <sstream>
 #include <filesystem>
 #include <iostream>
 
@@ -12,14 +15,16 @@
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/config.h"
+#include "launcher/data_setup.h"
 #include "launcher/device_select.h"
-#include "launcher/llama_lm.h"
+#include "launcher/model_lm.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/train/report.h"
 #include "runtime/device/device.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/error.h"
@@ -28,7 +33,7 @@
 namespace tessera::launcher {
 namespace fs = std::filesystem;
 
-fsdp::Options fsdp_options_from(const Config& cfg, const model::LlamaConfig& mc) {
+fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc) {
   fsdp::Options o;
   o.strategy = fsdp::parse_strategy(cfg.get_string("fsdp.strategy"));
   o.param_dtype = fsdp::parse_dtype(cfg.get_string("fsdp.mixed_precision"));
@@ -88,6 +93,8 @@ train::TrainOptions train_options_from(const Config& cfg) {
   t.checkpoint_every = cfg.get_int("checkpoint.every");
   t.checkpoint_keep = static_cast<int>(cfg.get_int("checkpoint.keep"));
   t.checkpoint_async = cfg.get_bool("checkpoint.async");
+  t.keep_best = cfg.get_bool("checkpoint.keep_best");
+  t.eval_every = cfg.get_int("eval.every");
   t.log_dir = cfg.get_string("log.dir").empty() ? t.checkpoint_dir : cfg.get_string("log.dir");
   t.log_every = std::max<int64_t>(1, cfg.get_int("log.every"));
   t.preempt_signal = cfg.get_string("train.preempt_signal") == "USR1" ? SIGUSR1 : SIGUSR2;
@@ -124,7 +131,7 @@ std::string agree_run_id(const Bootstrap& b) {
 // Everything `train` and `eval` set up before the first collective of the engine; run inside
 // collectively() so that bad input stops every rank with one message and nothing written.
 struct ModelSetup {
-  model::LlamaConfig config;
+  model::ModelConfig config;
   std::shared_ptr<model::ModelDir> dir;  // null: initialise from the preset
   std::string source;
 };
@@ -138,7 +145,7 @@ ModelSetup setup_model(const Config& cfg) {
     s.config = s.dir->config();
     s.source = path;
   } else {
-    s.config = model::LlamaConfig::preset(cfg.get_string("model.preset"));
+    s.config = model::ModelConfig::preset(cfg.get_string("model.preset"));
     s.source = "preset " + cfg.get_string("model.preset") + " (seed " + std::to_string(cfg.get_int("model.seed")) + ")";
   }
   return s;
@@ -151,14 +158,70 @@ void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Con
     if (ms.dir) src = std::make_unique<HfWeightSource>(ms.dir);
     trainer.load_weights(src.get(), fsdp::parse_load_mode(cfg.get_string("model.load")));
   } else {
-    InitWeightSource src(static_cast<uint64_t>(cfg.get_int("model.seed")));
+    InitWeightSource src(ms.config, static_cast<uint64_t>(cfg.get_int("model.seed")));
     trainer.load_weights(src);
   }
 }
 
+namespace {
+
+std::string read_tokenizer_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TESSERA_INPUT_ERROR("tokenizer file " + path + " does not exist or cannot be read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "12345 tokens in 310 examples -> 96 sequences of 128, packed (tokenizer byte)"
+std::string describe_dataset(const data::TokenDataset& d, const std::string& tokenizer) {
+  std::ostringstream os;
+  os << d.num_tokens() << " tokens in " << d.num_units() << " examples -> " << d.num_sequences() << " sequences of "
+     << d.seq_len() << (d.options().packing ? ", packed" : ", padded");
+  if (!tokenizer.empty()) os << ", tokenizer " << tokenizer;
+  return os.str();
+}
+
+// <log.dir>/run_info.json: what `tessera report` shows besides the metrics (config, model, topology).
+void write_run_info(const std::string& dir, const Config& cfg, const ModelSetup& ms, const fsdp::Options& fopts,
+                    const Bootstrap& b, const data::TokenDataset& train, const data::TokenDataset* val,
+                    const data::Tokenizer& tok) {
+  const std::time_t now = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
+  nlohmann::json info = {
+      {"started", when},
+      {"config", cfg.json()},
+      {"model", {{"source", ms.source}, {"parameters", ms.config.num_parameters()}, {"config", ms.config.to_json()}}},
+      {"topology",
+       {{"world_size", b.world_size},
+        {"nodes", b.num_nodes},
+        {"ranks_per_node", b.local_size},
+        {"host_of_rank0", b.host},
+        {"layout_source", b.layout_source},
+        {"threads_per_rank", b.threads},
+        {"strategy", fsdp::to_string(fopts.strategy)},
+        {"device", device::describe(fopts.device)},
+        {"slurm_job", b.slurm.present ? b.slurm.job_id : ""}}},
+      {"data",
+       {{"tokenizer", tok.name()},
+        {"train_sequences", train.num_sequences()},
+        {"train_examples", train.num_units()},
+        {"val_sequences", val ? val->num_sequences() : 0}}}};
+  const std::string path = dir + "/run_info.json", tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << info.dump(1) << "\n";
+    if (!out) throw TESSERA_INPUT_ERROR("cannot write " + tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
 int run_train(const std::vector<std::string>& args) {
   po::options_description desc("train options");
-  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON)")(
+  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON, or YAML when the name ends in .yaml/.yml)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.lr=1e-4")(
       "resume", po::value<std::string>()->implicit_value("latest"),
       "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory");
@@ -171,11 +234,12 @@ int run_train(const std::vector<std::string>& args) {
   ModelSetup ms;
   train::TrainOptions topts;
   fsdp::Options fopts;
-  std::shared_ptr<data::TokenDataset> dataset;
-  std::unique_ptr<data::Tokenizer> tokenizer;
+  DataSetup data;
+  TokenizerChoice tok_choice;
+  std::string tok_bytes;  // model.load=rank0: the tokenizer.model rank 0 read, for the other ranks
   std::string resume_dir;
   // model.load=rank0 is for a checkpoint on a disk only rank 0 sees: only rank 0 opens and validates
-  // it, and the other ranks get its config.json by broadcast.
+  // it, and the other ranks get its config.json (and tokenizer.model) by broadcast.
   bool rank0_reads = false;
   collectively([&] {
     std::vector<std::string> sets;
@@ -184,13 +248,24 @@ int run_train(const std::vector<std::string>& args) {
     topts = train_options_from(cfg);
     apply_comm_timeout(cfg);
     rank0_reads = !cfg.get_string("model.path").empty() && cfg.get_string("model.load") == "rank0";
-    if (rank0 || !rank0_reads) ms = setup_model(cfg);
+    if (rank0 || !rank0_reads) {
+      ms = setup_model(cfg);
+      const std::string path = cfg.get_string("model.path");
+      tok_choice = choose_tokenizer(cfg.get_string("data.tokenizer"), path,
+                                    path.empty() ? "preset " + cfg.get_string("model.preset") : path, ms.config);
+      // A SentencePiece tokenizer.model travels by broadcast; a tokenizer.json (with its
+      // tokenizer_config.json) is opened by every rank itself.
+      if (rank0_reads && !tok_choice.bytes && !tok_choice.bpe()) tok_bytes = read_tokenizer_file(tok_choice.path);
+    }
   });
   if (rank0_reads) {
     std::string config_json = b.groups.world->broadcast_string(rank0 ? ms.config.to_json().dump() : "", 0);
+    tok_choice.path = b.groups.world->broadcast_string(tok_choice.path, 0);
+    tok_choice.bytes = tok_choice.path.empty();
+    tok_bytes = b.groups.world->broadcast_string(tok_bytes, 0);
     if (!rank0) {
       ms.source = cfg.get_string("model.path");
-      ms.config = model::LlamaConfig::from_json(nlohmann::json::parse(config_json), ms.source + "/config.json");
+      ms.config = model::ModelConfig::from_json(nlohmann::json::parse(config_json), ms.source + "/config.json");
     }
   }
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
@@ -209,12 +284,14 @@ int run_train(const std::vector<std::string>& args) {
                           "fsdp.strategy hybrid_shard needs the same number of ranks on every node (world " +
                               std::to_string(b.world_size) + ", " + std::to_string(b.num_nodes) +
                               " nodes); use --ranks-per-node");
-    tokenizer = data::make_tokenizer(cfg.get_string("data.tokenizer"));
-    dataset = std::make_shared<data::TokenDataset>(cfg.get_string("data.path"), topts.seq_len, tokenizer.get());
-    dataset->check_vocab(ms.config.vocab_size);
+    std::unique_ptr<data::Tokenizer> tokenizer =
+        tok_choice.bytes ? data::make_tokenizer("bytes")
+                         : !tok_bytes.empty() ? data::make_sentencepiece_tokenizer(tok_bytes, tok_choice.path)
+                                              : data::make_tokenizer(tok_choice.path);
+    data = setup_data(cfg, ms.config, std::move(tokenizer), /*print_warnings=*/rank0);
     const int64_t global = b.world_size * topts.micro_batch * topts.grad_accum;
-    TESSERA_CHECK_INPUT(dataset->num_sequences() >= global,
-                        "data.path " + cfg.get_string("data.path") + " holds " + std::to_string(dataset->num_sequences()) +
+    TESSERA_CHECK_INPUT(data.train->num_sequences() >= global,
+                        "data.path " + cfg.get_string("data.path") + " holds " + std::to_string(data.train->num_sequences()) +
                             " sequences of " + std::to_string(topts.seq_len + 1) + " tokens, fewer than one global batch (" +
                             std::to_string(b.world_size) + " ranks x micro_batch " + std::to_string(topts.micro_batch) +
                             " x grad_accum " + std::to_string(topts.grad_accum) + " = " + std::to_string(global) + ")");
@@ -233,6 +310,7 @@ int run_train(const std::vector<std::string>& args) {
       resume_dir = resume;
     }
   });
+  const std::shared_ptr<data::TokenDataset>& dataset = data.train;
 
   nlohmann::json run_state = {{"config", cfg.json()}, {"model_config", ms.config.to_json()},
                               {"model_source", ms.source}};
@@ -242,13 +320,17 @@ int run_train(const std::vector<std::string>& args) {
               << (device.is_cpu() ? std::string("cpu") : "cuda (rank 0: " + device::describe(device) + ", NCCL)")
               << ", model "
               << ms.source << " (" << ms.config.num_parameters() << " parameters), data "
-              << dataset->description() << " (" << dataset->num_tokens() << " tokens, "
-              << dataset->num_sequences() << " sequences of " << topts.seq_len << ")" << std::endl;
+              << cfg.get_string("data.path") << " (" << describe_dataset(*dataset, data.tokenizer->name()) << ")";
+    if (data.val) std::cout << ", validation " << describe_dataset(*data.val, "");
+    std::cout << std::endl;
+    if (!topts.log_dir.empty()) write_run_info(topts.log_dir, cfg, ms, fopts, b, *data.train, data.val.get(), *data.tokenizer);
   }
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
-  // one rank is an error of that rank (it aborts the world; no rank waits in a collective).
+  // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
+  // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
   const comm::ProcessGroups groups = device_groups(b, device);
-  train::Trainer trainer(make_llama_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
+  train::Trainer trainer(make_causal_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
+  if (data.val) trainer.set_validation(data.val);
   if (!resume_dir.empty()) {
     collectively([&] { trainer.resume(resume_dir); });
     if (rank0) std::cout << "resumed from " << resume_dir << " at step " << trainer.step() << std::endl;
@@ -274,8 +356,17 @@ int run_train(const std::vector<std::string>& args) {
     if (!res.records.empty())
       std::cout << ", loss " << res.records.front().loss << " -> " << res.records.back().loss;
     std::cout << "; " << where;
+    if (res.best_step >= 0) std::cout << "; best val_loss " << res.best_val_loss << " at step " << res.best_step;
     if (!topts.log_dir.empty()) std::cout << "; metrics " << topts.log_dir << "/metrics.jsonl";
     std::cout << std::endl;
+    if (!topts.log_dir.empty()) {
+      // The run's report (tessera report RUN_DIR writes the same); a failure here loses nothing.
+      try {
+        std::cout << "report " << train::write_report(topts.log_dir) << std::endl;
+      } catch (const std::exception& e) {
+        std::cerr << "tessera: warning: cannot write the report: " << e.what() << std::endl;
+      }
+    }
   }
   return 0;
 }
@@ -305,7 +396,7 @@ int run_eval(const std::vector<std::string>& args) {
     dir->validate();
     sequences = model::read_token_file((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
-  train::Trainer trainer(make_llama_lm(dir->config()), b.groups, fopts, train::TrainOptions{}, nullptr, {});
+  train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, train::TrainOptions{}, nullptr, {});
   collectively([&] {
     HfWeightSource src(dir);
     trainer.load_weights(src);

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "launcher/cli.h"
+#include "launcher/accelerate.h"
 #include "benchmarks/bench_checkpoint.h"
 #include "benchmarks/bench_collectives.h"
 #include "benchmarks/bench_step.h"
@@ -23,10 +24,22 @@ GlobalOptions& global_options() {
 int run_config(const std::vector<std::string>& args) {
   po::options_description desc("config options");
   desc.add_options()("reference", "print every configuration key as a Markdown table")(
-      "check", po::value<std::string>(), "validate a config file and print it with defaults filled in")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override key=value");
-  auto vm = parse_command("tessera config --reference | --check run.json [--set key=value]", desc, args);
+      "check", po::value<std::string>(), "validate a config file (JSON, or YAML: .yaml/.yml) and print it with defaults filled in")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override key=value")(
+      "from-accelerate", po::value<std::string>(),
+      "translate a Hugging Face Accelerate FSDP config (YAML) into a Tessera run config; a report of every key on stderr")(
+      "out", po::value<std::string>(), "with --from-accelerate: write the run config to this new file instead of stdout");
+  auto vm = parse_command(
+      "tessera config --reference | --check run.json [--set key=value] | --from-accelerate fsdp_config.yaml [--out run.json]",
+      desc, args);
   if (!vm) return 0;
+  if (vm->count("from-accelerate")) {
+    TESSERA_CHECK_INPUT(!vm->count("check") && !vm->count("reference") && !vm->count("set"),
+                        "--from-accelerate takes no --check, --reference or --set (check the result with tessera config --check)");
+    return run_config_from_accelerate((*vm)["from-accelerate"].as<std::string>(),
+                                      vm->count("out") ? (*vm)["out"].as<std::string>() : "");
+  }
+  TESSERA_CHECK_INPUT(!vm->count("out"), "--out goes with --from-accelerate");
   if (vm->count("reference")) {
     std::cout << Config::reference_markdown();
     return 0;
@@ -49,7 +62,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::vector<std::string> names;
   for (const auto& b : benches) names.push_back(b.first);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "usage: tessera bench <collectives|checkpoint|load> [options]   (tessera bench <name> --help)" << std::endl;
+    std::cout << "usage: tessera bench <collectives|checkpoint|step|load> [options]   (tessera bench <name> --help)" << std::endl;
     return args.empty() ? 2 : 0;
   }
   for (const auto& b : benches)
@@ -64,10 +77,12 @@ const std::vector<CommandInfo>& commands() {
       {"train", "fine-tune with FSDP (mpirun -np N / srun): tessera train --config run.json", true, run_train},
       {"eval", "per-sequence next-token loss of a model on token ids (single process or mpirun, sharded)", true, run_eval},
       {"init-model", "write a Hugging Face model directory with the Llama initialisation", false, run_init_model},
-      {"tokenize", "pre-tokenise a corpus into a token file that train reads", false, run_tokenize},
+      {"tokenize", "pre-tokenise a corpus (text, JSONL chat/prompt-completion/text) into a token file that train maps", false, run_tokenize},
+      {"report", "write a run's HTML report (loss, validation, lr, grad norm, tokens/s, MFU, memory, config, topology)", false, run_report},
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
-      {"bench", "benchmarks: collectives, checkpoint, load", true, run_bench},
-      {"config", "print the configuration reference or validate a config file", false, run_config},
+      {"bench", "benchmarks: collectives, checkpoint, step (--peer: vs PyTorch DDP), load", true, run_bench,
+       bench::bench_step_is_driver},
+      {"config", "print the configuration reference, validate a config file, or translate an Accelerate FSDP config", false, run_config},
       {"diagnose", "after a hang or crash: which ranks were behind in which collective, or disagreed (flight records)", false, run_diagnose},
   };
   return list;

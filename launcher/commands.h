@@ -11,6 +11,9 @@ struct CommandInfo {
   std::string summary;
   bool needs_mpi;  // bootstrap MPI (and process groups) before running
   int (*run)(const std::vector<std::string>& args);
+  // For an MPI command: true when these arguments run it as one plain process without MPI (a
+  // driver that launches ranks itself, e.g. `bench step --peer`). Null: always MPI.
+  bool (*without_mpi)(const std::vector<std::string>& args) = nullptr;
 };
 
 const std::vector<CommandInfo>& commands();

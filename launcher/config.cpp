@@ -4,7 +4,9 @@
 #include <sstream>
 
 #include "launcher/cli.h"
+#include "model/config.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::launcher {
 
@@ -14,13 +16,19 @@ const std::vector<ConfigKey>& config_schema() {
   static const std::vector<ConfigKey> schema = {
       // model
       {"model.path", "string", "", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."},
-      {"model.preset", "string", "tiny", "Preset used when model.path is empty.", {"tiny", "small", "llama2-7b", "llama2-13b", "llama2-70b"}},
+      {"model.preset", "string", "tiny", "Preset used when model.path is empty (any family of the model registry).", model::ModelConfig::preset_names()},
       {"model.seed", "int", 1234, "Seed of the initialisation when model.path is empty."},
       {"model.load", "string", "rank0", "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only).", {"rank0", "parallel", "naive"}},
       // data
-      {"data.path", "string", "/usr/share/common-licenses", "Text file, directory of text files, JSONL file (a `text` field per line) or token file from `tessera tokenize`."},
-      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format). Empty: byte-level tokens (0-255, BOS 256, EOS 257)."},
+      {"data.path", "string", "/usr/share/common-licenses", "Training data: a text file, a JSONL file (records `messages` (chat), `prompt`/`completion` or `text`, auto-detected per line), a token file from `tessera tokenize`, or a directory of them."},
+      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format), a Hugging Face byte-level BPE tokenizer.json (Llama 3; a *.json file or a directory holding tokenizer.json), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Its vocabulary must fit the model's vocab_size. Empty: the model directory's tokenizer.model, else its tokenizer.json; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny presets); otherwise an error naming the model's vocab size."},
       {"data.seq_len", "int", 128, "Tokens per training sequence (<= the model's max_position_embeddings)."},
+      {"data.chat_template", "string", "llama2", "How `messages` records are rendered: llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated).", {"llama2", "llama3", "none"}},
+      {"data.train_on", "string", "completion", "Loss targets: completion (assistant turns and completions; `text` records and text files entirely) or all (every token).", {"completion", "all"}},
+      {"data.packing", "bool", true, "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."},
+      {"data.truncation", "string", "drop", "An example (chat, prompt/completion) longer than seq_len + 1 tokens: drop (skip it with a warning naming file and line), left (keep its last seq_len + 1 tokens), error (stop). Text is cut into pieces instead.", {"drop", "left", "error"}},
+      {"data.val_path", "string", "", "Validation data, in the formats of data.path."},
+      {"data.val_fraction", "float", 0.0, "Fraction of data.path's examples held out for validation (a fixed hash per example; 0: none). Exclusive with data.val_path."},
       // train
       {"train.steps", "int", 20, "Optimizer steps."},
       {"train.micro_batch", "int", 2, "Sequences per rank per micro-step."},
@@ -41,17 +49,20 @@ const std::vector<ConfigKey>& config_schema() {
       {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}},
       {"fsdp.mixed_precision", "string", "fp32", "Dtype of gathered parameters and compute; master shards and optimizer state are fp32.", {"fp32", "bf16", "fp16"}},
       {"fsdp.reduce_dtype", "string", "fp32", "Dtype of gradient reduction.", {"fp32", "bf16", "fp16"}},
-      {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for llama2-* sizes), true, false.", {"auto", "true", "false"}},
+      {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false.", {"auto", "true", "false"}},
       {"fsdp.prefetch", "bool", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."},
       {"fsdp.limit_all_gathers", "int", 2, "Most decoder-layer units gathered at once (>= 1)."},
       // checkpoint
       {"checkpoint.dir", "string", "", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."},
       {"checkpoint.every", "int", 0, "Save every N steps (0: only at the end and on preemption)."},
       {"checkpoint.keep", "int", 2, "Complete checkpoints to retain."},
+      {"checkpoint.keep_best", "bool", false, "Also keep the checkpoint with the lowest validation loss (saved whenever validation improves); needs validation data and checkpoint.dir."},
       {"checkpoint.async", "bool", false, "Snapshot shards to host memory and write on a background thread."},
       {"checkpoint.resume", "string", "auto", "auto: resume from the latest complete checkpoint in checkpoint.dir if any; never; or a checkpoint directory."},
+      // eval
+      {"eval.every", "int", 0, "Validation loss every N steps (0: only at the end of the run); needs data.val_path or data.val_fraction."},
       // log
-      {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step). Empty: checkpoint.dir, else none."},
+      {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."},
       {"log.every", "int", 1, "Progress line every N steps."},
       // comm
       {"comm.timeout_s", "float", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3)."},
@@ -143,7 +154,7 @@ json& slot(json& root, const std::string& key) {
 
 json parse_json_text(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return util::parse_json(text);
   } catch (const json::parse_error& e) {
     size_t line = 1, col = 1, byte = std::min<size_t>(e.byte, text.size());
     for (size_t i = 0; i + 1 < byte; ++i) {
@@ -155,6 +166,8 @@ json parse_json_text(const std::string& text, const std::string& source) {
     if (p != std::string::npos) reason = reason.substr(p);
     throw TESSERA_INPUT_ERROR(source + ":" + std::to_string(line) + ":" + std::to_string(col) +
                               ": invalid JSON: " + reason);
+  } catch (const json::exception& e) {  // e.g. out_of_range 406 for 1e400 (found by fuzzing)
+    throw TESSERA_INPUT_ERROR(source + ": invalid JSON: " + e.what());
   }
 }
 
@@ -191,10 +204,17 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
       v = text;
     } else {
       try {
-        v = nlohmann::json::parse(text);
-      } catch (const nlohmann::json::parse_error&) {
+        v = util::parse_json(text);
+      } catch (const nlohmann::json::exception&) {  // not JSON, or a number out of range (1e400)
         v = text;
       }
+    }
+    // A JSON file cannot hold invalid UTF-8, but a shell argument can: every later dump() of the
+    // config (error messages, the checkpoint manifest) would throw json type_error 316 (found by fuzzing).
+    try {
+      (void)v.dump();
+    } catch (const nlohmann::json::type_error&) {
+      throw TESSERA_INPUT_ERROR("--set " + key + ": the value is not valid UTF-8");
     }
     slot(c.j_, key) = check_value(*k, v, "--set");
   }
@@ -202,7 +222,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
 }
 
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
-  return from_json(path.empty() ? nlohmann::json::object() : read_json_file(path), path.empty() ? "config" : path,
+  return from_json(path.empty() ? nlohmann::json::object() : read_config_file(path), path.empty() ? "config" : path,
                    overrides);
 }
 

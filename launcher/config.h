@@ -22,8 +22,8 @@ class Config {
  public:
   // Defaults only.
   Config();
-  // Reads a JSON file (errors name file, line and column), merges over the defaults, applies
-  // `--set key=value` overrides, validates every key and type.
+  // Reads a run config file (JSON; YAML when the name ends in .yaml/.yml; errors name file, line and
+  // column), merges over the defaults, applies `--set key=value` overrides, validates every key and type.
   static Config load(const std::string& path, const std::vector<std::string>& overrides = {});
   static Config from_json(const nlohmann::json& j, const std::string& source,
                           const std::vector<std::string>& overrides = {});
@@ -46,5 +46,8 @@ class Config {
 // Parses JSON text; on error throws Error(Input) "FILE:LINE:COL: <reason>".
 nlohmann::json parse_json_text(const std::string& text, const std::string& source);
 nlohmann::json read_json_file(const std::string& path);
+// A run config file as JSON: YAML when the name ends in .yaml/.yml (plain scalars typed by the
+// schema; yaml_config.cpp), else JSON.
+nlohmann::json read_config_file(const std::string& path);
 
 }  // namespace tessera::launcher

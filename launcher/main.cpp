@@ -167,7 +167,11 @@ int main(int argc, char** argv) {
       BootstrapOptions opts;
       opts.ranks_per_node = global_options().ranks_per_node;
       opts.threads = global_options().threads;
-      collectively([&] { bootstrap(argc, argv, opts); });
+      opts.init_mpi = !(cmd->without_mpi && cmd->without_mpi(args));
+      if (opts.init_mpi)
+        collectively([&] { bootstrap(argc, argv, opts); });
+      else
+        bootstrap(argc, argv, opts);
     } else {
       BootstrapOptions opts;
       opts.init_mpi = false;

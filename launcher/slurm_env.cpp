@@ -15,9 +15,26 @@ namespace {
 
 // A hostlist that expands past this is almost certainly a typo ("n[1-99999999]"), not a cluster.
 constexpr size_t kMaxHosts = size_t{1} << 20;
+// Nor one whose names add up to more than this (4 KB of text must not become gigabytes of names).
+constexpr size_t kMaxHostBytes = size_t{64} << 20;
+
+// Messages quote the variables' text; its control characters are escaped (\x0a) so that the
+// message stays one line.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c != 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      const char hex[] = "0123456789abcdef";
+      out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    }
+  }
+  return out;
+}
 
 [[noreturn]] void hostlist_error(const std::string& what, const std::string& text, const std::string& why) {
-  throw TESSERA_INPUT_ERROR("malformed hostlist " + what + "'" + text + "': " + why);
+  throw TESSERA_INPUT_ERROR(printable("malformed hostlist " + what + "'" + text + "': " + why));
 }
 
 // One bracket group "[001-004,010]" expanded to its zero-padded numbers ("001", ..., "010").
@@ -59,30 +76,35 @@ std::vector<std::string> expand_bracket(const std::string& body, const std::stri
 // prefix from the right. For two groups that is plain row-major order (r1-n01, r1-n02, ..., r2-n03);
 // for x[0-1]y[0-1]z[0-1] it is x0y0z0, x0y0z1, x1y0z0, x1y0z1, x0y1z0, ...
 void expand_item(const std::string& item, const std::string& what, const std::string& text,
-                 std::vector<std::string>& out) {
+                 std::vector<std::string>& out, size_t& out_bytes) {
   if (item.empty()) hostlist_error(what, text, "empty host name");
   std::vector<std::string> literals;             // literals[i] precedes groups[i]
   std::vector<std::vector<std::string>> groups;  // expanded numbers of each bracket group
-  size_t pos = 0;
+  size_t pos = 0, total = 1, name_bytes = 0;     // hosts of this item; longest host name
   for (size_t open; (open = item.find('[', pos)) != std::string::npos;) {
     const size_t close = item.find(']', open);  // pairing and nesting were checked by the caller
     literals.push_back(item.substr(pos, open - pos));
     groups.push_back(expand_bracket(item.substr(open + 1, close - open - 1), what, text));
     pos = close + 1;
+    // Checked group by group: "[0-999999][0-999999]..." must fail before expanding every group.
+    total *= groups.back().size();
+    if (total + out.size() > kMaxHosts) hostlist_error(what, text, "expands to too many hosts");
+    size_t widest = 0;
+    for (const auto& v : groups.back()) widest = std::max(widest, v.size());
+    name_bytes += literals.back().size() + widest;
   }
   if (groups.empty()) {
     out.push_back(item);
+    out_bytes += item.size();
     return;
   }
   // Slurm 22.05 rejects "n[1-2]-ib" too; accepting it would make the order above ambiguous.
   if (pos != item.size()) hostlist_error(what, text, "text after the last ']' in '" + item + "'");
+  out_bytes += total * name_bytes;  // an upper bound
+  if (out_bytes > kMaxHostBytes)
+    hostlist_error(what, text, "expands to more than " + std::to_string(kMaxHostBytes >> 20) + " MiB of host names");
 
   const size_t n = groups.size();
-  size_t total = 1;
-  for (const auto& g : groups) {
-    total *= g.size();
-    if (total + out.size() > kMaxHosts) hostlist_error(what, text, "expands to too many hosts");
-  }
   // Odometer over the groups, slowest first: n-2, n-3, ..., 0, then n-1.
   std::vector<size_t> slow_to_fast;
   for (size_t g = n - 1; g-- > 0;) slow_to_fast.push_back(g);
@@ -103,6 +125,7 @@ void expand_item(const std::string& item, const std::string& what, const std::st
 // `what` names the source in errors ("SLURM_JOB_NODELIST=" or "").
 std::vector<std::string> expand_hostlist_named(const std::string& text, const std::string& what) {
   std::vector<std::string> hosts;
+  size_t bytes = 0;
   if (text.empty()) return hosts;
   // Split at commas outside brackets, checking that brackets pair up and do not nest.
   bool in_bracket = false;
@@ -118,7 +141,7 @@ std::vector<std::string> expand_hostlist_named(const std::string& text, const st
       if (!in_bracket) hostlist_error(what, text, "']' without '[' at position " + std::to_string(i));
       in_bracket = false;
     } else if (c == ',' && !in_bracket) {
-      expand_item(text.substr(item_start, i - item_start), what, text, hosts);
+      expand_item(text.substr(item_start, i - item_start), what, text, hosts, bytes);
       item_start = i + 1;
     }
     if (i + 1 == text.size() && in_bracket) hostlist_error(what, text, "unclosed '['");
@@ -141,8 +164,8 @@ bool parse_int(const std::string& s, int& value) {
 
 std::vector<int> expand_tasks_named(const std::string& spec, const std::string& what) {
   auto fail = [&](const std::string& why) -> void {
-    throw TESSERA_INPUT_ERROR("malformed tasks-per-node " + what + "'" + spec + "': " + why +
-                              " (want e.g. 2(x3),1)");
+    throw TESSERA_INPUT_ERROR(printable("malformed tasks-per-node " + what + "'" + spec + "': " + why +
+                                        " (want e.g. 2(x3),1)"));
   };
   if (spec.empty()) fail("empty");
   std::vector<int> out;
@@ -191,7 +214,7 @@ SlurmEnv read_slurm_env(const std::function<const char*(const char*)>& getenv_fn
     auto [name, v] = first(names);
     if (!v) return;
     if (!parse_int(*v, out) || out < min_value)
-      throw TESSERA_INPUT_ERROR(name + "='" + *v + "' is not an integer >= " + std::to_string(min_value));
+      throw TESSERA_INPUT_ERROR(name + "='" + printable(*v) + "' is not an integer >= " + std::to_string(min_value));
   };
 
   SlurmEnv env;
@@ -224,8 +247,8 @@ SlurmEnv read_slurm_env(const std::function<const char*(const char*)>& getenv_fn
   if (tpn.second) env.tasks_per_node = expand_tasks_named(*tpn.second, tpn.first + "=");
 
   // Cross-checks between the variables that describe the same thing.
-  const std::string counts = " (" + nl.first + "='" + nl.second.value_or("") + "', " + tpn.first + "='" +
-                             tpn.second.value_or("") + "', ntasks=" + std::to_string(env.ntasks) +
+  const std::string counts = " (" + nl.first + "='" + printable(nl.second.value_or("")) + "', " + tpn.first + "='" +
+                             printable(tpn.second.value_or("")) + "', ntasks=" + std::to_string(env.ntasks) +
                              ", nnodes=" + std::to_string(env.nnodes) + ")";
   if (env.nnodes > 0 && !env.nodes.empty() && static_cast<int>(env.nodes.size()) != env.nnodes)
     throw TESSERA_INPUT_ERROR("SLURM node list has " + std::to_string(env.nodes.size()) + " hosts but node count is " +

@@ -1,64 +1,33 @@
 #include "model/config.h"
 
+#include <cstdio>
 #include <fstream>
-#include <map>
-#include <sstream>
 
 #include "model/errors.h"
+#include "model/registry.h"
+#include "util/json.h"
 
 namespace tessera::model {
 
 namespace {
-
-// Preset table. The Llama 2 rows are the published dimensions; tiny/small are test/demo sizes
-// whose vocabularies cover the byte-level fallback tokenizer (ids 0..255, BOS 256, EOS 257).
-LlamaConfig make(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads,
-                 int64_t kv_heads, int64_t max_pos, int64_t bos, int64_t eos, const char* dtype) {
-  LlamaConfig c;
-  c.vocab_size = vocab;
-  c.hidden_size = hidden;
-  c.intermediate_size = inter;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = heads;
-  c.num_key_value_heads = kv_heads;
-  c.max_position_embeddings = max_pos;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10000.0;
-  c.tie_word_embeddings = false;
-  c.torch_dtype = dtype;
-  c.bos_token_id = bos;
-  c.eos_token_id = eos;
-  return c;
-}
-
-const std::map<std::string, LlamaConfig>& presets() {
-  static const std::map<std::string, LlamaConfig> table = {
-      // 445,056 parameters; 2 KV heads for 4 query heads so GQA is exercised everywhere.
-      {"tiny", make(320, 128, 344, 2, 4, 2, 512, 256, 257, "float32")},
-      // ~22.7M parameters; vocab 32000 fits both the Llama tokenizer and the byte-level one.
-      {"small", make(32000, 256, 688, 8, 8, 8, 1024, 1, 2, "float32")},
-      {"llama2-7b", make(32000, 4096, 11008, 32, 32, 32, 4096, 1, 2, "float16")},
-      {"llama2-13b", make(32000, 5120, 13824, 40, 40, 40, 4096, 1, 2, "float16")},
-      {"llama2-70b", make(32000, 8192, 28672, 80, 64, 8, 4096, 1, 2, "float16")},
-  };
-  return table;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
 }
+}  // namespace
 
+// ------------------------------------------------------------------------------------------------
 // Typed accessors that name the source and key in every error.
-const nlohmann::json* find(const nlohmann::json& j, const std::string& key) {
+// ------------------------------------------------------------------------------------------------
+
+const nlohmann::json* config_key(const nlohmann::json& j, const std::string& key) {
   auto it = j.find(key);
   return (it == j.end() || it->is_null()) ? nullptr : &*it;
 }
 
-int64_t get_int(const nlohmann::json& j, const std::string& key, const std::string& src,
-                const int64_t* fallback) {
-  const nlohmann::json* v = find(j, key);
+int64_t config_int(const nlohmann::json& j, const std::string& key, const std::string& src, const int64_t* fallback) {
+  const nlohmann::json* v = config_key(j, key);
   if (!v) {
     if (fallback) return *fallback;
     throw ModelError(src + ": missing required key '" + key + "'");
@@ -68,9 +37,8 @@ int64_t get_int(const nlohmann::json& j, const std::string& key, const std::stri
   return v->get<int64_t>();
 }
 
-double get_double(const nlohmann::json& j, const std::string& key, const std::string& src,
-                  const double* fallback) {
-  const nlohmann::json* v = find(j, key);
+double config_number(const nlohmann::json& j, const std::string& key, const std::string& src, const double* fallback) {
+  const nlohmann::json* v = config_key(j, key);
   if (!v) {
     if (fallback) return *fallback;
     throw ModelError(src + ": missing required key '" + key + "'");
@@ -79,112 +47,152 @@ double get_double(const nlohmann::json& j, const std::string& key, const std::st
   return v->get<double>();
 }
 
-}  // namespace
+// ------------------------------------------------------------------------------------------------
+// The keys every family shares
+// ------------------------------------------------------------------------------------------------
 
-std::vector<std::string> LlamaConfig::preset_names() {
-  // Listed in size order rather than map order.
-  return {"tiny", "small", "llama2-7b", "llama2-13b", "llama2-70b"};
-}
-
-LlamaConfig LlamaConfig::preset(const std::string& name) {
-  auto it = presets().find(name);
-  if (it == presets().end())
-    throw ModelError("unknown model preset '" + name + "' (valid: " + join(preset_names()) + ")");
-  return it->second;
-}
-
-LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& src) {
+ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
   if (!j.is_object()) throw ModelError(src + ": expected a JSON object");
-  if (const auto* mt = find(j, "model_type"); mt && (!mt->is_string() || mt->get<std::string>() != "llama"))
-    throw ModelError(src + ": model_type " + mt->dump() + " is not supported (expected \"llama\")");
-  if (const auto* act = find(j, "hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
+  if (const auto* act = config_key(j, "hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
     throw ModelError(src + ": hidden_act " + act->dump() + " is not supported (expected \"silu\")");
-  if (const auto* rs = find(j, "rope_scaling"))
-    throw ModelError(src + ": rope_scaling " + rs->dump() + " is not supported");
   for (const char* key : {"attention_bias", "mlp_bias"})
-    if (const auto* b = find(j, key); b && (!b->is_boolean() || b->get<bool>()))
-      throw ModelError(src + ": " + key + " " + b->dump() + " is not supported (Llama 2 has no biases)");
+    if (const auto* b = config_key(j, key); b && (!b->is_boolean() || b->get<bool>()))
+      throw ModelError(src + ": " + key + " " + b->dump() + " is not supported (the decoder has no biases)");
 
-  LlamaConfig c;
-  c.vocab_size = get_int(j, "vocab_size", src, nullptr);
-  c.hidden_size = get_int(j, "hidden_size", src, nullptr);
-  c.intermediate_size = get_int(j, "intermediate_size", src, nullptr);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", src, nullptr);
-  c.num_attention_heads = get_int(j, "num_attention_heads", src, nullptr);
-  c.num_key_value_heads = get_int(j, "num_key_value_heads", src, &c.num_attention_heads);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, nullptr);
-  c.rms_norm_eps = get_double(j, "rms_norm_eps", src, nullptr);
+  ModelConfig c;
+  c.vocab_size = config_int(j, "vocab_size", src, nullptr);
+  c.hidden_size = config_int(j, "hidden_size", src, nullptr);
+  c.intermediate_size = config_int(j, "intermediate_size", src, nullptr);
+  c.num_hidden_layers = config_int(j, "num_hidden_layers", src, nullptr);
+  c.num_attention_heads = config_int(j, "num_attention_heads", src, nullptr);
+  c.num_key_value_heads = config_int(j, "num_key_value_heads", src, &c.num_attention_heads);
+  c.max_position_embeddings = config_int(j, "max_position_embeddings", src, nullptr);
+  c.rms_norm_eps = config_number(j, "rms_norm_eps", src, nullptr);
   const double theta = 10000.0;
-  c.rope_theta = get_double(j, "rope_theta", src, &theta);
-  const int64_t bos = 1, eos = 2;
-  c.bos_token_id = get_int(j, "bos_token_id", src, &bos);
-  c.eos_token_id = get_int(j, "eos_token_id", src, &eos);
-  if (const auto* t = find(j, "tie_word_embeddings")) {
+  c.rope_theta = config_number(j, "rope_theta", src, &theta);
+  const int64_t bos = 1;
+  c.bos_token_id = config_int(j, "bos_token_id", src, &bos);
+  if (const auto* eos = config_key(j, "eos_token_id")) {
+    c.eos_token_ids.clear();
+    for (const auto& id : eos->is_array() ? *eos : nlohmann::json::array({*eos})) {
+      if (!id.is_number_integer())
+        throw ModelError(src + ": key 'eos_token_id' must be an integer or a list of integers, got " + eos->dump());
+      c.eos_token_ids.push_back(id.get<int64_t>());
+    }
+    if (c.eos_token_ids.empty()) throw ModelError(src + ": key 'eos_token_id' is an empty list");
+  }
+  if (const auto* t = config_key(j, "tie_word_embeddings")) {
     if (!t->is_boolean()) throw ModelError(src + ": key 'tie_word_embeddings' must be a boolean, got " + t->dump());
     c.tie_word_embeddings = t->get<bool>();
   }
-  if (const auto* d = find(j, "torch_dtype")) {
+  if (const auto* d = config_key(j, "torch_dtype")) {
     if (!d->is_string()) throw ModelError(src + ": key 'torch_dtype' must be a string, got " + d->dump());
     c.torch_dtype = d->get<std::string>();
   }
-  c.validate(src);
+  if (const auto* hd = config_key(j, "head_dim")) {
+    if (!hd->is_number_integer() || c.num_attention_heads <= 0 ||
+        hd->get<int64_t>() * c.num_attention_heads != c.hidden_size)
+      throw ModelError(src + ": head_dim " + hd->dump() +
+                       " is not supported (only hidden_size / num_attention_heads = " +
+                       (c.num_attention_heads > 0 ? std::to_string(c.hidden_size / c.num_attention_heads) : "?") + ")");
+  }
   return c;
 }
 
-LlamaConfig LlamaConfig::load(const std::string& path) {
+ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t hidden, int64_t intermediate,
+                         int64_t layers, int64_t heads, int64_t kv_heads, int64_t max_positions, int64_t bos,
+                         int64_t eos, const std::string& torch_dtype) {
+  ModelConfig c;
+  c.model_type = model_type;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.max_position_embeddings = max_positions;
+  c.torch_dtype = torch_dtype;
+  c.bos_token_id = bos;
+  c.eos_token_ids = {eos};
+  return c;
+}
+
+nlohmann::json common_keys_json(const ModelConfig& c) {
+  return {
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim()},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"torch_dtype", c.torch_dtype},
+      {"bos_token_id", c.bos_token_id},
+      {"eos_token_id", c.eos_token_ids.size() == 1 ? nlohmann::json(c.eos_token_ids[0]) : nlohmann::json(c.eos_token_ids)},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+  };
+}
+
+// ------------------------------------------------------------------------------------------------
+// Registry dispatch
+// ------------------------------------------------------------------------------------------------
+
+std::vector<std::string> ModelConfig::preset_names() {
+  std::vector<std::string> names;
+  for (const ModelSpec* f : model_families())
+    for (const auto& p : f->presets()) names.push_back(p.name);
+  return names;
+}
+
+ModelConfig ModelConfig::preset(const std::string& name) {
+  for (const ModelSpec* f : model_families())
+    for (const auto& p : f->presets())
+      if (p.name == name) return p.config;
+  throw ModelError("unknown model preset '" + name + "' (valid: " + join(preset_names()) + ")");
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& src) {
+  if (!j.is_object()) throw ModelError(src + ": expected a JSON object");
+  std::string type = "llama";
+  if (const auto* mt = config_key(j, "model_type")) {
+    if (!mt->is_string()) throw ModelError(src + ": model_type " + mt->dump() + " must be a string");
+    type = mt->get<std::string>();
+  }
+  return family_for(type, src).from_json(j, src);
+}
+
+ModelConfig ModelConfig::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ModelError(path + ": cannot open config file");
   nlohmann::json j;
   try {
-    in >> j;
+    j = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
   } catch (const nlohmann::json::exception& e) {
     throw ModelError(path + ": invalid JSON: " + e.what());
   }
   return from_json(j, path);
 }
 
-nlohmann::json LlamaConfig::to_json() const {
-  return {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"hidden_act", "silu"},
-      {"attention_bias", false},
-      {"vocab_size", vocab_size},
-      {"hidden_size", hidden_size},
-      {"intermediate_size", intermediate_size},
-      {"num_hidden_layers", num_hidden_layers},
-      {"num_attention_heads", num_attention_heads},
-      {"num_key_value_heads", num_key_value_heads},
-      {"max_position_embeddings", max_position_embeddings},
-      {"rms_norm_eps", rms_norm_eps},
-      {"rope_theta", rope_theta},
-      {"rope_scaling", nullptr},
-      {"tie_word_embeddings", tie_word_embeddings},
-      {"torch_dtype", torch_dtype},
-      {"bos_token_id", bos_token_id},
-      {"eos_token_id", eos_token_id},
-      {"initializer_range", 0.02},
-      {"use_cache", true},
-  };
+const ModelSpec& ModelConfig::spec() const { return family_for(model_type, "model config"); }
+
+nlohmann::json ModelConfig::to_json() const { return spec().to_json(*this); }
+
+int64_t ModelConfig::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& u : spec().unit_specs(*this)) n += u.numel();
+  return n;
 }
 
-int64_t LlamaConfig::num_parameters() const {
-  const int64_t h = hidden_size, kv = num_key_value_heads * head_dim();
-  const int64_t attention = h * h /*q*/ + 2 * h * kv /*k,v*/ + h * h /*o*/;
-  const int64_t mlp = 3 * h * intermediate_size;
-  const int64_t per_layer = attention + mlp + 2 * h /*two RMSNorm weights*/;
-  const int64_t embeddings = vocab_size * h * (tie_word_embeddings ? 1 : 2);
-  return embeddings + num_hidden_layers * per_layer + h /*final norm*/;
-}
+double ModelConfig::train_flops_per_token(int64_t seq_len) const { return spec().train_flops_per_token(*this, seq_len); }
 
-double LlamaConfig::train_flops_per_token(int64_t seq_len) const {
-  const int64_t h = hidden_size, kv = num_key_value_heads * head_dim();
-  const int64_t per_layer = 2 * h * h /*q, o*/ + 2 * h * kv /*k, v*/ + 3 * h * intermediate_size;
-  const double matmul_weights = double(num_hidden_layers) * per_layer + double(vocab_size) * h /*lm_head*/;
-  return 6.0 * matmul_weights + 12.0 * double(num_hidden_layers) * h * seq_len;
-}
-
-void LlamaConfig::validate(const std::string& src) const {
+void ModelConfig::validate(const std::string& src) const {
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) throw ModelError(src + ": '" + key + "' must be positive, got " + std::to_string(v));
   };
@@ -205,8 +213,25 @@ void LlamaConfig::validate(const std::string& src) const {
     throw ModelError(src + ": head dimension " + std::to_string(head_dim()) + " must be even for rotary embeddings");
   if (!(rms_norm_eps > 0)) throw ModelError(src + ": 'rms_norm_eps' must be positive");
   if (!(rope_theta > 0)) throw ModelError(src + ": 'rope_theta' must be positive");
+  if (sliding_window < 0) throw ModelError(src + ": 'sliding_window' must be positive or null");
   if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16")
     throw ModelError(src + ": torch_dtype '" + torch_dtype + "' is not supported (float32, bfloat16, float16)");
+  spec().validate(*this, src);
+  // Found by fuzzing model directories (tests/fuzz): sizes whose tensors overflow int64 made LibTorch
+  // throw "Storage size calculation overflowed" instead of naming the keys, and 10^9 layers hung
+  // building the meta-device model. Both limits are far beyond any Llama (405B: 126 layers, 2^39
+  // parameters). The count is num_parameters()'s, in double so that it cannot overflow.
+  if (num_hidden_layers > 1024)
+    throw ModelError(src + ": 'num_hidden_layers' " + std::to_string(num_hidden_layers) + " is more than 1024");
+  const double h = double(hidden_size);
+  const double params = double(vocab_size) * h * 2 +
+                        double(num_hidden_layers) * (4 * h * h + 3 * h * double(intermediate_size) + 2 * h) + h;
+  if (params > 0x1p50) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", params);
+    throw ModelError(src + ": vocab_size, hidden_size, intermediate_size and num_hidden_layers describe " + count +
+                     " parameters, more than 2^50");
+  }
 }
 
 }  // namespace tessera::model

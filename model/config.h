@@ -1,5 +1,9 @@
-// Llama 2 hyper-parameters, read from / written to a Hugging Face config.json, plus the built-in
-// presets. Everything here is plain arithmetic: no tensors, no files opened except by load().
+// A decoder-only causal LM's hyper-parameters, read from / written to a Hugging Face config.json,
+// plus the built-in presets. One struct serves every registered family (model/registry.h): Llama 2,
+// Llama 3.x and Mistral share the decoder and differ only in values (RoPE scaling, sliding window,
+// tied embeddings). Which family a config belongs to is `model_type`, the config.json key; the
+// family's ModelSpec parses, validates and writes it. Plain arithmetic: no tensors, no files opened
+// except by load().
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,45 +13,81 @@
 
 namespace tessera::model {
 
-struct LlamaConfig {
+class ModelSpec;
+
+// config.json "rope_scaling". type "" = none (null, or rope_type "default"); "llama3" = Meta's
+// Llama 3.1 frequency scaling (ops::rope_inv_freq has the formula). Other types are refused.
+struct RopeScaling {
+  std::string type;
+  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+  bool operator==(const RopeScaling& o) const {
+    return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor &&
+           original_max_position_embeddings == o.original_max_position_embeddings;
+  }
+};
+
+struct ModelConfig {
+  std::string model_type = "llama";  // config.json model_type: selects the family (registry.h)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
-  int64_t num_key_value_heads = 0;  // < num_attention_heads means grouped-query attention (70B)
+  int64_t num_key_value_heads = 0;  // < num_attention_heads means grouped-query attention
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  bool tie_word_embeddings = false;
+  RopeScaling rope_scaling;
+  // > 0: sliding-window causal attention, each position attends to itself and the
+  // sliding_window - 1 positions before it (Hugging Face's Mistral mask); 0: plain causal.
+  int64_t sliding_window = 0;
+  bool tie_word_embeddings = false;  // the head multiplies by the embedding matrix; no lm_head tensor
   std::string torch_dtype = "float32";  // "float32" | "bfloat16" | "float16" (storage dtype hint)
   int64_t bos_token_id = 1;
-  int64_t eos_token_id = 2;
+  std::vector<int64_t> eos_token_ids = {2};  // config.json eos_token_id: one id or a list (Llama 3.1 Instruct)
 
-  // Built-in presets: tiny, small, llama2-7b, llama2-13b, llama2-70b. Unknown -> ModelError.
-  static LlamaConfig preset(const std::string& name);
-  static std::vector<std::string> preset_names();
-  // Parses HF config.json content. Required keys: vocab_size, hidden_size, intermediate_size,
-  // num_hidden_layers, num_attention_heads, max_position_embeddings, rms_norm_eps. Optional (HF
-  // defaults): num_key_value_heads, rope_theta, tie_word_embeddings, torch_dtype, bos/eos ids.
-  // Unknown keys are ignored; unsupported features (rope_scaling, attention_bias, other model
-  // types/activations) are errors. `source_name` (usually the file path) prefixes every message.
-  static LlamaConfig from_json(const nlohmann::json& j, const std::string& source_name);
-  static LlamaConfig load(const std::string& config_json_path);
-  nlohmann::json to_json() const;  // HF keys, incl. architectures and model_type
+  // ---- Registry dispatch (model/registry.h) --------------------------------------------------
+  // Every family's presets by name. Unknown -> ModelError listing the valid names.
+  static ModelConfig preset(const std::string& name);
+  static std::vector<std::string> preset_names();  // registry order, each family's in size order
+  // Parses HF config.json content with the family of its model_type (absent: "llama"). Unknown
+  // keys are ignored; unsupported values (model_type, rope_scaling type, biases, activation) are
+  // ModelErrors "<source_name>: <key> ...": the source (usually the file path) names the file.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source_name);
+  static ModelConfig load(const std::string& config_json_path);
+  nlohmann::json to_json() const;  // the family's config.json (architectures, model_type, ...)
+  const ModelSpec& spec() const;   // the family; ModelError for an unregistered model_type
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  int64_t num_parameters() const;  // exact count, lm_head excluded when tied
-  // Training FLOPs per token for MFU, the PaLM / torchtitan count: 6 (forward 2 + backward 4 per
-  // multiply-add) x the weights every token is multiplied by (q, k, v, o, gate, up, down, lm_head;
-  // not the embedding, a lookup, nor the norms) + 12 x layers x hidden x seq_len (attention scores
-  // and their use on the values, causal mask not discounted).
-  double train_flops_per_token(int64_t seq_len) const;
-  // Throws ModelError when sizes are non-positive or inconsistent (heads divide hidden, kv heads
-  // divide heads, even head_dim, ...). `source_name` prefixes the message.
+  int64_t num_parameters() const;  // exact: the sum over unit_specs (lm_head absent when tied)
+  double train_flops_per_token(int64_t seq_len) const;  // spec().train_flops_per_token
+  // Generic checks (positive sizes, heads divide hidden, kv heads divide heads, even head_dim,
+  // dtype), then the family's (ModelSpec::validate). ModelError prefixed by `source_name`.
   void validate(const std::string& source_name = "config") const;
 
-  bool operator==(const LlamaConfig& o) const { return to_json() == o.to_json(); }
+  bool operator==(const ModelConfig& o) const { return to_json() == o.to_json(); }
 };
+
+// ---- For family implementations (model/<family>.cpp) -------------------------------------------
+// A config of these sizes: rms_norm_eps 1e-5, rope_theta 10000, untied, no RoPE scaling, no window.
+ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t hidden, int64_t intermediate,
+                         int64_t layers, int64_t heads, int64_t kv_heads, int64_t max_positions, int64_t bos,
+                         int64_t eos, const std::string& torch_dtype);
+// The keys every registered family shares (sizes, norms, rope_theta, tied embeddings, dtype,
+// bos/eos ids; hidden_act must be silu, attention_bias/mlp_bias false, head_dim if present equal
+// to hidden_size / num_attention_heads). model_type, rope_scaling and sliding_window are left to
+// the family. Does not validate.
+ModelConfig read_common_keys(const nlohmann::json& j, const std::string& source_name);
+// The shared keys as config.json content (the inverse of read_common_keys).
+nlohmann::json common_keys_json(const ModelConfig& c);
+// j[key] unless absent or null.
+const nlohmann::json* config_key(const nlohmann::json& j, const std::string& key);
+// An integer key; `fallback` when absent/null (null fallback: ModelError "missing required key").
+int64_t config_int(const nlohmann::json& j, const std::string& key, const std::string& source_name,
+                   const int64_t* fallback);
+double config_number(const nlohmann::json& j, const std::string& key, const std::string& source_name,
+                     const double* fallback);
 
 }  // namespace tessera::model

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/registry.h"
 
 namespace tessera::model {
 
@@ -19,9 +19,9 @@ struct SequenceLoss {
 };
 
 // Loss of one sequence (no grad; logits upcast to fp32 for the cross entropy).
-SequenceLoss sequence_loss(Llama& model, const std::vector<int64_t>& tokens);
+SequenceLoss sequence_loss(CausalLmModule& model, const std::vector<int64_t>& tokens);
 // sequence_loss for each sequence, in order.
-std::vector<double> sequence_losses(Llama& model, const std::vector<std::vector<int64_t>>& sequences);
+std::vector<double> sequence_losses(CausalLmModule& model, const std::vector<std::vector<int64_t>>& sequences);
 // Token-weighted mean of per-sequence losses: sum(loss_i * (T_i - 1)) / sum(T_i - 1).
 double mean_token_loss(const std::vector<double>& losses, const std::vector<std::vector<int64_t>>& sequences);
 

@@ -23,14 +23,41 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * h.to(x.scalar_type());
 }
 
+torch::Tensor rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& scaling, torch::Device device) {
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, f64) / (double)head_dim);  // [D/2]
+  if (scaling.type == "llama3") {
+    const double C = (double)scaling.original_max_position_embeddings, s = scaling.factor;
+    const double lo = scaling.low_freq_factor, hi = scaling.high_freq_factor;
+    auto wavelen = 2.0 * M_PI / inv_freq;
+    auto scaled = torch::where(wavelen > C / lo, inv_freq / s, inv_freq);
+    auto m = (C / wavelen - lo) / (hi - lo);
+    auto smoothed = (1.0 - m) * scaled / s + m * scaled;
+    auto medium = (wavelen >= C / hi).logical_and(wavelen <= C / lo);
+    inv_freq = torch::where(medium, smoothed, scaled);
+  } else {
+    TORCH_CHECK(scaling.type.empty(), "unsupported rope_scaling type ", scaling.type);
+  }
+  return inv_freq.to(torch::kFloat32).to(device);
+}
+
 std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t T, int64_t head_dim, double theta,
-                                                      torch::Dtype dtype, torch::Device device) {
+                                                      torch::Dtype dtype, torch::Device device,
+                                                      const RopeScaling& scaling) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  auto exponent = torch::arange(0, head_dim, 2, f32) / (double)head_dim;
-  auto inv_freq = 1.0 / torch::pow(theta, exponent);                   // [D/2]
+  auto inv_freq = rope_inv_freq(head_dim, theta, scaling, device);    // [D/2]
   auto freqs = torch::outer(torch::arange(T, f32), inv_freq);          // [T, D/2]
   auto emb = torch::cat({freqs, freqs}, -1);                           // [T, D]
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+std::pair<torch::Tensor, torch::Tensor> rotary_tables_at(const torch::Tensor& position_ids, int64_t head_dim,
+                                                         double theta, torch::Dtype dtype, const RopeScaling& scaling) {
+  const int64_t B = position_ids.size(0), T = position_ids.size(1);
+  const int64_t max_pos = position_ids.numel() ? position_ids.max().item<int64_t>() : 0;
+  auto [cos, sin] = rotary_tables(max_pos + 1, head_dim, theta, dtype, position_ids.device(), scaling);
+  auto flat = position_ids.reshape({-1});
+  return {cos.index_select(0, flat).view({B, 1, T, head_dim}), sin.index_select(0, flat).view({B, 1, T, head_dim})};
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -46,17 +73,45 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(2).expand({B, KV, n_rep, T, D}).reshape({B, KV * n_rep, T, D});
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+namespace {
+// [T, S] true where query t must not see key s: the future, and with a window keys t - s >= window.
+torch::Tensor hidden_keys(int64_t T, int64_t S, int64_t window, torch::Device device) {
+  auto ones = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  auto future = ones.triu(1);
+  return window > 0 ? future.logical_or(ones.tril(-window)) : future;
+}
+
+// softmax(q k^T / sqrt(D)) v with the keys `hidden` marks (true) masked out; hidden broadcasts
+// against [B, H, T, S].
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& hidden) {
 #if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/hidden.logical_not(), /*dropout_p=*/0.0,
+                                          /*is_causal=*/false);
 #else
-  const int64_t T = q.size(-2), S = k.size(-2);
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt((double)q.size(-1)));
-  auto future = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
   return torch::matmul(probs, v);
 #endif
+}
+}  // namespace
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t window, const torch::Tensor& document_ids) {
+  const int64_t T = q.size(-2), S = k.size(-2);
+  if (window >= T) window = 0;  // the window reaches back to position 0 for every query
+  if (document_ids.defined()) {
+    // Packed documents: also hidden where query and key belong to different documents; [B, 1, T, S]
+    // (one byte per pair, shared by the heads).
+    auto other_doc = document_ids.unsqueeze(2) != document_ids.unsqueeze(1);  // [B, T, S]
+    return masked_attention(q, k, v, hidden_keys(T, S, window, q.device()).logical_or(other_doc).unsqueeze(1));
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  if (window == 0)
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#endif
+  return masked_attention(q, k, v, hidden_keys(T, S, window, q.device()));
 }
 
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
@@ -85,11 +140,13 @@ RMSNormImpl::RMSNormImpl(int64_t hidden, double eps_, const torch::TensorOptions
 }
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
-AttentionImpl::AttentionImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts)
+AttentionImpl::AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts)
     : num_heads(cfg.num_attention_heads),
       num_kv_heads(cfg.num_key_value_heads),
       head_dim(cfg.head_dim()),
-      rope_theta(cfg.rope_theta) {
+      rope_theta(cfg.rope_theta),
+      rope_scaling(cfg.rope_scaling),
+      sliding_window(cfg.sliding_window) {
   const int64_t h = cfg.hidden_size;
   q_proj = register_module("q_proj", Linear(h, num_heads * head_dim, opts));
   k_proj = register_module("k_proj", Linear(h, num_kv_heads * head_dim, opts));
@@ -97,20 +154,23 @@ AttentionImpl::AttentionImpl(const LlamaConfig& cfg, const torch::TensorOptions&
   o_proj = register_module("o_proj", Linear(num_heads * head_dim, h, opts));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1);
   auto q = q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2);  // [B, nh, T, D]
   auto k = k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
-  auto [cos, sin] = ops::rotary_tables(T, head_dim, rope_theta, q.scalar_type(), q.device());
+  auto [cos, sin] = layout.position_ids.defined()
+                        ? ops::rotary_tables_at(layout.position_ids, head_dim, rope_theta, q.scalar_type(), rope_scaling)
+                        : ops::rotary_tables(T, head_dim, rope_theta, q.scalar_type(), q.device(), rope_scaling);
   q = ops::apply_rotary(q, cos, sin);
   k = ops::apply_rotary(k, cos, sin);
   const int64_t n_rep = num_heads / num_kv_heads;
-  auto out = ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep));
+  auto out = ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep), sliding_window,
+                                   layout.document_ids);
   return o_proj(out.transpose(1, 2).reshape({B, T, num_heads * head_dim}));
 }
 
-MlpImpl::MlpImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts) {
+MlpImpl::MlpImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {
   gate_proj = register_module("gate_proj", Linear(cfg.hidden_size, cfg.intermediate_size, opts));
   up_proj = register_module("up_proj", Linear(cfg.hidden_size, cfg.intermediate_size, opts));
   down_proj = register_module("down_proj", Linear(cfg.intermediate_size, cfg.hidden_size, opts));
@@ -120,7 +180,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return ops::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {
   // Registration order = HF module order = file order of the layer's tensors.
   self_attn = register_module("self_attn", Attention(cfg, opts));
   mlp = register_module("mlp", Mlp(cfg, opts));
@@ -129,12 +189,12 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& cfg, const torch::TensorOp
       register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h) {
-  auto x = h + self_attn(input_layernorm(h));
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const TokenLayout& layout) {
+  auto x = h + self_attn->forward(input_layernorm(h), layout);
   return x + mlp(post_attention_layernorm(x));
 }
 
-LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts) {
+LlamaModelImpl::LlamaModelImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {
   embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, opts));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
@@ -144,7 +204,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const torch::TensorOption
   norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
 }
 
-LlamaImpl::LlamaImpl(const LlamaConfig& cfg, torch::Device device, torch::Dtype dtype) : cfg_(cfg) {
+LlamaImpl::LlamaImpl(const ModelConfig& cfg, torch::Device device, torch::Dtype dtype) : cfg_(cfg) {
   cfg_.validate();
   auto opts = torch::TensorOptions().device(device).dtype(dtype);
   model = register_module("model", LlamaModel(cfg_, opts));
@@ -168,12 +228,6 @@ torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
   return cfg_.tie_word_embeddings ? torch::linear(x, model->embed_tokens->weight) : lm_head(x);
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
-  auto h = embed(tokens);
-  for (auto& l : model->layer_list) h = l(h);
-  return head(h);
-}
-
 namespace {
 NamedTensors prefixed(const torch::nn::Module& m, const std::string& prefix) {
   NamedTensors out;
@@ -193,33 +247,9 @@ NamedTensors LlamaImpl::layer_parameters(int64_t i) {
   return prefixed(*layer(i), "model.layers." + std::to_string(i) + ".");
 }
 
-NamedTensors LlamaImpl::named_hf_parameters() { return prefixed(*this, ""); }
-
 // ------------------------------------------------------------------------------------------------
 // Names and initialisation
 // ------------------------------------------------------------------------------------------------
-
-namespace {
-std::vector<TensorSpec> specs_of(const NamedTensors& params) {
-  std::vector<TensorSpec> specs;
-  for (const auto& [name, t] : params) specs.push_back({name, t.sizes().vec()});
-  return specs;
-}
-}  // namespace
-
-std::vector<TensorSpec> hf_tensor_specs(const LlamaConfig& cfg) {
-  return specs_of(Llama(cfg, torch::kMeta)->named_hf_parameters());
-}
-
-std::vector<TensorSpec> hf_layer_specs(const LlamaConfig& cfg, int64_t i) {
-  auto one_layer = cfg;
-  one_layer.num_hidden_layers = 1;  // layer shapes do not depend on the index
-  auto specs = specs_of(Llama(one_layer, torch::kMeta)->layer_parameters(0));
-  TORCH_CHECK(i >= 0 && i < cfg.num_hidden_layers, "layer index ", i, " out of range");
-  const std::string from = "model.layers.0.", to = "model.layers." + std::to_string(i) + ".";
-  for (auto& s : specs) s.name = to + s.name.substr(from.size());
-  return specs;
-}
 
 bool is_norm_weight(const std::string& name) {
   auto ends_with = [&](const std::string& suffix) {
@@ -251,6 +281,59 @@ void init_parameters(const NamedTensors& params, uint64_t seed) {
   for (const auto& [name, t] : params) t.copy_(init_tensor({name, t.sizes().vec()}, seed));
 }
 
-void init_weights(Llama& model, uint64_t seed) { init_parameters(model->named_hf_parameters(), seed); }
+void init_weights(CausalLmModule& model, uint64_t seed) { init_parameters(model.named_hf_parameters(), seed); }
+
+// ------------------------------------------------------------------------------------------------
+// LlamaArchitecture: the ModelSpec part every family of these modules shares
+// ------------------------------------------------------------------------------------------------
+
+std::vector<UnitSpec> LlamaArchitecture::unit_specs(const ModelConfig& c) const {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim(), kv = c.num_key_value_heads * c.head_dim();
+  const int64_t inter = c.intermediate_size;
+  std::vector<UnitSpec> units;
+  UnitSpec root{"root", {{"model.embed_tokens.weight", {c.vocab_size, h}}, {"model.norm.weight", {h}}}};
+  if (!c.tie_word_embeddings) root.tensors.push_back({"lm_head.weight", {c.vocab_size, h}});
+  units.push_back(std::move(root));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    units.push_back({p,
+                     {{p + ".self_attn.q_proj.weight", {q, h}},
+                      {p + ".self_attn.k_proj.weight", {kv, h}},
+                      {p + ".self_attn.v_proj.weight", {kv, h}},
+                      {p + ".self_attn.o_proj.weight", {h, q}},
+                      {p + ".mlp.gate_proj.weight", {inter, h}},
+                      {p + ".mlp.up_proj.weight", {inter, h}},
+                      {p + ".mlp.down_proj.weight", {h, inter}},
+                      {p + ".input_layernorm.weight", {h}},
+                      {p + ".post_attention_layernorm.weight", {h}}}});
+  }
+  return units;
+}
+
+std::vector<TensorSpec> LlamaArchitecture::tensor_specs(const ModelConfig& c) const {
+  const auto units = unit_specs(c);
+  const auto& root = units[0].tensors;  // embed, norm[, lm_head]
+  std::vector<TensorSpec> specs = {root[0]};
+  for (size_t u = 1; u < units.size(); ++u) specs.insert(specs.end(), units[u].tensors.begin(), units[u].tensors.end());
+  specs.insert(specs.end(), root.begin() + 1, root.end());
+  return specs;
+}
+
+std::shared_ptr<CausalLmModule> LlamaArchitecture::build(const ModelConfig& c, torch::Device device,
+                                                         torch::Dtype dtype) const {
+  return std::make_shared<LlamaImpl>(c, device, dtype);
+}
+
+torch::Tensor LlamaArchitecture::init_tensor(const TensorSpec& spec, uint64_t seed) const {
+  return model::init_tensor(spec, seed);
+}
+
+double LlamaArchitecture::train_flops_per_token(const ModelConfig& c, int64_t seq_len) const {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim(), kv = c.num_key_value_heads * c.head_dim();
+  const int64_t per_layer = 2 * h * q /*q, o*/ + 2 * h * kv /*k, v*/ + 3 * h * c.intermediate_size;
+  const double matmul_weights = double(c.num_hidden_layers) * per_layer + double(c.vocab_size) * h /*head*/;
+  const int64_t keys = c.sliding_window > 0 ? std::min(seq_len, c.sliding_window) : seq_len;
+  return 6.0 * matmul_weights + 12.0 * double(c.num_hidden_layers) * h * keys;
+}
 
 }  // namespace tessera::model

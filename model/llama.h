@@ -1,8 +1,13 @@
-// Llama 2 (Hugging Face LlamaForCausalLM semantics) as LibTorch modules.
+// The Llama decoder (Hugging Face LlamaForCausalLM / MistralForCausalLM semantics) as LibTorch
+// modules, and LlamaArchitecture, the ModelSpec base every family built from these modules shares
+// (model/llama_family.cpp: Llama 2 and 3.x; model/mistral.cpp: Mistral). Llama 3.x adds RoPE
+// frequency scaling (rope_scaling type llama3) and tied embeddings, Mistral v0.1 a sliding window;
+// all are values of ModelConfig, so one module tree serves them all.
 //
 // The module tree mirrors Hugging Face's, so named_parameters() ARE the Hugging Face tensor names
-// ("model.embed_tokens.weight", "model.layers.3.self_attn.q_proj.weight", "lm_head.weight"): the
-// name mapping lives in this module structure and nowhere else (hf_tensor_specs derives from it).
+// ("model.embed_tokens.weight", "model.layers.3.self_attn.q_proj.weight", "lm_head.weight").
+// LlamaArchitecture::unit_specs states the same names and shapes by arithmetic; a test checks the
+// two agree for every preset.
 //
 // Parameters are created with torch::empty on the requested device, so on torch::kMeta nothing is
 // allocated (a 70B model is ~700 shape-only tensors). Decoder layers are independent callables:
@@ -19,27 +24,43 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/registry.h"
 #include "model/safetensors.h"
 
 namespace tessera::model {
-
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // The math, as free functions (also what the modules call).
 namespace ops {
 // HF LlamaRMSNorm: x / sqrt(mean(x^2) + eps) computed in fp32, cast back to x's dtype, times weight.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// RoPE inverse frequencies [head_dim / 2], fp32: f_i = theta^(-2i/head_dim), then, for
+// rope_scaling type llama3 (Hugging Face's _compute_llama3_parameters, Meta's apply_scaling), with
+// old context C = original_max_position_embeddings, factor s, low/high frequency factors lo/hi and
+// wavelength w = 2 pi / f_i: w < C/hi keeps f_i; w > C/lo gives f_i / s; in between, with
+// m = (C/w - lo) / (hi - lo), (1 - m) f_i / s + m f_i. Computed in fp64, rounded once to fp32.
+torch::Tensor rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& scaling, torch::Device device);
 // cos/sin tables [T, head_dim] for positions 0..T-1 (fp32 math, then cast to dtype):
-// angle(p, j) = p * theta^(-2(j mod head_dim/2)/head_dim), HF rotate-half layout (halves repeated).
+// angle(p, j) = p * f_(j mod head_dim/2) (rope_inv_freq), HF rotate-half layout (halves repeated).
 std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t T, int64_t head_dim, double theta,
-                                                      torch::Dtype dtype, torch::Device device);
+                                                      torch::Dtype dtype, torch::Device device,
+                                                      const RopeScaling& scaling = {});
+// The same angles at given positions: position_ids [B, T] int64 -> cos/sin [B, 1, T, head_dim]
+// (rows of rotary_tables(max position + 1, ...), so both agree bit for bit).
+std::pair<torch::Tensor, torch::Tensor> rotary_tables_at(const torch::Tensor& position_ids, int64_t head_dim,
+                                                         double theta, torch::Dtype dtype,
+                                                         const RopeScaling& scaling = {});
 // x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1); x is [..., T, head_dim].
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 // [B, kv_heads, T, D] -> [B, kv_heads * n_rep, T, D]; query head h uses KV head h / n_rep.
 torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep);
 // Causal softmax(q k^T / sqrt(D)) v for q, k, v [B, H, T, D] (same H): scaled_dot_product_attention
-// when LibTorch has it, else explicit (softmax in fp32).
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// when LibTorch has it, else explicit (softmax in fp32). window > 0: sliding window, query t sees
+// keys t - window + 1 .. t only (Hugging Face's Mistral mask); 0: every earlier key. With
+// document_ids [B, T] (packed sequences), token i also attends to token j <= i only when both
+// belong to the same document: an explicit block-diagonal causal mask [B, 1, T, T] (one byte per
+// pair, shared by the heads; the window applies within it), built per call.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t window = 0, const torch::Tensor& document_ids = {});
 // down(silu(x gate^T) * (x up^T)) with weights in [out, in] layout.
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down);
@@ -73,17 +94,20 @@ TORCH_MODULE(RMSNorm);
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts);
-  torch::Tensor forward(const torch::Tensor& x);  // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1
+  AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts);
+  // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1 (or at layout's positions, within its documents).
+  torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   int64_t num_heads, num_kv_heads, head_dim;
   double rope_theta;
+  RopeScaling rope_scaling;
+  int64_t sliding_window;  // 0: plain causal
 };
 TORCH_MODULE(Attention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts);
+  MlpImpl(const ModelConfig& cfg, const torch::TensorOptions& opts);
   torch::Tensor forward(const torch::Tensor& x);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
@@ -91,9 +115,9 @@ TORCH_MODULE(Mlp);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts);
+  DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOptions& opts);
   // h + attn(norm1(h)), then + mlp(norm2(.)): the whole decoder layer, [B, T, H] -> [B, T, H].
-  torch::Tensor forward(const torch::Tensor& h);
+  torch::Tensor forward(const torch::Tensor& h, const TokenLayout& layout = {});
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -103,7 +127,7 @@ TORCH_MODULE(DecoderLayer);
 // HF's LlamaModel: the "model." prefix of the tensor names.
 class LlamaModelImpl : public torch::nn::Module {
  public:
-  LlamaModelImpl(const LlamaConfig& cfg, const torch::TensorOptions& opts);
+  LlamaModelImpl(const ModelConfig& cfg, const torch::TensorOptions& opts);
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   std::vector<DecoderLayer> layer_list;  // same modules as `layers`, typed
@@ -111,37 +135,34 @@ class LlamaModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
-class LlamaImpl : public torch::nn::Module {
+class LlamaImpl : public CausalLmModule {
  public:
-  explicit LlamaImpl(const LlamaConfig& cfg, torch::Device device = torch::kCPU,
+  explicit LlamaImpl(const ModelConfig& cfg, torch::Device device = torch::kCPU,
                      torch::Dtype dtype = torch::kFloat32);
 
-  const LlamaConfig& config() const { return cfg_; }
-  torch::Tensor embed(const torch::Tensor& tokens);  // [B, T] int64 -> [B, T, H]
-  int64_t num_layers() const { return (int64_t)model->layer_list.size(); }
+  const ModelConfig& config() const { return cfg_; }
+  torch::Tensor embed(const torch::Tensor& tokens) override;  // [B, T] int64 -> [B, T, H]
+  int64_t num_layers() const override { return (int64_t)model->layer_list.size(); }
   DecoderLayer& layer(int64_t i);
-  torch::Tensor head(const torch::Tensor& h);        // final norm + lm_head -> logits [B, T, V]
-  torch::Tensor forward(const torch::Tensor& tokens);  // head(layers(embed(tokens)))
+  torch::Tensor layer_forward(int64_t i, const torch::Tensor& h, const TokenLayout& layout) override {
+    return layer(i)->forward(h, layout);
+  }
+  torch::Tensor head(const torch::Tensor& h) override;  // final norm + lm_head -> logits [B, T, V]
 
   // HF-named parameters. Roots: model.embed_tokens.weight, model.norm.weight and lm_head.weight
-  // (absent when tie_word_embeddings: the head then uses the embedding weight).
-  NamedTensors root_parameters();
-  NamedTensors layer_parameters(int64_t i);  // model.layers.{i}.*
-  NamedTensors named_hf_parameters();        // embed, layers 0..L-1, norm, lm_head (file order)
+  // (absent when tie_word_embeddings: the head then multiplies by the embedding weight, which is
+  // one tensor of the root unit, so it is sharded, saved and written once).
+  NamedTensors root_parameters() override;
+  NamedTensors layer_parameters(int64_t i) override;  // model.layers.{i}.*
 
   LlamaModel model{nullptr};
   Linear lm_head{nullptr};  // null when tied
 
  private:
-  LlamaConfig cfg_;
+  ModelConfig cfg_;
 };
 TORCH_MODULE(Llama);
 
-// Every tensor of a checkpoint for `cfg`, HF names and shapes, in file order (embed, layers,
-// norm, lm_head). Built from a meta-device Llama, so it cannot disagree with the modules.
-std::vector<TensorSpec> hf_tensor_specs(const LlamaConfig& cfg);
-// The specs of decoder layer i only ("model.layers.{i}.*").
-std::vector<TensorSpec> hf_layer_specs(const LlamaConfig& cfg, int64_t i);
 // True for RMSNorm weights (input_layernorm, post_attention_layernorm, model.norm): excluded from
 // weight decay and initialised to 1.
 bool is_norm_weight(const std::string& hf_name);
@@ -152,7 +173,27 @@ bool is_norm_weight(const std::string& hf_name);
 torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed);
 // Fills the given tensors (copying init_tensor into each, converting dtype).
 void init_parameters(const NamedTensors& params, uint64_t seed);
-// init_parameters(model->named_hf_parameters(), seed).
-void init_weights(Llama& model, uint64_t seed);
+// init_parameters(model.named_hf_parameters(), seed).
+void init_weights(CausalLmModule& model, uint64_t seed);
+inline void init_weights(Llama& model, uint64_t seed) { init_weights(*model, seed); }
+
+// The ModelSpec of every family built from these modules: names and shapes, meta construction,
+// decay rule (no decay on norm weights), initialisation, FLOPs. A family derives from it and adds
+// its name, model_type(s), presets and config.json keys.
+class LlamaArchitecture : public ModelSpec {
+ public:
+  std::vector<UnitSpec> unit_specs(const ModelConfig& c) const override;
+  // File order: embed, layers 0..L-1, norm, lm_head (absent when tied).
+  std::vector<TensorSpec> tensor_specs(const ModelConfig& c) const override;
+  std::shared_ptr<CausalLmModule> build(const ModelConfig& c, torch::Device device,
+                                        torch::Dtype dtype = torch::kFloat32) const override;
+  bool decays(const std::string& hf_name) const override { return !is_norm_weight(hf_name); }
+  torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) const override;
+  // 6 (forward 2 + backward 4 per multiply-add) x the weights every token is multiplied by (q, k,
+  // v, o, gate, up, down and the head, tied or not; not the embedding lookup nor the norms) + 12 x
+  // layers x hidden x the keys a query sees: seq_len, or the sliding window when smaller (causal
+  // mask not discounted, as PaLM and torchtitan count).
+  double train_flops_per_token(const ModelConfig& c, int64_t seq_len) const override;
+};
 
 }  // namespace tessera::model

@@ -1,5 +1,6 @@
 #include "model/safetensors.h"
 
+#include "util/json.h"
 #include "util/widen.h"
 
 #include <c10/util/BFloat16.h>
@@ -18,7 +19,7 @@
 #include <set>
 
 #include "model/errors.h"
-#include "model/llama.h"
+#include "model/registry.h"
 
 namespace fs = std::filesystem;
 
@@ -167,7 +168,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                        std::to_string(size_ - 8) + " bytes after the length field");
     nlohmann::json header;
     try {
-      header = nlohmann::json::parse(map_ + 8, map_ + 8 + n);
+      header = util::parse_json(std::string_view(reinterpret_cast<const char*>(map_) + 8, n));
     } catch (const nlohmann::json::exception& e) {
       throw ModelError(path + ": header is not valid JSON: " + e.what());
     }
@@ -190,9 +191,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       Entry e;
       e.dtype = dtype_from_name(v["dtype"].get<std::string>(), ctx);
       unsigned __int128 bytes = element_size(e.dtype);
+      int64_t elems = 1;  // numel() multiplies in this order: a zero dimension after [2^32, 2^32] came too late
       for (const auto& d : v["shape"]) {
         if (!d.is_number_integer() || d.get<int64_t>() < 0)
           throw ModelError(ctx + ": shape " + v["shape"].dump() + " has an invalid dimension");
+        if (d.get<int64_t>() != 0 && elems > INT64_MAX / d.get<int64_t>())
+          throw ModelError(ctx + ": shape " + v["shape"].dump() + " has more than 2^63 elements");
+        elems *= d.get<int64_t>();
         e.shape.push_back(d.get<int64_t>());
         bytes *= (uint64_t)e.shape.back();
         if (bytes > size_) bytes = (unsigned __int128)size_ + 1;  // saturate: cannot fit anyway
@@ -310,7 +315,7 @@ ModelDir::ModelDir(const std::string& dir) : dir_(dir) {
   if (!fs::is_directory(dir)) throw ModelError(dir + ": model directory does not exist");
   const std::string config_path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(config_path)) throw ModelError(config_path + ": missing config.json in model directory");
-  config_ = LlamaConfig::load(config_path);
+  config_ = ModelConfig::load(config_path);
 
   const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
   const std::string single = (fs::path(dir) / "model.safetensors").string();
@@ -319,7 +324,7 @@ ModelDir::ModelDir(const std::string& dir) : dir_(dir) {
     nlohmann::json j;
     try {
       std::ifstream in(index);
-      in >> j;
+      j = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
     } catch (const nlohmann::json::exception& e) {
       throw ModelError(index + ": invalid JSON: " + e.what());
     }
@@ -467,7 +472,7 @@ void write_safetensors_file(const std::string& path, const std::vector<TensorSpe
 }
 
 namespace {
-void write_dir_impl(const std::string& dir, const LlamaConfig& cfg, const std::vector<TensorSpec>& specs, DType dtype,
+void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::vector<TensorSpec>& specs, DType dtype,
                     uint64_t max_shard_bytes, const std::function<at::Tensor(const TensorSpec&)>& produce) {
   const fs::path target(dir);
   if (fs::exists(target) && !(fs::is_directory(target) && fs::is_empty(target)))
@@ -494,7 +499,7 @@ void write_dir_impl(const std::string& dir, const LlamaConfig& cfg, const std::v
   fs::remove_all(tmp);
   fs::create_directory(tmp);
   try {
-    LlamaConfig out_cfg = cfg;
+    ModelConfig out_cfg = cfg;
     out_cfg.torch_dtype = torch_dtype_name(dtype);
     write_json(tmp / "config.json", out_cfg.to_json());
     if (shards.size() <= 1) {
@@ -520,7 +525,7 @@ void write_dir_impl(const std::string& dir, const LlamaConfig& cfg, const std::v
 }
 }  // namespace
 
-void write_safetensors_dir(const std::string& dir, const LlamaConfig& cfg, const std::vector<TensorSpec>& specs,
+void write_safetensors_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<TensorSpec>& specs,
                            DType dtype, uint64_t max_shard_bytes,
                            const std::function<at::Tensor(const TensorSpec&)>& produce) {
   try {

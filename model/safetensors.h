@@ -107,7 +107,7 @@ class ModelDir {
   ~ModelDir();
 
   const std::string& dir() const { return dir_; }
-  const LlamaConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   std::vector<std::string> tensor_names() const;
   bool has(const std::string& name) const { return weight_map_.count(name) != 0; }
   TensorInfo info(const std::string& name) const;
@@ -129,7 +129,7 @@ class ModelDir {
 
   std::string dir_;
   std::string index_path_;  // empty for a single-file checkpoint
-  LlamaConfig config_;
+  ModelConfig config_;
   std::map<std::string, std::string> weight_map_;  // tensor name -> shard file name
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
 };
@@ -142,7 +142,7 @@ using CheckpointReader = ModelDir;
 // and written, so peak memory is about one tensor. Output is assembled in a temporary sibling
 // directory and renamed at the end: a failure leaves nothing. A non-empty existing `dir` is refused.
 // config.torch_dtype is written as `dtype`.
-void write_safetensors_dir(const std::string& dir, const LlamaConfig& cfg,
+void write_safetensors_dir(const std::string& dir, const ModelConfig& cfg,
                            const std::vector<TensorSpec>& specs, DType dtype, uint64_t max_shard_bytes,
                            const std::function<at::Tensor(const TensorSpec&)>& produce);
 

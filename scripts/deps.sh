@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
-# Installs every Debian package Tessera needs. Idempotent: does nothing when all are present.
+# Installs every Debian package Tessera needs, and the npm package of the tokenizer test's
+# reference (js-tiktoken, pinned in tests/tokenizer/package-lock.json) into
+# tests/tokenizer/node_modules (git-ignored). Idempotent: does nothing when all are present.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
-      libboost-program-options-dev libsentencepiece-dev sentencepiece libgtest-dev
-      libopenblas0-openmp libgloo-dev slurm-wlm munge base-files)
+      libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
+      libopenblas0-openmp libgloo-dev slurm-wlm munge base-files python3-yaml chromium time
+      python3-torch libpcre2-dev nodejs
+      clang libclang-rt-14-dev)  # clang + libFuzzer/ASan runtime: ctest sanitize.fuzz_replay (tests/fuzz)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: all ${#PKGS[@]} packages present"; exit 0
-fi
+# Debian's npm, unless an npm came with the installed Node.js (NodeSource's nodejs bundles one).
+command -v npm >/dev/null || missing+=(npm)
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-echo "deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-echo "deps: done"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#PKGS[@]} packages present"
+else
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  echo "deps: done"
+fi
+if [ -f tests/tokenizer/node_modules/js-tiktoken/package.json ]; then
+  echo "deps: js-tiktoken present"
+else
+  echo "deps: npm ci in tests/tokenizer (js-tiktoken)"
+  npm ci --prefix tests/tokenizer --no-audit --no-fund --loglevel=error >/dev/null
+fi

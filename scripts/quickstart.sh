@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: a real fine-tuning run on the embedded default. Builds Tessera, makes a `small`
 # Llama with init-model, and fine-tunes it with FSDP (full_shard) on 2 local MPI ranks on the
-# license texts every Debian system ships (/usr/share/common-licenses), with a checkpoint at the end.
+# license texts every Debian system ships (/usr/share/common-licenses, as byte-level tokens: the model
+# has no tokenizer.model), with a checkpoint at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
@@ -12,7 +13,7 @@ $BIN init-model --preset small --seed 1 --out "$RUN/model"
 cat > "$RUN/run.json" <<JSON
 {
   "model": {"path": "$RUN/model"},
-  "data": {"path": "/usr/share/common-licenses", "seq_len": 128},
+  "data": {"path": "/usr/share/common-licenses", "seq_len": 128, "tokenizer": "bytes"},
   "train": {"steps": ${STEPS:-200}, "micro_batch": 4, "grad_accum": 1, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 20},
   "fsdp": {"strategy": "full_shard", "mixed_precision": "fp32"},
   "checkpoint": {"dir": "$RUN/checkpoints", "every": 100, "keep": 2},

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -67,8 +68,11 @@ __attribute__((target("avx,f16c"))) void stream_f16(const uint16_t* src, float* 
   widen_scalar(src + i, Float16Kind::F16, dst + i, n - i);
 }
 
-bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+bool has_f16c() {  // cpuid, not __builtin_cpu_supports("f16c"): clang 14 does not know that name
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  }();
   return yes;
 }
 #endif

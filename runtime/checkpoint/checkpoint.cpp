@@ -191,11 +191,15 @@ void Checkpointer::Impl::retire(const Job& job) {
 
 void Checkpointer::Impl::prune(const Job& job) {
   if (job.keep <= 0) return;
+  // The checkpoint the training state names as the best on validation (checkpoint.keep_best) stays
+  // beside the last `keep`.
+  const json* best = job.manifest.contains("state") ? &job.manifest["state"] : nullptr;
+  const int64_t best_step = best && best->contains("best") ? best->at("best").at("step").get<int64_t>() : -1;
   std::vector<int64_t> steps;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(job.root, ec)) {
     const int64_t s = parse_step_dir(e.path().filename().string());
-    if (s >= 0 && s != job.step) steps.push_back(s);
+    if (s >= 0 && s != job.step && s != best_step) steps.push_back(s);
   }
   // The checkpoint just written always stays; the newest keep-1 others stay with it.
   std::sort(steps.rbegin(), steps.rend());

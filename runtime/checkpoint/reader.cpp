@@ -6,8 +6,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 
+#include <ATen/ops/empty.h>
 #include <unistd.h>
 
 #include "runtime/checkpoint/checkpoint.h"
@@ -15,6 +17,7 @@
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -35,6 +38,16 @@ std::string tensor_label(const TensorEntry& t) {
   return t.kind == "param" ? t.name : t.name + " (" + t.kind + ")";
 }
 
+// Integer field `key` of a manifest object, checked to be an integer in [lo, hi]. nlohmann's get<>
+// would convert 1e300 to an integer (undefined behaviour) and wrap 2^64-1 to -1 (found by fuzzing).
+int64_t manifest_int(const json& v, const std::string& key, int64_t lo, int64_t hi, const std::string& mpath) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
+                                                        : v.get<int64_t>() < lo || v.get<int64_t>() > hi))
+    throw TESSERA_INPUT_ERROR("manifest " + mpath + ": \"" + key + "\" must be an integer in [" + std::to_string(lo) +
+                              ", " + std::to_string(hi) + "], got " + v.dump());
+  return v.get<int64_t>();
+}
+
 }  // namespace
 
 // ---- Reader ------------------------------------------------------------------------------------
@@ -46,7 +59,7 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
   std::ifstream in(mpath);
   if (!in) throw TESSERA_INPUT_ERROR("checkpoint " + dir_ + " is not complete: " + mpath + " is missing");
   try {
-    manifest_ = json::parse(in);
+    manifest_ = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
   } catch (const json::exception& e) {
     throw TESSERA_INPUT_ERROR("malformed manifest " + mpath + ": " + e.what());
   }
@@ -54,15 +67,17 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
     if (!manifest_.is_object() || manifest_.value("format", "") != kFormatName)
       throw TESSERA_INPUT_ERROR("manifest " + mpath + " is not a " + kFormatName + " manifest (key \"format\")");
     const json& ver = manifest_.at("format_version");
-    if (!ver.is_number_integer() || ver.get<int>() != kFormatVersion)
+    if (!ver.is_number_integer() || ver.get<int64_t>() != kFormatVersion)
       throw TESSERA_INPUT_ERROR("manifest " + mpath + " has unknown format_version " + ver.dump() +
                                 " (this build reads version " + std::to_string(kFormatVersion) + ")");
-    manifest_.at("step").get<int64_t>();
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    manifest_int(manifest_.at("step"), "step", 0, kMax, mpath);
     manifest_.at("state");
 
     std::map<std::string, int> file_index;
     for (const json& f : manifest_.at("files")) {
-      FileEntry fe{f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>()};
+      FileEntry fe{f.at("name").get<std::string>(), static_cast<uint64_t>(manifest_int(f.at("bytes"), "bytes", 0, kMax, mpath)),
+                   static_cast<uint32_t>(manifest_int(f.at("crc32c"), "crc32c", 0, std::numeric_limits<uint32_t>::max(), mpath))};
       const std::string path = (fs::path(dir_) / fe.name).string();
       if (fe.name.find('/') != std::string::npos || fe.name.empty() || fe.name[0] == '.')
         throw TESSERA_INPUT_ERROR("manifest " + mpath + " lists an invalid file name \"" + fe.name + "\"");
@@ -81,13 +96,15 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
       t.name = tj.at("name").get<std::string>();
       t.kind = tj.at("kind").get<std::string>();
       t.unit = tj.value("unit", "");
-      t.shape = tj.at("shape").get<std::vector<int64_t>>();
+      for (const json& d : tj.at("shape").get<std::vector<json>>()) t.shape.push_back(manifest_int(d, "shape", 0, kMax, mpath));
       if (tj.at("dtype").get<std::string>() != "F32")
         throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has dtype " + tj.at("dtype").dump() +
                                   " (only F32 is defined in version 1)");
       t.numel = 1;
       for (int64_t d : t.shape) {
-        if (d < 0) throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has a negative dimension");
+        if (d != 0 && t.numel > kMax / d)  // the elements must fit in int64 (found by fuzzing: signed overflow)
+          throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has shape " + shape_str(t.shape) +
+                                    " with more than 2^63 elements");
         t.numel *= d;
       }
       for (const json& sj : tj.at("slices")) {
@@ -97,10 +114,11 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
         if (it == file_index.end())
           throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " refers to unlisted file " + fname);
         s.file = it->second;
-        s.offset = sj.at("offset").get<uint64_t>();
-        s.begin = sj.at("begin").get<int64_t>();
-        s.numel = sj.at("numel").get<int64_t>();
-        if (s.numel <= 0 || s.begin < 0 || s.offset + static_cast<uint64_t>(s.numel) * 4 > files_[s.file].bytes)
+        s.offset = static_cast<uint64_t>(manifest_int(sj.at("offset"), "offset", 0, kMax, mpath));
+        s.begin = manifest_int(sj.at("begin"), "begin", 0, kMax, mpath);
+        s.numel = manifest_int(sj.at("numel"), "numel", 1, kMax, mpath);
+        const uint64_t file_bytes = files_[s.file].bytes;  // offset + 4 numel could wrap around 2^64
+        if (s.offset > file_bytes || static_cast<uint64_t>(s.numel) > (file_bytes - s.offset) / 4)
           throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " has a slice outside file " + fname);
         t.slices.push_back(s);
       }
@@ -182,7 +200,9 @@ void Reader::stream_file(int file, std::vector<ReadRequest> reqs) const {
     while (pos < end) read_to(scratch.data(), std::min<uint64_t>(kStreamBlock, end - pos));
   };
   for (const auto& r : reqs) {
-    TESSERA_CHECK(r.offset >= pos, "overlapping read requests in " + file_path(file));
+    if (r.offset < pos)  // two tensors' slices share bytes: a bad manifest, not a Tessera bug (found by fuzzing)
+      throw TESSERA_INPUT_ERROR("checkpoint file " + file_path(file) + ": bytes from " + std::to_string(r.offset) +
+                                " belong to two tensor slices in the manifest");
     skip_to(r.offset);
     read_to(reinterpret_cast<char*>(r.dst), r.bytes);
   }

@@ -34,7 +34,12 @@ enum class ReduceOp { Sum, Mean, Max, Min };
 class Work {
  public:
   virtual ~Work() = default;
-  // Blocks until the operation completes; throws tessera::Error(Timeout) after `timeout`.
+  // Orders the caller after the operation. CPU backends (mpi, self) block the host until it
+  // completes and throw tessera::Error(Timeout) after `timeout`. The NCCL backend does NOT block the
+  // host: it makes the caller's current CUDA stream wait for the operation and returns at once;
+  // synchronise the device before reading results on the host or calling is_completed(). Its
+  // timeout is enforced by a watchdog, and the Error(Timeout) is thrown by the next call on the
+  // communicator (see nccl_backend.h).
   virtual void wait(std::chrono::milliseconds timeout) = 0;
   void wait();  // uses default_timeout()
   virtual bool is_completed() = 0;

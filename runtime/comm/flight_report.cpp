@@ -249,10 +249,24 @@ Diagnosis diagnose(const Dumps& dumps) {
       const uint64_t le = num(*m.group, "last_enqueued"), lc = num(*m.group, "last_completed");
       auto it = m.entries.find(stuck);
       if (lc >= stuck) {
-        std::string d = "rank " + std::to_string(rank) + " completed it";
+        // Completed it, but issued it later than the timeout after the first member: it was behind
+        // (e.g. stopped before the collective) and caught up only when it ran again, once the
+        // first member had already timed out (its peers' data was buffered: small messages).
         auto now = m.entries.find(lc + 1);
-        if (now != m.entries.end()) d += " (then in #" + std::to_string(lc + 1) + ")";
-        done_text.push_back(d);
+        const std::string then = now != m.entries.end() ? " (then in #" + std::to_string(lc + 1) + ")" : "";
+        const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
+        const int64_t late = it != m.entries.end() ? realtime_of(*m.record, num(*it->second, "enqueue_ns")) - t_real : 0;
+        if (timeout_ns > 0 && late > timeout_ns) {
+          char text[200];
+          std::snprintf(text, sizeof(text),
+                        "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind, and completed it "
+                        "when it ran again%s",
+                        rank, late / 1e9, first_rank, timeout_ns / 1e9, then.c_str());
+          not_running.push_back(text);
+          behind.insert(rank);
+          continue;
+        }
+        done_text.push_back("rank " + std::to_string(rank) + " completed it" + then);
       } else if (le >= stuck) {
         // In it: stopped (did not run for seconds) since it issued it; issued it so long after the
         // first member that the first could time out first (it was behind, and caught up only once

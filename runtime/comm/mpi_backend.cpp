@@ -354,8 +354,9 @@ class MpiCommunicator : public Communicator, public std::enable_shared_from_this
                       "MPI_Isend");
           }
         }
-        for (size_t i = 0; i < out.size(); ++i)
-          std::memcpy(out[i].data_ptr(), pieces[root][i].data_ptr(), out[i].numel() * out[i].element_size());
+        for (size_t i = 0; i < out.size(); ++i)  // an empty piece's data_ptr() is null: no memcpy (UB)
+          if (out[i].numel() > 0)
+            std::memcpy(out[i].data_ptr(), pieces[root][i].data_ptr(), out[i].numel() * out[i].element_size());
       } else {
         for (const auto& t : out) {
           if (t.numel() == 0) continue;

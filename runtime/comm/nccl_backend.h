@@ -6,11 +6,16 @@
 // compute that produced their inputs; the Work records an event on the NCCL stream.
 //
 // Work::wait(timeout) makes the caller's current stream wait for that event: it does NOT block the
-// host (no synchronisation in the training step). The timeout is enforced by a watchdog thread per
+// host (no synchronisation in the training step); synchronise the device before reading a result on
+// the host or expecting is_completed(). The timeout is enforced by a watchdog thread per
 // communicator that polls the events and ncclCommGetAsyncError: an operation still incomplete
-// `timeout` after its wait() (or an asynchronous NCCL error) aborts the communicator with
-// ncclCommAbort, which unblocks the GPU, and every later call on it throws the recorded
-// tessera::Error (Timeout naming operation, communicator, rank, host and device).
+// `timeout` after its wait() (or an asynchronous NCCL error) aborts this and every other NCCL
+// communicator of the process (their collectives may be stuck on the same peer), which unblocks the
+// GPU, and every later call on any of them throws the recorded tessera::Error (Timeout naming
+// operation, communicator, rank, host and device). ncclCommAbort never runs during an enqueue.
+// Destruction joins the watchdog, destroys a drained communicator and aborts one with work still in
+// flight (see ~NcclCommunicator); it never frees device memory with cudaFree (which would
+// synchronise the whole device).
 // Reductions of bf16/fp16 are computed in fp32 and rounded once, as in every backend.
 //
 // This file compiles against the CUDA runtime and NCCL alone; code that needs a CUDA-enabled

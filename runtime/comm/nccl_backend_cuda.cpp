@@ -2,17 +2,28 @@
 // events are driven through the CUDA runtime API, so this file builds with a CPU-only LibTorch too.
 // Only what needs a CUDA LibTorch (its current stream, caching-allocator stream records, ATen ops
 // on our stream for the fp32 widening of bf16/fp16 reductions) is under TESSERA_WITH_CUDA.
+//
+// Threads: the caller's thread enqueues (issue(), the one place every operation goes through) and
+// arms waits (wait_for()); one watchdog thread per communicator observes completions, asynchronous
+// NCCL errors and deadlines (watch(), the one place an operation is seen to finish or fail); abort
+// threads run ncclCommAbort. Every thread other than the caller's sets the rank's device first.
 #include "runtime/comm/nccl_backend.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
+#include <iomanip>
+#include <iostream>
 #include <list>
 #include <mutex>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/flight_recorder.h"
@@ -89,6 +100,151 @@ struct Event {
   Event& operator=(const Event&) = delete;
 };
 
+// ---- state shared by a communicator, its watchdog and abort threads --------------------------------
+
+struct Watched {
+  std::shared_ptr<Event> done;
+  std::string what;
+  std::chrono::milliseconds timeout;
+  std::chrono::steady_clock::time_point deadline;
+  uint64_t seq;  // in CommState::recorder
+};
+
+// What a communicator shares with its watchdog and abort threads; they hold it by shared_ptr, so it
+// outlives a communicator destroyed while an abort still runs (error paths only).
+//
+// Locks. `m` guards the watch list, `failure` and `stop`. `enqueue_m` is held while operations are
+// enqueued on `comm` and while `comm` is aborted or destroyed, so ncclCommAbort never frees the
+// communicator under a concurrent enqueue (as c10d's NCCLComm mutex). A failure is always recorded
+// (under m) before any abort takes enqueue_m, so an enqueue that finds enqueue_m taken by an abort
+// throws the failure instead of waiting for the abort to return.
+struct CommState {
+  ncclComm_t comm = nullptr;
+  int device = 0;
+  std::string who;  // "comm 'world' (rank 0 of 8, host h) device cuda:0"
+  // The communicator's flight record: enqueue on the caller's thread (issue), end on the watchdog
+  // (or NcclWork::is_completed); NCCL has no host-side start, so scheduled -> completed / failed.
+  std::unique_ptr<flight::Recorder> recorder;
+
+  std::mutex enqueue_m;
+  bool released = false;                  // under enqueue_m: comm aborted or destroyed
+  std::atomic<bool> release_done{false};  // ncclCommAbort / ncclCommDestroy has returned
+
+  std::mutex m;
+  std::condition_variable cv;
+  std::list<Watched> watched;
+  std::exception_ptr failure;
+  bool stop = false;
+
+  bool failed() {
+    std::lock_guard<std::mutex> lk(m);
+    return failure != nullptr;
+  }
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(m);
+    if (!failure) failure = std::move(e);
+  }
+  void rethrow_failure() {
+    std::lock_guard<std::mutex> lk(m);
+    if (failure) std::rethrow_exception(failure);
+  }
+  // Aborts (or destroys) the NCCL communicator, once; later calls return at once.
+  void release(bool destroy) {
+    std::lock_guard<std::mutex> lk(enqueue_m);
+    if (released) return;
+    released = true;
+    cudaSetDevice(device);  // may run on any thread: never let NCCL/CUDA fall back to GPU 0
+    if (destroy)
+      ncclCommDestroy(comm);
+    else
+      ncclCommAbort(comm);
+    release_done = true;
+  }
+};
+
+// Every live communicator's state, for abort_all.
+std::mutex g_live_m;
+std::vector<std::weak_ptr<CommState>> g_live;
+
+void register_live(const std::shared_ptr<CommState>& s) {
+  std::lock_guard<std::mutex> lk(g_live_m);
+  g_live.erase(std::remove_if(g_live.begin(), g_live.end(), [](const auto& w) { return w.expired(); }), g_live.end());
+  g_live.push_back(s);
+}
+
+// One communicator failed (a deadline passed, an asynchronous NCCL error, or it was destroyed with a
+// collective still in flight): every NCCL communicator of this process records a failure and is
+// aborted, each from a thread of its own, all at once. One at a time would not do: ncclCommAbort
+// frees device memory, cudaFree waits for every kernel on the device, and another communicator's
+// collective may be blocked on the same missing peer (hybrid_shard runs world, intra and inter
+// communicators on separate streams). From here the process is on its error path: the next call on
+// any of its communicators throws. Never called with a CommState's `m` held.
+void abort_all(const std::shared_ptr<CommState>& origin, const Error& error) {
+  std::vector<std::shared_ptr<CommState>> all{origin};
+  {
+    std::lock_guard<std::mutex> lk(g_live_m);
+    for (const auto& w : g_live)
+      if (auto s = w.lock(); s && s != origin) all.push_back(s);
+  }
+  origin->fail(std::make_exception_ptr(error));
+  for (size_t i = 1; i < all.size(); ++i)
+    all[i]->fail(std::make_exception_ptr(
+        Error(error.kind(), all[i]->who + " aborted: " + std::string(error.what()), __FILE__, __LINE__)));
+  // Only now (every failure recorded, so no watchdog queries a communicator any more) the aborts.
+  for (const auto& s : all) std::thread([s] { s->release(/*destroy=*/false); }).detach();
+}
+
+// Watchdog of one communicator: polls the armed waits; a deadline passed or an asynchronous NCCL
+// error aborts every communicator of the process (abort_all), which releases the GPU kernels.
+void watch(const std::shared_ptr<CommState>& s) {
+  // The rank's device first: the event queries below act on the current device, and a new thread's
+  // is GPU 0, so every rank's watchdog would otherwise create a context there.
+  const cudaError_t set = cudaSetDevice(s->device);
+  std::unique_lock<std::mutex> lk(s->m);
+  if (set != cudaSuccess) {
+    lk.unlock();
+    abort_all(s, Error(ErrorKind::Internal, s->who + ": watchdog: cudaSetDevice failed: " + cudaGetErrorString(set),
+                       __FILE__, __LINE__));
+    return;
+  }
+  while (!s->stop) {
+    s->cv.wait_for(lk, std::chrono::milliseconds(10));
+    if (s->failure) {  // aborted (here or by another communicator's failure): nothing left to watch
+      s->watched.clear();
+      continue;
+    }
+    std::unique_ptr<Error> error;
+    for (auto it = s->watched.begin(); it != s->watched.end();) {
+      if (cudaEventQuery(it->done->ev) == cudaSuccess) {
+        s->recorder->end(it->seq, true);
+        it = s->watched.erase(it);
+        continue;
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(s->comm, &async);  // `m` is held: no abort of s->comm can have started
+      const bool late = std::chrono::steady_clock::now() > it->deadline;
+      if (async != ncclSuccess || late) {
+        s->recorder->end(it->seq, false);
+        std::ostringstream msg;
+        if (late)
+          msg << it->what << ", " << s->recorder->describe(it->seq) << ", did not complete within " << std::setprecision(6) << it->timeout.count() / 1000.0
+              << "s; communicator aborted";
+        else
+          msg << it->what << ": NCCL asynchronous error: " << ncclGetErrorString(async);
+        error = std::make_unique<Error>(late ? ErrorKind::Timeout : ErrorKind::Internal, msg.str(), __FILE__, __LINE__);
+        break;
+      }
+      ++it;
+    }
+    if (error) {
+      s->watched.clear();
+      lk.unlock();
+      abort_all(s, *error);
+      lk.lock();
+    }
+  }
+}
+
 class NcclCommunicator;
 
 class NcclWork : public Work {
@@ -111,25 +267,57 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, std::string host,
                    const std::vector<int>& world_ranks)
-      : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)), host_(std::move(host)),
-        recorder_(name_, "nccl", rank, size, world_ranks) {
+      : s_(std::make_shared<CommState>()), rank_(rank), size_(size), device_(device), name_(std::move(name)),
+        host_(std::move(host)) {
+    s_->comm = comm;
+    s_->device = device_;
+    s_->who = describe_member();
+    s_->recorder = std::make_unique<flight::Recorder>(name_, "nccl", rank, size, world_ranks);
     const std::string who = describe("init");
-    CUDA_OK(cudaSetDevice(device_), who);
-    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), who);
-    CUDA_OK(cudaMalloc(&barrier_buf_, sizeof(float)), who);
-    watchdog_ = std::thread([this] { watch(); });
+    cudaError_t rc = cudaSetDevice(device_);
+    if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) {
+      ncclCommDestroy(comm);  // nothing was enqueued on it
+      check_cuda(rc, "cudaStreamCreateWithFlags", who);
+    }
+    register_live(s_);
+    watchdog_ = std::thread([s = s_] { watch(s); });
   }
 
+  // Teardown, in this order; nothing here waits for the GPU without a bound, so an error path that
+  // unwinds through here (before the launcher aborts the world) cannot hang:
+  //  1. the watchdog stops and is joined (it never blocks: it polls events and async errors);
+  //  2. a communicator whose stream drains within a grace period is destroyed (ncclCommDestroy;
+  //     every rank destroys its communicators in the same order, ProcessGroups' inter, intra,
+  //     world). One with a collective still in flight -- a peer gone, or this rank unwinding from an
+  //     error -- is aborted, with every other NCCL communicator of the process (abort_all), and
+  //     waited for at most 10 s;
+  //  3. the stream is destroyed (cudaStreamDestroy returns at once; the device releases it when done).
+  // No cudaFree anywhere: it synchronises the whole device, another communicator's stuck kernel
+  // included. Tensors (the barrier's too) come from LibTorch's caching allocator, stream-recorded.
   ~NcclCommunicator() override {
     {
-      std::lock_guard<std::mutex> lk(m_);
-      stop_ = true;
+      std::lock_guard<std::mutex> lk(s_->m);
+      s_->stop = true;
     }
-    cv_.notify_all();
+    s_->cv.notify_all();
     watchdog_.join();
-    if (!aborted_) ncclCommDestroy(comm_);
-    cudaFree(barrier_buf_);
-    cudaStreamDestroy(stream_);
+    if (cudaSetDevice(device_) == cudaErrorCudartUnloading) return;  // process exit: leave it to the OS
+    if (!s_->failed()) {
+      if (drained_within(std::uncaught_exceptions() > 0 ? std::chrono::milliseconds(5000) : default_timeout()))
+        s_->release(/*destroy=*/true);
+      else
+        abort_all(s_, Error(ErrorKind::Internal, describe("destroy") + ": a collective was still in flight",
+                            __FILE__, __LINE__));
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!s_->release_done && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (s_->release_done)
+      cudaStreamDestroy(stream_);
+    else
+      std::cerr << "tessera: " << s_->who << ": ncclCommAbort did not return within 10s; left to process exit"
+                << std::endl;
   }
 
   int rank() const override { return rank_; }
@@ -142,15 +330,16 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe("all_gather");
     int64_t chunk = detail::check_all_gather(out, in, size_, who);
     ncclDataType_t type = check_device_tensor(in, who);
-    return issue(who, flight::op_info(flight::Op::AllGather, out), {out, in}, [&](std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::AllGather, out), {out, in},
+                 [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       const int64_t n = out.numel(), esz = in.element_size();
       if (n == chunk * size_) {  // NCCL handles in-place (in == out + rank*chunk) natively
-        NCCL_OK(ncclAllGather(in.data_ptr(), out.data_ptr(), chunk, type, comm_, stream_), who);
+        NCCL_OK(ncclAllGather(in.data_ptr(), out.data_ptr(), chunk, type, comm, stream_), who);
         return;
       }
       at::Tensor full = at::empty({chunk * size_}, in.options());
       keep.push_back(full);
-      NCCL_OK(ncclAllGather(in.data_ptr(), full.data_ptr(), chunk, type, comm_, stream_), who);
+      NCCL_OK(ncclAllGather(in.data_ptr(), full.data_ptr(), chunk, type, comm, stream_), who);
       CUDA_OK(cudaMemcpyAsync(out.data_ptr(), full.data_ptr(), n * esz, cudaMemcpyDeviceToDevice, stream_), who);
     });
   }
@@ -160,7 +349,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     int64_t chunk = detail::check_reduce_scatter(out, in, op, size_, who);
     check_device_tensor(in, who);
     return issue(who, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)), {out, in},
-                 [&](std::vector<at::Tensor>& keep) {
+                 [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       const int64_t n = in.numel(), padded = chunk * size_;
       const at::ScalarType red = reduce_in_fp32(in.scalar_type()) ? at::kFloat : in.scalar_type();
       at::Tensor src = in;
@@ -178,7 +367,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
         dst = at::empty({chunk}, src.options());
         keep.push_back(dst);
       }
-      NCCL_OK(ncclReduceScatter(src.data_ptr(), dst.data_ptr(), chunk, nccl_type(red), nccl_op(op), comm_, stream_),
+      NCCL_OK(ncclReduceScatter(src.data_ptr(), dst.data_ptr(), chunk, nccl_type(red), nccl_op(op), comm, stream_),
               who);
       if (!dst.is_same(out)) copy_on_stream(out.view({-1}), dst, who);
     });
@@ -188,7 +377,8 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe(std::string("all_reduce(") + detail::op_name(op) + ")");
     detail::check_reducible(t, op, who);
     check_device_tensor(t, who);
-    return issue(who, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), {t}, [&](std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), {t},
+                 [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       at::Tensor buf = t;
       if (reduce_in_fp32(t.scalar_type())) {
         buf = at::empty(t.sizes(), t.options().dtype(at::kFloat));
@@ -196,7 +386,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
         copy_on_stream(buf, t, who);
       }
       NCCL_OK(ncclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), nccl_type(buf.scalar_type()), nccl_op(op),
-                            comm_, stream_),
+                            comm, stream_),
               who);
       if (!buf.is_same(t)) copy_on_stream(t, buf, who);
     });
@@ -207,38 +397,40 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     detail::check_contiguous(t, "broadcast", who);
     ncclDataType_t type = check_device_tensor(t, who);
     if (root < 0 || root >= size_) throw TESSERA_INPUT_ERROR(who + ": root " + std::to_string(root) + " is not a rank");
-    return issue(who, flight::op_info(flight::Op::Broadcast, t, -1, root), {t}, [&](std::vector<at::Tensor>&) {
-      NCCL_OK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, root, comm_, stream_), who);
+    return issue(who, flight::op_info(flight::Op::Broadcast, t, -1, root), {t}, [&](ncclComm_t comm, std::vector<at::Tensor>&) {
+      NCCL_OK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, root, comm, stream_), who);
     });
   }
 
   WorkPtr barrier() override {
     std::string who = describe("barrier");
-    flight::OpInfo info;
+    // A one-element all-reduce of an uninitialised scratch value (only completion matters).
+    at::Tensor scratch = at::empty({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+    flight::OpInfo info;  // recorded as the MPI backend records a barrier: no buffer
     info.op = flight::Op::Barrier;
-    return issue(who, info, {}, [&](std::vector<at::Tensor>&) {
-      NCCL_OK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_), who);
+    return issue(who, info, {scratch}, [&](ncclComm_t comm, std::vector<at::Tensor>&) {
+      NCCL_OK(ncclAllReduce(scratch.data_ptr(), scratch.data_ptr(), 1, ncclFloat32, ncclSum, comm, stream_), who);
     });
   }
 
   // Called by NcclWork::wait: order the caller's stream after `done` and arm the watchdog.
   void wait_for(const std::shared_ptr<Event>& done, const std::string& what, std::chrono::milliseconds timeout,
                 uint64_t seq) {
-    rethrow_failure();
+    s_->rethrow_failure();
     CUDA_OK(cudaStreamWaitEvent(compute_stream(device_), done->ev, 0), what);
     auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
-    std::lock_guard<std::mutex> lk(m_);
-    watched_.push_back({done, what, timeout, std::chrono::steady_clock::now() + limit, seq});
-    cv_.notify_all();
+    std::lock_guard<std::mutex> lk(s_->m);
+    s_->watched.push_back({done, what, timeout, std::chrono::steady_clock::now() + limit, seq});
+    s_->cv.notify_all();
   }
 
-  // The flight record of operation `seq` (NCCL has no host-side start: scheduled -> completed).
-  flight::Recorder& recorder() { return recorder_; }
+  flight::Recorder& recorder() { return *s_->recorder; }
 
  private:
-  std::string describe(const std::string& op) const {
-    return op + " on " + detail::describe(name_, rank_, size_, host_) + " device cuda:" + std::to_string(device_);
+  std::string describe_member() const {
+    return detail::describe(name_, rank_, size_, host_) + " device cuda:" + std::to_string(device_);
   }
+  std::string describe(const std::string& op) const { return op + " on " + describe_member(); }
 
   ncclDataType_t check_device_tensor(const at::Tensor& t, const std::string& who) const {
     if (!t.device().is_cuda() || t.device().index() != device_)
@@ -266,85 +458,68 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
 #endif
   }
 
-  // Orders our stream after the caller's compute, enqueues `body`, records the completion event.
+  // The one enqueue point of every operation: orders our stream after the caller's compute, runs
+  // `body` (the NCCL calls, given the communicator) under the enqueue lock, records the completion
+  // event and returns the Work. The operation gets its flight-recorder sequence number here (`info`:
+  // what it is), once it is sure to be handed to NCCL; a failure while enqueueing marks it failed.
   WorkPtr issue(const std::string& who, const flight::OpInfo& info, std::vector<at::Tensor> keep,
-                const std::function<void(std::vector<at::Tensor>&)>& body) {
-    rethrow_failure();
-    const uint64_t seq = recorder_.enqueue(info);
-    CUDA_OK(cudaSetDevice(device_), who);
-    Event ready;
-    CUDA_OK(cudaEventRecord(ready.ev, compute_stream(device_)), who);
-    CUDA_OK(cudaStreamWaitEvent(stream_, ready.ev, 0), who);
-    body(keep);
+                const std::function<void(ncclComm_t, std::vector<at::Tensor>&)>& body) {
+    s_->rethrow_failure();
+    // Not while an abort holds the lock: its failure is recorded already, so throw that instead.
+    std::unique_lock<std::mutex> enqueue(s_->enqueue_m, std::defer_lock);
+    while (!enqueue.try_lock()) {
+      s_->rethrow_failure();
+      std::this_thread::yield();
+    }
+    if (s_->released) {
+      s_->rethrow_failure();
+      throw Error(ErrorKind::Internal, who + ": the NCCL communicator was already released", __FILE__, __LINE__);
+    }
+    const uint64_t seq = s_->recorder->enqueue(info);
+    try {
+      CUDA_OK(cudaSetDevice(device_), who);
+      Event ready;
+      CUDA_OK(cudaEventRecord(ready.ev, compute_stream(device_)), who);
+      CUDA_OK(cudaStreamWaitEvent(stream_, ready.ev, 0), who);
+      body(s_->comm, keep);
 #ifdef TESSERA_WITH_CUDA
-    // The caching allocator must not hand these blocks out again before our stream is done.
-    for (auto& t : keep)
-      if (t.defined() && t.is_cuda())
-        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
-                                                      c10::cuda::getStreamFromExternal(stream_, device_));
+      // The caching allocator must not hand these blocks out again before our stream is done.
+      for (auto& t : keep)
+        if (t.defined() && t.is_cuda())
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                        c10::cuda::getStreamFromExternal(stream_, device_));
 #endif
-    auto done = std::make_shared<Event>();
-    CUDA_OK(cudaEventRecord(done->ev, stream_), who);
-    return std::make_shared<NcclWork>(shared_from_this(), done, who, std::move(keep), seq);
-  }
-
-  void rethrow_failure() {
-    std::lock_guard<std::mutex> lk(m_);
-    if (failure_) std::rethrow_exception(failure_);
-  }
-
-  // Watchdog: polls armed waits; on a deadline passed or an asynchronous NCCL error it aborts the
-  // communicator (which releases the GPU kernels) and records the error for the next call.
-  void watch() {
-    std::unique_lock<std::mutex> lk(m_);
-    while (!stop_) {
-      cv_.wait_for(lk, std::chrono::milliseconds(10));
-      if (aborted_) continue;
-      for (auto it = watched_.begin(); it != watched_.end();) {
-        if (cudaEventQuery(it->done->ev) == cudaSuccess) {
-          recorder_.end(it->seq, true);
-          it = watched_.erase(it);
-          continue;
-        }
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(comm_, &async);
-        bool late = std::chrono::steady_clock::now() > it->deadline;
-        if (async != ncclSuccess || late) {
-          recorder_.end(it->seq, false);
-          std::string msg = late ? it->what + ", " + recorder_.describe(it->seq) + ", did not complete within " +
-                                       std::to_string(it->timeout.count() / 1000.0) + "s; communicator aborted"
-                                 : it->what + ": NCCL asynchronous error: " + ncclGetErrorString(async);
-          failure_ = std::make_exception_ptr(
-              Error(late ? ErrorKind::Timeout : ErrorKind::Internal, msg, __FILE__, __LINE__));
-          ncclCommAbort(comm_);
-          aborted_ = true;
-          watched_.clear();
-          break;
-        }
-        ++it;
-      }
+      auto done = std::make_shared<Event>();
+      CUDA_OK(cudaEventRecord(done->ev, stream_), who);
+      return std::make_shared<NcclWork>(shared_from_this(), done, who, std::move(keep), seq);
+    } catch (...) {
+      s_->recorder->end(seq, false);
+      throw;
     }
   }
 
-  struct Watched {
-    std::shared_ptr<Event> done;
-    std::string what;
-    std::chrono::milliseconds timeout;
-    std::chrono::steady_clock::time_point deadline;
-    uint64_t seq;  // in recorder_
-  };
+  // True when everything enqueued on our stream has completed within `grace` (false on an
+  // asynchronous NCCL error or a CUDA error).
+  bool drained_within(std::chrono::milliseconds grace) {
+    const auto until = std::chrono::steady_clock::now() + grace;
+    for (;;) {
+      const cudaError_t rc = cudaStreamQuery(stream_);
+      if (rc == cudaSuccess) return true;
+      ncclResult_t async = ncclSuccess;
+      {
+        std::lock_guard<std::mutex> lk(s_->enqueue_m);  // another communicator's abort_all may abort ours
+        if (s_->released) return false;
+        ncclCommGetAsyncError(s_->comm, &async);
+      }
+      if (rc != cudaErrorNotReady || async != ncclSuccess || std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
 
-  ncclComm_t comm_;
+  std::shared_ptr<CommState> s_;
   int rank_, size_, device_;
   std::string name_, host_;
   cudaStream_t stream_ = nullptr;
-  float* barrier_buf_ = nullptr;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::list<Watched> watched_;
-  std::exception_ptr failure_;
-  bool stop_ = false, aborted_ = false;
-  flight::Recorder recorder_;
   std::thread watchdog_;
 };
 

@@ -1,97 +1,116 @@
-// Token datasets: text / JSONL / pre-tokenised binary files -> a packed stream of token ids cut into
-// fixed-length training sequences.
+// Training sequences from tokenized documents (docs.h): units, the train/validation split, packing
+// into rows, and batches with labels, positions and document ids.
 //
-// INPUTS. A data path is a file or a directory. A directory is walked recursively; regular files
-// whose name does not start with '.' are used in sorted path order (deterministic on every rank).
-// The kind of each file follows its extension:
-//   *.jsonl  one JSON object per line with a string field "text"; each line is one document
-//            (blank lines are skipped; bad JSON or a missing "text" is an error naming file:line).
-//   *.bin    a pre-tokenised token file (format below), written by `tessera tokenize`; its tokens
-//            are used as they are (documents were already wrapped in BOS/EOS when it was written).
-//   other    plain UTF-8 text; the whole file is one document. It is encoded in chunks of about
-//            64 KiB cut after a newline (chunks are encoded in parallel; SentencePiece is also
-//            faster on short inputs), so a multi-megabyte file takes seconds, not minutes.
-// Each document becomes BOS + tokens + EOS (an id of -1 means the tokenizer has none and it is left
-// out); documents are concatenated in file order into one stream.
-//
-// PACKING. With T tokens in the stream and L = seq_len, sequence i is the L+1 tokens
-// stream[i*L, i*L + L + 1): inputs are its first L tokens, targets its last L (next-token
-// prediction). Consecutive sequences overlap by one token, so every token after the first is a
-// target exactly once. num_sequences = (T - 1) / L; the tail that cannot fill a sequence is dropped.
-//
-// TOKEN FILE FORMAT (*.bin), all little-endian:
-//   offset 0   8 bytes  magic "TSRTOK1\0"
-//   offset 8   u32      vocab size of the tokenizer that wrote it (every id is < vocab)
-//   offset 12  u64      count, number of tokens
-//   offset 20  count x int32 token ids
-// The file size must be exactly 20 + 4*count.
+// UNITS. Each document becomes units of at most L + 1 tokens (L = seq_len):
+//   plain text   pieces [kL, kL + L + 1), k = 0, 1, ... (consecutive pieces share one token, so
+//                every token after the first is predicted exactly once; a last piece of a single
+//                token has nothing to predict and is left out);
+//   example      (chat, prompt/completion) of n tokens: one unit when n <= L + 1, else per
+//                data.truncation: `drop` (counted, with a warning naming file and line), `left` (its
+//                last L + 1 tokens; dropped when none of them is a target), `error` (Error(Input)
+//                naming file and line).
+// SPLIT. With val_fraction f > 0 a unit belongs to the validation split when a fixed hash of
+// (file index, document, piece) is below f: deterministic, independent of seeds and world size;
+// the train and validation datasets enumerate the same units and each keeps its own.
+// ROWS. With packing (the default) units fill rows of L + 1 token slots greedily, in order; a unit
+// that does not fit starts the next row. Without packing each unit is a row of its own. A row's
+// inputs are slots [0, L) and its labels slots [1, L + 1): positions restart at 0 for each unit and
+// tokens attend only within their unit (position_ids / document_ids); the label of a slot is a
+// target only when both slots are in the same unit and (train_on completion) the token is flagged
+// a target, so one slot per extra unit in a row is spent on a masked cross-unit prediction. Slots
+// after the last unit are padding (input 0, never a target) that continue the last unit's
+// positions and document: a row with one unit is exactly plain causal attention at 0..L-1.
+// ROW INDEX. Rows are not stored: the cursor where every 64th row starts is (16 bytes per 64 rows),
+// and a row is rebuilt from the nearest one. Building the index reads only document tables; tokens
+// are read when a row is batched, so a rank pages in only its own rows of a memory-mapped file.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/data/chat_template.h"
+#include "runtime/data/docs.h"
+#include "runtime/data/reader.h"
 #include "runtime/data/tokenizer.h"
 
 namespace tessera::data {
 
-inline constexpr char kTokenFileMagic[8] = {'T', 'S', 'R', 'T', 'O', 'K', '1', '\0'};
-inline constexpr size_t kTokenFileHeaderBytes = 20;
+enum class Truncation { Drop, Left, Error };
+Truncation parse_truncation(const std::string& s);  // drop | left | error; Error(Input) otherwise
 
-// Writes `tokens` as a token file. Written to a temporary file next to `path` and renamed into
-// place, so a failure never leaves a partial file or destroys an existing one. Throws Error(Input)
-// if the file cannot be written or a token is outside [0, vocab).
-void write_token_file(const std::string& path, const std::vector<int32_t>& tokens, uint32_t vocab);
-// Reads a token file, validating magic, size and ids; throws Error(Input) naming the file.
-std::vector<int32_t> read_token_file(const std::string& path, uint32_t* vocab_out = nullptr);
-
-// The data files a path stands for (see INPUTS), in the order they are read. Throws Error(Input)
-// if the path does not exist or a directory holds no data files.
-std::vector<std::string> list_data_files(const std::string& path);
-
-// The concatenated token stream of a set of data paths.
-struct TokenCorpus {
-  std::vector<int32_t> tokens;
-  int64_t num_files = 0;
-  int64_t num_documents = 0;  // text documents and JSONL records (token files are not counted)
-  int32_t max_token_id = -1;  // largest id in `tokens`, -1 when empty
-  int64_t vocab_size = 0;     // the tokenizer's vocab (or the token files' when no tokenizer)
-  std::string tokenizer_name;
+struct PackOptions {
+  int64_t seq_len = 128;
+  bool packing = true;
+  Truncation truncation = Truncation::Drop;
+  bool train_on_all = false;  // data.train_on = all: every token after a unit's first is a target
+  double val_fraction = 0;    // > 0: split units between train and validation
+  bool validation = false;    // with val_fraction: this dataset is the validation split
+  int64_t vocab_limit = 0;    // > 0: batch() refuses ids >= this (the model's vocab_size)
 };
 
-// Reads and tokenises every file of `paths`, in order. `tokenizer` may be null only when every file
-// is a token file. A token file whose vocab differs from the tokenizer's is an error.
-TokenCorpus load_corpus(const std::vector<std::string>& paths, const Tokenizer* tokenizer);
+// One micro-batch of B rows.
+struct Batch {
+  at::Tensor inputs;        // [B, L] int64
+  at::Tensor labels;        // [B, L] int64, kIgnore where the slot is not a target
+  at::Tensor position_ids;  // [B, L] int64
+  at::Tensor document_ids;  // [B, L] int64 (unit index within its row)
+  int64_t targets = 0;      // labels that are not kIgnore
+  bool packed = false;      // some row holds more than one unit (else positions are 0..L-1)
+  static constexpr int64_t kIgnore = -100;
+};
+
+// Reads the documents of `paths` (reader.h INPUTS): text and JSONL files are tokenised in memory
+// (one store per file), token files are memory-mapped. A token file whose vocab differs from the
+// tokenizer's is an Error(Input) naming both. Dropped records are counted in `stats`.
+std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,
+                                                            const Tokenizer& tok, const ChatTemplate& chat,
+                                                            ReadStats& stats);
+
+class TokenDataset;
+// load_documents + TokenDataset in one call, chat records rendered with the llama2 template (for
+// benchmarks and tests; training picks its template in launcher/data_setup.cpp).
+std::shared_ptr<TokenDataset> load_dataset(const std::vector<std::string>& paths, const Tokenizer& tok,
+                                           PackOptions opts);
 
 class TokenDataset {
  public:
-  // Loads `paths` (see load_corpus) and packs them into sequences of seq_len (+1, see PACKING).
-  // Throws Error(Input) naming the path(s) and the counts when there is no data or too little for
-  // one sequence.
-  TokenDataset(const std::vector<std::string>& paths, int64_t seq_len, const Tokenizer* tokenizer);
-  TokenDataset(const std::string& path, int64_t seq_len, const Tokenizer* tokenizer)
-      : TokenDataset(std::vector<std::string>{path}, seq_len, tokenizer) {}
+  // Builds the row index. Over-long examples dropped here are counted in stats() (and an `error`
+  // truncation throws). Throws Error(Input) naming the data when no row results.
+  TokenDataset(std::vector<std::shared_ptr<const DocStore>> stores, PackOptions opts);
 
-  int64_t seq_len() const { return seq_len_; }
-  int64_t num_sequences() const { return num_sequences_; }
-  int64_t num_tokens() const { return static_cast<int64_t>(corpus_.tokens.size()); }
-  const TokenCorpus& corpus() const { return corpus_; }
-  const std::string& description() const { return description_; }  // the path(s), for messages
+  int64_t seq_len() const { return opts_.seq_len; }
+  const PackOptions& options() const { return opts_; }
+  int64_t num_sequences() const { return num_rows_; }  // rows
+  int64_t num_units() const { return num_units_; }
+  int64_t num_tokens() const { return num_tokens_; }   // tokens in all units (slots in use)
+  const ReadStats& stats() const { return stats_; }    // drops by truncation
+  const std::string& description() const { return description_; }  // the files, for messages
 
-  // Copies sequence `idx` (seq_len + 1 tokens) to `out`.
-  void get(int64_t idx, int32_t* out) const;
-  // Sequences `indices` as an int64 tensor [indices.size(), seq_len + 1] (CPU).
-  at::Tensor batch(const std::vector<int64_t>& indices) const;
+  // Rows `rows` as a batch (CPU tensors). Throws Error(Input) naming file and document for an id
+  // >= options().vocab_limit.
+  Batch batch(const std::vector<int64_t>& rows) const;
 
-  // Throws Error(Input) if any token id is >= `vocab` (the model's vocab_size).
-  void check_vocab(int64_t vocab) const;
+  struct Cursor {
+    int64_t store = 0, doc = 0, piece = 0;
+  };
+  struct Unit {
+    int64_t store = 0, begin = 0, length = 0, doc = 0;
+  };
 
  private:
-  TokenCorpus corpus_;
+  bool next_unit(Cursor& c, Unit& u, Cursor& at, ReadStats* stats) const;
+  bool fill_row(Cursor& c, std::vector<Unit>& units, ReadStats* stats) const;
+  std::vector<Unit> row_units(int64_t row) const;
+
+  std::vector<std::shared_ptr<const DocStore>> stores_;
+  PackOptions opts_;
+  std::vector<Cursor> checkpoints_;  // where rows 0, 64, 128, ... start
+  int64_t num_rows_ = 0, num_units_ = 0, num_tokens_ = 0;
+  ReadStats stats_;
   std::string description_;
-  int64_t seq_len_;
-  int64_t num_sequences_;
 };
 
 }  // namespace tessera::data

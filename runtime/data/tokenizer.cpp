@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "runtime/data/bpe_tokenizer.h"
 #include "runtime/error.h"
 
 namespace tessera::data {
@@ -75,6 +76,10 @@ static_assert(sizeof(StatusShim) == sizeof(spm::util::Status), "util::Status lay
 
 // Pointers to the virtual methods we call, retyped to return StatusShim.
 using LoadFn = StatusShim (spm::SentencePieceProcessor::*)(std::string_view);
+using LoadProtoFn = StatusShim (spm::SentencePieceProcessor::*)(std::string_view);
+const LoadProtoFn kLoadProto = reinterpret_cast<LoadProtoFn>(
+    static_cast<spm::util::Status (spm::SentencePieceProcessor::*)(absl::string_view)>(
+        &spm::SentencePieceProcessor::LoadFromSerializedProto));
 using EncodeFn = StatusShim (spm::SentencePieceProcessor::*)(std::string_view, std::vector<int>*) const;
 const LoadFn kLoad = reinterpret_cast<LoadFn>(
     static_cast<spm::util::Status (spm::SentencePieceProcessor::*)(absl::string_view)>(&spm::SentencePieceProcessor::Load));
@@ -85,16 +90,25 @@ using IntFn = int (spm::SentencePieceProcessor::*)() const;
 const IntFn kBosId = &spm::SentencePieceProcessor::bos_id;
 const IntFn kEosId = &spm::SentencePieceProcessor::eos_id;
 const IntFn kPieceSize = &spm::SentencePieceProcessor::GetPieceSize;
+using PieceToIdFn = int (spm::SentencePieceProcessor::*)(std::string_view) const;
+const PieceToIdFn kPieceToId = reinterpret_cast<PieceToIdFn>(
+    static_cast<int (spm::SentencePieceProcessor::*)(absl::string_view) const>(&spm::SentencePieceProcessor::PieceToId));
+using IdToPieceFn = const std::string& (spm::SentencePieceProcessor::*)(int) const;
+const IdToPieceFn kIdToPiece = &spm::SentencePieceProcessor::IdToPiece;
+using IdPredicate = bool (spm::SentencePieceProcessor::*)(int) const;
+const IdPredicate kIsControl = &spm::SentencePieceProcessor::IsControl;
+const IdPredicate kIsUnknown = &spm::SentencePieceProcessor::IsUnknown;
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
+  // From the file `path`, or (bytes != nullptr) from its contents.
+  SentencePieceTokenizer(const std::string& path, const std::string* bytes) : path_(path) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
+    if (!bytes && !std::filesystem::is_regular_file(path, ec))
       throw TESSERA_INPUT_ERROR("tokenizer file " + path + " does not exist or is not a regular file");
     spm_library().construct(storage_);
     {
-      const StatusShim status = (sp()->*kLoad)(path);
+      const StatusShim status = bytes ? (sp()->*kLoadProto)(*bytes) : (sp()->*kLoad)(path);
       if (!status.ok())
         throw TESSERA_INPUT_ERROR("tokenizer file " + path + " is not a SentencePiece model (" + status.message() + ")");
     }
@@ -116,6 +130,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return eos_; }
   int64_t vocab_size() const override { return vocab_; }
   std::string name() const override { return "sentencepiece:" + path_; }
+  // Control pieces (<s>, </s>) and the unknown piece (<unk>) are the model's special tokens.
+  std::optional<int32_t> special_id(const std::string& text) const override {
+    const int id = (sp()->*kPieceToId)(text);
+    if (id < 0 || id >= vocab_ || (sp()->*kIdToPiece)(id) != text) return std::nullopt;
+    if (!(sp()->*kIsControl)(id) && !(sp()->*kIsUnknown)(id)) return std::nullopt;
+    return id;
+  }
 
  private:
   spm::SentencePieceProcessor* sp() const {
@@ -130,8 +151,20 @@ class SentencePieceTokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path_or_empty) {
-  if (path_or_empty.empty()) return std::make_unique<ByteTokenizer>();
-  return std::make_unique<SentencePieceTokenizer>(path_or_empty);
+  if (path_or_empty.empty() || path_or_empty == "bytes") return std::make_unique<ByteTokenizer>();
+  {  // Hugging Face tokenizer.json (byte-level BPE)
+    namespace fs = std::filesystem;
+    const fs::path p(path_or_empty);
+    std::error_code ec;
+    if (p.extension() == ".json") return std::make_unique<BpeTokenizer>(path_or_empty);
+    if (fs::is_directory(p, ec) && fs::exists(p / "tokenizer.json", ec) && !fs::exists(p / "tokenizer.model", ec))
+      return std::make_unique<BpeTokenizer>((p / "tokenizer.json").string());
+  }
+  return std::make_unique<SentencePieceTokenizer>(path_or_empty, nullptr);
+}
+
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_bytes, const std::string& path) {
+  return std::make_unique<SentencePieceTokenizer>(path, &model_bytes);
 }
 
 }  // namespace tessera::data

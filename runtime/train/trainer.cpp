@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -80,7 +81,8 @@ int64_t peak_rss_bytes() {
 // One optimizer step as queued: what is needed to turn it into a StepRecord.
 struct QueuedStep {
   Clock::time_point t0;
-  at::Tensor loss_sum;   // [1] double on the device: sum over the world of each rank's mean loss
+  at::Tensor loss_sum;   // [1] double on the device: cross entropy summed over the step's targets, all ranks
+  int64_t targets = 0;   // target tokens of the step, all ranks and micro-steps
   at::Tensor grad_norm;  // 0-dim double on the device
   double lr = 0;
 };
@@ -92,7 +94,7 @@ struct Trainer::Impl {
   at::Device device = at::kCPU;
   fsdp::Options fopts;
   TrainOptions opts;
-  std::shared_ptr<const data::TokenDataset> dataset;
+  std::shared_ptr<const data::TokenDataset> dataset, val;
   nlohmann::json run_state;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<optim::AdamW> adamw;
@@ -101,6 +103,8 @@ struct Trainer::Impl {
   std::unique_ptr<checkpoint::Checkpointer> checkpointer;
   int64_t step = 0;
   double peak_flops = 0;
+  int64_t best_step = -1;  // lowest validation loss so far (-1: none)
+  double best_val_loss = 0;
 
   nlohmann::json state_json() const {
     nlohmann::json s = run_state;
@@ -110,8 +114,22 @@ struct Trainer::Impl {
     s["rng"] = {{"data_seed", opts.seed}};
     s["strategy"] = fsdp::to_string(fopts.strategy);
     s["world_size"] = groups.world->size();
+    // checkpoint.keep_best: the checkpoint named here survives pruning (checkpoint.cpp prune()).
+    if (opts.keep_best && best_step >= 0) s["best"] = {{"step", best_step}, {"val_loss", best_val_loss}};
     return s;
   }
+
+  // Tells the model how this batch's tokens are laid out (packed documents or plain rows).
+  void set_context(const data::Batch& b) {
+    if (!b.packed) {
+      if (lm.set_context) lm.set_context({});
+      return;
+    }
+    TESSERA_CHECK(lm.set_context, "this model cannot take packed batches (CausalLm::set_context is empty)");
+    lm.set_context({b.position_ids.to(device), b.document_ids.to(device)});
+  }
+  // Forward of one batch: cross entropy summed over its targets (a 0-dim fp32 tensor on the device).
+  at::Tensor summed_loss(const data::Batch& b);
 
   QueuedStep queue_step();
   StepRecord record(const QueuedStep& q, bool materialise);
@@ -158,7 +176,23 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   }
 }
 
-Trainer::~Trainer() = default;
+// Teardown in an explicit order, the same on the normal and the exception path: what holds device
+// memory or outstanding Work handles first (the checkpointer, joining an asynchronous save; the
+// optimizer; the engine with its gathered buffers), then the model, and only then this trainer's
+// references to the communicators. The caller's ProcessGroups outlive the trainer, so the
+// communicators themselves go after the model (see ~NcclCommunicator: destroyed when drained,
+// aborted otherwise). Device tensors go back to LibTorch's caching allocator, stream-recorded behind
+// any NCCL work still using them: nothing here waits for the GPU.
+Trainer::~Trainer() {
+  Impl& im = *impl_;
+  im.checkpointer.reset();
+  im.sampler.reset();
+  im.adamw.reset();
+  im.engine.reset();
+  im.lm = CausalLm{};
+  im.groups = {};
+  im.host = {};
+}
 
 fsdp::Engine& Trainer::engine() { return *impl_->engine; }
 int64_t Trainer::step() const { return impl_->step; }
@@ -179,12 +213,27 @@ int64_t Trainer::resume(const std::string& ckpt_dir) {
   // This run continues from ckpt_dir: `auto` must resume it from there (or from its own later
   // saves), never from newer checkpoints of the run it rolled back (checkpoint.h, begin_lineage).
   if (im.checkpointer) im.checkpointer->begin_lineage(im.step, ckpt_dir);
+  if (s.contains("best") && s["best"].is_object()) {
+    im.best_step = s["best"].at("step").get<int64_t>();
+    im.best_val_loss = s["best"].at("val_loss").get<double>();
+  }
   im.adamw->set_step_count(s.at("optimizer").at("step_count").get<int64_t>());
   if (im.sampler && s.contains("sampler") && !s["sampler"].is_null()) {
     // The sampler's position is the step; a different world size re-slices the same global batches.
     im.sampler->set_step(im.step);
   }
   return im.step;
+}
+
+at::Tensor Trainer::Impl::summed_loss(const data::Batch& b) {
+  set_context(b);
+  fsdp::Engine& eng = *engine;
+  at::Tensor h = lm.embed(b.inputs.to(device));
+  for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
+  at::Tensor logits = lm.head(h);
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), b.labels.to(device).reshape({-1}),
+                          F::CrossEntropyFuncOptions().ignore_index(data::Batch::kIgnore).reduction(torch::kSum));
 }
 
 QueuedStep Trainer::Impl::queue_step() {
@@ -194,21 +243,27 @@ QueuedStep Trainer::Impl::queue_step() {
   q.t0 = Clock::now();
   comm::flight::set_context(im.step + 1, "train step");  // the step being computed, as logged
   fsdp::Engine& eng = *im.engine;
-  const int64_t T = im.opts.seq_len, accum = im.opts.grad_accum;
-  // This rank's mean loss, accumulated on the device (no host sync per micro-step).
+  const int64_t accum = im.opts.grad_accum;
+  // The loss is the mean over the step's target tokens across all ranks and micro-steps: their
+  // number is agreed first (one host all-reduce per step), then every micro-step backpropagates its
+  // summed loss x W / N (the engine averages gradients over the W data-parallel ranks), so the
+  // gradient is exactly that of the mean whatever the split of targets between micro-batches.
+  std::vector<data::Batch> batches;
+  at::Tensor count = at::zeros({1}, at::kLong);
+  for (int64_t a = 0; a < accum; ++a) {
+    batches.push_back(im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a))));
+    count.data_ptr<int64_t>()[0] += batches.back().targets;
+  }
+  im.host.world->all_reduce(count, comm::ReduceOp::Sum)->wait();
+  q.targets = count.data_ptr<int64_t>()[0];
+  const double scale = static_cast<double>(im.groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
   q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
   for (int64_t a = 0; a < accum; ++a) {
-    at::Tensor batch = im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a))).to(im.device);
-    at::Tensor inputs = batch.narrow(1, 0, T), targets = batch.narrow(1, 1, T);
     eng.begin_forward(/*sync=*/a == accum - 1);
-    at::Tensor h = im.lm.embed(inputs);
-    for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
-    at::Tensor logits = im.lm.head(h);
-    at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                           targets.reshape({-1}));
-    (loss / static_cast<double>(accum)).backward();
+    at::Tensor loss = im.summed_loss(batches[a]);
+    (loss * scale).backward();
     eng.finish_backward();
-    q.loss_sum.add_(loss.detach().to(at::kDouble).div(static_cast<double>(accum)));
+    q.loss_sum.add_(loss.detach().to(at::kDouble));
   }
   std::vector<at::Tensor> grads;
   for (auto& sh : eng.shards()) grads.push_back(sh.grad);
@@ -239,8 +294,9 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
   r.step = im.step;
   r.device = device::describe(im.device);
   r.materialised = materialise || im.device.is_cpu();
+  r.target_tokens = q.targets;
   if (r.materialised) {  // on a device: the one host synchronisation of the step
-    r.loss = q.loss_sum.item<double>() / im.groups.world->size();
+    r.loss = q.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(q.targets, 1));
     r.grad_norm = q.grad_norm.item<double>();
   } else {
     r.loss = r.grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -292,41 +348,62 @@ RunResult Trainer::run() {
     const bool progress_due = rank0 && !im.opts.quiet && (next % im.opts.log_every == 0 || next == im.opts.steps);
     const bool read_back = metrics.is_open() || progress_due || next == res.start_step + 1 || next == im.opts.steps;
     StepRecord r = impl_->record(impl_->queue_step(), read_back);
+    if (test_fault("desync", im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
+      im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
+    const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
+    // Validation every eval_every steps and at the end (not when preempted: time is short then).
+    bool new_best = false;
+    if (im.val && !stop && (im.step == im.opts.steps || (im.opts.eval_every > 0 && im.step % im.opts.eval_every == 0))) {
+      const EvalResult e = evaluate();
+      r.evaluated = true;
+      r.val_loss = e.loss;
+      r.val_tokens = e.targets;
+      new_best = im.best_step < 0 || e.loss < im.best_val_loss;
+      if (new_best) {
+        im.best_step = im.step;
+        im.best_val_loss = e.loss;
+      }
+    }
     res.records.push_back(r);
     if (rank0) {
       if (metrics.is_open()) {
-        metrics << nlohmann::json{{"step", r.step},
-                                  {"loss", r.loss},
-                                  {"grad_norm", r.grad_norm},
-                                  {"lr", r.lr},
-                                  {"step_time_s", r.step_time_s},
-                                  {"tokens_per_s", r.tokens_per_s},
-                                  {"mfu", r.mfu},
-                                  {"peak_rss_bytes", r.peak_rss_bytes},
-                                  {"device", r.device},
-                                  {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes}}
-                       .dump()
-                << "\n";
+        nlohmann::json rec = {{"step", r.step},
+                              {"loss", r.loss},
+                              {"target_tokens", r.target_tokens},
+                              {"grad_norm", r.grad_norm},
+                              {"lr", r.lr},
+                              {"step_time_s", r.step_time_s},
+                              {"tokens_per_s", r.tokens_per_s},
+                              {"mfu", r.mfu},
+                              {"peak_rss_bytes", r.peak_rss_bytes},
+                              {"device", r.device},
+                              {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes}};
+        if (r.evaluated) {
+          rec["val_loss"] = r.val_loss;
+          rec["val_ppl"] = std::exp(r.val_loss);
+          rec["val_tokens"] = r.val_tokens;
+        }
+        metrics << rec.dump() << "\n";
         metrics.flush();
       }
-      if (!im.opts.quiet && (r.step % im.opts.log_every == 0 || r.step == im.opts.steps)) {
+      if (!im.opts.quiet && (r.step % im.opts.log_every == 0 || r.step == im.opts.steps || r.evaluated)) {
         double done = static_cast<double>(r.step - res.start_step);
         double eta = seconds_since(t_start) / done * static_cast<double>(im.opts.steps - r.step);
-        char line[256];
+        char val[64] = "";
+        if (r.evaluated) snprintf(val, sizeof(val), " | val %.4f (ppl %.2f)", r.val_loss, std::exp(r.val_loss));
+        char line[320];
         // mem: host peak RSS on CPU, the caching allocator's peak on a GPU.
         const int64_t mem = im.device.is_cpu() ? r.peak_rss_bytes : r.peak_gpu_mem_bytes;
         snprintf(line, sizeof(line),
-                 "step %ld/%ld | loss %.4f | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
-                 static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, r.grad_norm, r.lr,
+                 "step %ld/%ld | loss %.4f%s | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
+                 static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, val, r.grad_norm, r.lr,
                  r.tokens_per_s, 100.0 * r.mfu, mem / 1048576.0, format_duration(eta).c_str());
         std::cout << line << std::endl;
       }
     }
-    if (test_fault("desync", im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
-      im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
-    const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
     const bool periodic = im.opts.checkpoint_every > 0 && im.step % im.opts.checkpoint_every == 0;
-    if (im.checkpointer && (stop || periodic || im.step == im.opts.steps)) res.last_checkpoint = save_checkpoint();
+    const bool best = new_best && im.opts.keep_best;  // the best validation loss gets a checkpoint
+    if (im.checkpointer && (stop || periodic || best || im.step == im.opts.steps)) res.last_checkpoint = save_checkpoint();
     if (stop) {
       res.preempted = true;
       break;
@@ -334,13 +411,50 @@ RunResult Trainer::run() {
   }
   if (im.checkpointer) im.checkpointer->wait();
   res.end_step = im.step;
+  res.best_step = im.best_step;
+  res.best_val_loss = im.best_val_loss;
   return res;
+}
+
+void Trainer::set_validation(std::shared_ptr<const data::TokenDataset> val) { impl_->val = std::move(val); }
+
+Trainer::EvalResult Trainer::evaluate() {
+  Impl& im = *impl_;
+  TESSERA_CHECK(im.val, "evaluate() needs a validation set");
+  torch::NoGradGuard no_grad;
+  fsdp::Engine& eng = *im.engine;
+  const int64_t W = im.groups.world->size(), rank = im.groups.world->rank(), m = im.opts.micro_batch;
+  const int64_t rows = im.val->num_sequences();
+  const int64_t passes = ((rows + W - 1) / W + m - 1) / m;  // the same on every rank
+  at::Tensor sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(im.device));  // loss, targets
+  for (int64_t p = 0; p < passes; ++p) {
+    std::vector<int64_t> idx;
+    for (int64_t i = 0; i < m; ++i)
+      if (const int64_t j = (p * m + i) * W + rank; j < rows) idx.push_back(j);
+    const bool filler = idx.empty();  // this rank has no rows left but must join the forward
+    if (filler) idx.push_back(0);
+    data::Batch b = im.val->batch(idx);
+    if (filler) {
+      b.labels.fill_(data::Batch::kIgnore);
+      b.targets = 0;
+    }
+    eng.begin_forward(true);
+    at::Tensor loss = im.summed_loss(b);
+    eng.reshard_all();
+    sums[0] += loss.to(at::kDouble);
+    sums[1] += static_cast<double>(b.targets);
+  }
+  im.groups.world->all_reduce(sums, comm::ReduceOp::Sum)->wait();
+  at::Tensor host = sums.cpu();
+  const double targets = host.data_ptr<double>()[1];
+  return {host.data_ptr<double>()[0] / std::max(targets, 1.0), static_cast<int64_t>(targets)};
 }
 
 std::vector<double> Trainer::sequence_losses(const at::Tensor& tokens) {
   Impl& im = *impl_;
   torch::NoGradGuard no_grad;
   fsdp::Engine& eng = *im.engine;
+  if (im.lm.set_context) im.lm.set_context({});  // plain rows
   eng.begin_forward(true);
   at::Tensor h = im.lm.embed(tokens.to(im.device));
   for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);

@@ -26,12 +26,23 @@ class TokenDataset;
 
 namespace tessera::train {
 
+// How the tokens of a batch are laid out when documents are packed into rows (data::Batch):
+// position_ids [B, T] restart at 0 for each document, document_ids [B, T] say which tokens may
+// attend to each other. Undefined tensors: one document per row at positions 0..T-1.
+struct BatchContext {
+  at::Tensor position_ids, document_ids;
+};
+
 // A causal LM as the runtime sees it.
 struct CausalLm {
   std::vector<fsdp::UnitDef> units;  // [0] root (embeddings, final norm, head), [1..] decoder layers
   std::function<at::Tensor(const at::Tensor& tokens)> embed;
   fsdp::Engine::LayerFn layer;
   std::function<at::Tensor(const at::Tensor& h)> head;
+  // Called before every forward with that batch's layout; the model keeps it for the layer calls of
+  // the micro-batch (activation-checkpointing recompute in its backward included). Empty: the model
+  // cannot pack documents, and the trainer refuses packed batches.
+  std::function<void(const BatchContext&)> set_context;
   std::function<bool(const std::string& param)> decay;  // weight decay applies
   int64_t vocab_size = 0;
   std::function<double(int64_t seq_len)> flops_per_token;  // training FLOPs per token (MFU); may be empty
@@ -49,15 +60,21 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   int checkpoint_keep = 2;
   bool checkpoint_async = false;
+  bool keep_best = false;  // keep the checkpoint with the lowest validation loss beside the last K
   std::string log_dir;
   int64_t log_every = 1;
+  int64_t eval_every = 0;  // validation every N steps (0: only at the end); needs set_validation()
   int preempt_signal = 0;  // SIGUSR1 / SIGUSR2 (SIGTERM is always handled)
   bool quiet = false;      // no progress lines (tests)
 };
 
 struct StepRecord {
   int64_t step = 0;  // 1-based number of optimizer steps done
-  double loss = 0, grad_norm = 0, lr = 0;
+  double loss = 0, grad_norm = 0, lr = 0;  // loss: mean cross entropy over the step's target tokens
+  int64_t target_tokens = 0;  // target tokens of the step, all ranks and micro-steps
+  bool evaluated = false;     // validation ran after this step:
+  double val_loss = 0;        //   mean cross entropy over the validation targets
+  int64_t val_tokens = 0;     //   their number
   double step_time_s = 0, tokens_per_s = 0, mfu = 0;
   int64_t peak_rss_bytes = 0;
   int64_t peak_gpu_mem_bytes = 0;  // LibTorch caching allocator peak on the device (0 on CPU)
@@ -70,6 +87,8 @@ struct RunResult {
   bool preempted = false;
   std::vector<StepRecord> records;
   std::string last_checkpoint;
+  int64_t best_step = -1;  // lowest validation loss (-1: never evaluated)
+  double best_val_loss = 0;
 };
 
 class Trainer {
@@ -95,6 +114,17 @@ class Trainer {
 
   // Forward only (no grad, FSDP-sharded): next-token cross entropy per sequence for [B, T] tokens.
   std::vector<double> sequence_losses(const at::Tensor& tokens);
+
+  // The validation set: evaluated every opts.eval_every steps and at the end of run().
+  void set_validation(std::shared_ptr<const data::TokenDataset> val);
+  // Mean cross entropy over every target token of the validation set (forward only, FSDP-sharded:
+  // rank r evaluates rows r, r + W, ... in micro_batch-sized batches; all ranks run the same number
+  // of forwards). Collective.
+  struct EvalResult {
+    double loss = 0;
+    int64_t targets = 0;
+  };
+  EvalResult evaluate();
 
   struct Impl;
 

@@ -55,6 +55,24 @@ def peak_tflops(device_name):
     return 989.0, "unknown GPU '%s', assumed H100/H200 dense bf16" % device_name
 
 
+def measured_matmul_tflops(torch, n=8192, iters=20):
+    """The bf16 matmul rate this GPU reaches right now (n x n x n, median of iters): the practical
+    peak MFU is also quoted against (an H200 reached about 790 of its 989 datasheet TFLOP/s)."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * n**3 / statistics.median(times) / 1e12
+
+
 def build_model(c):
     import torch
     import torch.nn as nn
@@ -172,6 +190,7 @@ def run_eager(args):
         losses.append(loss.item())
     name = torch.cuda.get_device_name()
     peak, peak_src = peak_tflops(name)
+    matmul = measured_matmul_tflops(torch)
     step_s = statistics.median(times)
     tok_s = args.batch * args.seq / step_s
     res = {
@@ -185,6 +204,7 @@ def run_eager(args):
         "mfu": tok_s * flops_per_token(c, args.seq) / (peak * 1e12),
         "peak_tflops": peak,
         "peak_source": peak_src,
+        "measured_matmul_tflops": matmul,
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
         "loss_first_last": [losses[0], losses[-1]],
@@ -226,6 +246,11 @@ def run_report(args):
             lines.append("tessera: %.0f tokens/s, MFU %.1f%% (same FLOP count and peak), peak GPU memory %s, %d timed steps"
                          % (tok_s, 100 * tok_s * fpt / (peak * 1e12),
                             "%.1f GiB" % (mem / 2**30) if mem else "not reported", len(timed)))
+            if eager and eager.get("measured_matmul_tflops"):
+                m = eager["measured_matmul_tflops"]
+                lines.append("against the %.0f TFLOP/s a bf16 8192^3 matmul reached in this run: MFU tessera %.1f%%, "
+                             "pytorch eager %.1f%%" % (m, 100 * tok_s * fpt / (m * 1e12),
+                                                       100 * eager["tokens_per_s"] * fpt / (m * 1e12)))
             if eager:
                 lines.append("tessera / pytorch eager: %.2fx tokens/s" % (tok_s / eager["tokens_per_s"]))
         else:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs Tessera's C++ build dependencies (Open MPI, Boost.Program_options, nlohmann-json, GTest) as
+# Packs Tessera's C++ build dependencies (Open MPI, Boost.Program_options, yaml-cpp, nlohmann-json, GTest, PCRE2) as
 # Debian 12 packages into one folder, for a GPU machine that has CUDA, PyTorch and a compiler but
 # not these, and cannot download anything. Run it HERE (Debian 12, apt reaches the mirror):
 #
@@ -23,8 +23,12 @@ PKGS=(
   libucx0 libmunge2 libnl-3-200 libnl-route-3-200 libnuma1 libltdl7
   # Boost.Program_options 1.74 (library, headers, CMake config)
   libboost-program-options1.74.0 libboost-program-options1.74-dev libboost-program-options-dev libboost1.74-dev
+  # yaml-cpp 0.7 (library, headers, CMake config): YAML run configs, `tessera config --from-accelerate`
+  libyaml-cpp0.7 libyaml-cpp-dev
   # header-only / static test dependencies
   nlohmann-json3-dev libgtest-dev
+  # PCRE2 10.42 (tokenizer.json pre-tokenizer regexes): library and headers
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
 )
 command -v apt-get >/dev/null || { echo "pack_deps: needs apt-get (run it on the Debian 12 development machine)" >&2; exit 2; }
 mkdir -p "$DEST"

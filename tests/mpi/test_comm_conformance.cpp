@@ -14,6 +14,7 @@
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi_backend.h"
+#include "runtime/device/device.h"
 #include "runtime/error.h"
 #ifdef TESSERA_WITH_CUDA
 #include "runtime/comm/nccl_backend.h"
@@ -322,6 +323,8 @@ TEST(CommConformance, AsyncOperationsCompleteInIssueOrder) {
     works.push_back(comm->broadcast(b, size - 1));
     works.push_back(comm->barrier());
     for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+    // NCCL's wait() orders the caller's stream, not the host: synchronise before the host asks.
+    tessera::device::synchronize(comm->device());
     for (auto& w : works) EXPECT_TRUE(w->is_completed());
     at::Tensor sum = reduced(at::kFloat, ReduceOp::Sum, size, 0, n);
     expect_same(t, sum, comm->name() + ": all_reduce sum then mean in issue order");

@@ -13,7 +13,7 @@
 
 #include "benchmarks/bench_load.h"
 #include "launcher/bootstrap.h"
-#include "launcher/llama_lm.h"
+#include "launcher/model_lm.h"
 #include "model/errors.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
@@ -31,16 +31,16 @@ namespace {
 const comm::ProcessGroups& world_groups() { return launcher::current().groups; }
 comm::Communicator& world() { return *world_groups().world; }
 
-model::LlamaConfig test_config() {
-  model::LlamaConfig c = model::LlamaConfig::preset("tiny");
+model::ModelConfig test_config() {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
   c.num_hidden_layers = 3;
   return c;
 }
 
 // 16 layers of 3.2 M parameters (12.6 MB fp32 each): the full model (206 MB fp32) is far larger
 // than two units, so materialising it shows in the peak RSS.
-model::LlamaConfig memory_config() {
-  model::LlamaConfig c = model::LlamaConfig::preset("tiny");
+model::ModelConfig memory_config() {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
   c.vocab_size = 1000;
   c.hidden_size = 512;
   c.intermediate_size = 1376;
@@ -51,7 +51,7 @@ model::LlamaConfig memory_config() {
 
 // A bf16 checkpoint of `cfg` split into files of at most `max_shard_bytes` (with an index), written
 // by rank 0 into a directory every rank sees; removed at exit.
-std::string write_checkpoint(const std::string& tag, const model::LlamaConfig& cfg, uint64_t max_shard_bytes,
+std::string write_checkpoint(const std::string& tag, const model::ModelConfig& cfg, uint64_t max_shard_bytes,
                              model::DType dtype = model::DType::BF16) {
   static std::vector<std::string> written;
   std::string d;
@@ -85,9 +85,9 @@ struct Loaded {
   std::unique_ptr<fsdp::Engine> engine;
 };
 
-Loaded make_engine(Strategy s, const model::LlamaConfig& cfg = test_config()) {
+Loaded make_engine(Strategy s, const model::ModelConfig& cfg = test_config()) {
   Loaded l;
-  l.lm = launcher::make_llama_lm(cfg);
+  l.lm = launcher::make_causal_lm(cfg);
   fsdp::Options o;
   o.strategy = s;
   l.engine = std::make_unique<fsdp::Engine>(l.lm.units, l.lm.layer, groups_for(s), o, l.lm.decay);
@@ -192,7 +192,7 @@ TEST(Load, Rank0OverHostGroupsPicksTheEnginesLayout) {
     SCOPED_TRACE(fsdp::to_string(s));
     const comm::ProcessGroups g = groups_for(s);
     Loaded l;
-    l.lm = launcher::make_llama_lm(dir->config());
+    l.lm = launcher::make_causal_lm(dir->config());
     fsdp::Options o;
     o.strategy = s;
     l.engine = std::make_unique<fsdp::Engine>(l.lm.units, l.lm.layer, g, o, l.lm.decay);
@@ -393,8 +393,8 @@ TEST(Load, ScatterPiecesGivesEachRankItsPieces) {
 // rank's shard is ~8.6 GB in bf16 (69.0e9 parameters / 16 x 2 bytes, plus alignment padding).
 TEST(Load, Llama70bOnPaperAllocatesNothing) {
   const int64_t hwm0 = bench::proc_status_bytes("VmHWM");
-  const auto cfg = model::LlamaConfig::preset("llama2-70b");
-  auto lm = launcher::make_llama_lm(cfg);
+  const auto cfg = model::ModelConfig::preset("llama2-70b");
+  auto lm = launcher::make_causal_lm(cfg);
   const auto sizes = fsdp::plan_sizes(lm.units, 16, 16);
   const int64_t hwm1 = bench::proc_status_bytes("VmHWM");
   EXPECT_LT(hwm1 - hwm0, 64ll << 20) << "building 70B on the meta device allocated memory";

@@ -8,10 +8,7 @@ set -euo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-pass=0
-ok() { pass=$((pass+1)); echo "ok: $*"; }
-# check MSG CMD...: CMD must succeed (a failure ends the test with a non-zero status).
-check() { local msg=$1; shift; if "$@"; then ok "$msg"; else echo "FAIL: $msg"; echo "$pass passed, 1 failed"; exit 1; fi; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, check
 
 $BIN init-model --preset tiny --seed 7 --out "$T/model" >/dev/null
 python3 -c "

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU script's carried dependencies (tests/gpu/pack_deps.sh + tests/gpu/deps.bash) work from a
 # private root: the packages download, unpack outside /, an MPI program built with the carried
-# wrapper runs under the carried mpirun on 2 ranks with the carried libmpi, and Tessera's CMake
-# configure takes Open MPI, Boost, nlohmann-json and GTest from that root, not from /usr.
+# wrapper runs under the carried mpirun on 2 ranks with the carried libmpi, also on a machine
+# without ssh (mpi_local_env), the glibc check refuses C libraries older than the packages', and
+# Tessera's CMake configure takes Open MPI, Boost, nlohmann-json and GTest from that root, not /usr.
 set -uo pipefail
 SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -50,10 +51,46 @@ n=$(grep -c "of 2 sum 2 multiple 1 lib $T/root/usr/lib/" "$T/run.log")
 [ "$n" -eq 2 ]
 check "both ranks use the carried libmpi with MPI_THREAD_MULTIPLE" $? "$(cat "$T/run.log")"
 
+deps_glibc_ok 2.35 2>/dev/null
+[ $? -ne 0 ]
+check "glibc 2.35 refused for the carried packages" $?
+deps_glibc_ok 2.36 && deps_glibc_ok 2.39 && deps_glibc_ok
+check "glibc 2.36, 2.39 and this machine's own accepted" $?
+
+# A machine without ssh or rsh (as a bare GPU machine): the carried mpirun, even with one rank, and
+# a singleton start abort unless mpi_local_env is in force; with it both work (tests/gpu/run.sh uses
+# it for every MPI step). Hidden in a private mount namespace, which needs root.
+if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null; then
+  cat >"$T/nossh.sh" <<'SH'
+source "$1/tests/gpu/deps.bash"
+deps_use "$2/root" || exit 1
+echo "hidden: $(hide_remote_shells)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "== plain np1"; timeout 60 mpirun -np 1 "$2/hello" 2>&1; echo "rc=$?"
+echo "== plain singleton"; timeout 60 "$2/hello" 2>&1; echo "rc=$?"
+mpi_local_env
+echo "== local np2"; timeout 60 mpirun --oversubscribe --bind-to none -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo "$2/hello" 2>&1; echo "rc=$?"
+echo "== local singleton"; timeout 60 "$2/hello" 2>&1; echo "rc=$?"
+SH
+  unshare -m --propagation private bash "$T/nossh.sh" "$SRC" "$T" >"$T/nossh.log" 2>&1
+  section() { awk -v s="== $1" '$0 == s {on = 1; next} /^== / {on = 0} on' "$T/nossh.log"; }
+  grep -q '^hidden: [1-9]' "$T/nossh.log" && ! section "plain np1" | grep -q '^rc=0$' &&
+    section "plain np1" | grep -q 'plm_rsh_agent'
+  check "without ssh: plain mpirun -np 1 aborts (plm_rsh_agent)" $? "$(head -3 "$T/nossh.log")"
+  ! section "plain singleton" | grep -q '^rc=0$'
+  check "without ssh: plain singleton MPI_Init fails" $?
+  [[ $(section "local np2" | grep -c "of 2 sum 2") -eq 2 ]] && section "local np2" | grep -q '^rc=0$'
+  check "without ssh: mpirun -np 2 runs under mpi_local_env" $? "$(section "local np2" | tail -5)"
+  section "local singleton" | grep -q "rank 0 of 1 sum 1" && section "local singleton" | grep -q '^rc=0$'
+  check "without ssh: singleton runs under mpi_local_env" $? "$(section "local singleton" | tail -5)"
+else
+  echo "skip without-ssh checks (need root and unshare for a private mount namespace)"
+fi
+
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S "$SRC" -B "$T/build" "${GEN[@]}" "${CMAKE_DEPS[@]}" >"$T/cmake.log" 2>&1
 check "Tessera configures against the root" $? "$(grep -A3 'CMake Error' "$T/cmake.log" | head -8)"
-for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR nlohmann_json_DIR GTest_DIR; do
+for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR PCRE2_INCLUDE_DIR PCRE2_LIBRARY; do
   val=$(grep -E "^$var:" "$T/build/CMakeCache.txt" | cut -d= -f2-)
   [[ $val == "$T/root/"* ]]
   check "$var from the root" $? "($val)"

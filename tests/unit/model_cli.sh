@@ -9,17 +9,7 @@ if ! "$BIN" --help 2>&1 | grep -q init-model; then
 fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-# expect_error CODE PATTERN CMD...: exit code CODE, exactly one stderr line matching PATTERN.
-expect_error() {
-  local code=$1 pattern=$2; shift 2
-  "$@" >"$WORK/out" 2>"$WORK/err"
-  local rc=$?
-  [ "$rc" = "$code" ] || fail "exit $rc (want $code) from: $* ; stderr: $(cat "$WORK/err")"
-  [ "$(wc -l <"$WORK/err")" = 1 ] || fail "stderr is not one line: $(cat "$WORK/err")"
-  grep -q -- "$pattern" "$WORK/err" || fail "stderr lacks '$pattern': $(cat "$WORK/err")"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail, expect_error
 
 # 1. init-model tiny (single file) and a sharded copy with the same seed.
 "$BIN" init-model --preset tiny --out "$WORK/tiny" --seed 5 >"$WORK/init.json" || fail "init-model exited $?"

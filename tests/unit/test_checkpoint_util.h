@@ -25,14 +25,14 @@ namespace ckpt_test {
 
 using namespace tessera;
 
-inline model::LlamaConfig tiny_config(int64_t hidden = 128) {
-  model::LlamaConfig c = model::LlamaConfig::preset("tiny");
+inline model::ModelConfig tiny_config(int64_t hidden = 128) {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
   c.hidden_size = hidden;
   return c;
 }
 
 // Root unit (embeddings, final norm, lm_head) then one unit per decoder layer, like the trainer.
-inline std::vector<fsdp::UnitDef> llama_units(const model::LlamaConfig& cfg) {
+inline std::vector<fsdp::UnitDef> llama_units(const model::ModelConfig& cfg) {
   std::vector<fsdp::UnitDef> units(1);
   units[0].name = "root";
   for (const auto& s : model::hf_tensor_specs(cfg))
@@ -48,7 +48,7 @@ inline std::vector<fsdp::UnitDef> llama_units(const model::LlamaConfig& cfg) {
 
 inline std::unique_ptr<fsdp::Engine> make_engine(const comm::ProcessGroups& groups,
                                                  fsdp::Strategy strategy = fsdp::Strategy::FullShard,
-                                                 const model::LlamaConfig& cfg = tiny_config(), int64_t align = 16) {
+                                                 const model::ModelConfig& cfg = tiny_config(), int64_t align = 16) {
   fsdp::Options o;
   o.strategy = strategy;
   o.align = align;
@@ -109,7 +109,7 @@ inline at::Tensor expected_param(uint64_t seed, const std::string& name, const s
   return t;
 }
 
-inline nlohmann::json test_state(int64_t step, const model::LlamaConfig& cfg = tiny_config()) {
+inline nlohmann::json test_state(int64_t step, const model::ModelConfig& cfg = tiny_config()) {
   return {{"step", step},
           {"sampler", {{"epoch", 1}, {"position", 40 + step}}},
           {"rng", {{"seed", 1234}}},

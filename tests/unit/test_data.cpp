@@ -1,20 +1,28 @@
-// Tokenizers and token datasets: real files in a temp dir, a real SentencePiece model trained here
-// with spm_train, and spm_encode as the oracle for SentencePiece ids.
+// Tokenizers, the streaming reader, token files and datasets: real files in a temp dir, a real
+// SentencePiece model trained here with spm_train (spm_encode is the oracle for its ids), and
+// independent recomputations of units, rows, labels, positions and splits.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
+#include "runtime/data/chat_template.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/reader.h"
+#include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "tests/unit/test_process_util.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
 using namespace tessera::data;
+using tessera::test::run_capture;
 
 namespace {
 
@@ -30,17 +38,6 @@ void write_file(const std::string& path, const std::string& content) {
   out << content;
 }
 
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(pipe), 0) << cmd;
-  return out;
-}
-
 // Expects `fn` to throw tessera::Error(Input) whose message contains every string of `needles`.
 template <typename F>
 void expect_input_error(F&& fn, std::initializer_list<std::string> needles) {
@@ -53,15 +50,40 @@ void expect_input_error(F&& fn, std::initializer_list<std::string> needles) {
   }
 }
 
-// The byte tokenizer's stream for the given documents: BOS + bytes + EOS each.
-std::vector<int32_t> byte_stream(const std::vector<std::string>& docs) {
-  std::vector<int32_t> s;
-  for (const auto& d : docs) {
-    s.push_back(ByteTokenizer::kBos);
-    for (unsigned char c : d) s.push_back(c);
-    s.push_back(ByteTokenizer::kEos);
-  }
+// BOS + bytes + EOS.
+std::vector<int32_t> byte_doc(const std::string& d) {
+  std::vector<int32_t> s = {ByteTokenizer::kBos};
+  for (unsigned char c : d) s.push_back(c);
+  s.push_back(ByteTokenizer::kEos);
   return s;
+}
+
+// The documents of a store as (ids, targets, text).
+struct Docs {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<uint8_t>> targets;
+  std::vector<bool> text;
+};
+Docs docs_of(const DocStore& s) {
+  Docs d;
+  for (int64_t i = 0; i < s.num_documents(); ++i) {
+    const auto doc = s.doc(i);
+    std::vector<int32_t> ids;
+    std::vector<uint8_t> t;
+    for (int64_t k = doc.begin; k < doc.begin + doc.length; ++k) ids.push_back(s.id(k)), t.push_back(s.target(k));
+    d.ids.push_back(ids);
+    d.targets.push_back(t);
+    d.text.push_back(doc.text);
+  }
+  return d;
+}
+
+std::vector<std::shared_ptr<const DocStore>> load(const std::vector<std::string>& paths, const Tokenizer& tok,
+                                                  ReadStats* stats_out = nullptr, const std::string& tmpl = "llama2") {
+  ReadStats stats;
+  auto stores = load_documents(paths, tok, *make_chat_template(tmpl), stats);
+  if (stats_out) *stats_out = stats;
+  return stores;
 }
 
 class DataTest : public ::testing::Test {
@@ -75,14 +97,18 @@ class DataTest : public ::testing::Test {
 }  // namespace
 
 TEST(ByteTokenizer, BytesAndSpecialIds) {
-  auto tok = make_tokenizer("");
-  EXPECT_EQ(tok->name(), "byte");
-  EXPECT_EQ(tok->vocab_size(), 258);
-  EXPECT_EQ(tok->bos_id(), 256);
-  EXPECT_EQ(tok->eos_id(), 257);
+  for (const char* spec : {"", "bytes"}) {
+    auto tok = make_tokenizer(spec);
+    EXPECT_EQ(tok->name(), "byte");
+    EXPECT_EQ(tok->vocab_size(), 258);
+    EXPECT_EQ(tok->bos_id(), 256);
+    EXPECT_EQ(tok->eos_id(), 257);
+    EXPECT_FALSE(tok->special_id("<|eot_id|>").has_value());
+  }
+  ByteTokenizer tok;
   const std::string text = "h\xc3\xa9\n\xff";  // UTF-8 é and a raw 0xff byte
-  EXPECT_EQ(tok->encode(text), (std::vector<int32_t>{'h', 0xc3, 0xa9, '\n', 0xff}));
-  EXPECT_TRUE(tok->encode("").empty());
+  EXPECT_EQ(tok.encode(text), (std::vector<int32_t>{'h', 0xc3, 0xa9, '\n', 0xff}));
+  EXPECT_TRUE(tok.encode("").empty());
 }
 
 TEST_F(DataTest, SentencePieceModelMatchesSpmEncode) {
@@ -110,20 +136,26 @@ TEST_F(DataTest, SentencePieceModelMatchesSpmEncode) {
     EXPECT_FALSE(expected.empty());
     EXPECT_EQ(tok->encode(line), expected) << line;
   }
+  // The same model loaded from its bytes (model.load=rank0 broadcasts them) encodes the same.
+  std::ifstream in(path("sp.model"), std::ios::binary);
+  const std::string model_bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto from_bytes = make_sentencepiece_tokenizer(model_bytes, "rank0:" + path("sp.model"));
+  EXPECT_EQ(from_bytes->encode(lines[1]), tok->encode(lines[1]));
+  EXPECT_EQ(from_bytes->vocab_size(), 300);
+  expect_input_error([&] { make_sentencepiece_tokenizer("garbage", "x.model"); }, {"x.model", "not a SentencePiece model"});
 
-  // A JSONL dataset read with this tokenizer: BOS + spm ids + EOS per record.
+  // A JSONL dataset read with this tokenizer: BOS + spm ids + EOS per text record.
   write_file(path("d.jsonl"), "{\"text\": \"" + lines[0] + "\"}\n{\"text\": \"" + lines[2] + "\"}\n");
-  TokenDataset ds(path("d.jsonl"), 4, tok.get());
-  std::vector<int32_t> expected = {1};
-  for (int32_t t : tok->encode(lines[0])) expected.push_back(t);
-  expected.push_back(2);
-  expected.push_back(1);
-  for (int32_t t : tok->encode(lines[2])) expected.push_back(t);
-  expected.push_back(2);
-  EXPECT_EQ(ds.corpus().tokens, expected);
-  EXPECT_EQ(ds.corpus().vocab_size, 300);
-  EXPECT_NO_THROW(ds.check_vocab(300));
-  EXPECT_LE(ds.corpus().max_token_id, 299);
+  auto stores = load({path("d.jsonl")}, *tok);
+  ASSERT_EQ(stores.size(), 1u);
+  const Docs d = docs_of(*stores[0]);
+  ASSERT_EQ(d.ids.size(), 2u);
+  std::vector<int32_t> want = {1};
+  for (int32_t t : tok->encode(lines[0])) want.push_back(t);
+  want.push_back(2);
+  EXPECT_EQ(d.ids[0], want);
+  EXPECT_EQ(stores[0]->vocab(), 300);
+  EXPECT_EQ(stores[0]->where(1), path("d.jsonl") + ":2");
 }
 
 TEST_F(DataTest, NotASentencePieceModelIsAnInputError) {
@@ -133,7 +165,7 @@ TEST_F(DataTest, NotASentencePieceModelIsAnInputError) {
   expect_input_error([&] { make_tokenizer(dir); }, {dir});
 }
 
-TEST_F(DataTest, TextDirectoryIsSortedWrappedAndPacked) {
+TEST_F(DataTest, TextFilesAreSortedDocumentsCutIntoPieces) {
   fs::create_directories(path("corpus/sub"));
   // Created out of order; read in sorted path order: a.txt, b.md, sub/c.txt. Hidden files skipped.
   write_file(path("corpus/sub/c.txt"), "third document\n");
@@ -142,117 +174,401 @@ TEST_F(DataTest, TextDirectoryIsSortedWrappedAndPacked) {
   write_file(path("corpus/.hidden"), "never read");
   EXPECT_EQ(list_data_files(path("corpus")),
             (std::vector<std::string>{path("corpus/a.txt"), path("corpus/b.md"), path("corpus/sub/c.txt")}));
-
   ByteTokenizer tok;
+  auto stores = load({path("corpus")}, tok);
+  ASSERT_EQ(stores.size(), 3u);
+  const std::vector<std::string> texts = {"first", "second\nwith two lines\n", "third document\n"};
+  for (size_t i = 0; i < 3; ++i) {
+    const Docs d = docs_of(*stores[i]);
+    ASSERT_EQ(d.ids.size(), 1u);
+    EXPECT_EQ(d.ids[0], byte_doc(texts[i]));
+    EXPECT_TRUE(d.text[0]);
+    EXPECT_EQ(d.targets[0], std::vector<uint8_t>(d.ids[0].size(), 1));
+  }
+
+  // Unpacked, every text document is cut into pieces [kL, kL + L + 1): every token after a
+  // piece's first is predicted once, at positions 0..; a last one-token piece is left out.
   const int64_t L = 7;
-  TokenDataset ds(path("corpus"), L, &tok);
-  const auto stream = byte_stream({"first", "second\nwith two lines\n", "third document\n"});
-  EXPECT_EQ(ds.corpus().tokens, stream);
-  EXPECT_EQ(ds.corpus().num_files, 3);
-  EXPECT_EQ(ds.corpus().num_documents, 3);
-  EXPECT_EQ(ds.num_tokens(), int64_t(stream.size()));
-  EXPECT_EQ(ds.num_sequences(), (int64_t(stream.size()) - 1) / L);
-
-  // Sequence i = stream[i*L, i*L + L + 1): every token after the first is a target exactly once.
-  std::vector<int32_t> seq(L + 1);
-  for (int64_t i = 0; i < ds.num_sequences(); ++i) {
-    ds.get(i, seq.data());
-    EXPECT_EQ(seq, std::vector<int32_t>(stream.begin() + i * L, stream.begin() + i * L + L + 1)) << i;
+  PackOptions po;
+  po.seq_len = L;
+  po.packing = false;
+  TokenDataset ds(stores, po);
+  std::vector<std::vector<int32_t>> pieces;
+  for (const auto& t : texts) {
+    const auto doc = byte_doc(t);
+    for (size_t k = 0; k * L + 1 < doc.size(); ++k)
+      pieces.emplace_back(doc.begin() + k * L, doc.begin() + std::min(doc.size(), k * L + L + 1));
   }
-  const at::Tensor b = ds.batch({2, 0});
-  ASSERT_EQ(b.sizes(), (at::IntArrayRef{2, L + 1}));
-  EXPECT_EQ(b.scalar_type(), at::kLong);
-  for (int64_t j = 0; j <= L; ++j) {
-    EXPECT_EQ(b[0][j].item<int64_t>(), stream[2 * L + j]);
-    EXPECT_EQ(b[1][j].item<int64_t>(), stream[j]);
+  ASSERT_EQ(ds.num_sequences(), static_cast<int64_t>(pieces.size()));
+  int64_t predicted = 0;
+  for (int64_t r = 0; r < ds.num_sequences(); ++r) {
+    const Batch b = ds.batch({r});
+    const auto& p = pieces[r];
+    for (int64_t j = 0; j < L; ++j) {
+      EXPECT_EQ(b.inputs[0][j].item<int64_t>(), j < (int64_t)p.size() ? p[j] : 0) << r << "," << j;
+      EXPECT_EQ(b.labels[0][j].item<int64_t>(), j + 1 < (int64_t)p.size() ? p[j + 1] : Batch::kIgnore) << r << "," << j;
+      EXPECT_EQ(b.position_ids[0][j].item<int64_t>(), j);
+    }
+    EXPECT_FALSE(b.packed);
+    predicted += b.targets;
   }
-  EXPECT_THROW(ds.get(ds.num_sequences(), seq.data()), Error);
-
-  // Deterministic: a second load yields the same stream.
-  EXPECT_EQ(TokenDataset(path("corpus"), L, &tok).corpus().tokens, stream);
+  int64_t total = 0;
+  for (const auto& t : texts) total += static_cast<int64_t>(t.size()) + 1;  // every token but BOS
+  EXPECT_EQ(predicted, total);
+  // Deterministic: a second load yields the same batch.
+  EXPECT_TRUE(TokenDataset(load({path("corpus")}, tok), po).batch({2}).inputs.equal(ds.batch({2}).inputs));
 }
 
-TEST_F(DataTest, LargeTextIsChunkedAtNewlinesDeterministically) {
-  // ~2.6 MB forces many chunks; with the byte tokenizer chunking must not change the stream.
+TEST_F(DataTest, LargeTextIsStreamedInBlocksWithoutChangingTheTokens) {
+  // ~9 MB: several 4 MiB blocks and many 64 KiB segments, one of them a line longer than a block
+  // with multi-byte characters (cut at a character boundary).
   std::string text;
-  for (int i = 0; text.size() < (size_t(5) << 19); ++i) text += "line " + std::to_string(i) + " of a long file\n";
+  for (int i = 0; text.size() < (size_t(5) << 20); ++i) text += "line " + std::to_string(i) + " of a long file\n";
+  for (int i = 0; i < 600000; ++i) text += "\xc3\xa9t\xc3\xa9 ";  // "été " x 600k: 4.2 MB without a newline
+  text += "\nend\n";
   write_file(path("big.txt"), text);
   ByteTokenizer tok;
-  TokenDataset ds(path("big.txt"), 512, &tok);
-  EXPECT_EQ(ds.corpus().tokens, byte_stream({text}));
-  EXPECT_EQ(ds.corpus().num_documents, 1);
+  ReadStats stats;
+  auto stores = load({path("big.txt")}, tok, &stats);
+  const Docs d = docs_of(*stores[0]);
+  ASSERT_EQ(d.ids.size(), 1u);
+  EXPECT_EQ(d.ids[0], byte_doc(text));
+  EXPECT_EQ(stats.documents, 1);
+  EXPECT_EQ(stats.bytes, static_cast<int64_t>(text.size()));
 }
 
-TEST_F(DataTest, JsonlRecordsAndErrors) {
-  write_file(path("ok.jsonl"), "{\"text\": \"alpha\", \"id\": 1}\n\n  \n{\"text\": \"beta\\ngamma\"}\n{\"text\": \"\"}\n");
+TEST_F(DataTest, JsonlFormatsAndDroppedRecords) {
+  write_file(path("mixed.jsonl"),
+             "{\"text\": \"alpha\", \"id\": 1}\n"
+             "\n  \n"
+             "{\"prompt\": \"Q\", \"completion\": \"A\"}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n"
+             "{\"text\": \"b\"\n"                                                                    // line 6: invalid JSON
+             "{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}\n"                           // 7: unknown role
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]}\n"  // 8
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"only a question\"}]}\n"            // 9: no targets
+             "{\"text\": \"\"}\n");                                                                  // skipped quietly
   ByteTokenizer tok;
-  TokenDataset ds(path("ok.jsonl"), 3, &tok);
-  EXPECT_EQ(ds.corpus().tokens, byte_stream({"alpha", "beta\ngamma"}));
-  EXPECT_EQ(ds.corpus().num_documents, 2);
+  ReadStats stats;
+  auto stores = load({path("mixed.jsonl")}, tok, &stats);
+  const Docs d = docs_of(*stores[0]);
+  ASSERT_EQ(d.ids.size(), 3u);
+  EXPECT_EQ(d.ids[0], byte_doc("alpha"));
+  EXPECT_TRUE(d.text[0]);
+  EXPECT_EQ(d.ids[1], byte_doc("QA"));
+  EXPECT_EQ(d.targets[1], (std::vector<uint8_t>{0, 0, 1, 1}));
+  EXPECT_FALSE(d.text[1]);
+  EXPECT_EQ(stores[0]->where(0), path("mixed.jsonl") + ":1");
+  EXPECT_EQ(stores[0]->where(2), path("mixed.jsonl") + ":5");
+  EXPECT_EQ(stats.documents, 3);
+  EXPECT_EQ(stats.dropped, 4);
+  EXPECT_EQ(stats.dropped_by_kind, (std::map<std::string, int64_t>{
+                                       {"invalid JSON", 1}, {"unknown role", 1}, {"roles do not alternate", 1}, {"no target tokens", 1}}));
+  ASSERT_EQ(stats.warnings.size(), 4u);
+  EXPECT_EQ(stats.warnings[0].rfind(path("mixed.jsonl") + ":6: dropped (invalid JSON", 0), 0u) << stats.warnings[0];
+  EXPECT_EQ(stats.warnings[1].rfind(path("mixed.jsonl") + ":7: dropped (message 1 has unknown role \"bot\"", 0), 0u) << stats.warnings[1];
+  EXPECT_EQ(stats.warnings[2].rfind(path("mixed.jsonl") + ":8: dropped (message 2 is \"user\"", 0), 0u) << stats.warnings[2];
+  EXPECT_EQ(stats.warnings[3].rfind(path("mixed.jsonl") + ":9: dropped (no target tokens", 0), 0u) << stats.warnings[3];
+  EXPECT_EQ(stats.drop_summary(),
+            "4 of 7 examples dropped (1 invalid JSON, 1 no target tokens, 1 roles do not alternate, 1 unknown role)");
 
-  write_file(path("bad.jsonl"), "{\"text\": \"a\"}\n{\"text\": \"b\"\n");
-  expect_input_error([&] { TokenDataset(path("bad.jsonl"), 3, &tok); }, {path("bad.jsonl") + ":2", "invalid JSON"});
-  write_file(path("notext.jsonl"), "{\"text\": \"a\"}\n{\"body\": \"b\"}\n");
-  expect_input_error([&] { TokenDataset(path("notext.jsonl"), 3, &tok); }, {path("notext.jsonl") + ":2", "\"text\""});
-  write_file(path("num.jsonl"), "{\"text\": 5}\n");
-  expect_input_error([&] { TokenDataset(path("num.jsonl"), 3, &tok); }, {path("num.jsonl") + ":1", "not a string"});
+  // Only bad records: nothing trainable.
+  write_file(path("bad.jsonl"), "{\"text\": \"b\"\n{\"messages\": []}\n");
+  ReadStats bad;
+  auto none = load({path("bad.jsonl")}, tok, &bad);
+  EXPECT_EQ(bad.documents, 0);
+  expect_input_error([&] { TokenDataset(none, PackOptions{}); }, {path("bad.jsonl"), "no trainable sequence"});
+  // Warnings stop at kMaxWarnings; the counts do not.
+  std::string many;
+  for (int i = 0; i < 25; ++i) many += "not json\n";
+  write_file(path("many.jsonl"), many + "{\"text\": \"ok\"}\n");
+  ReadStats m;
+  load({path("many.jsonl")}, tok, &m);
+  EXPECT_EQ(m.dropped, 25);
+  EXPECT_EQ(m.warnings.size(), ReadStats::kMaxWarnings);
 }
 
-TEST_F(DataTest, TokenFileRoundTripAndValidation) {
-  const std::vector<int32_t> tokens = {256, 1, 2, 3, 255, 257, 256, 9, 257};
-  write_token_file(path("t.bin"), tokens, 258);
-  // Layout: magic, u32 vocab, u64 count, int32 LE tokens.
+TEST_F(DataTest, TokenFileRoundTripLayoutAndValidation) {
+  // Three documents: a chat example (targets), plain text, an example again; an odd token count.
+  const std::vector<std::vector<int32_t>> ids = {{256, 1, 2, 3, 257}, {256, 9, 8, 257}, {256, 7, 6, 5, 4, 3, 2, 257}};
+  const std::vector<std::vector<uint8_t>> tg = {{0, 0, 1, 1, 1}, {1, 1, 1, 1}, {0, 0, 0, 0, 1, 1, 1, 1}};
+  const std::vector<bool> text = {false, true, false};
+  {
+    TokenFileWriter w(path("t.bin"), 258);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      w.begin_document(text[i], 0);
+      w.append(ids[i].data(), tg[i].data(), 2);  // in two appends
+      w.append(ids[i].data() + 2, tg[i].data() + 2, ids[i].size() - 2);
+      w.end_document();
+    }
+    w.begin_document(false, 0);  // an empty document is not stored
+    w.end_document();
+    w.finish();
+  }
   std::ifstream in(path("t.bin"), std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(bytes.size(), 20 + 4 * tokens.size());
-  EXPECT_EQ(bytes.substr(0, 8), std::string("TSRTOK1\0", 8));
-  EXPECT_EQ((unsigned char)bytes[8], 258 & 0xff);
-  EXPECT_EQ((unsigned char)bytes[9], 258 >> 8);
-  EXPECT_EQ((unsigned char)bytes[12], tokens.size());
-  EXPECT_EQ((unsigned char)bytes[20], 0);  // 256 little-endian: 00 01 00 00
-  EXPECT_EQ((unsigned char)bytes[21], 1);
-  uint32_t vocab = 0;
-  EXPECT_EQ(read_token_file(path("t.bin"), &vocab), tokens);
-  EXPECT_EQ(vocab, 258u);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t n = 17, docs = 3;
+  ASSERT_EQ(bytes.size(), 32 + 4 * n + 4 /*pad*/ + 8 * (docs + 1));
+  EXPECT_EQ(bytes.substr(0, 8), std::string("TSRTOK2\0", 8));
+  auto u32 = [&](size_t at) { return load_le<uint32_t>(bytes.data() + at); };
+  auto u64 = [&](size_t at) { return load_le<uint64_t>(bytes.data() + at); };
+  EXPECT_EQ(u32(8), 258u);
+  EXPECT_EQ(u64(16), n);
+  EXPECT_EQ(u64(24), docs);
+  EXPECT_EQ(u32(32), 256u);                      // first token: BOS, not a target
+  EXPECT_EQ(u32(32 + 4 * 2), 2u | kTargetBit);   // third token: 2, a target
+  const size_t table = 32 + 4 * n + 4;
+  EXPECT_EQ(u64(table), 0u);
+  EXPECT_EQ(u64(table + 8), 5u | kTextBit);
+  EXPECT_EQ(u64(table + 16), 9u);
+  EXPECT_EQ(u64(table + 24), n);
 
-  // A dataset from the token file equals one from the same text.
-  write_file(path("x.txt"), "tokens of a small text file");
+  auto store = open_token_file(path("t.bin"));
+  const Docs d = docs_of(*store);
+  EXPECT_EQ(d.ids, ids);
+  EXPECT_EQ(d.targets, tg);
+  EXPECT_EQ(d.text, text);
+  EXPECT_EQ(store->where(1), path("t.bin") + ": document 2");
+  EXPECT_TRUE(is_token_file(path("t.bin")));
+
+  // A token file trains like the JSONL it came from.
+  write_file(path("x.jsonl"), "{\"prompt\": \"pp\", \"completion\": \"cc\"}\n{\"text\": \"tt tt\"}\n");
   ByteTokenizer tok;
-  TokenDataset from_text(path("x.txt"), 5, &tok);
-  write_token_file(path("x.bin"), from_text.corpus().tokens, 258);
-  TokenDataset from_bin(path("x.bin"), 5, nullptr);
-  EXPECT_EQ(from_bin.corpus().tokens, from_text.corpus().tokens);
-  EXPECT_EQ(from_bin.corpus().vocab_size, 258);
-  EXPECT_EQ(from_bin.num_sequences(), from_text.num_sequences());
+  auto from_jsonl = load({path("x.jsonl")}, tok);
+  {
+    TokenFileWriter w(path("x.bin"), 258);
+    const Docs src = docs_of(*from_jsonl[0]);
+    for (size_t i = 0; i < src.ids.size(); ++i) {
+      w.begin_document(src.text[i], 0);
+      w.append(src.ids[i].data(), src.targets[i].data(), src.ids[i].size());
+      w.end_document();
+    }
+    w.finish();
+  }
+  PackOptions po;
+  po.seq_len = 16;
+  const Batch a = TokenDataset(from_jsonl, po).batch({0}), b = TokenDataset(load({path("x.bin")}, tok), po).batch({0});
+  EXPECT_TRUE(a.inputs.equal(b.inputs) && a.labels.equal(b.labels) && a.document_ids.equal(b.document_ids));
+  EXPECT_EQ(a.targets, 3 + 6);  // "cc" + EOS, then "tt tt" + EOS
 
-  write_file(path("bad.bin"), "NOTMAGIC____________");
-  expect_input_error([&] { read_token_file(path("bad.bin")); }, {path("bad.bin"), "magic"});
+  // Version 1 files (earlier Tessera): one plain-text document, every token a target.
+  std::string v1("TSRTOK1\0", 8);
+  v1 += std::string("\x02\x01\x00\x00", 4) + std::string("\x03\0\0\0\0\0\0\0", 8);
+  for (int32_t t : {256, 65, 257}) v1 += std::string(reinterpret_cast<const char*>(&t), 4);
+  write_file(path("v1.bin"), v1);
+  const Docs old = docs_of(*open_token_file(path("v1.bin")));
+  EXPECT_EQ(old.ids, (std::vector<std::vector<int32_t>>{{256, 65, 257}}));
+  EXPECT_EQ(old.targets[0], (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_TRUE(old.text[0]);
+
+  // Bad files name the file; a failed write leaves nothing behind.
+  write_file(path("bad.bin"), "NOTMAGIC________________________________");
+  expect_input_error([&] { open_token_file(path("bad.bin")); }, {path("bad.bin"), "magic"});
   write_file(path("trunc.bin"), bytes.substr(0, bytes.size() - 3));
-  expect_input_error([&] { read_token_file(path("trunc.bin")); }, {path("trunc.bin"), "bytes"});
-  expect_input_error([&] { write_token_file(path("oob.bin"), {1, 300}, 258); }, {path("oob.bin"), "300"});
+  expect_input_error([&] { open_token_file(path("trunc.bin")); }, {path("trunc.bin"), "bytes", "17 tokens"});
+  std::string disorder = bytes;
+  store_le<uint64_t>(&disorder[table + 16], 3);  // document 2 starts before document 1
+  write_file(path("disorder.bin"), disorder);
+  expect_input_error([&] { open_token_file(path("disorder.bin")); }, {path("disorder.bin"), "document table entry 2"});
+  {
+    TokenFileWriter w(path("oob.bin"), 258);
+    w.begin_document(false, 0);
+    const int32_t bad_ids[2] = {1, 300};
+    const uint8_t t[2] = {1, 1};
+    expect_input_error([&] { w.append(bad_ids, t, 2); }, {path("oob.bin"), "300"});
+  }
   EXPECT_FALSE(fs::exists(path("oob.bin")));
-  // Vocab of the token file must match the configured tokenizer.
-  write_token_file(path("v.bin"), {1, 2, 3}, 32000);
-  expect_input_error([&] { TokenDataset(path("v.bin"), 1, &tok); }, {path("v.bin"), "32000", "258"});
-  // Text without a tokenizer is refused.
-  expect_input_error([&] { TokenDataset(path("x.txt"), 1, nullptr); }, {path("x.txt"), "tokenizer"});
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+  // The token file's vocab must be the tokenizer's.
+  auto sp_vocab = [&] {
+    TokenFileWriter w(path("v.bin"), 32000);
+    const int32_t x[2] = {1, 2};
+    const uint8_t t[2] = {1, 1};
+    w.begin_document(true, 0);
+    w.append(x, t, 2);
+    w.end_document();
+    w.finish();
+  };
+  sp_vocab();
+  expect_input_error([&] { load({path("v.bin")}, tok); }, {path("v.bin"), "32000", "258"});
 }
 
-TEST_F(DataTest, EmptyShortMissingAndVocabErrors) {
+// Packing: rows hold several examples at restarted positions with their own document ids; labels
+// are targets only within an example (and only on target tokens for train_on=completion).
+TEST_F(DataTest, PackingPositionsDocumentsAndLabels) {
+  std::string jsonl;
+  std::vector<std::pair<std::string, std::string>> pcs;
+  for (int i = 0; i < 40; ++i) {
+    pcs.emplace_back("p" + std::string(i % 5, 'x'), "c" + std::string(i % 3, 'y'));
+    jsonl += "{\"prompt\": \"" + pcs.back().first + "\", \"completion\": \"" + pcs.back().second + "\"}\n";
+  }
+  write_file(path("pc.jsonl"), jsonl);
+  ByteTokenizer tok;
+  const int64_t L = 24;
+  PackOptions po;
+  po.seq_len = L;
+  TokenDataset packed(load({path("pc.jsonl")}, tok), po);
+  // Greedy packing recomputed independently: example i has n_i = 2 + |p| + |c| tokens.
+  std::vector<std::vector<size_t>> rows;
+  int64_t fill = 0;
+  for (size_t i = 0; i < pcs.size(); ++i) {
+    const int64_t n = 2 + pcs[i].first.size() + pcs[i].second.size();
+    if (rows.empty() || fill + n > L + 1) rows.push_back({}), fill = 0;
+    rows.back().push_back(i), fill += n;
+  }
+  ASSERT_EQ(packed.num_sequences(), static_cast<int64_t>(rows.size()));
+  EXPECT_EQ(packed.num_units(), 40);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Batch b = packed.batch({static_cast<int64_t>(r)});
+    EXPECT_EQ(b.packed, rows[r].size() > 1);
+    std::vector<int64_t> in, lab, pos, doc;
+    int64_t targets = 0;
+    for (size_t k = 0; k < rows[r].size(); ++k) {
+      const auto& [p, c] = pcs[rows[r][k]];
+      const auto ids = byte_doc(p + c);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        in.push_back(ids[i]);
+        pos.push_back(i);
+        doc.push_back(k);
+        const bool target = i + 1 < ids.size() && i + 1 >= 1 + p.size();  // completion + EOS
+        lab.push_back(target ? ids[i + 1] : Batch::kIgnore);
+        targets += target;
+      }
+    }
+    const int64_t used = static_cast<int64_t>(in.size());
+    for (int64_t j = used; j < L + 1; ++j)
+      in.push_back(0), lab.push_back(Batch::kIgnore), pos.push_back(pos.back() + 1), doc.push_back(doc.back());
+    in.resize(L), lab.resize(L), pos.resize(L), doc.resize(L);
+    for (int64_t j = 0; j < L; ++j) {
+      EXPECT_EQ(b.inputs[0][j].item<int64_t>(), in[j]) << r << "," << j;
+      EXPECT_EQ(b.labels[0][j].item<int64_t>(), lab[j]) << r << "," << j;
+      EXPECT_EQ(b.position_ids[0][j].item<int64_t>(), pos[j]) << r << "," << j;
+      EXPECT_EQ(b.document_ids[0][j].item<int64_t>(), doc[j]) << r << "," << j;
+    }
+    EXPECT_EQ(b.targets, targets);
+  }
+  // train_on = all: every token after an example's first is a target; never across examples.
+  po.train_on_all = true;
+  const Batch all = TokenDataset(load({path("pc.jsonl")}, tok), po).batch({0});
+  int64_t want = 0;
+  for (size_t i : rows[0]) want += 1 + pcs[i].first.size() + pcs[i].second.size();
+  EXPECT_EQ(all.targets, want);
+  // packing = false: one example per row, padded.
+  po.train_on_all = false;
+  po.packing = false;
+  TokenDataset padded(load({path("pc.jsonl")}, tok), po);
+  EXPECT_EQ(padded.num_sequences(), 40);
+  const Batch one = padded.batch({3});
+  EXPECT_FALSE(one.packed);
+  EXPECT_EQ(one.inputs[0][0].item<int64_t>(), 256);
+  EXPECT_EQ(one.inputs[0][L - 1].item<int64_t>(), 0);
+  // Many rows: the row index (a cursor every 64 rows) rebuilds any row as a full scan would.
+  std::string longer;
+  for (int i = 0; i < 700; ++i) longer += "{\"prompt\": \"" + std::string(1 + i % 9, 'q') + "\", \"completion\": \"a\"}\n";
+  write_file(path("long.jsonl"), longer);
+  po.packing = true;
+  TokenDataset many(load({path("long.jsonl")}, tok), po);
+  ASSERT_GT(many.num_sequences(), 150);
+  std::vector<int64_t> starts;  // the first unit's length in each row, from a scan
+  fill = L + 1;
+  for (int i = 0; i < 700; ++i) {
+    const int64_t n = 2 + (1 + i % 9) + 1;
+    if (fill + n > L + 1) starts.push_back(n), fill = 0;
+    fill += n;
+  }
+  ASSERT_EQ(many.num_sequences(), static_cast<int64_t>(starts.size()));
+  for (int64_t r : {0L, 63L, 64L, 65L, 130L, static_cast<long>(starts.size()) - 2}) {
+    const Batch b = many.batch({r});  // rows hold >= 2 units: the second starts at starts[r]
+    const int64_t n = starts[r];
+    EXPECT_EQ(b.document_ids[0][n - 1].item<int64_t>(), 0) << "row " << r;
+    EXPECT_EQ(b.position_ids[0][n - 1].item<int64_t>(), n - 1) << "row " << r;
+    EXPECT_EQ(b.document_ids[0][n].item<int64_t>(), 1) << "row " << r;
+    EXPECT_EQ(b.position_ids[0][n].item<int64_t>(), 0) << "row " << r;
+  }
+  // Ids beyond the model's vocab are refused when batched, naming the file and line.
+  po.vocab_limit = 200;
+  expect_input_error([&] { TokenDataset(load({path("pc.jsonl")}, tok), po).batch({0}); }, {path("pc.jsonl") + ":1", "256", "200"});
+}
+
+TEST_F(DataTest, TruncationDropLeftError) {
+  write_file(path("t.jsonl"),
+             "{\"prompt\": \"short\", \"completion\": \"ok\"}\n"
+             "{\"prompt\": \"a prompt that is far too long for eight\", \"completion\": \"END\"}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"" + std::string(30, 'u') +
+                 "\"}, {\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"" +
+                 std::string(30, 'v') + "\"}]}\n");  // the target lies before the last 9 tokens
+  ByteTokenizer tok;
+  PackOptions po;
+  po.seq_len = 8;
+  TokenDataset dropped(load({path("t.jsonl")}, tok), po);
+  EXPECT_EQ(dropped.num_units(), 1);
+  EXPECT_EQ(dropped.stats().dropped, 2);
+  ASSERT_EQ(dropped.stats().warnings.size(), 2u);
+  EXPECT_EQ(dropped.stats().warnings[0].rfind(path("t.jsonl") + ":2: dropped (example of 44 tokens is longer than data.seq_len + 1 = 9", 0), 0u)
+      << dropped.stats().warnings[0];
+  po.truncation = Truncation::Left;
+  TokenDataset left(load({path("t.jsonl")}, tok), po);
+  EXPECT_EQ(left.num_units(), 2);  // the chat keeps no target in its last 9 tokens: dropped
+  EXPECT_EQ(left.stats().dropped_by_kind.at("no target tokens"), 1);
+  const Batch b = left.batch({1});
+  std::vector<int32_t> tail = byte_doc("a prompt that is far too long for eightEND");
+  tail.erase(tail.begin(), tail.end() - 9);
+  for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(b.inputs[0][j].item<int64_t>(), tail[j]);
+  EXPECT_EQ(b.targets, 4);  // "END" + EOS
+  po.truncation = Truncation::Error;
+  expect_input_error([&] { TokenDataset(load({path("t.jsonl")}, tok), po); },
+                     {path("t.jsonl") + ":2", "44 tokens", "data.truncation = error"});
+  EXPECT_EQ(parse_truncation("left"), Truncation::Left);
+  expect_input_error([] { parse_truncation("right"); }, {"data.truncation 'right'"});
+}
+
+TEST_F(DataTest, ValidationSplitIsDisjointCompleteAndFixed) {
+  std::string jsonl;
+  for (int i = 0; i < 500; ++i) jsonl += "{\"prompt\": \"q" + std::to_string(i) + "\", \"completion\": \"a\"}\n";
+  write_file(path("s.jsonl"), jsonl);
+  ByteTokenizer tok;
+  auto stores = load({path("s.jsonl")}, tok);
+  PackOptions po;
+  po.seq_len = 16;
+  po.packing = false;
+  po.val_fraction = 0.1;
+  TokenDataset train(stores, po);
+  po.validation = true;
+  TokenDataset val(stores, po);
+  EXPECT_EQ(train.num_units() + val.num_units(), 500);
+  EXPECT_GT(val.num_units(), 25);
+  EXPECT_LT(val.num_units(), 80);
+  auto prompts = [](const TokenDataset& d) {
+    std::set<std::string> out;
+    for (int64_t r = 0; r < d.num_sequences(); ++r) {
+      const Batch b = d.batch({r});
+      std::string s;
+      for (int64_t j = 1; j < d.seq_len() && b.inputs[0][j].item<int64_t>() != 'a'; ++j) s += char(b.inputs[0][j].item<int64_t>());
+      out.insert(s);
+    }
+    return out;
+  };
+  const auto a = prompts(train), b = prompts(val);
+  for (const auto& p : b) EXPECT_EQ(a.count(p), 0u) << p;
+  EXPECT_EQ(a.size() + b.size(), 500u);
+  TokenDataset again(load({path("s.jsonl")}, tok), po);
+  EXPECT_EQ(prompts(again), b);  // the same split on every load (and rank)
+  po.val_fraction = 1.5;
+  expect_input_error([&] { TokenDataset(stores, po); }, {"data.val_fraction"});
+}
+
+TEST_F(DataTest, EmptyMissingAndShortData) {
   ByteTokenizer tok;
   write_file(path("empty.txt"), "");
-  expect_input_error([&] { TokenDataset(path("empty.txt"), 8, &tok); }, {path("empty.txt"), "empty", "0 tokens"});
+  expect_input_error([&] { TokenDataset(load({path("empty.txt")}, tok), PackOptions{}); },
+                     {path("empty.txt"), "no trainable sequence", "0 tokens"});
   fs::create_directories(path("emptydir"));
-  expect_input_error([&] { TokenDataset(path("emptydir"), 8, &tok); }, {path("emptydir"), "no data files"});
-  expect_input_error([&] { TokenDataset(path("nope"), 8, &tok); }, {path("nope"), "does not exist"});
-
-  write_file(path("short.txt"), "abcd");  // 6 tokens with BOS/EOS
-  expect_input_error([&] { TokenDataset(path("short.txt"), 8, &tok); }, {path("short.txt"), "6 tokens", "seq_len 8", "needs 9"});
-  TokenDataset exact(path("short.txt"), 5, &tok);  // 6 tokens = exactly one sequence of 5 (+1)
-  EXPECT_EQ(exact.num_sequences(), 1);
-  expect_input_error([&] { TokenDataset(path("short.txt"), 0, &tok); }, {"seq_len"});
-
-  // Ids 256/257 (BOS/EOS) exceed a model vocab of 257.
-  EXPECT_NO_THROW(exact.check_vocab(258));
-  expect_input_error([&] { exact.check_vocab(257); }, {path("short.txt"), "257", "vocab_size"});
+  expect_input_error([&] { load({path("emptydir")}, tok); }, {path("emptydir"), "no data files"});
+  expect_input_error([&] { load({path("nope")}, tok); }, {path("nope"), "does not exist"});
+  write_file(path("short.txt"), "abcd");  // 6 tokens: one unit of seq_len 5, or a short one of 8
+  PackOptions po;
+  po.seq_len = 8;
+  EXPECT_EQ(TokenDataset(load({path("short.txt")}, tok), po).num_sequences(), 1);
+  po.seq_len = 0;
+  expect_input_error([&] { TokenDataset(load({path("short.txt")}, tok), po); }, {"seq_len"});
 }

@@ -336,6 +336,21 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
                             "timeout (10 s): behind; rank 0 timed out waiting in it"),
             std::string::npos) << dx.summary;
   EXPECT_EQ(dx.behind, std::vector<int>({1}));
+  // The same, but rank 1 completed #5 when it ran again (rank 0's small message was buffered) and
+  // was in #6 when it was ended: still the one behind, not a rank that merely "completed it".
+  d.records[1] = rank_record(1, 2, "signal SIGTERM", {e(4, "completed"), e(5, "completed"), e(6, "started")});
+  d.records[1]["timeout_ms"] = 10000;
+  d.records[1]["clock"]["realtime_ns"] = 9000 + 12000000000LL;
+  dx = flight::diagnose(d);
+  EXPECT_NE(dx.summary.find("collective #5 all_reduce(sum) 8 bytes float32 (2 elements) on group 'world' (mpi, ranks 0-1) at "
+                            "step 7, train step did not complete: rank 1 issued it 12.0 s after rank 0, later than the "
+                            "timeout (10 s): behind, and completed it when it ran again (then in #6); rank 0 timed out "
+                            "waiting in it"),
+            std::string::npos) << dx.summary;
+  EXPECT_EQ(dx.behind, std::vector<int>({1}));
+  d.records[1]["clock"]["realtime_ns"] = 9000 + 2000000000LL;  // 2 s late: within the timeout, not behind
+  EXPECT_NE(flight::diagnose(d).summary.find("rank 0 timed out waiting in it; rank 1 completed it (then in #6)"),
+            std::string::npos);
 }
 
 TEST(FlightReport, DesyncAndInSyncAndOlderRuns) {

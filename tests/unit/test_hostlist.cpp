@@ -84,9 +84,19 @@ TEST(Hostlist, MalformedInputIsAnInputErrorNamingTheText) {
   expect_input_error([] { expand_hostlist("a,,b"); }, "empty host name");
   expect_input_error([] { expand_hostlist("a,"); }, "empty host name");
   expect_input_error([] { expand_hostlist("a b"); }, "whitespace");
+  expect_input_error([] { expand_hostlist("a\nb"); }, "'a\\x0ab'");  // quoted escaped: still one line
   expect_input_error([] { expand_hostlist("n[0-99999999]"); }, "too large");
   expect_input_error([] { expand_hostlist("n[0-999][0-999][0-999]"); }, "too many hosts");
   expect_input_error([] { expand_hostlist("n[1-99999999999999999999]"); }, "bad range");
+  // Found by tests/fuzz/fuzz_hostlist: a few KB of text expanded to gigabytes of names (the host
+  // count limit alone let a 4000-character name times 10^6 through), and every group of
+  // "[0-999999][0-999999]..." was expanded before the product was checked.
+  expect_input_error([] { expand_hostlist(std::string(4000, 'x') + "[0-999999]"); }, "MiB of host names");
+  expect_input_error([] {
+    std::string many;
+    for (int i = 0; i < 300; ++i) many += "[0-999999]";
+    expand_hostlist(many);
+  }, "too many hosts");
 }
 
 TEST(TasksPerNode, Expands) {

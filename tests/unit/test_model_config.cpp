@@ -1,4 +1,4 @@
-// LlamaConfig: presets, config.json parsing (required keys, defaults, unsupported features), validation.
+// ModelConfig: presets, config.json parsing (required keys, defaults, unsupported features), validation.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -6,6 +6,7 @@
 
 #include "model/config.h"
 #include "model/errors.h"
+#include "model/registry.h"
 
 using namespace tessera::model;
 
@@ -31,74 +32,192 @@ nlohmann::json llama7b_hf_config() {
 }
 }  // namespace
 
-TEST(LlamaConfig, ParsesRealHfConfigAndMatchesPreset) {
-  auto c = LlamaConfig::from_json(llama7b_hf_config(), "config.json");
-  EXPECT_EQ(c, LlamaConfig::preset("llama2-7b"));
+TEST(ModelConfig, ParsesRealHfConfigAndMatchesPreset) {
+  auto c = ModelConfig::from_json(llama7b_hf_config(), "config.json");
+  EXPECT_EQ(c, ModelConfig::preset("llama2-7b"));
   EXPECT_EQ(c.num_parameters(), 6738415616LL);
   EXPECT_EQ(c.head_dim(), 128);
 }
 
-TEST(LlamaConfig, ToJsonRoundTripsAndHasHfKeys) {
-  for (const auto& name : LlamaConfig::preset_names()) {
-    auto c = LlamaConfig::preset(name);
+TEST(ModelConfig, ToJsonRoundTripsAndHasHfKeys) {
+  for (const auto& name : ModelConfig::preset_names()) {
+    auto c = ModelConfig::preset(name);
     auto j = c.to_json();
-    EXPECT_EQ(j["architectures"], nlohmann::json::array({"LlamaForCausalLM"}));
-    EXPECT_EQ(j["model_type"], "llama");
-    EXPECT_EQ(LlamaConfig::from_json(j, name), c) << name;
+    EXPECT_EQ(j["architectures"], nlohmann::json::array({c.model_type == "llama" ? "LlamaForCausalLM" : "MistralForCausalLM"}));
+    EXPECT_EQ(j["model_type"], c.model_type);
+    EXPECT_EQ(ModelConfig::from_json(j, name), c) << name;
   }
-  auto c70 = LlamaConfig::preset("llama2-70b").to_json();
+  auto c70 = ModelConfig::preset("llama2-70b").to_json();
   EXPECT_EQ(c70["num_key_value_heads"], 8);
   EXPECT_EQ(c70["hidden_size"], 8192);
   EXPECT_EQ(c70["intermediate_size"], 28672);
 }
 
-TEST(LlamaConfig, DefaultsForOptionalKeys) {
+TEST(ModelConfig, DefaultsForOptionalKeys) {
   auto j = llama7b_hf_config();
   j.erase("num_key_value_heads");
   j.erase("tie_word_embeddings");
   j["num_attention_heads"] = 16;
-  auto c = LlamaConfig::from_json(j, "cfg");
+  auto c = ModelConfig::from_json(j, "cfg");
   EXPECT_EQ(c.num_key_value_heads, 16);
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_FALSE(c.tie_word_embeddings);
 }
 
-TEST(LlamaConfig, ErrorsNameSourceAndKey) {
+TEST(ModelConfig, ErrorsNameSourceAndKey) {
   auto j = llama7b_hf_config();
   j.erase("hidden_size");
-  EXPECT_EQ(error_of([&] { LlamaConfig::from_json(j, "/m/config.json"); }),
+  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "/m/config.json"); }),
             "/m/config.json: missing required key 'hidden_size'");
   j = llama7b_hf_config();
   j["vocab_size"] = "32000";
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("c.json: key 'vocab_size' must be an integer"),
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("c.json: key 'vocab_size' must be an integer"),
             std::string::npos);
   j = llama7b_hf_config();
   j["num_key_value_heads"] = 5;
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("not divisible by num_key_value_heads 5"),
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("not divisible by num_key_value_heads 5"),
             std::string::npos);
   j = llama7b_hf_config();
-  j["model_type"] = "mistral";
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("model_type \"mistral\""), std::string::npos);
+  j["model_type"] = "gemma";
+  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "c.json"); }),
+            "c.json: model_type \"gemma\" is not supported (supported: llama, mistral)");
   j = llama7b_hf_config();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("rope_scaling"), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling"), std::string::npos);
   j = llama7b_hf_config();
   j["hidden_size"] = -4;
-  EXPECT_NE(error_of([&] { LlamaConfig::from_json(j, "c.json"); }).find("'hidden_size' must be positive"),
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("'hidden_size' must be positive"),
             std::string::npos);
-  EXPECT_EQ(error_of([] { LlamaConfig::preset("llama3"); }),
-            "unknown model preset 'llama3' (valid: tiny, small, llama2-7b, llama2-13b, llama2-70b)");
+  EXPECT_EQ(error_of([] { ModelConfig::preset("llama3"); }),
+            "unknown model preset 'llama3' (valid: tiny, small, llama2-7b, llama2-13b, llama2-70b, tiny-llama3, "
+            "llama3.2-1b, llama3-8b, llama3-70b, tiny-mistral, mistral-7b)");
 }
 
-TEST(LlamaConfig, LoadFromFile) {
+TEST(ModelConfig, LoadFromFile) {
   auto dir = std::filesystem::temp_directory_path() / ("tessera_cfg_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto path = (dir / "config.json").string();
   std::ofstream(path) << llama7b_hf_config().dump();
-  EXPECT_EQ(LlamaConfig::load(path), LlamaConfig::preset("llama2-7b"));
+  EXPECT_EQ(ModelConfig::load(path), ModelConfig::preset("llama2-7b"));
   std::ofstream(path) << "{\"vocab_size\": 3,";
-  EXPECT_NE(error_of([&] { LlamaConfig::load(path); }).find(path + ": invalid JSON"), std::string::npos);
-  EXPECT_NE(error_of([&] { LlamaConfig::load((dir / "nope.json").string()); }).find("nope.json: cannot open"),
+  EXPECT_NE(error_of([&] { ModelConfig::load(path); }).find(path + ": invalid JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelConfig::load((dir / "nope.json").string()); }).find("nope.json: cannot open"),
             std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- Llama 3.x and Mistral
+
+namespace {
+// meta-llama/Llama-3.2-1B's config.json.
+nlohmann::json llama32_1b_hf_config() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})");
+}
+// mistralai/Mistral-7B-v0.1's config.json.
+nlohmann::json mistral_v01_hf_config() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "sliding_window": 4096, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0", "use_cache": true, "vocab_size": 32000})");
+}
+}  // namespace
+
+TEST(Llama3Config, ParsesRealConfigsAndMatchesPresets) {
+  auto c = ModelConfig::from_json(llama32_1b_hf_config(), "config.json");
+  EXPECT_EQ(c, ModelConfig::preset("llama3.2-1b"));
+  EXPECT_EQ(c.rope_scaling, (RopeScaling{"llama3", 32.0, 1.0, 4.0, 8192}));
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.spec().family(), "llama");
+  EXPECT_EQ(c.num_parameters(), 1235814400LL);
+  // Llama 3.1 8B Instruct: rope factor 8 and a list of end-of-turn ids, kept as a list.
+  auto j = llama32_1b_hf_config();
+  j["hidden_size"] = 4096, j["intermediate_size"] = 14336, j["num_hidden_layers"] = 32, j["head_dim"] = 128;
+  j["rope_scaling"]["factor"] = 8.0, j["tie_word_embeddings"] = false;
+  j["eos_token_id"] = {128001, 128008, 128009};
+  auto c31 = ModelConfig::from_json(j, "config.json");
+  EXPECT_EQ(c31.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c31.to_json()["eos_token_id"], nlohmann::json({128001, 128008, 128009}));
+  c31.eos_token_ids = {128001};
+  EXPECT_EQ(c31, ModelConfig::preset("llama3-8b"));
+  // Older files spell the type "type"; "default" means no scaling.
+  j["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  EXPECT_EQ(ModelConfig::from_json(j, "c").rope_scaling.type, "llama3");
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_TRUE(ModelConfig::from_json(j, "c").rope_scaling.type.empty());
+}
+
+TEST(MistralConfig, SlidingWindowOrNot) {
+  auto c = ModelConfig::from_json(mistral_v01_hf_config(), "config.json");
+  EXPECT_EQ(c, ModelConfig::preset("mistral-7b"));
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.spec().family(), "mistral");
+  EXPECT_EQ(c.num_parameters(), 7241732096LL);
+  auto out = c.to_json();
+  EXPECT_EQ(out["architectures"], nlohmann::json::array({"MistralForCausalLM"}));
+  EXPECT_EQ(out["model_type"], "mistral");
+  EXPECT_EQ(out["sliding_window"], 4096);
+  // v0.3: no window (null), theta 1e6, vocab 32768.
+  auto j = mistral_v01_hf_config();
+  j["sliding_window"] = nullptr, j["rope_theta"] = 1000000.0, j["vocab_size"] = 32768;
+  auto v3 = ModelConfig::from_json(j, "config.json");
+  EXPECT_EQ(v3.sliding_window, 0);
+  EXPECT_TRUE(v3.to_json()["sliding_window"].is_null());
+  EXPECT_EQ(ModelConfig::from_json(v3.to_json(), "again"), v3);
+  EXPECT_EQ(v3.num_parameters(), 7248023552LL);
+}
+
+TEST(Llama3Config, PresetsRoundTripThroughTheirFamily) {
+  for (const auto& name : ModelConfig::preset_names()) {
+    auto c = ModelConfig::preset(name);
+    EXPECT_EQ(ModelConfig::from_json(c.to_json(), name), c) << name;
+    EXPECT_EQ(c.to_json()["model_type"], c.model_type) << name;
+  }
+}
+
+TEST(Llama3Config, UnsupportedValuesNameFileAndKey) {
+  auto j = llama32_1b_hf_config();
+  j["rope_scaling"]["rope_type"] = "yarn";
+  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
+            "m/config.json: rope_scaling.rope_type \"yarn\" is not supported (supported: llama3, default)");
+  j = llama32_1b_hf_config();
+  j["rope_scaling"].erase("rope_type");
+  j["rope_scaling"]["type"] = "linear";
+  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "c.json"); }),
+            "c.json: rope_scaling.type \"linear\" is not supported (supported: llama3, default)");
+  j = llama32_1b_hf_config();
+  j["rope_scaling"].erase("factor");
+  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "c.json"); }), "c.json: rope_scaling: missing required key 'factor'");
+  j = llama32_1b_hf_config();
+  j["rope_scaling"]["high_freq_factor"] = 0.5;
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling.high_freq_factor"), std::string::npos);
+  j = llama32_1b_hf_config();
+  j["head_dim"] = 128;
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("c.json: head_dim 128 is not supported"),
+            std::string::npos);
+  j = llama32_1b_hf_config();
+  j["eos_token_id"] = {128001, "x"};
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("'eos_token_id' must be an integer or a list"),
+            std::string::npos);
+  auto m = mistral_v01_hf_config();
+  m["sliding_window"] = 0;
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(m, "c.json"); }).find("c.json: sliding_window 0 must be a positive"),
+            std::string::npos);
+  m = mistral_v01_hf_config();
+  m["rope_scaling"] = {{"rope_type", "llama3"}};
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(m, "c.json"); }).find("not supported for model_type \"mistral\""),
+            std::string::npos);
 }

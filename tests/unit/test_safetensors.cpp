@@ -50,8 +50,8 @@ std::string error_of(const std::function<void()>& f) {
     EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;         \
   } while (0)
 
-LlamaConfig test_config() {
-  LlamaConfig c = LlamaConfig::preset("tiny");
+ModelConfig test_config() {
+  ModelConfig c = ModelConfig::preset("tiny");
   c.vocab_size = 50;
   c.hidden_size = 32;
   c.intermediate_size = 86;

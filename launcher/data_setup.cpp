@@ -1,0 +1,119 @@
+#include "launcher/data_setup.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "runtime/error.h"
+
+namespace tessera::launcher {
+
+namespace fs = std::filesystem;
+
+bool TokenizerChoice::bpe() const {
+  std::error_code ec;
+  const fs::path p(path);
+  return !bytes && (p.extension() == ".json" || (fs::is_directory(p, ec) && fs::exists(p / "tokenizer.json", ec) &&
+                                                 !fs::exists(p / "tokenizer.model", ec)));
+}
+
+TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& model_dir, const std::string& model_name,
+                                 const model::ModelConfig& mc) {
+  if (spec == "bytes") return {true, ""};
+  if (!spec.empty()) return {false, spec};
+  std::error_code ec;
+  for (const char* file : {"tokenizer.model", "tokenizer.json"})
+    if (!model_dir.empty() && fs::is_regular_file(fs::path(model_dir) / file, ec))
+      return {false, (fs::path(model_dir) / file).string()};
+  const auto& eos = mc.eos_token_ids;
+  const bool byte_vocab = mc.bos_token_id == data::ByteTokenizer::kBos &&
+                          std::find(eos.begin(), eos.end(), data::ByteTokenizer::kEos) != eos.end() &&
+                          mc.vocab_size >= data::ByteTokenizer::kVocab;
+  if (byte_vocab) return {true, ""};
+  throw TESSERA_INPUT_ERROR(
+      "data.tokenizer is empty and model " + model_name + " (vocab_size " + std::to_string(mc.vocab_size) + ") " +
+      (model_dir.empty() ? "is a preset without a tokenizer" : "has no tokenizer.model or tokenizer.json in its directory") +
+      ": set data.tokenizer to the model's tokenizer.model or tokenizer.json, or to \"bytes\" to train it on byte-level "
+      "tokens (ids 0-257)");
+}
+
+namespace {
+
+void print_read_warnings(const data::ReadStats& s, const std::string& what) {
+  for (const auto& w : s.warnings) std::cerr << "tessera: warning: " << w << "\n";
+  if (s.dropped > static_cast<int64_t>(s.warnings.size()))
+    std::cerr << "tessera: warning: " << what << ": " << (s.dropped - static_cast<int64_t>(s.warnings.size()))
+              << " more dropped examples not listed\n";
+  if (s.dropped) std::cout << what << ": " << s.drop_summary() << std::endl;
+}
+
+}  // namespace
+
+DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, std::unique_ptr<data::Tokenizer> tokenizer,
+                     bool print_warnings) {
+  DataSetup d;
+  d.tokenizer = std::move(tokenizer);
+  const data::Tokenizer& tok = *d.tokenizer;
+  const std::string model_path = cfg.get_string("model.path");
+  TESSERA_CHECK_INPUT(tok.vocab_size() <= mc.vocab_size,
+                      "tokenizer " + tok.name() + " has a vocab of " + std::to_string(tok.vocab_size()) +
+                          " tokens, more than the model's vocab_size " + std::to_string(mc.vocab_size) + " (" +
+                          (model_path.empty() ? "preset " + cfg.get_string("model.preset") : model_path + "/config.json") +
+                          "): its ids would be outside the model's embedding (set data.tokenizer to the model's own)");
+  d.chat = data::make_chat_template(cfg.get_string("data.chat_template"));
+  d.chat->check(tok);
+
+  data::PackOptions po;
+  po.seq_len = cfg.get_int("data.seq_len");
+  po.packing = cfg.get_bool("data.packing");
+  po.truncation = data::parse_truncation(cfg.get_string("data.truncation"));
+  po.train_on_all = cfg.get_string("data.train_on") == "all";
+  po.vocab_limit = mc.vocab_size;
+  const std::string path = cfg.get_string("data.path"), val_path = cfg.get_string("data.val_path");
+  const double fraction = cfg.get_float("data.val_fraction");
+  TESSERA_CHECK_INPUT(fraction >= 0 && fraction < 1, "data.val_fraction must be in [0, 1), got " + std::to_string(fraction));
+  TESSERA_CHECK_INPUT(val_path.empty() || fraction == 0,
+                      "data.val_path and data.val_fraction are both set: hold out a fraction of data.path or give a "
+                      "validation file, not both");
+
+  // Reading: every rank reads and tokenises the text/JSONL files itself (token files are mapped).
+  auto load = [&](const std::string& p, const std::string& key) {
+    data::ReadStats stats;
+    auto stores = data::load_documents({p}, tok, *d.chat, stats);
+    if (print_warnings) print_read_warnings(stats, key + " " + p);
+    if (stats.documents == 0)
+      throw TESSERA_INPUT_ERROR(key + " " + p + " holds no trainable example (" +
+                                (stats.dropped ? stats.drop_summary() : std::to_string(stats.files) + " file(s) without text") +
+                                ")");
+    d.read_stats.merge(stats);
+    return stores;
+  };
+  auto stores = load(path, "data.path");
+  po.val_fraction = val_path.empty() ? fraction : 0;
+  auto make = [&](const std::vector<std::shared_ptr<const data::DocStore>>& s, bool validation, const std::string& what) {
+    data::PackOptions o = po;
+    o.validation = validation;
+    auto ds = std::make_shared<data::TokenDataset>(s, o);
+    if (print_warnings) print_read_warnings(ds->stats(), what);
+    return ds;
+  };
+  d.train = make(stores, false, "data.path " + path);
+  if (!val_path.empty()) {
+    auto val_stores = load(val_path, "data.val_path");
+    po.val_fraction = 0;
+    d.val = make(val_stores, false, "data.val_path " + val_path);
+  } else if (fraction > 0) {
+    d.val = make(stores, true, "data.val_fraction split of " + path);
+  }
+  TESSERA_CHECK_INPUT(d.val || cfg.get_int("eval.every") == 0,
+                      "eval.every is " + std::to_string(cfg.get_int("eval.every")) +
+                          " but there is no validation data: set data.val_path or data.val_fraction");
+  TESSERA_CHECK_INPUT(cfg.get_int("eval.every") >= 0, "eval.every must be >= 0");
+  TESSERA_CHECK_INPUT(d.val || !cfg.get_bool("checkpoint.keep_best"),
+                      "checkpoint.keep_best needs validation data: set data.val_path or data.val_fraction");
+  TESSERA_CHECK_INPUT(!cfg.get_bool("checkpoint.keep_best") || !cfg.get_string("checkpoint.dir").empty(),
+                      "checkpoint.keep_best needs checkpoint.dir");
+  return d;
+}
+
+}  // namespace tessera::launcher

@@ -1,0 +1,46 @@
+// The data side of `tessera train`: which tokenizer (data.tokenizer and the model), the chat
+// template, the training and validation datasets, and the messages about dropped examples.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "launcher/config.h"
+#include "model/config.h"
+#include "runtime/data/chat_template.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/tokenizer.h"
+
+namespace tessera::launcher {
+
+// What data.tokenizer resolves to for a model:
+//   "bytes"           byte-level tokens;
+//   a path            that tokenizer (data::make_tokenizer: a SentencePiece model, or a
+//                     tokenizer.json / a directory holding one);
+//   "" (the default)  the model directory's own tokenizer.model when it has one, else its
+//                     tokenizer.json, else byte-level tokens when the model's vocabulary is the byte
+//                     vocabulary (its BOS/EOS ids are 256/257, as the tiny presets'), else
+//                     Error(Input) naming the model's vocab size and how to fix it.
+// `model_dir` is empty for a preset model; `model_name` names the model in messages.
+struct TokenizerChoice {
+  bool bytes = false;
+  std::string path;  // the tokenizer when !bytes
+  // A Hugging Face tokenizer.json (the file or its directory), not a SentencePiece model.
+  bool bpe() const;
+};
+TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& model_dir, const std::string& model_name,
+                                 const model::ModelConfig& mc);
+
+struct DataSetup {
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::unique_ptr<data::ChatTemplate> chat;
+  std::shared_ptr<data::TokenDataset> train, val;  // val: null without validation data
+  data::ReadStats read_stats;                      // records dropped while reading (all files)
+};
+
+// Loads data.path (and data.val_path or the data.val_fraction split) with `tokenizer`, for a model of
+// `mc` and sequences of data.seq_len. Bad keys or data throw Error(Input); dropped records are
+// listed on stderr by `print_warnings` (rank 0 only). Throws when nothing trainable remains.
+DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, std::unique_ptr<data::Tokenizer> tokenizer,
+                     bool print_warnings);
+
+}  // namespace tessera::launcher

@@ -1,0 +1,66 @@
+#include "launcher/model_lm.h"
+
+#include <torch/torch.h>
+
+#include "model/registry.h"
+#include "model/safetensors.h"
+#include "runtime/error.h"
+
+namespace tessera::launcher {
+
+train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
+  const model::ModelSpec* spec = &cfg.spec();
+  std::shared_ptr<model::CausalLmModule> m = spec->build(cfg, torch::kMeta);
+  train::CausalLm lm;
+  lm.units.push_back({"root", m->root_parameters()});
+  for (int64_t i = 0; i < m->num_layers(); ++i)
+    lm.units.push_back({"model.layers." + std::to_string(i), m->layer_parameters(i)});
+  model::CausalLmModule* impl = m.get();
+  // The current micro-batch's layout (packed documents): set before its forward, read by every
+  // layer call of that micro-batch, including the activation-checkpointing recompute in backward.
+  auto layout = std::make_shared<model::TokenLayout>();
+  lm.embed = [impl](const at::Tensor& tokens) { return impl->embed(tokens); };
+  lm.layer = [impl, layout](int64_t i, const at::Tensor& h) { return impl->layer_forward(i, h, *layout); };
+  lm.set_context = [layout](const train::BatchContext& c) {
+    layout->position_ids = c.position_ids;
+    layout->document_ids = c.document_ids;
+  };
+  lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
+  lm.decay = [spec](const std::string& name) { return spec->decays(name); };
+  lm.vocab_size = cfg.vocab_size;
+  lm.flops_per_token = [cfg, spec](int64_t seq_len) { return spec->train_flops_per_token(cfg, seq_len); };
+  lm.keep_alive = m;
+  return lm;
+}
+
+void InitWeightSource::read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+                            int64_t count, float* dst) {
+  if (name != cached_name_) {
+    cached_ = spec_->init_tensor({name, shape}, seed_).contiguous();
+    cached_name_ = name;
+  }
+  TESSERA_CHECK(offset + count <= cached_.numel(), "slice out of range for " + name);
+  std::memcpy(dst, cached_.data_ptr<float>() + offset, count * sizeof(float));
+}
+
+void HfWeightSource::read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+                          int64_t count, float* dst) {
+  dir_->read_into(name, offset, count, dst, model::DType::F32);
+}
+
+}  // namespace tessera::launcher
+
+namespace tessera::launcher {
+
+at::Tensor HfWeightSource::view(const std::string& name, int64_t offset, int64_t count) {
+  const auto dtype = model::to_torch(dir_->info(name).dtype);
+  // from_blob never writes; the mapping is PROT_READ, so the tensor must only be read.
+  return at::from_blob(const_cast<void*>(dir_->mapped(name, offset, count)), {count},
+                       at::TensorOptions().dtype(dtype));
+}
+
+void HfWeightSource::release(const std::string& name, int64_t offset, int64_t count) {
+  dir_->release(name, offset, count);
+}
+
+}  // namespace tessera::launcher

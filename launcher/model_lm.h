@@ -1,0 +1,50 @@
+// Glue between model/ (the family registry, model/registry.h) and runtime/ (FSDP, training): the
+// only place that knows both. Nothing here names a family: everything comes from ModelConfig::spec().
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "runtime/fsdp/fsdp.h"
+#include "runtime/train/trainer.h"
+
+namespace tessera::model {
+class ModelDir;
+}
+
+namespace tessera::launcher {
+
+// The model of `cfg`'s family built on the meta device (no memory), described to the runtime as a
+// causal LM: unit 0 is the family's root (embeddings, final norm, head; a tied embedding is one
+// tensor there), unit i+1 is decoder layer i; decay rule and FLOPs from the family.
+train::CausalLm make_causal_lm(const model::ModelConfig& cfg);
+
+// Weights from the family's initialisation (seed): every rank generates only the parameters of the
+// unit being loaded, one parameter at a time, identical on every rank and world size.
+class InitWeightSource : public fsdp::WeightSource {
+ public:
+  InitWeightSource(const model::ModelConfig& cfg, uint64_t seed) : spec_(&cfg.spec()), seed_(seed) {}
+  void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
+            float* dst) override;
+
+ private:
+  const model::ModelSpec* spec_;
+  uint64_t seed_;
+  std::string cached_name_;
+  at::Tensor cached_;
+};
+
+// Weights from a Hugging Face directory: reads only the requested byte ranges (F32/BF16/F16 -> fp32).
+class HfWeightSource : public fsdp::WeightSource {
+ public:
+  explicit HfWeightSource(std::shared_ptr<model::ModelDir> dir) : dir_(std::move(dir)) {}
+  void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
+            float* dst) override;
+  at::Tensor view(const std::string& name, int64_t offset, int64_t count) override;
+  void release(const std::string& name, int64_t offset, int64_t count) override;
+
+ private:
+  std::shared_ptr<model::ModelDir> dir_;
+};
+
+}  // namespace tessera::launcher

@@ -1,0 +1,147 @@
+#include "launcher/yaml_config.h"
+
+// GCC 12 flags yaml-cpp 0.7's node/impl.h with -Wdangling-pointer (a false positive about its
+// temporary shared_memory_holder); the warning is silenced for that header only.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
+#include <yaml-cpp/yaml.h>
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic pop
+#endif
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "launcher/config.h"
+#include "runtime/error.h"
+
+namespace tessera::launcher {
+
+using nlohmann::json;
+
+bool is_yaml_path(const std::string& path) {
+  auto ends_with = [&](const std::string& s) {
+    return path.size() >= s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends_with(".yaml") || ends_with(".yml");
+}
+
+namespace {
+
+std::string where(const std::string& source, const YAML::Mark& m) {
+  return source + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+// A plain scalar as YAML 1.2's core schema types it, with PyYAML's YAML 1.1 booleans.
+json resolve_plain(const std::string& s) {
+  static const std::regex int_re("[-+]?[0-9]+"), hex_re("0x[0-9a-fA-F]+"), oct_re("0o[0-7]+"),
+      float_re("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
+  static const char* const trues[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+  static const char* const falses[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+  for (const char* t : trues)
+    if (s == t) return true;
+  for (const char* f : falses)
+    if (s == f) return false;
+  try {
+    if (std::regex_match(s, int_re)) return std::stoll(s);
+    if (std::regex_match(s, hex_re)) return std::stoll(s.substr(2), nullptr, 16);
+    if (std::regex_match(s, oct_re)) return std::stoll(s.substr(2), nullptr, 8);
+    if (std::regex_match(s, float_re)) return std::stod(s);
+  } catch (const std::out_of_range&) {
+    // Too large for int64 / double: left as text, and the schema says what it should be.
+  }
+  return s;
+}
+
+struct Converter {
+  std::string source;
+  const YamlScalarType& scalar_type;
+  YamlPositions* positions;
+
+  json value(const YAML::Node& n, const std::string& path) {
+    switch (n.Type()) {
+      case YAML::NodeType::Null:
+        return nullptr;
+      case YAML::NodeType::Scalar: {
+        const std::string& tag = n.Tag();
+        if (tag == "!" || tag == "tag:yaml.org,2002:str") return n.Scalar();
+        if (scalar_type && scalar_type(path) == "string") return n.Scalar();
+        return resolve_plain(n.Scalar());
+      }
+      case YAML::NodeType::Sequence: {
+        json a = json::array();
+        for (const auto& e : n) a.push_back(value(e, path));
+        return a;
+      }
+      case YAML::NodeType::Map:
+        return mapping(n, path);
+      default:
+        return nullptr;
+    }
+  }
+
+  json mapping(const YAML::Node& n, const std::string& prefix) {
+    json o = json::object();
+    std::map<std::string, int> first_line;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node& k = it->first;
+      if (!k.IsScalar())
+        throw TESSERA_INPUT_ERROR(where(source, k.Mark()) + ": a key must be a plain name, not a " +
+                                  (k.IsMap() ? "mapping" : k.IsSequence() ? "sequence" : "null"));
+      const std::string key = k.Scalar();
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      auto [seen, fresh] = first_line.emplace(key, k.Mark().line + 1);
+      if (!fresh)
+        throw TESSERA_INPUT_ERROR(where(source, k.Mark()) + ": key '" + path + "' appears twice (first at line " +
+                                  std::to_string(seen->second) + ")");
+      if (positions) (*positions)[path] = std::to_string(k.Mark().line + 1) + ":" + std::to_string(k.Mark().column + 1);
+      o[key] = value(it->second, path);
+    }
+    return o;
+  }
+};
+
+}  // namespace
+
+json parse_yaml_text(const std::string& text, const std::string& source, const YamlScalarType& scalar_type,
+                     YamlPositions* positions) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    throw TESSERA_INPUT_ERROR((e.mark.is_null() ? source : where(source, e.mark)) + ": invalid YAML: " + e.msg);
+  }
+  if (docs.empty() || docs[0].IsNull()) {
+    if (docs.size() > 1) throw TESSERA_INPUT_ERROR(source + ": holds " + std::to_string(docs.size()) + " YAML documents; expected one");
+    return json::object();
+  }
+  if (docs.size() > 1)
+    throw TESSERA_INPUT_ERROR(where(source, docs[1].Mark()) + ": a second YAML document; a config file holds one");
+  if (!docs[0].IsMap())
+    throw TESSERA_INPUT_ERROR(where(source, docs[0].Mark()) + ": the top level must be a mapping of keys, got a " +
+                              (docs[0].IsSequence() ? "sequence" : "scalar"));
+  Converter c{source, scalar_type, positions};
+  return c.mapping(docs[0], "");
+}
+
+json read_yaml_file(const std::string& path, const YamlScalarType& scalar_type, YamlPositions* positions) {
+  std::ifstream in(path);
+  if (!in) throw TESSERA_INPUT_ERROR(path + ": cannot open config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_yaml_text(ss.str(), path, scalar_type, positions);
+}
+
+json read_config_file(const std::string& path) {
+  if (!is_yaml_path(path)) return read_json_file(path);
+  return read_yaml_file(path, [](const std::string& key) {
+    for (const auto& k : config_schema())
+      if (k.key == key) return k.type;
+    return std::string();
+  });
+}
+
+}  // namespace tessera::launcher

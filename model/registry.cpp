@@ -1,0 +1,61 @@
+#include "model/registry.h"
+
+#include "model/errors.h"
+
+namespace tessera::model {
+
+// ---- The registry: one line per family. X(name) refers to `const ModelSpec& name_family()`,
+// defined in the family's own file.
+#define TESSERA_MODEL_FAMILIES(X) \
+  X(llama)   /* model/llama_family.cpp: Llama 2, Llama 3 / 3.1 / 3.2 / 3.3 */ \
+  X(mistral) /* model/mistral.cpp: Mistral 7B v0.1 - v0.3 */
+
+#define TESSERA_DECLARE_FAMILY(name) const ModelSpec& name##_family();
+TESSERA_MODEL_FAMILIES(TESSERA_DECLARE_FAMILY)
+#undef TESSERA_DECLARE_FAMILY
+
+const std::vector<const ModelSpec*>& model_families() {
+#define TESSERA_LIST_FAMILY(name) &name##_family(),
+  static const std::vector<const ModelSpec*> families = {TESSERA_MODEL_FAMILIES(TESSERA_LIST_FAMILY)};
+#undef TESSERA_LIST_FAMILY
+  return families;
+}
+
+const ModelSpec& family_for(const std::string& model_type, const std::string& source) {
+  std::string supported;
+  for (const ModelSpec* f : model_families())
+    for (const auto& t : f->model_types()) {
+      if (t == model_type) return *f;
+      supported += (supported.empty() ? "" : ", ") + t;
+    }
+  throw ModelError(source + ": model_type \"" + model_type + "\" is not supported (supported: " + supported + ")");
+}
+
+int64_t UnitSpec::numel() const {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
+
+torch::Tensor CausalLmModule::forward(const torch::Tensor& tokens, const TokenLayout& layout) {
+  auto h = embed(tokens);
+  for (int64_t i = 0; i < num_layers(); ++i) h = layer_forward(i, h, layout);
+  return head(h);
+}
+
+NamedTensors CausalLmModule::named_hf_parameters() {
+  NamedTensors out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::vector<UnitSpec> unit_specs(const ModelConfig& cfg) { return cfg.spec().unit_specs(cfg); }
+
+std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& cfg) { return cfg.spec().tensor_specs(cfg); }
+
+std::vector<TensorSpec> hf_layer_specs(const ModelConfig& cfg, int64_t i) {
+  TORCH_CHECK(i >= 0 && i < cfg.num_hidden_layers, "layer index ", i, " out of range");
+  return cfg.spec().unit_specs(cfg)[1 + i].tensors;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,108 @@
+// The model registry: one ModelSpec per model family. train, eval, init-model, ckpt and the
+// benchmarks ask it (through ModelConfig::spec()) for everything family-specific: config.json
+// parsing and validation, presets, the module on the meta device, tensor names and shapes, the
+// weight-decay rule, the initialisation and the FLOPs per token. The runtime never learns a
+// family's name: launcher/model_lm.h turns a CausalLmModule into a train::CausalLm.
+//
+// Families: "llama" (model_type llama: Llama 2, Llama 3 / 3.1 / 3.2 / 3.3) and "mistral"
+// (model_type mistral: Mistral 7B v0.1 - v0.3). Adding one = a model/<family>.cpp defining
+// `const ModelSpec& <family>_family()` plus its line in registry.cpp's TESSERA_MODEL_FAMILIES.
+//
+// Sizes without building anything (e.g. a memory planner):
+//   ModelConfig c = ModelConfig::preset("llama3-70b");          // or ModelConfig::load("dir/config.json")
+//   c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim(),
+//   c.intermediate_size, c.vocab_size, c.tie_word_embeddings, c.sliding_window, c.num_parameters()
+//   std::vector<UnitSpec> units = unit_specs(c);   // [0] root, [1 + i] decoder layer i: names + shapes
+// unit_specs is arithmetic (no module, no tensor); a test checks it equals the meta-device module's
+// parameters for every preset.
+#pragma once
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors.h"  // TensorSpec
+
+namespace tessera::model {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// One FSDP unit's tensors: "root" (embeddings, final norm, head when untied) or "model.layers.{i}".
+// A tied embedding is one tensor in the root unit, used by both the embedding and the head.
+struct UnitSpec {
+  std::string name;
+  std::vector<TensorSpec> tensors;
+  int64_t numel() const;
+};
+
+// How the tokens of a batch [B, T] are laid out when several documents are packed into one row:
+// position_ids [B, T] (RoPE positions, restarting at 0 for each document) and document_ids [B, T]
+// (a token attends only to earlier tokens of its own document). Undefined tensors (the default):
+// one document per row at positions 0..T-1, i.e. plain causal attention.
+struct TokenLayout {
+  torch::Tensor position_ids, document_ids;
+  bool packed() const { return document_ids.defined(); }
+};
+
+// What a family's module offers a runtime: layer-wise callables over Hugging Face-named parameters.
+// Built on torch::kMeta it allocates nothing; a runtime swaps parameter storage (set_data) per unit.
+// No module caches anything derived from its parameters or buffers (RoPE tables are computed per
+// call), so nothing has to be recomputed after a meta-device build.
+class CausalLmModule : public torch::nn::Module {
+ public:
+  virtual int64_t num_layers() const = 0;
+  virtual torch::Tensor embed(const torch::Tensor& tokens) = 0;                 // [B, T] int64 -> [B, T, H]
+  // Decoder layer i, [B, T, H] -> [B, T, H], RoPE and attention per `layout` (TokenLayout).
+  virtual torch::Tensor layer_forward(int64_t i, const torch::Tensor& h, const TokenLayout& layout) = 0;
+  virtual torch::Tensor head(const torch::Tensor& h) = 0;                       // -> logits [B, T, V]
+  virtual NamedTensors root_parameters() = 0;                                   // unit 0
+  virtual NamedTensors layer_parameters(int64_t i) = 0;                         // unit 1 + i
+  torch::Tensor forward(const torch::Tensor& tokens, const TokenLayout& layout = {});  // head(layers(embed(tokens)))
+  NamedTensors named_hf_parameters();                  // every parameter once, HF names, file order
+};
+
+struct Preset {
+  std::string name;
+  ModelConfig config;
+};
+
+class ModelSpec {
+ public:
+  virtual ~ModelSpec() = default;
+  virtual std::string family() const = 0;                    // "llama", "mistral"
+  virtual std::vector<std::string> model_types() const = 0;  // config.json model_type values it reads
+  virtual std::vector<Preset> presets() const = 0;           // in size order
+  // config.json content -> validated config; ModelError "<source>: <key> ..." on bad input.
+  virtual ModelConfig from_json(const nlohmann::json& j, const std::string& source) const = 0;
+  virtual nlohmann::json to_json(const ModelConfig& c) const = 0;  // round-trips through from_json
+  // The family's own checks (ModelConfig::validate runs the generic ones first).
+  virtual void validate(const ModelConfig& c, const std::string& source) const = 0;
+  // Tensors per FSDP unit ([0] root, [1 + i] layer i) and in checkpoint file order; arithmetic.
+  virtual std::vector<UnitSpec> unit_specs(const ModelConfig& c) const = 0;
+  virtual std::vector<TensorSpec> tensor_specs(const ModelConfig& c) const = 0;
+  // The module (torch::kMeta: shapes only). Its parameters are exactly unit_specs(c).
+  virtual std::shared_ptr<CausalLmModule> build(const ModelConfig& c, torch::Device device,
+                                                torch::Dtype dtype = torch::kFloat32) const = 0;
+  virtual bool decays(const std::string& hf_name) const = 0;  // AdamW weight decay applies
+  // Initial value of one tensor (fp32, CPU), a pure function of (spec, seed): any order, any rank.
+  virtual torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) const = 0;
+  // Training FLOPs per token for MFU (PaLM / torchtitan count; see the family's header).
+  virtual double train_flops_per_token(const ModelConfig& c, int64_t seq_len) const = 0;
+};
+
+// Every registered family, in registration order.
+const std::vector<const ModelSpec*>& model_families();
+// The family reading `model_type`; ModelError "<source>: model_type \"x\" is not supported
+// (supported: llama, mistral)".
+const ModelSpec& family_for(const std::string& model_type, const std::string& source);
+
+// Shorthands: cfg.spec().unit_specs(cfg) / tensor_specs(cfg) / unit i + 1's tensors.
+std::vector<UnitSpec> unit_specs(const ModelConfig& cfg);
+std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& cfg);
+std::vector<TensorSpec> hf_layer_specs(const ModelConfig& cfg, int64_t i);
+
+}  // namespace tessera::model

@@ -1,0 +1,496 @@
+#include "runtime/data/bpe_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <queue>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.h"
+
+namespace tessera::data {
+
+namespace {
+
+using json = nlohmann::json;
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 to U+0100.. in
+// byte order, so every byte has a visible, non-space character.
+std::array<uint32_t, 256> byte_to_codepoint() {
+  std::array<uint32_t, 256> map{};
+  std::array<bool, 256> printable{};
+  for (int b = '!'; b <= '~'; ++b) printable[b] = true;
+  for (int b = 0xA1; b <= 0xAC; ++b) printable[b] = true;
+  for (int b = 0xAE; b <= 0xFF; ++b) printable[b] = true;
+  uint32_t next = 256;
+  for (int b = 0; b < 256; ++b) map[b] = printable[b] ? b : next++;
+  return map;
+}
+
+// A vocabulary entry's spelling (UTF-8 of byte-mapped characters) -> its bytes; false if a character
+// is not in the byte-level alphabet or the UTF-8 is malformed.
+bool unmap_bytes(const std::string& s, const std::unordered_map<uint32_t, unsigned char>& inverse, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    uint32_t cp;
+    int len;
+    if (c < 0x80) cp = c, len = 1;
+    else if ((c & 0xE0) == 0xC0) cp = c & 0x1F, len = 2;
+    else if ((c & 0xF0) == 0xE0) cp = c & 0x0F, len = 3;
+    else if ((c & 0xF8) == 0xF0) cp = c & 0x07, len = 4;
+    else return false;
+    if (i + len > s.size()) return false;
+    for (int k = 1; k < len; ++k) {
+      const unsigned char cc = s[i + k];
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    auto it = inverse.find(cp);
+    if (it == inverse.end()) return false;
+    out.push_back(static_cast<char>(it->second));
+    i += len;
+  }
+  return true;
+}
+
+// GPT-2's pre-tokenizer pattern (ByteLevel with use_regex).
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Per thread: a JIT stack of up to 8 MiB (the default 32 KiB overflows on long runs of one class).
+struct JitContext {
+  pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 << 10, 8 << 20, nullptr);
+  JitContext() { pcre2_jit_stack_assign(ctx, nullptr, stack); }
+  ~JitContext() {
+    pcre2_jit_stack_free(stack);
+    pcre2_match_context_free(ctx);
+  }
+};
+
+// A compiled PCRE2 pattern (UTF, Unicode properties for \s \w \d, invalid UTF-8 treated as
+// unmatchable), JIT-compiled where PCRE2 can. Matching is thread-safe (match data per call).
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& where) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw TESSERA_INPUT_ERROR(where + " does not compile at offset " + std::to_string(off) + ": " +
+                                reinterpret_cast<const char*>(msg));
+    }
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // optional: pcre2_match falls back to the interpreter
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Splits [begin, end) of `s` into matches and the gaps between them (Split, behaviour Isolated).
+  void split(const std::string& s, size_t begin, size_t end, std::vector<std::pair<size_t, size_t>>& out) const {
+    thread_local JitContext jit;
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+    size_t pos = begin, last = begin;
+    while (pos < end) {
+      const int rc = pcre2_match(code_, subject, end, pos, 0, md, jit.ctx);
+      if (rc < 0) {
+        if (rc != PCRE2_ERROR_NOMATCH) {
+          pcre2_match_data_free(md);
+          throw TESSERA_INPUT_ERROR("pre-tokenizer regex failed with PCRE2 error " + std::to_string(rc));
+        }
+        break;
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      if (ov[1] == ov[0]) {  // empty match: step over one character
+        pos = ov[0] + 1;
+        while (pos < end && (static_cast<unsigned char>(s[pos]) & 0xC0) == 0x80) ++pos;
+        continue;
+      }
+      if (ov[0] > last) out.emplace_back(last, ov[0]);
+      out.emplace_back(ov[0], ov[1]);
+      pos = last = ov[1];
+    }
+    if (last < end) out.emplace_back(last, end);
+    pcre2_match_data_free(md);
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+}  // namespace
+
+struct BpeTokenizer::Impl {
+  std::string path;
+  std::unordered_map<std::string, int32_t> vocab;  // raw bytes -> id (model.vocab)
+  std::vector<std::string> id_bytes;               // id -> bytes (added tokens: content)
+  std::vector<bool> known;                         // id is in model.vocab or added_tokens
+  std::array<int32_t, 256> byte_id{};
+  // (left id, right id) -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
+  bool ignore_merges = false;
+  std::vector<std::unique_ptr<Regex>> splits;  // Split steps, then ByteLevel's own regex if use_regex
+  bool add_prefix_space = false;
+  struct Added {
+    std::string content;
+    int32_t id;
+    bool special;
+  };
+  std::vector<Added> added;
+  std::array<std::vector<size_t>, 256> added_by_first{};  // indices into `added`, longest first
+  int32_t bos = -1, eos = -1;
+  int64_t vocab_size = 0;
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw TESSERA_INPUT_ERROR("tokenizer " + path + ": " + field + " " + what);
+  }
+
+  static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+
+  void set_token(int32_t id, const std::string& bytes) {
+    if (id >= (int64_t)id_bytes.size()) id_bytes.resize(id + 1), known.resize(id + 1, false);
+    id_bytes[id] = bytes;
+    known[id] = true;
+  }
+
+  void load(const json& j);
+  void load_pre_tokenizer(const json& pt);
+  void load_special_ids(const json& j);
+  void bpe(const std::string& piece, std::vector<int32_t>& out) const;
+  void encode_text(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out) const;
+};
+
+void BpeTokenizer::Impl::load(const json& j) {
+  if (!j.is_object()) fail("top level", "is not a JSON object");
+  const json model = j.value("model", json());
+  if (!model.is_object()) fail("model", "is missing");
+  const std::string type = model.value("type", std::string("BPE"));
+  if (type != "BPE") fail("model.type", "\"" + type + "\" is not supported (byte-level BPE only)");
+  if (j.contains("normalizer") && !j["normalizer"].is_null())
+    fail("normalizer.type", j["normalizer"].value("type", json("?")).dump() + " is not supported (byte-level BPE has none)");
+  if (model.contains("dropout") && !model["dropout"].is_null()) fail("model.dropout", "is not supported");
+  if (model.value("byte_fallback", false)) fail("model.byte_fallback", "is not supported (byte-level BPE)");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(k) && !model[k].is_null() && model[k] != "") fail(std::string("model.") + k, "is not supported");
+  ignore_merges = model.value("ignore_merges", false);
+
+  const auto cp = byte_to_codepoint();
+  std::unordered_map<uint32_t, unsigned char> inverse;
+  for (int b = 0; b < 256; ++b) inverse[cp[b]] = static_cast<unsigned char>(b);
+
+  if (!model.contains("vocab") || !model["vocab"].is_object()) fail("model.vocab", "is missing");
+  std::string bytes;
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
+      fail("model.vocab[\"" + it.key() + "\"]", "is not a valid id");
+    if (!unmap_bytes(it.key(), inverse, bytes))
+      fail("model.vocab[\"" + it.key() + "\"]", "is not spelled in the byte-level alphabet (not a byte-level BPE)");
+    const int32_t id = it->get<int32_t>();
+    vocab[bytes] = id;
+    set_token(id, bytes);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab.find(std::string(1, static_cast<char>(b)));
+    if (it == vocab.end()) fail("model.vocab", "lacks the token of byte " + std::to_string(b));
+    byte_id[b] = it->second;
+  }
+
+  if (!model.contains("merges") || !model["merges"].is_array()) fail("model.merges", "is missing");
+  const json& ms = model["merges"];
+  std::string left, right;
+  for (size_t r = 0; r < ms.size(); ++r) {
+    const std::string field = "model.merges[" + std::to_string(r) + "]";
+    std::string a, b;
+    if (ms[r].is_string()) {  // "a b"
+      const std::string m = ms[r].get<std::string>();
+      const size_t sp = m.find(' ');
+      if (sp == std::string::npos) fail(field, "\"" + m + "\" is not two tokens separated by a space");
+      a = m.substr(0, sp), b = m.substr(sp + 1);
+    } else if (ms[r].is_array() && ms[r].size() == 2 && ms[r][0].is_string() && ms[r][1].is_string()) {
+      a = ms[r][0].get<std::string>(), b = ms[r][1].get<std::string>();
+    } else {
+      fail(field, "is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    if (!unmap_bytes(a, inverse, left) || !unmap_bytes(b, inverse, right)) fail(field, "is not byte-level");
+    auto l = vocab.find(left), rr = vocab.find(right), m = vocab.find(left + right);
+    if (l == vocab.end() || rr == vocab.end() || m == vocab.end())
+      fail(field, "\"" + a + " " + b + "\" merges tokens that are not in model.vocab");
+    merges.emplace(key(l->second, rr->second), std::make_pair((int32_t)r, m->second));  // first listing wins
+  }
+
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    if (!j["added_tokens"].is_array()) fail("added_tokens", "is not a list");
+    const json& at = j["added_tokens"];
+    for (size_t i = 0; i < at.size(); ++i) {
+      const std::string field = "added_tokens[" + std::to_string(i) + "]";
+      if (!at[i].is_object() || !at[i].contains("id") || !at[i]["id"].is_number_integer() ||
+          !at[i].contains("content") || !at[i]["content"].is_string() || at[i]["content"].get<std::string>().empty())
+        fail(field, "needs an integer id and a non-empty content");
+      for (const char* flag : {"lstrip", "rstrip", "single_word"})
+        if (at[i].value(flag, false)) fail(field + "." + flag, "true is not supported");
+      const int64_t id = at[i]["id"].get<int64_t>();
+      if (id < 0 || id > INT32_MAX) fail(field + ".id", "is out of range");
+      const std::string content = at[i]["content"].get<std::string>();
+      added.push_back({content, (int32_t)id, at[i].value("special", false)});
+      set_token((int32_t)id, content);
+    }
+    std::vector<size_t> order(added.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return added[x].content.size() > added[y].content.size(); });
+    for (size_t i : order) added_by_first[static_cast<unsigned char>(added[i].content[0])].push_back(i);
+  }
+  vocab_size = (int64_t)id_bytes.size();
+
+  if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null())
+    fail("pre_tokenizer", "is missing (byte-level BPE needs a ByteLevel pre-tokenizer)");
+  load_pre_tokenizer(j["pre_tokenizer"]);
+  if (j.contains("decoder") && !j["decoder"].is_null() && j["decoder"].value("type", std::string()) != "ByteLevel")
+    fail("decoder.type", j["decoder"].value("type", json("?")).dump() + " is not supported (expected ByteLevel)");
+  load_special_ids(j);
+}
+
+void BpeTokenizer::Impl::load_pre_tokenizer(const json& pt) {
+  std::vector<json> steps;
+  std::vector<std::string> fields;
+  if (pt.value("type", std::string()) == "Sequence") {
+    const json list = pt.value("pretokenizers", json::array());
+    for (size_t i = 0; i < list.size(); ++i)
+      steps.push_back(list[i]), fields.push_back("pre_tokenizer.pretokenizers[" + std::to_string(i) + "]");
+  } else {
+    steps.push_back(pt), fields.push_back("pre_tokenizer");
+  }
+  bool byte_level = false;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const json& s = steps[i];
+    const std::string type = s.is_object() ? s.value("type", std::string()) : std::string();
+    if (byte_level) fail(fields[i], "follows ByteLevel (ByteLevel must be the last step)");
+    if (type == "Split") {
+      if (s.value("behavior", std::string()) != "Isolated")
+        fail(fields[i] + ".behavior", s.value("behavior", json("?")).dump() + " is not supported (Isolated)");
+      if (s.value("invert", false)) fail(fields[i] + ".invert", "true is not supported");
+      const json pat = s.value("pattern", json());
+      if (pat.contains("Regex") && pat["Regex"].is_string()) {
+        splits.push_back(std::make_unique<Regex>(pat["Regex"].get<std::string>(), "tokenizer " + path + ": " + fields[i] + ".pattern.Regex"));
+      } else if (pat.contains("String") && pat["String"].is_string() && !pat["String"].get<std::string>().empty()) {
+        // A literal: quote it for PCRE2.
+        splits.push_back(std::make_unique<Regex>("\\Q" + pat["String"].get<std::string>() + "\\E", "tokenizer " + path + ": " + fields[i] + ".pattern.String"));
+      } else {
+        fail(fields[i] + ".pattern", "is neither {\"Regex\": ...} nor {\"String\": ...}");
+      }
+    } else if (type == "ByteLevel") {
+      byte_level = true;
+      add_prefix_space = s.value("add_prefix_space", false);
+      if (s.value("use_regex", true)) splits.push_back(std::make_unique<Regex>(kGpt2Pattern, "GPT-2 pattern"));
+    } else {
+      fail(fields[i] + ".type", "\"" + type + "\" is not supported (Split or ByteLevel)");
+    }
+  }
+  if (!byte_level) fail("pre_tokenizer", "has no ByteLevel step (not a byte-level BPE)");
+}
+
+void BpeTokenizer::Impl::load_special_ids(const json& j) {
+  auto id_of = [&](const std::string& content) -> int32_t {
+    for (const auto& a : added)
+      if (a.content == content) return a.id;
+    auto it = vocab.find(content);
+    return it == vocab.end() ? -1 : it->second;
+  };
+  const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(config_path, ec)) {
+    json cfg;
+    try {
+      std::ifstream in(config_path);
+      in >> cfg;
+    } catch (const json::exception& e) {
+      throw TESSERA_INPUT_ERROR("tokenizer config " + config_path.string() + ": invalid JSON: " + e.what());
+    }
+    auto token = [&](const char* field) -> int32_t {
+      if (!cfg.is_object() || !cfg.contains(field) || cfg[field].is_null()) return -1;
+      const json& v = cfg[field];
+      const json content = v.is_object() ? v.value("content", json()) : v;
+      if (!content.is_string())
+        throw TESSERA_INPUT_ERROR("tokenizer config " + config_path.string() + ": " + field + " " + v.dump() +
+                                  " is neither a token nor {\"content\": token}");
+      const int32_t id = id_of(content.get<std::string>());
+      if (id < 0)
+        throw TESSERA_INPUT_ERROR("tokenizer config " + config_path.string() + ": " + field + " " + content.dump() +
+                                  " is not a token of " + path);
+      return id;
+    };
+    bos = token("bos_token");
+    eos = token("eos_token");
+    return;
+  }
+  // No tokenizer_config.json: the specials a TemplateProcessing post-processor wraps a text in.
+  json pp = j.value("post_processor", json());
+  std::vector<json> procs;
+  if (pp.is_object() && pp.value("type", std::string()) == "Sequence") {
+    for (const auto& p : pp.value("processors", json::array())) procs.push_back(p);
+  } else if (pp.is_object()) {
+    procs.push_back(pp);
+  }
+  for (const auto& p : procs) {
+    if (p.value("type", std::string()) != "TemplateProcessing") continue;
+    bool after_text = false;
+    for (const auto& piece : p.value("single", json::array())) {
+      if (piece.contains("Sequence")) {
+        after_text = true;
+      } else if (piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
+        const int32_t id = id_of(piece["SpecialToken"]["id"].get<std::string>());
+        (after_text ? eos : bos) = id;
+      }
+    }
+  }
+}
+
+// BPE of one piece's bytes, as tokenizers' Word::merge_all: lowest merge rank first, leftmost
+// among equal ranks; a queued pair is skipped once either side has changed.
+void BpeTokenizer::Impl::bpe(const std::string& piece, std::vector<int32_t>& out) const {
+  if (ignore_merges) {
+    auto it = vocab.find(piece);
+    if (it != vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  const int n = (int)piece.size();
+  if (n == 1) {
+    out.push_back(byte_id[static_cast<unsigned char>(piece[0])]);
+    return;
+  }
+  struct Sym {
+    int32_t id;
+    int prev, next;
+    bool alive;
+  };
+  std::vector<Sym> sym(n);
+  for (int i = 0; i < n; ++i) sym[i] = {byte_id[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
+  struct Cand {
+    int32_t rank;
+    int pos;
+    int32_t new_id;
+    bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }  // min-heap
+  };
+  std::priority_queue<Cand> queue;
+  auto push = [&](int pos) {
+    const int nx = sym[pos].next;
+    if (nx < 0) return;
+    auto it = merges.find(key(sym[pos].id, sym[nx].id));
+    if (it != merges.end()) queue.push({it->second.first, pos, it->second.second});
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i);
+  while (!queue.empty()) {
+    const Cand top = queue.top();
+    queue.pop();
+    Sym& s = sym[top.pos];
+    if (!s.alive || s.next < 0) continue;
+    auto it = merges.find(key(s.id, sym[s.next].id));
+    if (it == merges.end() || it->second.second != top.new_id) continue;
+    Sym& right = sym[s.next];
+    s.id = top.new_id;
+    right.alive = false;
+    s.next = right.next;
+    if (s.next >= 0) sym[s.next].prev = top.pos;
+    if (s.prev >= 0) push(s.prev);
+    push(top.pos);
+  }
+  for (int i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
+}
+
+void BpeTokenizer::Impl::encode_text(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out) const {
+  if (begin >= end) return;
+  std::string buf;
+  const std::string* s = &text;
+  if (add_prefix_space && text[begin] != ' ') {
+    buf = " " + text.substr(begin, end - begin);
+    s = &buf, begin = 0, end = buf.size();
+  }
+  std::vector<std::pair<size_t, size_t>> pieces = {{begin, end}}, next;
+  for (const auto& re : splits) {
+    next.clear();
+    for (const auto& [b, e] : pieces) re->split(*s, b, e, next);
+    pieces.swap(next);
+  }
+  std::string piece;
+  for (const auto& [b, e] : pieces) {
+    piece.assign(*s, b, e - b);
+    bpe(piece, out);
+  }
+}
+
+BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw TESSERA_INPUT_ERROR("tokenizer file " + path + " does not exist or is not a regular file");
+  json j;
+  try {
+    std::ifstream in(path);
+    in >> j;
+  } catch (const json::exception& e) {
+    throw TESSERA_INPUT_ERROR("tokenizer " + path + ": invalid JSON: " + e.what());
+  }
+  try {
+    impl_->load(j);
+  } catch (const json::exception& e) {  // a field of an unexpected JSON type
+    throw TESSERA_INPUT_ERROR("tokenizer " + path + ": unexpected structure: " + e.what());
+  }
+}
+
+BpeTokenizer::~BpeTokenizer() = default;
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  const Impl& m = *impl_;
+  std::vector<int32_t> ids;
+  size_t start = 0;  // first byte not yet encoded
+  for (size_t p = 0; p < text.size(); ++p) {
+    const auto& candidates = m.added_by_first[static_cast<unsigned char>(text[p])];
+    for (size_t idx : candidates) {  // longest first
+      const auto& a = m.added[idx];
+      if (text.compare(p, a.content.size(), a.content) == 0) {
+        m.encode_text(text, start, p, ids);
+        ids.push_back(a.id);
+        start = p + a.content.size();
+        p = start - 1;
+        break;
+      }
+    }
+  }
+  m.encode_text(text, start, text.size(), ids);
+  return ids;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= (int64_t)impl_->id_bytes.size() || !impl_->known[id])
+      throw TESSERA_INPUT_ERROR("tokenizer " + impl_->path + ": id " + std::to_string(id) + " is not in the vocabulary");
+    out += impl_->id_bytes[id];
+  }
+  return out;
+}
+
+int32_t BpeTokenizer::bos_id() const { return impl_->bos; }
+int32_t BpeTokenizer::eos_id() const { return impl_->eos; }
+int64_t BpeTokenizer::vocab_size() const { return impl_->vocab_size; }
+std::string BpeTokenizer::name() const { return "bpe:" + impl_->path; }
+
+std::optional<int32_t> BpeTokenizer::special_id(const std::string& text) const {
+  for (const auto& a : impl_->added)
+    if (a.special && a.content == text) return a.id;
+  return std::nullopt;
+}
+
+}  // namespace tessera::data

@@ -1,0 +1,207 @@
+#include "runtime/data/chat_template.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "runtime/error.h"
+
+namespace tessera::data {
+
+void Example::append(int32_t id, bool is_target) {
+  tokens.push_back(id);
+  target.push_back(is_target ? 1 : 0);
+}
+
+void Example::append(const std::vector<int32_t>& ids, bool is_target) {
+  tokens.insert(tokens.end(), ids.begin(), ids.end());
+  target.insert(target.end(), ids.size(), is_target ? 1 : 0);
+}
+
+int64_t Example::num_targets() const { return std::count(target.begin(), target.end(), uint8_t(1)); }
+
+namespace {
+
+// Python's str.strip() on ASCII whitespace.
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// Appends encode(prefix + rest) with the prefix's tokens flagged `prefix_target` and the rest's
+// flagged `rest_target`.
+void append_split(Example& ex, const Tokenizer& tok, const std::string& prefix, const std::string& rest,
+                  bool prefix_target, bool rest_target) {
+  auto [ids, n] = encode_with_prefix(tok, prefix, prefix + rest);
+  for (size_t i = 0; i < ids.size(); ++i) ex.append(ids[i], i < n ? prefix_target : rest_target);
+}
+
+class Llama2Template final : public ChatTemplate {
+ public:
+  std::string name() const override { return "llama2"; }
+  void check(const Tokenizer& tok) const override {
+    TESSERA_CHECK_INPUT(tok.bos_id() >= 0 && tok.eos_id() >= 0,
+                        "data.chat_template llama2 needs BOS and EOS ids, and tokenizer " + tok.name() + " has none");
+  }
+  Example render(const std::vector<Message>& messages, const Tokenizer& tok) const override {
+    std::vector<Message> dialog(messages.begin(), messages.end());
+    if (dialog.front().role == "system") {  // folded into the first user message, as Meta does
+      dialog[1].content = "<<SYS>>\n" + dialog[0].content + "\n<</SYS>>\n\n" + dialog[1].content;
+      dialog.erase(dialog.begin());
+    }
+    Example ex;
+    for (size_t i = 0; i < dialog.size(); i += 2) {
+      const std::string prompt = "[INST] " + strip(dialog[i].content) + " [/INST]";
+      ex.append(tok.bos_id(), false);
+      if (i + 1 == dialog.size()) {  // a trailing user message: BOS, no EOS, no target
+        ex.append(tok.encode(prompt), false);
+        break;
+      }
+      append_split(ex, tok, prompt, " " + strip(dialog[i + 1].content) + " ", false, true);
+      ex.append(tok.eos_id(), true);
+    }
+    return ex;
+  }
+};
+
+class Llama3Template final : public ChatTemplate {
+ public:
+  std::string name() const override { return "llama3"; }
+  void check(const Tokenizer& tok) const override {
+    for (const char* s : kSpecials)
+      TESSERA_CHECK_INPUT(tok.special_id(s).has_value(), std::string("data.chat_template llama3 needs the special token ") +
+                                                             s + ", and tokenizer " + tok.name() + " has none");
+  }
+  Example render(const std::vector<Message>& messages, const Tokenizer& tok) const override {
+    const int32_t begin = *tok.special_id(kSpecials[0]), start = *tok.special_id(kSpecials[1]),
+                  end = *tok.special_id(kSpecials[2]), eot = *tok.special_id(kSpecials[3]);
+    Example ex;
+    ex.append(begin, false);
+    for (const Message& m : messages) {
+      const bool target = m.role == "assistant";
+      ex.append(start, false);
+      ex.append(tok.encode(m.role), false);
+      ex.append(end, false);
+      append_split(ex, tok, "\n\n", strip(m.content), false, target);
+      ex.append(eot, target);
+    }
+    return ex;
+  }
+
+ private:
+  static constexpr const char* kSpecials[4] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                                               "<|eot_id|>"};
+};
+
+class NoTemplate final : public ChatTemplate {
+ public:
+  std::string name() const override { return "none"; }
+  void check(const Tokenizer&) const override {}
+  Example render(const std::vector<Message>& messages, const Tokenizer& tok) const override {
+    Example ex;
+    if (tok.bos_id() >= 0) ex.append(tok.bos_id(), false);
+    for (const Message& m : messages) ex.append(tok.encode(m.content), m.role == "assistant");
+    if (tok.eos_id() >= 0) ex.append(tok.eos_id(), messages.back().role == "assistant");
+    return ex;
+  }
+};
+
+const std::string& string_field(const nlohmann::json& record, const char* key) {
+  const auto& v = record.at(key);
+  if (!v.is_string()) throw BadExample("bad record", std::string("field \"") + key + "\" is not a string");
+  return v.get_ref<const std::string&>();
+}
+
+std::vector<Message> parse_messages(const nlohmann::json& j) {
+  if (!j.is_array()) throw BadExample("bad record", "field \"messages\" is not an array");
+  std::vector<Message> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string which = "message " + std::to_string(i + 1);
+    const auto& m = j[i];
+    if (!m.is_object() || !m.contains("role") || !m.contains("content"))
+      throw BadExample("bad record", which + " is not an object with \"role\" and \"content\"");
+    if (!m["role"].is_string()) throw BadExample("bad record", which + ": \"role\" is not a string");
+    if (!m["content"].is_string()) throw BadExample("bad record", which + ": \"content\" is not a string");
+    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::pair<std::vector<int32_t>, size_t> encode_with_prefix(const Tokenizer& tok, const std::string& prefix,
+                                                          const std::string& full) {
+  std::vector<int32_t> ids = tok.encode(full);
+  const std::vector<int32_t> head = tok.encode(prefix);
+  size_t n = 0;
+  while (n < head.size() && n < ids.size() && head[n] == ids[n]) ++n;
+  return {std::move(ids), n};
+}
+
+void check_conversation(const std::vector<Message>& messages) {
+  if (messages.empty()) throw BadExample("no target tokens", "no target tokens: empty conversation (no messages)");
+  const bool system = messages[0].role == "system";
+  bool any_assistant = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    const std::string which = "message " + std::to_string(i + 1);
+    if (role != "system" && role != "user" && role != "assistant")
+      throw BadExample("unknown role", which + " has unknown role \"" + role + "\" (expected system, user or assistant)");
+    if (role == "system" && i > 0) throw BadExample("roles do not alternate", which + " is a system message; only the first message may be");
+    if (i == 0 && system) continue;
+    const std::string expected = (i - (system ? 1 : 0)) % 2 == 0 ? "user" : "assistant";
+    if (role != expected)
+      throw BadExample("roles do not alternate", which + " is \"" + role + "\" where \"" + expected +
+                       "\" was expected: roles must alternate user/assistant, starting with user (after an optional "
+                       "system message)");
+    any_assistant |= role == "assistant";
+  }
+  if (!any_assistant) throw BadExample("no target tokens", "no target tokens: the conversation has no assistant message");
+}
+
+const std::vector<std::string>& chat_template_names() {
+  static const std::vector<std::string> names = {"llama2", "llama3", "none"};
+  return names;
+}
+
+std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name) {
+  if (name == "llama2") return std::make_unique<Llama2Template>();
+  if (name == "llama3") return std::make_unique<Llama3Template>();
+  if (name == "none") return std::make_unique<NoTemplate>();
+  throw TESSERA_INPUT_ERROR("data.chat_template '" + name + "' is not one of llama2, llama3, none");
+}
+
+Example render_record(const nlohmann::json& record, const Tokenizer& tok, const ChatTemplate& chat) {
+  if (!record.is_object()) throw BadExample("bad record", "expected a JSON object, got " + std::string(record.type_name()));
+  Example ex;
+  if (record.contains("messages")) {
+    const std::vector<Message> messages = parse_messages(record["messages"]);
+    check_conversation(messages);
+    ex = chat.render(messages, tok);
+  } else if (record.contains("prompt") || record.contains("completion")) {
+    if (!record.contains("prompt") || !record.contains("completion"))
+      throw BadExample("bad record", std::string("field \"") + (record.contains("prompt") ? "completion" : "prompt") +
+                       "\" is missing (prompt/completion records need both)");
+    const std::string& prompt = string_field(record, "prompt");
+    const std::string& completion = string_field(record, "completion");
+    if (tok.bos_id() >= 0) ex.append(tok.bos_id(), false);
+    append_split(ex, tok, prompt, completion, false, true);
+    if (tok.eos_id() >= 0) ex.append(tok.eos_id(), true);
+  } else if (record.contains("text")) {
+    const std::string& text = string_field(record, "text");
+    ex.text = true;
+    if (text.empty()) return ex;
+    if (tok.bos_id() >= 0) ex.append(tok.bos_id(), true);
+    ex.append(tok.encode(text), true);
+    if (tok.eos_id() >= 0) ex.append(tok.eos_id(), true);
+    return ex;
+  } else {
+    throw BadExample("bad record", "no \"messages\", \"prompt\"/\"completion\" or \"text\" field");
+  }
+  if (ex.num_targets() == 0) throw BadExample("no target tokens", "no target tokens");
+  return ex;
+}
+
+}  // namespace tessera::data

@@ -1,0 +1,331 @@
+#include "runtime/train/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace tessera::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v, const char* fmt = "%.4g") {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+struct Series {
+  std::string name;
+  std::vector<std::pair<double, double>> points;  // (step, value)
+};
+
+struct Chart {
+  std::string title, unit;
+  std::vector<Series> series;
+};
+
+// Numeric leaves of a record: "a" for a top-level number, "a.b" inside objects.
+void numeric_leaves(const json& j, const std::string& prefix, std::map<std::string, double>& out) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) numeric_leaves(*it, key, out);
+    else if (it->is_number()) out[key] = it->get<double>();
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// 1-2-5 tick step for a range.
+double nice_step(double range, int target) {
+  const double raw = range / std::max(1, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (raw <= m * mag) return m * mag;
+  return 10 * mag;
+}
+
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+std::string svg_chart(const Chart& c) {
+  const double W = 560, H = 270, left = 64, right = 16, top = 40, bottom = 36;
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : c.series)
+    for (const auto& [x, y] : s.points) {
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  if (x1 <= x0) x1 = x0 + 1;
+  if (y1 <= y0) {
+    const double pad = std::abs(y0) > 0 ? std::abs(y0) * 0.05 : 1;
+    y0 -= pad, y1 += pad;
+  }
+  const double ys = nice_step(y1 - y0, 5);
+  y0 = std::floor(y0 / ys) * ys, y1 = std::ceil(y1 / ys) * ys;
+  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
+  auto py = [&](double y) { return H - bottom - (y - y0) / (y1 - y0) * (H - top - bottom); };
+  std::ostringstream o;
+  o << "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" viewBox=\"0 0 " << W << " " << H << "\" data-title=\"" << esc(c.title) << "\">\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << H << "\" fill=\"#ffffff\"/>\n";
+  o << "<text x=\"" << left << "\" y=\"16\" class=\"title\">" << esc(c.title) << (c.unit.empty() ? "" : " (" + esc(c.unit) + ")")
+    << "</text>\n";
+  // Grid and y ticks.
+  for (double y = y0; y <= y1 + ys * 0.5; y += ys) {
+    o << "<line x1=\"" << left << "\" x2=\"" << W - right << "\" y1=\"" << num(py(y), "%.1f") << "\" y2=\"" << num(py(y), "%.1f")
+      << "\" stroke=\"#e5e5e5\"/>\n";
+    o << "<text x=\"" << left - 6 << "\" y=\"" << num(py(y) + 4, "%.1f") << "\" class=\"tick\" text-anchor=\"end\">"
+      << num(std::abs(y) < ys * 1e-6 ? 0 : y) << "</text>\n";
+  }
+  const double xs = std::max(1.0, nice_step(x1 - x0, 6));  // steps are integers
+  for (double x = std::ceil(x0 / xs) * xs; x <= x1 + 1e-9; x += xs) {
+    o << "<line x1=\"" << num(px(x), "%.1f") << "\" x2=\"" << num(px(x), "%.1f") << "\" y1=\"" << H - bottom << "\" y2=\""
+      << H - bottom + 4 << "\" stroke=\"#888888\"/>\n";
+    o << "<text x=\"" << num(px(x), "%.1f") << "\" y=\"" << H - bottom + 16 << "\" class=\"tick\" text-anchor=\"middle\">"
+      << num(x, "%.0f") << "</text>\n";
+  }
+  o << "<text x=\"" << W - right << "\" y=\"" << H - 4 << "\" class=\"tick\" text-anchor=\"end\">step</text>\n";
+  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << W - left - right << "\" height=\"" << H - top - bottom
+    << "\" fill=\"none\" stroke=\"#888888\"/>\n";
+  // Series, then the legend.
+  for (size_t i = 0; i < c.series.size(); ++i) {
+    const Series& s = c.series[i];
+    const char* color = kColors[i % (sizeof(kColors) / sizeof(kColors[0]))];
+    o << "<polyline class=\"series\" data-name=\"" << esc(s.name) << "\" fill=\"none\" stroke=\"" << color
+      << "\" stroke-width=\"2\" points=\"";
+    for (size_t k = 0; k < s.points.size(); ++k)
+      o << (k ? " " : "") << num(px(s.points[k].first), "%.1f") << "," << num(py(s.points[k].second), "%.1f");
+    o << "\"/>\n";
+    if (s.points.size() <= 40)
+      for (const auto& [x, y] : s.points)
+        o << "<circle cx=\"" << num(px(x), "%.1f") << "\" cy=\"" << num(py(y), "%.1f") << "\" r=\"3\" fill=\"" << color << "\"/>\n";
+    const double lx = left + 10 + 150 * static_cast<double>(i);
+    o << "<rect x=\"" << lx << "\" y=\"24\" width=\"12\" height=\"4\" fill=\"" << color << "\"/>";
+    o << "<text x=\"" << lx + 16 << "\" y=\"30\" class=\"legend\">" << esc(s.name) << "</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+void table_rows(const json& j, const std::string& prefix, std::ostringstream& o) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) {
+      table_rows(*it, key, o);
+      continue;
+    }
+    o << "<tr><td>" << esc(key) << "</td><td>" << esc(it->is_string() ? it->get<std::string>() : it->dump())
+      << "</td></tr>\n";
+  }
+}
+
+std::string table(const std::string& title, const json& j) {
+  std::ostringstream o;
+  o << "<h2>" << esc(title) << "</h2>\n<table>\n";
+  table_rows(j, "", o);
+  o << "</table>\n";
+  return o.str();
+}
+
+}  // namespace
+
+std::string render_report(const std::string& run_dir) {
+  const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  std::ifstream in(metrics_path);
+  if (!in) throw TESSERA_INPUT_ERROR(metrics_path + ": no metrics file (is " + run_dir + " a run's log.dir?)");
+  std::map<int64_t, json> by_step;  // a step logged again by a resumed run: the last record wins
+  std::string line;
+  int64_t bad = 0;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      json r = json::parse(line);
+      if (r.is_object() && r.contains("step") && r["step"].is_number_integer()) by_step[r["step"].get<int64_t>()] = r;
+      else ++bad;
+    } catch (const json::exception&) {
+      ++bad;  // e.g. a line cut short by a crash
+    }
+  }
+  if (by_step.empty()) throw TESSERA_INPUT_ERROR(metrics_path + " holds no step record");
+  json info = json::object();
+  const fs::path info_path = fs::path(run_dir) / "run_info.json";
+  if (std::ifstream f(info_path); f) {
+    try {
+      info = json::parse(f);
+    } catch (const json::exception&) {
+      info = json::object();
+    }
+  }
+
+  // Every numeric leaf over the steps.
+  std::map<std::string, Series> fields;
+  std::vector<std::string> order;  // first appearance
+  for (const auto& [step, r] : by_step) {
+    std::map<std::string, double> leaves;
+    numeric_leaves(r, "", leaves);
+    for (const auto& [k, v] : leaves) {
+      if (k == "step" || !std::isfinite(v)) continue;
+      if (!fields.count(k)) order.push_back(k), fields[k].name = k;
+      fields[k].points.emplace_back(static_cast<double>(step), v);
+    }
+  }
+  std::set<std::string> used = {"val_ppl", "val_tokens"};  // shown in the summary, not charted
+  std::vector<Chart> charts;
+  std::vector<std::string> all_zero;
+  auto take = [&](const std::string& k, double scale = 1.0, const std::string& label = "") -> std::optional<Series> {
+    if (!fields.count(k) || used.count(k)) return std::nullopt;
+    used.insert(k);
+    Series s = fields[k];
+    if (!label.empty()) s.name = label;
+    bool zero = true;
+    for (auto& p : s.points) p.second *= scale, zero &= p.second == 0;
+    if (zero) {
+      all_zero.push_back(k);
+      return std::nullopt;
+    }
+    return s;
+  };
+  auto add = [&](const std::string& title, const std::string& unit, std::vector<std::optional<Series>> ss) {
+    Chart c{title, unit, {}};
+    for (auto& s : ss)
+      if (s) c.series.push_back(std::move(*s));
+    if (!c.series.empty()) charts.push_back(std::move(c));
+  };
+  const double MiB = 1.0 / 1048576.0;
+  add("Loss", "", {take("loss", 1, "train loss"), take("val_loss", 1, "validation loss")});
+  add("Learning rate", "", {take("lr")});
+  add("Gradient norm", "", {take("grad_norm")});
+  add("Throughput", "tokens/s", {take("tokens_per_s")});
+  add("MFU", "%", {take("mfu", 100.0)});
+  {
+    std::vector<std::optional<Series>> mem;
+    for (const auto& k : order)
+      if (k.find('.') == std::string::npos && ends_with(k, "_bytes")) mem.push_back(take(k, MiB));
+    add("Memory", "MiB", mem);
+  }
+  add("Step time", "s", {take("step_time_s")});
+  add("Target tokens per step", "", {take("target_tokens")});
+  // Everything else, generically: top-level numbers alone, nested objects together.
+  std::vector<std::string> groups;
+  for (const auto& k : order) {
+    if (used.count(k)) continue;
+    const std::string group = k.substr(0, k.find('.'));
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
+  }
+  for (const auto& g : groups) {
+    std::vector<std::optional<Series>> ss;
+    bool bytes = false;
+    for (const auto& k : order)
+      if (k == g || k.rfind(g + ".", 0) == 0) bytes |= ends_with(k, "_bytes");
+    for (const auto& k : order)
+      if (k == g || k.rfind(g + ".", 0) == 0) ss.push_back(take(k, bytes && ends_with(k, "_bytes") ? MiB : 1.0));
+    add(g, bytes ? "MiB" : "", ss);
+  }
+
+  // Summary.
+  const json& first = by_step.begin()->second;
+  const json& last = by_step.rbegin()->second;
+  json summary = json::object();
+  summary["steps"] = std::to_string(by_step.begin()->first) + " - " + std::to_string(by_step.rbegin()->first) + " (" +
+                     std::to_string(by_step.size()) + " records)";
+  if (first.contains("loss") && last.contains("loss") && first["loss"].is_number() && last["loss"].is_number())
+    summary["train loss"] = num(first["loss"].get<double>()) + " -> " + num(last["loss"].get<double>());
+  double best = 0;
+  int64_t best_step = -1;
+  for (const auto& [step, r] : by_step)
+    if (r.contains("val_loss") && r["val_loss"].is_number() && (best_step < 0 || r["val_loss"].get<double>() < best))
+      best = r["val_loss"].get<double>(), best_step = step;
+  if (best_step >= 0)
+    summary["best validation loss"] = num(best) + " (perplexity " + num(std::exp(best)) + ") at step " + std::to_string(best_step);
+  if (fields.count("tokens_per_s")) {
+    double sum = 0;
+    for (const auto& p : fields["tokens_per_s"].points) sum += p.second;
+    summary["mean tokens/s"] = num(sum / fields["tokens_per_s"].points.size(), "%.0f");
+  }
+  double total_time = 0;
+  if (fields.count("step_time_s"))
+    for (const auto& p : fields["step_time_s"].points) total_time += p.second;
+  if (total_time > 0) summary["training time (sum of steps)"] = num(total_time, "%.1f") + " s";
+  if (last.contains("device")) summary["device"] = last["device"];
+  if (bad) summary["unreadable metrics lines"] = bad;
+
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
+    << "<title>Tessera run report: " << esc(run_dir) << "</title>\n<style>\n"
+    << "body { font-family: sans-serif; margin: 24px; color: #222222; background: #fafafa; }\n"
+    << "h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }\n"
+    << ".charts { display: flex; flex-wrap: wrap; gap: 16px; }\n"
+    << "svg.chart { border: 1px solid #dddddd; background: #ffffff; }\n"
+    << "svg .title { font-size: 14px; font-weight: bold; } svg .tick { font-size: 11px; fill: #555555; }\n"
+    << "svg .legend { font-size: 12px; }\n"
+    << "table { border-collapse: collapse; font-size: 13px; } td { border: 1px solid #dddddd; padding: 3px 8px; }\n"
+    << "td:first-child { color: #555555; }\n</style>\n</head>\n<body>\n";
+  o << "<h1>Tessera run report</h1>\n<p>Run directory <code>" << esc(run_dir) << "</code>"
+    << (info.contains("started") ? ", started " + esc(info["started"].get<std::string>()) : std::string()) << ".</p>\n";
+  o << table("Summary", summary);
+  o << "<h2>Metrics over steps</h2>\n<div class=\"charts\">\n";
+  for (const auto& c : charts) o << svg_chart(c);
+  o << "</div>\n";
+  if (!all_zero.empty()) {
+    std::string names;
+    for (const auto& k : all_zero) names += (names.empty() ? "" : ", ") + k;
+    o << "<p>Zero throughout (not charted): " << esc(names) << ".</p>\n";
+  }
+  if (info.contains("topology")) o << table("Topology", info["topology"]);
+  if (info.contains("model")) o << table("Model", info["model"]);
+  if (info.contains("data")) o << table("Data", info["data"]);
+  if (info.contains("config")) o << table("Configuration", info["config"]);
+  if (info.empty()) o << "<p>No run_info.json in the run directory: configuration and topology unknown.</p>\n";
+  o << "</body>\n</html>\n";
+  return o.str();
+}
+
+std::string write_report(const std::string& run_dir, const std::string& out) {
+  const std::string path = out.empty() ? (fs::path(run_dir) / "report.html").string() : out;
+  const std::string html = render_report(run_dir);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw TESSERA_INPUT_ERROR("cannot create " + tmp);
+    f << html;
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw TESSERA_INPUT_ERROR("cannot write " + tmp + " (disk full?)");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("cannot move " + tmp + " to " + path + ": " + ec.message());
+  return path;
+}
+
+}  // namespace tessera::train

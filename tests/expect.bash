@@ -1,0 +1,28 @@
+# Sourced by shell tests (not a test itself: ctest registers only tests/<label>/*.sh): the helpers
+# every CLI test script shares. Scratch files go to $WORK (or $T), the script's scratch directory.
+#   ok MSG                      count a passed check ($pass) and print it
+#   fail MSG                    print FAIL and the count, end the test (exit 1)
+#   check MSG CMD...            ok MSG when CMD succeeds, else fail MSG
+#   expect_error CODE WANT CMD...
+#       CMD exits with CODE within 300 s, and its stderr holds exactly one error line
+#       ("<program>: error: ...") matching WANT (grep basic regex); any other stderr line must be a
+#       "<program>: warning: ..." line, except under mpirun (Open MPI adds notices of its own).
+# Safe under set -e / pipefail.
+pass=0
+ok() { pass=$((pass+1)); echo "ok: $*"; }
+fail() { echo "FAIL: $*"; echo "$pass passed, 1 failed"; exit 1; }
+check() { local msg=$1; shift; if "$@"; then ok "$msg"; else fail "$msg"; fi; }
+expect_error() {
+  local code=$1 want=$2; shift 2
+  local dir=${WORK:-${T:?expect.bash: set WORK or T to a scratch directory}} rc=0 errors others
+  timeout 300 "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+  errors=$(grep -c '^[A-Za-z_]*: error' "$dir/err" || true)
+  others=$({ grep -v '^[A-Za-z_]*: \(error\|warning\)' "$dir/err" || true; } | { grep -c . || true; })
+  [ "$(basename "$1")" = mpirun ] && others=0
+  if [ "$rc" = "$code" ] && [ "$errors" = 1 ] && [ "$others" = 0 ] &&
+     grep '^[A-Za-z_]*: error' "$dir/err" | grep -q -- "$want"; then
+    ok "exit $code: $want"
+  else
+    fail "exit $rc (want $code), $errors error line(s) and $others other line(s) (want 1 and 0), want '$want', from: $* ; stderr: $(cat "$dir/err")"
+  fi
+}

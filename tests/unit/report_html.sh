@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# `tessera report RUN_DIR`: one self-contained HTML file. Structure (parsed as XML): a chart per
+# metric with one polyline per series, the right number of points, all inside the viewBox; fields
+# unknown to the report (a nested object, a new top-level number) get charts of their own; a step
+# logged twice shows its last record; no script, no external reference. Rendering: headless
+# Chromium's screenshot is not blank and shows the loss line's colour.
+set -euo pipefail
+BIN=${TESSERA_BIN:?}/tessera
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+[ -n "$CHROMIUM" ] || fail "chromium is not installed (scripts/deps.sh installs it)"
+
+mkdir -p "$T/run"
+python3 - "$T/run" <<'PY'
+import json, math, sys
+d = sys.argv[1]
+with open(d + "/metrics.jsonl", "w") as f:
+    for s in range(1, 31):
+        r = {"step": s, "loss": 5.0 * math.exp(-s / 10) + 0.5, "target_tokens": 500 + s, "grad_norm": 1.0 / s,
+             "lr": 1e-3 * min(1, s / 5), "step_time_s": 0.1, "tokens_per_s": 1000 + 10 * s, "mfu": 0.2,
+             "peak_rss_bytes": (300 + s) << 20, "device": "cpu", "peak_gpu_mem_bytes": 0,
+             # fields the report does not know: a nested breakdown and a new number
+             "memory": {"params_bytes": 10 << 20, "grads_bytes": (5 + s) << 20}, "comm_wait_s": 0.01 * s}
+        if s % 10 == 0:
+            r.update(val_loss=r["loss"] + 0.2, val_ppl=math.exp(r["loss"] + 0.2), val_tokens=900)
+        f.write(json.dumps(r) + "\n")
+    # Step 30 again (a resumed run): the last record wins.
+    r["loss"] = 0.25
+    f.write(json.dumps(r) + "\n")
+    f.write('{"step": 31, "loss": 0.2, "grad')  # a line cut short by a crash is skipped
+json.dump({"started": "2026-12-01 10:00:00 UTC", "config": {"data": {"path": "x.jsonl", "chat_template": "llama2"}},
+           "topology": {"world_size": 2, "nodes": 1, "strategy": "full_shard", "device": "cpu"},
+           "model": {"source": "preset tiny", "parameters": 445056}}, open(d + "/run_info.json", "w"))
+PY
+out=$("$BIN" report "$T/run") || fail "report exited $?"
+[ "$out" = "wrote $T/run/report.html" ] || fail "unexpected output: $out"
+"$BIN" report "$T/run" --out "$T/other.html" > /dev/null
+cmp -s "$T/run/report.html" "$T/other.html" || fail "--out wrote something else"
+
+python3 - "$T/run/report.html" <<'PY'
+import re, sys
+import xml.etree.ElementTree as ET
+html = open(sys.argv[1]).read()
+root = ET.fromstring(html.split("\n", 1)[1])  # after <!DOCTYPE html>
+ns = {"h": "http://www.w3.org/1999/xhtml", "s": "http://www.w3.org/2000/svg"}
+charts = root.findall(".//s:svg", ns)
+titles = [c.get("data-title") for c in charts]
+print("charts:", titles)
+for want in ["Loss", "Learning rate", "Gradient norm", "Throughput", "MFU", "Memory", "Step time",
+             "Target tokens per step", "memory", "comm_wait_s"]:
+    assert want in titles, (want, titles)
+def series(title):
+    c = charts[titles.index(title)]
+    w, h = (float(x) for x in c.get("viewBox").split()[2:])
+    out = {}
+    for p in c.findall("s:polyline", ns):
+        pts = [tuple(map(float, xy.split(","))) for xy in p.get("points").split()]
+        assert all(0 <= x <= w and 0 <= y <= h for x, y in pts), (title, pts)
+        out[p.get("data-name")] = pts
+    return out
+loss = series("Loss")
+assert len(loss["train loss"]) == 30 and len(loss["validation loss"]) == 3, {k: len(v) for k, v in loss.items()}
+ys = [y for _, y in loss["train loss"]]
+assert ys[-1] > ys[0], "the loss falls, so its line goes down the chart (SVG y grows downwards)"
+assert ys[-1] > ys[-2], "step 30's last record (0.25, below step 29) is the one shown"
+assert set(series("memory")) == {"memory.params_bytes", "memory.grads_bytes"}, series("memory").keys()
+assert set(series("Memory")) == {"peak_rss_bytes"}, "all-zero peak_gpu_mem_bytes is left out"
+assert "peak_gpu_mem_bytes" in html and "Zero throughout" in html
+assert "MiB" in html
+for t in ("Summary", "Topology", "Model", "Configuration"):
+    assert "<h2>%s</h2>" % t in html, t
+assert "full_shard" in html and "chat_template" in html and "unreadable metrics lines" in html
+assert re.search(r"best validation loss.*at step 30", html), "summary names the best validation step"
+# Self-contained: no script, stylesheet link, image or external URL (only the XML namespaces).
+assert "<script" not in html and "<link" not in html and "<img" not in html and "src=" not in html
+urls = set(re.findall(r"https?://[^\"' )]+", html))
+assert urls <= {"http://www.w3.org/1999/xhtml", "http://www.w3.org/2000/svg"}, urls
+print("structure ok")
+PY
+
+# Render it. Chromium as root needs --no-sandbox; nothing may be fetched from the network.
+timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run \
+  --user-data-dir="$T/profile" --window-size=1280,1600 --screenshot="$T/shot.png" "file://$T/run/report.html" \
+  > "$T/chromium.log" 2>&1 || { cat "$T/chromium.log"; fail "chromium failed"; }
+[ -s "$T/shot.png" ] || fail "no screenshot"
+python3 - "$T/shot.png" <<'PY'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n"
+pos, idat, w = 8, b"", 0
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    body = data[pos + 8:pos + 8 + n]
+    if kind == b"IHDR":
+        w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
+        assert depth == 8 and ctype in (2, 6), (depth, ctype)
+        bpp = 3 if ctype == 2 else 4
+    elif kind == b"IDAT":
+        idat += body
+    pos += 12 + n
+raw, stride = zlib.decompress(idat), w * bpp
+prev, rows, i = bytearray(stride), [], 0
+for _ in range(h):  # undo the PNG filters
+    f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+    i += 1 + stride
+    for x in range(stride):
+        a = line[x - bpp] if x >= bpp else 0
+        b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+        if f == 1: line[x] = (line[x] + a) & 255
+        elif f == 2: line[x] = (line[x] + b) & 255
+        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    rows.append(line)
+    prev = line
+total = w * h
+non_white = blue = 0
+for line in rows:
+    for x in range(0, stride, bpp):
+        r, g, b = line[x], line[x + 1], line[x + 2]
+        if r < 240 or g < 240 or b < 240: non_white += 1
+        if abs(r - 0x1f) < 12 and abs(g - 0x77) < 12 and abs(b - 0xb4) < 12: blue += 1
+print("screenshot %dx%d: %.1f%% not white, %d pixels of the loss colour" % (w, h, 100.0 * non_white / total, blue))
+assert non_white > total * 0.02, "the screenshot is (nearly) blank"
+assert blue > 300, "the loss line is not drawn"
+PY
+
+# Bad input: a directory without metrics -> exit 2 naming it.
+mkdir -p "$T/empty"
+set +e; "$BIN" report "$T/empty" > /dev/null 2> "$T/err"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "$T/empty/metrics.jsonl: no metrics file" "$T/err" || fail "missing metrics: rc=$rc $(cat "$T/err")"
+[ ! -e "$T/empty/report.html" ] || fail "report written despite the error"
+echo "PASS"
