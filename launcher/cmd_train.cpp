@@ -24,6 +24,7 @@
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/train/numerics.h"
 #include "runtime/train/report.h"
 #include "runtime/device/device.h"
 #include "runtime/fsdp/loader.h"
@@ -88,6 +89,9 @@ train::TrainOptions train_options_from(const Config& cfg) {
   t.beta2 = cfg.get_float("train.beta2");
   t.eps = cfg.get_float("train.eps");
   t.clip = cfg.get_float("train.clip");
+  t.max_skipped_steps = cfg.get_int("train.max_skipped_steps");
+  // fp16 anywhere in the gradient path gets dynamic loss scaling (runtime/train/numerics.h).
+  t.loss_scaling = cfg.get_string("fsdp.mixed_precision") == "fp16" || cfg.get_string("fsdp.reduce_dtype") == "fp16";
   t.seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
   t.checkpoint_dir = cfg.get_string("checkpoint.dir");
   t.checkpoint_every = cfg.get_int("checkpoint.every");
@@ -103,6 +107,8 @@ train::TrainOptions train_options_from(const Config& cfg) {
   TESSERA_CHECK_INPUT(t.grad_accum >= 1, "train.grad_accum must be >= 1 (got " + std::to_string(t.grad_accum) + ")");
   TESSERA_CHECK_INPUT(t.seq_len >= 1, "data.seq_len must be >= 1");
   TESSERA_CHECK_INPUT(t.checkpoint_keep >= 1, "checkpoint.keep must be >= 1");
+  TESSERA_CHECK_INPUT(t.max_skipped_steps >= 0,
+                      "train.max_skipped_steps must be >= 0 (got " + std::to_string(t.max_skipped_steps) + ")");
   return t;
 }
 
@@ -275,6 +281,12 @@ int run_train(const std::vector<std::string>& args) {
   collectively([&] {
     fopts = fsdp_options_from(cfg, ms.config);
     fopts.device = device;
+    // A compute dtype this LibTorch cannot multiply on this device (fp16 on CPU) is refused before
+    // anything runs; it would otherwise fail at the first forward.
+    if (const std::string why = train::unsupported_matmul(fopts.param_dtype, device); !why.empty())
+      throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + cfg.get_string("fsdp.mixed_precision") + ": no matmul in " +
+                                "this dtype on " + device::describe(device) + " with this LibTorch (" + why +
+                                "); use fsdp.mixed_precision bf16 (fp32's range: no loss scaling needed)");
     TESSERA_CHECK_INPUT(topts.seq_len <= ms.config.max_position_embeddings,
                         "data.seq_len " + std::to_string(topts.seq_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(ms.config.max_position_embeddings));

@@ -20,6 +20,7 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
+#include "runtime/train/numerics.h"
 #include "runtime/train/test_fault.h"
 
 namespace tessera::train {
@@ -85,6 +86,9 @@ struct QueuedStep {
   int64_t targets = 0;   // target tokens of the step, all ranks and micro-steps
   at::Tensor grad_norm;  // 0-dim double on the device
   double lr = 0;
+  bool skipped = false;       // the numerics guard skipped the optimizer (numerics.h)
+  int64_t skipped_total = 0;  // skipped steps of the run so far
+  float loss_scale = 1;       // the loss scale the step ran with
 };
 
 struct Trainer::Impl {
@@ -105,6 +109,9 @@ struct Trainer::Impl {
   double peak_flops = 0;
   int64_t best_step = -1;  // lowest validation loss so far (-1: none)
   double best_val_loss = 0;
+  LossScaler scaler;         // fp16 dynamic loss scaling (disabled: scale 1)
+  NumericsGuard guard;       // skips steps with a non-finite loss or gradient norm
+  std::string last_checkpoint;  // saved or resumed from (for the guard's stop message)
 
   nlohmann::json state_json() const {
     nlohmann::json s = run_state;
@@ -116,6 +123,8 @@ struct Trainer::Impl {
     s["world_size"] = groups.world->size();
     // checkpoint.keep_best: the checkpoint named here survives pruning (checkpoint.cpp prune()).
     if (opts.keep_best && best_step >= 0) s["best"] = {{"step", best_step}, {"val_loss", best_val_loss}};
+    s["numerics"] = guard.state();
+    if (scaler.enabled()) s["numerics"]["loss_scale"] = scaler.state();
     return s;
   }
 
@@ -133,6 +142,12 @@ struct Trainer::Impl {
 
   QueuedStep queue_step();
   StepRecord record(const QueuedStep& q, bool materialise);
+  // The numerics guard's agreed decision for the queued step (host sync on a device; numerics.h).
+  bool skip_step(QueuedStep& q);
+  // train.max_skipped_steps reached: the same CollectiveError on every rank.
+  void check_skip_limit() const {
+    if (guard.exhausted()) throw CollectiveError(ErrorKind::Input, guard.stop_message(last_checkpoint));
+  }
 };
 
 Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, TrainOptions opts,
@@ -159,6 +174,10 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   ao.eps = opts.eps;
   ao.weight_decay = opts.weight_decay;
   im.adamw = std::make_unique<optim::AdamW>(ao);
+  TESSERA_CHECK_INPUT(opts.max_skipped_steps >= 0, "train.max_skipped_steps must be >= 0 (got " +
+                                                        std::to_string(opts.max_skipped_steps) + ")");
+  im.guard = NumericsGuard(opts.max_skipped_steps);
+  im.scaler = LossScaler(opts.loss_scaling);
   im.schedule = {opts.lr, opts.min_lr, opts.warmup_steps, opts.steps, opts.schedule};
   optim::validate(im.schedule);
   if (im.dataset) {
@@ -217,6 +236,12 @@ int64_t Trainer::resume(const std::string& ckpt_dir) {
     im.best_step = s["best"].at("step").get<int64_t>();
     im.best_val_loss = s["best"].at("val_loss").get<double>();
   }
+  if (s.contains("numerics")) {  // checkpoints from before the guard have none: nothing skipped
+    im.guard.load_state(s["numerics"], ckpt_dir + "/manifest.json");
+    if (im.scaler.enabled() && s["numerics"].contains("loss_scale"))
+      im.scaler.load_state(s["numerics"]["loss_scale"], ckpt_dir + "/manifest.json");
+  }
+  im.last_checkpoint = ckpt_dir;
   im.adamw->set_step_count(s.at("optimizer").at("step_count").get<int64_t>());
   if (im.sampler && s.contains("sampler") && !s["sampler"].is_null()) {
     // The sampler's position is the step; a different world size re-slices the same global batches.
@@ -258,15 +283,26 @@ QueuedStep Trainer::Impl::queue_step() {
   q.targets = count.data_ptr<int64_t>()[0];
   const double scale = static_cast<double>(im.groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
   q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
+  q.loss_scale = im.scaler.scale();  // 1 unless fp16 loss scaling
   for (int64_t a = 0; a < accum; ++a) {
     eng.begin_forward(/*sync=*/a == accum - 1);
     at::Tensor loss = im.summed_loss(batches[a]);
-    (loss * scale).backward();
+    (loss * (scale * q.loss_scale)).backward();
     eng.finish_backward();
     q.loss_sum.add_(loss.detach().to(at::kDouble));
   }
   std::vector<at::Tensor> grads;
   for (auto& sh : eng.shards()) grads.push_back(sh.grad);
+  // Test builds only (test_fault.h): one rank's reduced gradient shard, or its local loss, non-finite.
+  const int rank = im.groups.world->rank();
+  if (test_fault("inf-grad", rank, im.step + 1))
+    for (at::Tensor& g : grads)
+      if (g.defined() && g.numel() > 0) {
+        g.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+        break;
+      }
+  if (test_fault("nan-loss", rank, im.step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+  im.scaler.unscale(grads);  // before the norm and clipping see them
   if (im.device.is_cpu())  // host-side norm and clipping (the device form would only add tensor ops)
     q.grad_norm = at::scalar_tensor(im.opts.clip > 0 ? optim::clip_grad_norm(grads, im.opts.clip, &eng.shard_group())
                                                      : optim::global_grad_norm(grads, &eng.shard_group()),
@@ -274,17 +310,40 @@ QueuedStep Trainer::Impl::queue_step() {
   else
     q.grad_norm = optim::clip_grad_norm_on_device(grads, im.opts.clip, &eng.shard_group());
   q.lr = optim::lr_at(im.step, im.schedule);
-  std::vector<optim::ShardState> states;
-  for (auto& sh : eng.shards()) states.push_back({sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.decay_mask});
-  std::vector<optim::ShardState*> ptrs;
-  for (auto& s : states) ptrs.push_back(&s);
-  im.adamw->step(ptrs, q.lr);
+  im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+  // A non-finite loss or gradient norm skips the optimizer on every rank: masters and moments stay
+  // as they are and AdamW's step count does not advance; the step itself is done (numerics.h).
+  if (!im.skip_step(q)) {
+    std::vector<optim::ShardState> states;
+    for (auto& sh : eng.shards()) states.push_back({sh.master, sh.grad, sh.exp_avg, sh.exp_avg_sq, sh.decay_mask});
+    std::vector<optim::ShardState*> ptrs;
+    for (auto& s : states) ptrs.push_back(&s);
+    im.adamw->step(ptrs, q.lr);
+  }
   eng.after_step();
   eng.zero_grad();
   ++im.step;
-
-  im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
   return q;
+}
+
+bool Trainer::Impl::skip_step(QueuedStep& q) {
+  Impl& im = *this;
+  double loss = 0, norm = 0;
+  if (im.device.is_cpu()) {
+    loss = q.loss_sum.item<double>();
+    norm = q.grad_norm.item<double>();
+  } else {  // the step's one host synchronisation
+    const at::Tensor both = at::stack({q.loss_sum.reshape({}), q.grad_norm.to(at::kDouble).reshape({})}).cpu();
+    loss = both.data_ptr<double>()[0];
+    norm = both.data_ptr<double>()[1];
+  }
+  loss /= static_cast<double>(std::max<int64_t>(q.targets, 1));
+  // Every rank computed the same global values; the vote makes the decision one all the same.
+  q.skipped = im.host.world->any(!std::isfinite(loss) || !std::isfinite(norm));
+  im.guard.record(im.step + 1, q.skipped, loss, norm);
+  im.scaler.update(q.skipped);
+  q.skipped_total = im.guard.total();
+  return q.skipped;
 }
 
 StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
@@ -302,6 +361,9 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
     r.loss = r.grad_norm = std::numeric_limits<double>::quiet_NaN();
   }
   r.lr = q.lr;
+  r.skipped = q.skipped;
+  r.skipped_steps = q.skipped_total;
+  r.loss_scale = im.scaler.enabled() ? q.loss_scale : 0.0;
   r.step_time_s = seconds_since(q.t0);
   const double tokens = static_cast<double>(im.groups.world->size() * im.opts.micro_batch * accum * T);
   r.tokens_per_s = tokens / r.step_time_s;
@@ -312,7 +374,11 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
   return r;
 }
 
-StepRecord Trainer::train_step() { return impl_->record(impl_->queue_step(), /*materialise=*/true); }
+StepRecord Trainer::train_step() {
+  StepRecord r = impl_->record(impl_->queue_step(), /*materialise=*/true);
+  impl_->check_skip_limit();
+  return r;
+}
 
 std::string Trainer::save_checkpoint() {
   Impl& im = *impl_;
@@ -320,6 +386,7 @@ std::string Trainer::save_checkpoint() {
   comm::flight::set_context(im.step, "checkpoint save");
   if (test_fault("stall-save", im.groups.world->rank(), im.step)) raise(SIGSTOP);
   auto timing = im.checkpointer->save(im.step, *im.engine, im.state_json());
+  im.last_checkpoint = im.checkpointer->root() + "/step-" + std::to_string(im.step);
   if (!im.opts.quiet && im.groups.world->rank() == 0) {
     char buf[160];
     snprintf(buf, sizeof(buf), "checkpoint step-%ld: loop blocked %.2fs%s", static_cast<long>(im.step),
@@ -377,7 +444,10 @@ RunResult Trainer::run() {
                               {"mfu", r.mfu},
                               {"peak_rss_bytes", r.peak_rss_bytes},
                               {"device", r.device},
-                              {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes}};
+                              {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes},
+                              {"skipped", r.skipped},
+                              {"skipped_steps", r.skipped_steps}};
+        if (im.scaler.enabled()) rec["loss_scale"] = r.loss_scale;
         if (r.evaluated) {
           rec["val_loss"] = r.val_loss;
           rec["val_ppl"] = std::exp(r.val_loss);
@@ -391,16 +461,30 @@ RunResult Trainer::run() {
         double eta = seconds_since(t_start) / done * static_cast<double>(im.opts.steps - r.step);
         char val[64] = "";
         if (r.evaluated) snprintf(val, sizeof(val), " | val %.4f (ppl %.2f)", r.val_loss, std::exp(r.val_loss));
-        char line[320];
+        // Numerics: the fp16 loss scale, and this step skipped / the run's skipped steps so far.
+        char num[96] = "";
+        int n = 0;
+        if (im.scaler.enabled()) n = snprintf(num, sizeof(num), " | scale %g", r.loss_scale);
+        if (r.skipped)
+          snprintf(num + n, sizeof(num) - n, " | step skipped (%ld in total)", static_cast<long>(r.skipped_steps));
+        else if (r.skipped_steps > 0)
+          snprintf(num + n, sizeof(num) - n, " | skipped %ld", static_cast<long>(r.skipped_steps));
+        char line[420];
         // mem: host peak RSS on CPU, the caching allocator's peak on a GPU.
         const int64_t mem = im.device.is_cpu() ? r.peak_rss_bytes : r.peak_gpu_mem_bytes;
         snprintf(line, sizeof(line),
-                 "step %ld/%ld | loss %.4f%s | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
-                 static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, val, r.grad_norm, r.lr,
+                 "step %ld/%ld | loss %.4f%s | gnorm %.3f%s | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
+                 static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, val, r.grad_norm, num, r.lr,
                  r.tokens_per_s, 100.0 * r.mfu, mem / 1048576.0, format_duration(eta).c_str());
         std::cout << line << std::endl;
       }
+      if (r.skipped && !im.opts.quiet)
+        std::cerr << "tessera: warning: step " << r.step << ": " << im.guard.last_reason()
+                  << "; optimizer step skipped on every rank (" << im.guard.consecutive() << " in a row, "
+                  << r.skipped_steps << " in total; train.max_skipped_steps " << im.opts.max_skipped_steps << ")"
+                  << std::endl;
     }
+    im.check_skip_limit();  // before any save of this step: the last checkpoint stays the last good one
     const bool periodic = im.opts.checkpoint_every > 0 && im.step % im.opts.checkpoint_every == 0;
     const bool best = new_best && im.opts.keep_best;  // the best validation loss gets a checkpoint
     if (im.checkpointer && (stop || periodic || best || im.step == im.opts.steps)) res.last_checkpoint = save_checkpoint();
