@@ -323,7 +323,8 @@ class Translator {
       out += " (not honoured as fp8: no fp8 matmuls here; bf16 is the dtype Accelerate's FSDP policy uses under fp8)";
     else
       out += " (as Accelerate's FSDP policy: parameters and gradient reduction in " + dtype +
-             (mp == "FP16" ? "; note: no dynamic loss scaling here, prefer bf16)" : ")");
+             (mp == "FP16" ? "; with dynamic loss scaling as GradScaler; fp16 compute needs a GPU, bf16 runs everywhere)"
+                            : ")");
     say(key, v, out);
   }
 

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
@@ -185,7 +187,15 @@ void abort_all(int code) {
   MPI_Finalized(&fin);
   fflush(stdout);
   fflush(stderr);
-  if (init && !fin && g_boot.world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (init && !fin && g_boot.world_size > 1) {
+    // MPI_Abort asks the launcher (mpirun, or srun through PMIx) to end every rank, stopped ones
+    // included; should it not return, this process still ends with `code`.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::_Exit(code);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
 }
 
@@ -199,6 +209,9 @@ void collectively(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
+    // A timeout means some rank may never answer again: no agreement (it would wait for that rank);
+    // this rank's own error path ends the world instead.
+    if (e.kind() == ErrorKind::Timeout) throw;
     msg = e.what();
     code = e.exit_code();
   } catch (const std::exception& e) {
@@ -209,18 +222,31 @@ void collectively(const std::function<void()>& fn) {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (!init || fin || g_boot.world_size == 1) {
-    if (!msg.empty()) throw CollectiveError(code == 2 ? ErrorKind::Input : code == 3 ? ErrorKind::Timeout : ErrorKind::Internal, msg);
+    if (!msg.empty()) throw CollectiveError(error_kind_for_exit_code(code), msg);
     return;
   }
-  auto msgs = allgather_strings(msg.empty() ? std::string() : std::to_string(code) + "|" + msg, g_boot.world_size);
-  for (int r = 0; r < g_boot.world_size; ++r) {
-    if (msgs[r].empty()) continue;
-    auto bar = msgs[r].find('|');
-    int c = std::stoi(msgs[r].substr(0, bar));
-    std::string m = msgs[r].substr(bar + 1);
-    if (g_boot.world_size > 1 && r != 0) m = "rank " + std::to_string(r) + ": " + m;
-    throw CollectiveError(c == 2 ? ErrorKind::Input : c == 3 ? ErrorKind::Timeout : ErrorKind::Internal, m);
+  // "code|message" of the lowest failing rank, on every rank: over the world communicator once the
+  // bootstrap made it (so comm.timeout_s bounds the agreement too), else over raw MPI.
+  const std::string mine = msg.empty() ? std::string() : std::to_string(code) + "|" + msg;
+  int lowest = -1;
+  std::string agreed;
+  if (g_boot.groups.world) {
+    agreed = g_boot.groups.world->agree_error(mine);  // "rank R: code|msg"
+    if (!agreed.empty()) {
+      const auto colon = agreed.find(": ");
+      lowest = std::stoi(agreed.substr(5, colon - 5));
+      agreed = agreed.substr(colon + 2);
+    }
+  } else {
+    auto msgs = allgather_strings(mine, g_boot.world_size);
+    for (int r = 0; r < g_boot.world_size && lowest < 0; ++r)
+      if (!msgs[r].empty()) lowest = r, agreed = msgs[r];
   }
+  if (lowest < 0) return;
+  const auto bar = agreed.find('|');
+  std::string m = agreed.substr(bar + 1);
+  if (lowest != 0) m = "rank " + std::to_string(lowest) + ": " + m;
+  throw CollectiveError(error_kind_for_exit_code(std::stoi(agreed.substr(0, bar))), m);
 }
 
 }  // namespace tessera::launcher

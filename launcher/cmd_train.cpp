@@ -2,6 +2,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <fstream>
@@ -21,8 +23,10 @@
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/train/numerics.h"
 #include "runtime/train/report.h"
 #include "runtime/device/device.h"
 #include "runtime/fsdp/loader.h"
@@ -118,6 +122,9 @@ train::TrainOptions train_options_from(const Config& cfg) {
   t.eps = cfg.get_float("train.eps");
   t.clip = cfg.get_float("train.clip");
   t.optimizer_state_dtype = optim::parse_state_dtype(cfg.get_string("optim.state_dtype"));
+  t.max_skipped_steps = cfg.get_int("train.max_skipped_steps");
+  // fp16 anywhere in the gradient path gets dynamic loss scaling (runtime/train/numerics.h).
+  t.loss_scaling = cfg.get_string("fsdp.mixed_precision") == "fp16" || cfg.get_string("fsdp.reduce_dtype") == "fp16";
   t.seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
   t.checkpoint_dir = cfg.get_string("checkpoint.dir");
   t.checkpoint_every = cfg.get_int("checkpoint.every");
@@ -133,8 +140,34 @@ train::TrainOptions train_options_from(const Config& cfg) {
   TESSERA_CHECK_INPUT(t.grad_accum >= 1, "train.grad_accum must be >= 1 (got " + std::to_string(t.grad_accum) + ")");
   TESSERA_CHECK_INPUT(t.seq_len >= 1, "data.seq_len must be >= 1");
   TESSERA_CHECK_INPUT(t.checkpoint_keep >= 1, "checkpoint.keep must be >= 1");
+  TESSERA_CHECK_INPUT(t.max_skipped_steps >= 0,
+                      "train.max_skipped_steps must be >= 0 (got " + std::to_string(t.max_skipped_steps) + ")");
   return t;
 }
+
+namespace {
+
+// comm.timeout_s -> the default timeout of every Work::wait() (all backends: the MPI backend's wait,
+// NCCL's watchdog deadline) and so of the checkpoint's save/load agreement and the launcher's.
+void apply_comm_timeout(const Config& cfg) {
+  const double s = cfg.get_float("comm.timeout_s");
+  TESSERA_CHECK_INPUT(std::isfinite(s) && s >= 0.001 && s <= 1e7,
+                      "comm.timeout_s must be a number of seconds between 0.001 and 1e7 (got " + std::to_string(s) + ")");
+  comm::set_default_timeout(std::chrono::milliseconds(std::llround(s * 1000)));
+}
+
+// One id for this run on every rank (rank 0's clock and pid), so that flight records of this run
+// are told apart from older ones in the same log.dir.
+std::string agree_run_id(const Bootstrap& b) {
+  std::string id;
+  if (b.world_rank == 0)
+    id = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count()) +
+         "-" + std::to_string(getpid());
+  return b.groups.world->broadcast_string(id, 0);
+}
+
+}  // namespace
 
 // Everything `train` and `eval` set up before the first collective of the engine; run inside
 // collectively() so that bad input stops every rank with one message and nothing written.
@@ -258,11 +291,7 @@ int run_train(const std::vector<std::string>& args) {
     if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
     cfg = Config::load((*vm)["config"].as<std::string>(), sets);
     topts = train_options_from(cfg);
-    // comm.timeout_s: how long any rank waits in a collective before every rank stops with an error.
-    const double timeout_s = cfg.get_float("comm.timeout_s");
-    TESSERA_CHECK_INPUT(timeout_s > 0 && timeout_s <= 1e9,
-                        "comm.timeout_s must be positive (seconds), got " + std::to_string(timeout_s));
-    comm::set_default_timeout(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0 + 0.5)));
+    apply_comm_timeout(cfg);
     rank0_reads = !cfg.get_string("model.path").empty() && cfg.get_string("model.load") == "rank0";
     if (rank0 || !rank0_reads) {
       ms = setup_model(cfg);
@@ -287,11 +316,18 @@ int run_train(const std::vector<std::string>& args) {
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
   // the lowest failing rank's one-line message (rank, host, device).
   const c10::Device device = agree_on_device(cfg.get_string("train.device"), b);
+  const std::string run_id = agree_run_id(b);
   collectively([&] {
     fopts = fsdp_options_from(cfg, ms.config);
     fopts.device = device;
     check_host_memory(cfg, ms.config, b, device.is_cuda(),
                       vm->count("host-mem") ? (*vm)["host-mem"].as<std::string>() : std::string());
+    // A compute dtype this LibTorch cannot multiply on this device (fp16 on CPU) is refused before
+    // anything runs; it would otherwise fail at the first forward.
+    if (const std::string why = train::unsupported_matmul(fopts.param_dtype, device); !why.empty())
+      throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + cfg.get_string("fsdp.mixed_precision") + ": no matmul in " +
+                                "this dtype on " + device::describe(device) + " with this LibTorch (" + why +
+                                "); use fsdp.mixed_precision bf16 (fp32's range: no loss scaling needed)");
     TESSERA_CHECK_INPUT(topts.seq_len <= ms.config.max_position_embeddings,
                         "data.seq_len " + std::to_string(topts.seq_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(ms.config.max_position_embeddings));
@@ -314,6 +350,9 @@ int run_train(const std::vector<std::string>& args) {
                             " x grad_accum " + std::to_string(topts.grad_accum) + " = " + std::to_string(global) + ")");
     if (!topts.checkpoint_dir.empty()) check_writable_dir(topts.checkpoint_dir, "checkpoint.dir");
     if (!topts.log_dir.empty()) check_writable_dir(topts.log_dir, "log.dir");
+    // The flight recorder dumps to <log.dir>/flight on a timeout, an abort or a fatal signal.
+    comm::flight::set_dump_dir(topts.log_dir.empty() ? "" : topts.log_dir + "/flight", run_id, b.world_size);
+    comm::flight::install_signal_handlers();
     std::string resume = vm->count("resume") ? (*vm)["resume"].as<std::string>() : cfg.get_string("checkpoint.resume");
     if (resume == "latest" || resume == "auto") {
       TESSERA_CHECK_INPUT(!(resume == "latest" && topts.checkpoint_dir.empty()),
@@ -352,6 +391,7 @@ int run_train(const std::vector<std::string>& args) {
     collectively([&] { load_model_weights(trainer, ms, cfg); });
   }
   train::install_preemption_handlers(topts.preempt_signal);
+  comm::flight::install_signal_handlers();  // again: its SIGTERM dump runs first, then the preemption flag
   auto res = trainer.run();
   if (rank0) {
     if (res.preempted) {

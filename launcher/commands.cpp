@@ -95,6 +95,7 @@ const std::vector<CommandInfo>& commands() {
        bench_is_driver},
       {"config", "print the configuration reference, validate a config file, or translate an Accelerate FSDP config", false, run_config},
       {"plan", "predict per-rank GPU memory and host RAM of a run, say whether it fits and what would make it fit", false, run_plan},
+      {"diagnose", "after a hang or crash: which ranks were behind in which collective, or disagreed (flight records)", false, run_diagnose},
   };
   return list;
 }

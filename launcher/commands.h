@@ -28,5 +28,6 @@ GlobalOptions& global_options();
 int run_topo(const std::vector<std::string>& args);
 int run_config(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
+int run_diagnose(const std::vector<std::string>& args);
 
 }  // namespace tessera::launcher

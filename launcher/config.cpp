@@ -42,13 +42,14 @@ const std::vector<ConfigKey>& config_schema() {
       {"train.beta2", "float", 0.95, "AdamW beta2."},
       {"train.eps", "float", 1e-8, "AdamW epsilon."},
       {"train.clip", "float", 1.0, "Global gradient-norm clipping threshold (0 disables)."},
+      {"train.max_skipped_steps", "int", 10, "A step whose loss or gradient norm is not finite is skipped on every rank (weights and optimizer state untouched; with fp16 the loss scale halves); this many skipped in a row stop the run with exit code 2, the last checkpoint kept (0: never stop)."},
       {"train.seed", "int", 42, "Seed of data shuffling."},
       {"train.device", "string", "auto", "Where shards, optimizer state and compute live: `auto` (cuda when this build has CUDA and a GPU is visible, else cpu), `cpu` (MPI collectives), `cuda` (local rank r uses GPU r; NCCL collectives), `cuda:N` (local rank r uses GPU N+r)."},
       {"train.preempt_signal", "string", "USR2", "Signal that makes the loop finish the step, checkpoint and exit for requeue (SIGTERM always does).", {"USR1", "USR2"}},
       // fsdp
       {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}},
-      {"fsdp.mixed_precision", "string", "fp32", "Dtype of gathered parameters and compute; master shards and optimizer state are fp32.", {"fp32", "bf16", "fp16"}},
-      {"fsdp.reduce_dtype", "string", "fp32", "Dtype of gradient reduction.", {"fp32", "bf16", "fp16"}},
+      {"fsdp.mixed_precision", "string", "fp32", "Dtype of gathered parameters and compute; master shards and optimizer state are fp32. fp16 needs a GPU (refused on CPU: LibTorch has no fp16 matmul there).", {"fp32", "bf16", "fp16"}},
+      {"fsdp.reduce_dtype", "string", "fp32", "Dtype of gradient reduction. fp16 here or in mixed_precision turns on dynamic loss scaling (as torch.cuda.amp.GradScaler: scale 65536, halved on a non-finite step, doubled after 2000 finite ones; checkpointed).", {"fp32", "bf16", "fp16"}},
       {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false.", {"auto", "true", "false"}},
       {"fsdp.prefetch", "bool", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."},
       {"fsdp.limit_all_gathers", "int", 2, "Most decoder-layer units gathered at once (>= 1)."},
@@ -68,7 +69,7 @@ const std::vector<ConfigKey>& config_schema() {
       {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."},
       {"log.every", "int", 1, "Progress line every N steps."},
       // comm
-      {"comm.timeout_s", "float", 600.0, "Timeout of a collective before every rank stops with an error."},
+      {"comm.timeout_s", "float", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3)."},
   };
   return schema;
 }

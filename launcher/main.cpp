@@ -1,17 +1,28 @@
 // tessera: one binary, many subcommands. Errors from any rank end every rank: an error raised on all
 // ranks together (CollectiveError) exits cleanly with its code; an error on one rank aborts the world
-// so that no rank waits forever in a collective.
+// so that no rank waits forever in a collective. Before that, the failing rank writes its flight
+// record (runtime/comm/flight_recorder.h); after a collective timeout the failing ranks wait a short
+// grace period for the other ranks' records, and the lowest rank with a record prints what they say
+// (the collective that did not complete, the ranks without a record or behind, or a desync) as its
+// last line.
 #include <c10/util/Exception.h>
 #include <malloc.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <set>
+#include <thread>
 
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "model/errors.h"
+#include "runtime/comm/flight_recorder.h"
+#include "runtime/comm/flight_report.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/error.h"
 
@@ -69,15 +80,53 @@ std::vector<std::string> take_global_options(std::vector<std::string> args) {
   return rest;
 }
 
-int report(int code, const std::string& what, bool collective) {
+// After a collective timeout on this rank (its record written): waits until every rank's record of
+// this run is in `flight_dir` or a grace period (a quarter of comm.timeout_s, 2-30 s) has passed,
+// then, on the lowest rank with a record, prints the diagnosis of the records as its last line.
+void diagnose_after_timeout(const std::string& flight_dir, int world_size, int world_rank) {
+  using namespace std::chrono;
+  const auto grace = std::clamp<milliseconds>(comm::default_timeout() / 4, seconds(2), seconds(30));
+  const std::string run = comm::flight::run_id();
+  const auto deadline = steady_clock::now() + grace;
+  comm::flight::Dumps dumps;
+  for (;;) {
+    try {
+      dumps = comm::flight::read_dumps(flight_dir);
+    } catch (const std::exception&) {
+      dumps = {};
+    }
+    std::set<int> ranks;
+    for (const auto& r : dumps.records)
+      if (r.value("run_id", "") == run) ranks.insert(r.value("rank", -1));
+    if (static_cast<int>(ranks.size()) >= world_size || steady_clock::now() >= deadline) {
+      const int printer = ranks.empty() ? world_rank : *ranks.begin();
+      if (printer != world_rank) {
+        std::this_thread::sleep_for(seconds(1));  // let the printing rank print before anyone aborts
+        return;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  const auto dx = comm::flight::diagnose(dumps);
+  std::cerr << "tessera: flight recorder: " << dx.summary << " (full report: tessera diagnose "
+            << std::filesystem::path(flight_dir).parent_path().string() << ")" << std::endl;
+}
+
+int report(int code, const std::string& what, bool collective, bool timeout = false) {
   const auto& b = current();
   bool print = !collective || b.world_rank == 0;
+  // An error of this rank alone: its flight record first (a timeout has written it already).
+  if (!collective) comm::flight::dump(timeout ? "timeout" : "error", what);
   if (print) {
     if (collective || b.world_size == 1)
       std::cerr << "tessera: error: " << what << std::endl;
     else
       std::cerr << "tessera: error on rank " << b.world_rank << " (" << b.host << "): " << what << std::endl;
   }
+  const std::string flight_dir = comm::flight::dump_dir();
+  if (!collective && timeout && b.world_size > 1 && !flight_dir.empty())
+    diagnose_after_timeout(flight_dir, b.world_size, b.world_rank);
   if (!collective && b.world_size > 1) abort_all(code);
   finalize();
   return code;
@@ -126,7 +175,7 @@ int main(int argc, char** argv) {
   } catch (const CollectiveError& e) {
     return report(e.exit_code(), e.what(), true);
   } catch (const Error& e) {
-    return report(e.exit_code(), e.what(), false);
+    return report(e.exit_code(), e.what(), false, e.kind() == ErrorKind::Timeout);
   } catch (const model::ModelError& e) {
     return report(2, e.what(), false);
   } catch (const c10::Error& e) {

@@ -9,11 +9,18 @@ namespace tessera {
 
 enum class ErrorKind { Input, Internal, Timeout };
 
+// The one mapping between error kinds and exit codes: Input 2, Internal 1, Timeout 3 (any other
+// code maps back to Internal).
+constexpr int exit_code_for(ErrorKind k) { return k == ErrorKind::Input ? 2 : k == ErrorKind::Timeout ? 3 : 1; }
+constexpr ErrorKind error_kind_for_exit_code(int code) {
+  return code == 2 ? ErrorKind::Input : code == 3 ? ErrorKind::Timeout : ErrorKind::Internal;
+}
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& what, const char* file = nullptr, int line = 0);
   ErrorKind kind() const { return kind_; }
-  int exit_code() const { return kind_ == ErrorKind::Input ? 2 : kind_ == ErrorKind::Timeout ? 3 : 1; }
+  int exit_code() const { return exit_code_for(kind_); }
   int rank() const { return rank_; }
   const std::string& host() const { return host_; }
   const std::string& location() const { return location_; }  // "file.cpp:123" or ""

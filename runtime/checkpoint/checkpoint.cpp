@@ -8,13 +8,16 @@
 //   3. agreement on errors; CRCs and sizes summed to every rank (each writer fills its own slot).
 //   4. world rank 0 writes manifest.json, fsyncs it and the directory, renames step-<N>.tmp to
 //      step-<N> (an existing step-<N> is moved aside first and deleted after), fsyncs the root,
-//      deletes checkpoints beyond `keep`; agreement, so every rank knows the save is complete.
+//      points <root>/latest at step-<N>, on the lineage's first save retires newer checkpoints of
+//      an abandoned future (begin_lineage), deletes checkpoints beyond `keep`; agreement, so every
+//      rank knows the save is complete.
 // Steps 1, 3 and 4 use the Checkpointer's own duplicate of the world communicator, so a
 // background save never interleaves with the engine's collectives.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <regex>
 #include <thread>
@@ -22,6 +25,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
@@ -49,6 +53,23 @@ std::string step_dir(const std::string& root, int64_t step) {
   return (fs::path(root) / ("step-" + std::to_string(step))).string();
 }
 
+constexpr const char* kLatestFile = "latest";
+constexpr const char* kRetiredDir = "retired";
+
+// Atomically points <root>/latest at `target` (a step-<N> name under root, or an absolute path).
+void write_latest(const std::string& root, const std::string& target) {
+  const std::string path = (fs::path(root) / kLatestFile).string(), tmp = path + ".tmp";
+  io::File f = io::File::create(tmp);
+  const std::string text = target + "\n";
+  f.write_all(text.data(), text.size());
+  f.fsync();
+  f.close();
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  io::fsync_dir(root);
+}
+
 void throw_if(const std::string& error) {
   if (!error.empty()) throw TESSERA_INPUT_ERROR(error);
 }
@@ -58,6 +79,7 @@ struct Job {
   int64_t step = 0;
   std::string root, tmp, final_dir;
   int keep = 2;
+  int64_t retire_above = -1;  // >= 0: retire step-<K> with K above it (the lineage's first save)
   bool writer = false, leader = false;
   int shard_rank = 0, shard_size = 1;
   std::vector<fsdp::ShardPlan> plans;
@@ -74,7 +96,11 @@ struct Checkpointer::Impl {
   std::thread worker;
   bool in_flight = false;
   std::string error;  // of the job on the worker
+  ErrorKind error_kind = ErrorKind::Input;  // a timeout of the worker's agreement stays a timeout
   SaveTiming timing;  // of the job on the worker
+  // Lineage (begin_lineage): the first save after it retires checkpoints above retire_above.
+  bool lineage_started = false, retired = false;
+  int64_t retire_above = -1;
   // Async host snapshot of the writer's shards, reused across saves (only touched while no job
   // is in flight): copying into memory already mapped is several times faster than a fresh clone.
   std::vector<std::vector<at::Tensor>> snapshot;
@@ -83,6 +109,7 @@ struct Checkpointer::Impl {
 
   void write_file(const Job& job, uint32_t& crc, uint64_t& bytes);
   void publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes);
+  void retire(const Job& job);
   void prune(const Job& job);
   SaveTiming run(const Job& job);  // steps 2-4, on the caller's thread or the worker
 };
@@ -126,6 +153,9 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
     f.close();
   }
   io::fsync_dir(job.tmp);
+  // The new checkpoint is complete (under its .tmp name): on the lineage's first save, newer
+  // checkpoints of an abandoned run (a step-<N> of the same number included) move to retired/.
+  retire(job);
   // Publish. If step-<N> exists (a run resumed from an earlier step), it is moved aside first: a
   // crash in between leaves the previous checkpoints, never a half one under a step-<N> name.
   std::error_code ec;
@@ -139,7 +169,36 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + job.tmp + " to " + job.final_dir + ": " + ec.message());
   io::fsync_dir(job.root);
   fs::remove_all(old, ec);
+  write_latest(job.root, fs::path(job.final_dir).filename().string());
   prune(job);
+}
+
+void Checkpointer::Impl::retire(const Job& job) {
+  if (job.retire_above < 0) return;
+  std::error_code ec;
+  std::vector<int64_t> newer;
+  for (const auto& e : fs::directory_iterator(job.root, ec)) {
+    const int64_t s = parse_step_dir(e.path().filename().string());
+    if (s > job.retire_above) newer.push_back(s);
+  }
+  if (newer.empty()) return;
+  const fs::path retired = fs::path(job.root) / kRetiredDir;
+  fs::create_directories(retired, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("cannot create " + retired.string() + ": " + ec.message());
+  std::sort(newer.begin(), newer.end());
+  std::string names;
+  for (int64_t s : newer) {
+    const std::string name = "step-" + std::to_string(s);
+    fs::path dst = retired / name;
+    for (int k = 2; fs::exists(dst, ec); ++k) dst = retired / (name + "." + std::to_string(k));
+    fs::rename(step_dir(job.root, s), dst, ec);
+    if (ec) throw TESSERA_INPUT_ERROR("cannot retire " + step_dir(job.root, s) + " to " + dst.string() + ": " + ec.message());
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  io::fsync_dir(retired.string());
+  io::fsync_dir(job.root);
+  std::cerr << "tessera: checkpoint step-" << job.step << " continues a run started at step " << job.retire_above
+            << "; checkpoints of the run it replaces moved to " << retired.string() << ": " << names << std::endl;
 }
 
 void Checkpointer::Impl::prune(const Job& job) {
@@ -232,7 +291,7 @@ SaveTiming Checkpointer::wait() {
   const std::string error = impl_->error;
   impl_->timing = {};
   impl_->error.clear();
-  throw_if(error);
+  if (!error.empty()) throw Error(impl_->error_kind, error, __FILE__, __LINE__);
   return t;
 }
 
@@ -249,6 +308,10 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   job.final_dir = step_dir(root_, step);
   job.tmp = job.final_dir + ".tmp";
   job.keep = opts_.keep;
+  if (impl_->lineage_started && !impl_->retired) {
+    job.retire_above = impl_->retire_above;
+    impl_->retired = true;  // an error of this save ends the run; the next run starts a lineage again
+  }
   job.leader = impl_->comm->rank() == 0;
   job.writer = engine.replicate_group().rank() == 0;
   job.shard_rank = engine.shard_group().rank();
@@ -353,11 +416,14 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   impl_->in_flight = true;
   const double blocked = seconds_since(t0);
   impl_->worker = std::thread([this, job = std::move(job), blocked]() {
+    comm::flight::ThreadContext context(job.step, "checkpoint save (async)");
     try {
       impl_->timing = impl_->run(job);
       impl_->timing.blocked_s = blocked;
     } catch (const std::exception& e) {
       impl_->error = e.what();
+      const auto* te = dynamic_cast<const Error*>(&e);
+      impl_->error_kind = te ? te->kind() : ErrorKind::Input;
     }
   });
   SaveTiming t;
@@ -365,8 +431,38 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   return t;
 }
 
+void Checkpointer::begin_lineage(int64_t start_step, const std::string& resumed_from) {
+  TESSERA_CHECK_INPUT(start_step >= 0, "lineage start step must be >= 0, got " + std::to_string(start_step));
+  wait();
+  impl_->lineage_started = true;
+  impl_->retired = false;
+  impl_->retire_above = start_step;
+  if (resumed_from.empty()) return;
+  std::string error;
+  if (impl_->comm->rank() == 0) {
+    try {
+      std::error_code ec;
+      fs::create_directories(root_, ec);
+      const fs::path from = fs::weakly_canonical(fs::absolute(resumed_from), ec);
+      const fs::path root = fs::weakly_canonical(fs::absolute(root_), ec);
+      write_latest(root_, from.parent_path() == root ? from.filename().string() : from.string());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  throw_if(impl_->agree(error));
+}
+
 std::string latest(const std::string& root_dir) {
   std::error_code ec;
+  {
+    std::ifstream in(fs::path(root_dir) / kLatestFile);
+    std::string target;
+    if (in && std::getline(in, target) && !target.empty()) {
+      const fs::path p = fs::path(target).is_absolute() ? fs::path(target) : fs::path(root_dir) / target;
+      if (fs::exists(p / "manifest.json", ec)) return p.string();
+    }
+  }
   int64_t best = -1;
   for (const auto& e : fs::directory_iterator(root_dir, ec)) {
     const int64_t s = parse_step_dir(e.path().filename().string());

@@ -68,6 +68,16 @@ class Checkpointer {
                   const nlohmann::json& state);
   SaveTiming wait();  // completes an async save in flight; returns its timing (zeros if none)
 
+  // Lineage: the run this Checkpointer saves for starts at `start_step`, resumed from the checkpoint
+  // directory `resumed_from` ("" for a fresh start from step 0). With a resumed_from, world rank 0
+  // points <root>/latest at it at once, so that latest() resumes a run that crashes before its first
+  // save from there and not from a newer checkpoint of an abandoned future (a rollback). The first
+  // complete save then RETIRES every step-<K> of the root with K > start_step, once its own files and
+  // manifest are written: they move to <root>/retired/step-<K> (".2", ".3" ... when that exists);
+  // nothing is deleted, and keep counts only this lineage's checkpoints.
+  // Checkpointers on which it is never called neither retire nor redirect. Call on every rank.
+  void begin_lineage(int64_t start_step, const std::string& resumed_from);
+
   const std::string& root() const { return root_; }
 
   struct Impl;
@@ -79,7 +89,10 @@ class Checkpointer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Latest complete checkpoint directory under root ("" if none). Incomplete *.tmp dirs are ignored.
+// The checkpoint to resume from in root ("" if none): the one <root>/latest names (written by every
+// complete save and by begin_lineage: the head of the most recent run's lineage; a relative name is
+// under root) if it is complete, else the highest complete step-<N>. Incomplete *.tmp dirs and
+// retired checkpoints are never chosen.
 std::string latest(const std::string& root_dir);
 
 // Loads a checkpoint saved at any world size and strategy into `kinds` (one tensor per engine unit,

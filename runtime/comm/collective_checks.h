@@ -37,4 +37,9 @@ void check_scatter_pieces(const std::vector<at::Tensor>& out, const std::vector<
 // True when the byte ranges of a and b overlap.
 bool overlaps(const at::Tensor& a, const at::Tensor& b);
 
+// Keeps `comm` alive until the process ends (never destroyed): for a communicator whose thread may
+// be stuck in an operation that timed out, so that no destructor joins that thread while the
+// process unwinds to its error exit.
+void keep_alive_forever(CommPtr comm);
+
 }  // namespace tessera::comm::detail

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 
 #include "runtime/comm/collective_checks.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/error.h"
 
 namespace tessera::comm {
@@ -202,6 +204,15 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b1 && b0 < a1;
 }
 
+void keep_alive_forever(CommPtr comm) {
+  static std::mutex m;
+  static auto* kept = new std::vector<CommPtr>();  // never destroyed, on purpose
+  std::lock_guard<std::mutex> lk(m);
+  for (const auto& c : *kept)
+    if (c == comm) return;
+  kept->push_back(std::move(comm));
+}
+
 }  // namespace detail
 
 // ---- the size-1 communicator -------------------------------------------------------------------
@@ -214,10 +225,12 @@ class CompletedWork : public Work {
   bool is_completed() override { return true; }
 };
 
-// Every collective over one rank is a copy or nothing; it runs synchronously on the caller's thread.
+// Every collective over one rank is a copy or nothing; it runs synchronously on the caller's thread
+// (and is recorded there: enqueued, started and completed at once).
 class SelfCommunicator : public Communicator {
  public:
-  explicit SelfCommunicator(std::string name) : name_(std::move(name)) {}
+  explicit SelfCommunicator(std::string name)
+      : name_(std::move(name)), recorder_(name_, "self", 0, 1, {process_rank() < 0 ? 0 : process_rank()}) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "self"; }
@@ -225,25 +238,41 @@ class SelfCommunicator : public Communicator {
 
   WorkPtr all_gather_into(at::Tensor out, at::Tensor in) override {
     detail::check_all_gather(out, in, 1, where("all_gather_into"));
+    Recorded r(recorder_, flight::op_info(flight::Op::AllGather, out));
     copy_flat(out, in);
     return done();
   }
   WorkPtr reduce_scatter_into(at::Tensor out, at::Tensor in, ReduceOp op) override {
     detail::check_reduce_scatter(out, in, op, 1, where("reduce_scatter_into"));
+    Recorded r(recorder_, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)));
     copy_flat(out, in);  // size 1: chunk == N, no padding; sum/mean/max/min of one value is itself
     return done();
   }
   WorkPtr all_reduce(at::Tensor t, ReduceOp op) override {
     detail::check_reducible(t, op, where("all_reduce"));
+    Recorded r(recorder_, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)));
     return done();
   }
   WorkPtr broadcast(at::Tensor t, int root) override {
     if (root != 0) throw TESSERA_INPUT_ERROR(where("broadcast") + ": root " + std::to_string(root) + " is not a rank");
+    Recorded r(recorder_, flight::op_info(flight::Op::Broadcast, t, -1, root));
     return done();
   }
-  WorkPtr barrier() override { return done(); }
+  WorkPtr barrier() override {
+    flight::OpInfo info;
+    info.op = flight::Op::Barrier;
+    Recorded r(recorder_, info);
+    return done();
+  }
 
  private:
+  // Records one synchronous operation: enqueued and started now, completed at scope exit.
+  struct Recorded {
+    Recorded(flight::Recorder& rec, const flight::OpInfo& info) : rec(rec), seq(rec.enqueue(info)) { rec.start(seq); }
+    ~Recorded() { rec.end(seq, true); }
+    flight::Recorder& rec;
+    uint64_t seq;
+  };
   std::string where(const char* op) const { return std::string(op) + " on comm '" + name_ + "' (self)"; }
   static void copy_flat(at::Tensor& out, const at::Tensor& in) {
     at::NoGradGuard no_grad;
@@ -251,6 +280,7 @@ class SelfCommunicator : public Communicator {
   }
   static WorkPtr done() { return std::make_shared<CompletedWork>(); }
   std::string name_;
+  flight::Recorder recorder_;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "runtime/comm/collective_checks.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/comm/mpi_ring.h"
 #include "runtime/error.h"
 #include "runtime/memory/model.h"
@@ -71,21 +72,40 @@ std::string seconds_text(std::chrono::milliseconds t) {
   return s.str();
 }
 
+std::chrono::milliseconds stop_ms() {
+  return std::chrono::milliseconds(static_cast<int64_t>(flight::last_stop_s() * 10) * 100);  // 0.1 s
+}
+
 // ---- Work: completed by the communication thread, awaited by the caller -----------------------
 
 class MpiWork : public Work {
  public:
-  explicit MpiWork(std::string what) : what_(std::move(what)) {}
+  // `comm` and `recorder`: the communicator that runs the operation and its flight recorder, `seq`
+  // the operation's sequence number there (for the timeout message).
+  MpiWork(std::string what, std::weak_ptr<Communicator> comm, const flight::Recorder* recorder, uint64_t seq)
+      : what_(std::move(what)), comm_(std::move(comm)), recorder_(recorder), seq_(seq) {}
 
   void wait(std::chrono::milliseconds timeout) override {
     // Clamp so that "wait forever" style values do not overflow the clock arithmetic.
     auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
+    const int64_t stops = flight::times_stopped();
     std::unique_lock<std::mutex> lk(m_);
-    if (!cv_.wait_for(lk, limit, [&] { return done_; }))
-      throw Error(ErrorKind::Timeout,
-                  what_ + " did not complete within " + seconds_text(timeout) +
-                      " (collectives must be issued in the same order on every rank of the communicator)",
-                  __FILE__, __LINE__);
+    if (!cv_.wait_for(lk, limit, [&] { return done_; })) {
+      lk.unlock();
+      std::string op;
+      if (CommPtr comm = comm_.lock()) {
+        op = ", " + recorder_->describe(seq_) + ",";
+        // Its thread may never come back from MPI: the communicator must outlive this process's
+        // unwinding (no destructor may join that thread).
+        detail::keep_alive_forever(comm);
+      }
+      std::string msg = what_ + op + " did not complete within " + seconds_text(timeout) +
+                        (flight::times_stopped() != stops
+                             ? " (this process itself was stopped for " + seconds_text(stop_ms()) + " while it waited)"
+                             : " (collectives must be issued in the same order on every rank of the communicator)");
+      flight::dump("timeout", msg);
+      throw Error(ErrorKind::Timeout, msg, __FILE__, __LINE__);
+    }
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -105,6 +125,9 @@ class MpiWork : public Work {
 
  private:
   std::string what_;  // "all_gather on comm 'world' (rank 0 of 2, host h)"
+  std::weak_ptr<Communicator> comm_;
+  const flight::Recorder* recorder_;  // alive while comm_ is
+  uint64_t seq_;
   std::mutex m_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -139,7 +162,7 @@ MPI_Op mpi_op(ReduceOp op) {
 
 // ---- the communicator -------------------------------------------------------------------------
 
-class MpiCommunicator : public Communicator {
+class MpiCommunicator : public Communicator, public std::enable_shared_from_this<MpiCommunicator> {
  public:
   // Takes ownership of `comm` (already a private duplicate).
   MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
@@ -154,6 +177,7 @@ class MpiCommunicator : public Communicator {
       MPI_Get_processor_name(buf, &len);
       host_.assign(buf, len);
     }
+    recorder_ = std::make_unique<flight::Recorder>(name_, "mpi", rank_, size_, mpi_world_ranks(comm_));
     worker_ = std::thread([this] { run_queue(); });
   }
 
@@ -179,7 +203,7 @@ class MpiCommunicator : public Communicator {
     int64_t chunk = detail::check_all_gather(out, in, size_, where);
     MPI_Datatype type = check_movable(in, where);
     check_count(chunk * size_, where);
-    return enqueue(where, [this, out, in, chunk, type] {
+    return enqueue(where, flight::op_info(flight::Op::AllGather, out), [this, out, in, chunk, type] {
       const int64_t n = out.numel(), esz = in.element_size();
       if (n == 0) return;
       char* outp = static_cast<char*>(out.data_ptr());
@@ -204,7 +228,7 @@ class MpiCommunicator : public Communicator {
     int64_t chunk = detail::check_reduce_scatter(out, in, op, size_, where);
     check_movable(in, where);
     check_count(chunk * size_, where);
-    return enqueue(where, [this, out, in, op, chunk] {
+    return enqueue(where, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)), [this, out, in, op, chunk] {
       const int64_t n = in.numel(), padded = chunk * size_;
       if (n == 0) return;
       const bool widen = reduce_in_fp32(in.scalar_type());
@@ -246,7 +270,7 @@ class MpiCommunicator : public Communicator {
     detail::check_reducible(t, op, where);
     check_movable(t, where);
     check_count(t.numel(), where);
-    return enqueue(where, [this, t, op] {
+    return enqueue(where, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), [this, t, op] {
       if (t.numel() == 0) return;
       at::Tensor buf = reduce_in_fp32(t.scalar_type()) ? t.to(at::kFloat) : t;
       const MPI_Datatype type = move_type(buf.scalar_type());
@@ -269,7 +293,7 @@ class MpiCommunicator : public Communicator {
     check_count(t.numel(), where);
     if (root < 0 || root >= size_)
       throw TESSERA_INPUT_ERROR(where + ": root " + std::to_string(root) + " is not a rank");
-    return enqueue(where, [this, t, root, type] {
+    return enqueue(where, flight::op_info(flight::Op::Broadcast, t, -1, root), [this, t, root, type] {
       const int64_t n = t.numel(), esz = t.element_size();
       if (n == 0) return;
       if (algorithm_for(Collective::Broadcast, n, t.scalar_type(), size_) == Algorithm::Chain)
@@ -294,7 +318,7 @@ class MpiCommunicator : public Communicator {
         throw TESSERA_INPUT_ERROR(where + ": input must have " + std::to_string(chunk * size_) +
                                   " elements of the output's dtype, got " + std::to_string(in.numel()));
     }
-    return enqueue(where, [this, out, in, root, type, chunk] {
+    return enqueue(where, flight::op_info(flight::Op::Scatter, out, -1, root), [this, out, in, root, type, chunk] {
       if (chunk == 0) return;
       const void* send = rank_ == root ? in.data_ptr() : nullptr;
       check_mpi(MPI_Scatter(send, static_cast<int>(chunk), type, out.data_ptr(), static_cast<int>(chunk), type, root,
@@ -315,7 +339,10 @@ class MpiCommunicator : public Communicator {
         check_movable(t, where);
         check_count(t.numel(), where);
       }
-    return enqueue(where, [this, out = std::move(out), pieces = std::move(pieces), root] {
+    flight::OpInfo info = flight::op_info(flight::Op::ScatterPieces, out.empty() ? at::Tensor() : out[0], -1, root);
+    info.count = info.bytes = 0;  // every piece this rank receives (sizes differ between ranks)
+    for (const auto& t : out) info.count += t.numel(), info.bytes += static_cast<int64_t>(t.nbytes());
+    return enqueue(where, info, [this, out = std::move(out), pieces = std::move(pieces), root] {
       // One message per piece, straight from/to the callers' buffers; MPI's non-overtaking rule
       // (same source, tag and communicator) matches them in order.
       std::vector<MPI_Request> reqs;
@@ -353,13 +380,15 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr barrier() override {
-    return enqueue(describe("barrier"), [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
+    flight::OpInfo info;
+    info.op = flight::Op::Barrier;
+    return enqueue(describe("barrier"), info, [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
   }
 
   // Runs `fn(comm)` on the communication thread (ordered with the collectives) and waits for it.
   void run_ordered(const std::string& op, const std::function<void(MPI_Comm)>& fn) const {
     auto self = const_cast<MpiCommunicator*>(this);  // the queue is internally synchronised
-    self->enqueue(describe(op), [self, &fn] { fn(self->comm_); })->wait();
+    self->enqueue(describe(op), flight::OpInfo{}, [self, &fn] { fn(self->comm_); })->wait();
   }
 
  private:
@@ -439,11 +468,13 @@ class MpiCommunicator : public Communicator {
                                 " elements exceed MPI's per-call count limit (2^31-1); split the tensor");
   }
 
-  WorkPtr enqueue(std::string what, std::function<void()> fn) {
-    auto work = std::make_shared<MpiWork>(std::move(what));
+  // Records the operation (caller's thread) and queues it for the communication thread.
+  WorkPtr enqueue(std::string what, const flight::OpInfo& info, std::function<void()> fn) {
+    const uint64_t seq = recorder_->enqueue(info);
+    auto work = std::make_shared<MpiWork>(std::move(what), weak_from_this(), recorder_.get(), seq);
     {
       std::lock_guard<std::mutex> lk(qm_);
-      queue_.push_back({std::move(fn), work});
+      queue_.push_back({std::move(fn), work, seq});
     }
     qcv_.notify_one();
     return work;
@@ -462,6 +493,7 @@ class MpiCommunicator : public Communicator {
         queue_.pop_front();
       }
       std::exception_ptr error;
+      recorder_->start(task.seq);
       try {
         task.fn();
       } catch (const Error& e) {
@@ -470,6 +502,7 @@ class MpiCommunicator : public Communicator {
         error = std::make_exception_ptr(
             Error(ErrorKind::Internal, task.work->what() + ": " + e.what(), __FILE__, __LINE__));
       }
+      recorder_->end(task.seq, !error);
       task.work->finish(error);
     }
   }
@@ -487,7 +520,10 @@ class MpiCommunicator : public Communicator {
   struct Task {
     std::function<void()> fn;
     std::shared_ptr<MpiWork> work;
+    uint64_t seq = 0;  // in recorder_
   };
+
+
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
@@ -498,6 +534,7 @@ class MpiCommunicator : public Communicator {
   bool stop_ = false;
   std::unique_ptr<char[]> scratch_;
   int64_t scratch_bytes_ = 0;
+  std::unique_ptr<flight::Recorder> recorder_;
   std::thread worker_;
 };
 
@@ -539,6 +576,20 @@ MPI_Comm mpi_comm_dup(const Communicator& comm) {
   as_mpi(comm, "mpi_comm_dup").run_ordered("dup", [&](MPI_Comm c) { rc = MPI_Comm_dup(c, &dup); });
   TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_dup of comm '" + comm.name() + "' failed");
   return dup;
+}
+
+std::vector<int> mpi_world_ranks(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<int> mine(size), world(size, -1);
+  for (int r = 0; r < size; ++r) mine[r] = r;
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  MPI_Comm_group(comm, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &wg);
+  MPI_Group_translate_ranks(g, size, mine.data(), wg, world.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&wg);
+  return world;
 }
 
 std::string mpi_algorithm(const std::string& op, int64_t count, at::ScalarType dtype, int size) {

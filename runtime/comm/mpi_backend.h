@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/communicator.h"
 
@@ -35,6 +36,9 @@ CommPtr mpi_split(const Communicator& parent, int color, int key, const std::str
 // its other operations), e.g. for raw-MPI baselines or NCCL's unique-id broadcast. The caller
 // frees it with MPI_Comm_free. Throws Error(Input) if `comm` is not an MPI communicator.
 MPI_Comm mpi_comm_dup(const Communicator& comm);
+
+// World ranks of the members of `comm`, in its rank order (local; no communication).
+std::vector<int> mpi_world_ranks(MPI_Comm comm);
 
 // The algorithm the MPI backend runs for `op` ("all_gather", "reduce_scatter", "all_reduce",
 // "broadcast") on a tensor of `count` elements of `dtype` over `size` ranks: "ring" or "chain"

@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "runtime/comm/collective_checks.h"
+#include "runtime/comm/flight_recorder.h"
+#include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 
 #ifdef TESSERA_WITH_CUDA
@@ -105,6 +107,7 @@ struct Watched {
   std::string what;
   std::chrono::milliseconds timeout;
   std::chrono::steady_clock::time_point deadline;
+  uint64_t seq;  // in CommState::recorder
 };
 
 // What a communicator shares with its watchdog and abort threads; they hold it by shared_ptr, so it
@@ -119,6 +122,9 @@ struct CommState {
   ncclComm_t comm = nullptr;
   int device = 0;
   std::string who;  // "comm 'world' (rank 0 of 8, host h) device cuda:0"
+  // The communicator's flight record: enqueue on the caller's thread (issue), end on the watchdog
+  // (or NcclWork::is_completed); NCCL has no host-side start, so scheduled -> completed / failed.
+  std::unique_ptr<flight::Recorder> recorder;
 
   std::mutex enqueue_m;
   bool released = false;                  // under enqueue_m: comm aborted or destroyed
@@ -210,6 +216,7 @@ void watch(const std::shared_ptr<CommState>& s) {
     std::unique_ptr<Error> error;
     for (auto it = s->watched.begin(); it != s->watched.end();) {
       if (cudaEventQuery(it->done->ev) == cudaSuccess) {
+        s->recorder->end(it->seq, true);
         it = s->watched.erase(it);
         continue;
       }
@@ -217,9 +224,10 @@ void watch(const std::shared_ptr<CommState>& s) {
       ncclCommGetAsyncError(s->comm, &async);  // `m` is held: no abort of s->comm can have started
       const bool late = std::chrono::steady_clock::now() > it->deadline;
       if (async != ncclSuccess || late) {
+        s->recorder->end(it->seq, false);
         std::ostringstream msg;
         if (late)
-          msg << it->what << " did not complete within " << std::setprecision(6) << it->timeout.count() / 1000.0
+          msg << it->what << ", " << s->recorder->describe(it->seq) << ", did not complete within " << std::setprecision(6) << it->timeout.count() / 1000.0
               << "s; communicator aborted";
         else
           msg << it->what << ": NCCL asynchronous error: " << ncclGetErrorString(async);
@@ -242,26 +250,29 @@ class NcclCommunicator;
 class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<NcclCommunicator> comm, std::shared_ptr<Event> done, std::string what,
-           std::vector<at::Tensor> keep)
-      : comm_(std::move(comm)), done_(std::move(done)), what_(std::move(what)), keep_(std::move(keep)) {}
+           std::vector<at::Tensor> keep, uint64_t seq)
+      : comm_(std::move(comm)), done_(std::move(done)), what_(std::move(what)), keep_(std::move(keep)), seq_(seq) {}
   void wait(std::chrono::milliseconds timeout) override;
-  bool is_completed() override { return cudaEventQuery(done_->ev) == cudaSuccess; }
+  bool is_completed() override;
 
  private:
   std::shared_ptr<NcclCommunicator> comm_;
   std::shared_ptr<Event> done_;
   std::string what_;
   std::vector<at::Tensor> keep_;  // inputs, outputs and temporaries stay alive with the handle
+  uint64_t seq_;                  // in the communicator's flight recorder
 };
 
 class NcclCommunicator : public Communicator, public std::enable_shared_from_this<NcclCommunicator> {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, std::string host)
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, std::string host,
+                   const std::vector<int>& world_ranks)
       : s_(std::make_shared<CommState>()), rank_(rank), size_(size), device_(device), name_(std::move(name)),
         host_(std::move(host)) {
     s_->comm = comm;
     s_->device = device_;
     s_->who = describe_member();
+    s_->recorder = std::make_unique<flight::Recorder>(name_, "nccl", rank, size, world_ranks);
     const std::string who = describe("init");
     cudaError_t rc = cudaSetDevice(device_);
     if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
@@ -319,7 +330,8 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe("all_gather");
     int64_t chunk = detail::check_all_gather(out, in, size_, who);
     ncclDataType_t type = check_device_tensor(in, who);
-    return issue(who, {out, in}, [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::AllGather, out), {out, in},
+                 [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       const int64_t n = out.numel(), esz = in.element_size();
       if (n == chunk * size_) {  // NCCL handles in-place (in == out + rank*chunk) natively
         NCCL_OK(ncclAllGather(in.data_ptr(), out.data_ptr(), chunk, type, comm, stream_), who);
@@ -336,7 +348,8 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe(std::string("reduce_scatter(") + detail::op_name(op) + ")");
     int64_t chunk = detail::check_reduce_scatter(out, in, op, size_, who);
     check_device_tensor(in, who);
-    return issue(who, {out, in}, [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)), {out, in},
+                 [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       const int64_t n = in.numel(), padded = chunk * size_;
       const at::ScalarType red = reduce_in_fp32(in.scalar_type()) ? at::kFloat : in.scalar_type();
       at::Tensor src = in;
@@ -364,7 +377,8 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe(std::string("all_reduce(") + detail::op_name(op) + ")");
     detail::check_reducible(t, op, who);
     check_device_tensor(t, who);
-    return issue(who, {t}, [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
+    return issue(who, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), {t},
+                 [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       at::Tensor buf = t;
       if (reduce_in_fp32(t.scalar_type())) {
         buf = at::empty(t.sizes(), t.options().dtype(at::kFloat));
@@ -383,7 +397,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     detail::check_contiguous(t, "broadcast", who);
     ncclDataType_t type = check_device_tensor(t, who);
     if (root < 0 || root >= size_) throw TESSERA_INPUT_ERROR(who + ": root " + std::to_string(root) + " is not a rank");
-    return issue(who, {t}, [&](ncclComm_t comm, std::vector<at::Tensor>&) {
+    return issue(who, flight::op_info(flight::Op::Broadcast, t, -1, root), {t}, [&](ncclComm_t comm, std::vector<at::Tensor>&) {
       NCCL_OK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), type, root, comm, stream_), who);
     });
   }
@@ -392,20 +406,25 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     std::string who = describe("barrier");
     // A one-element all-reduce of an uninitialised scratch value (only completion matters).
     at::Tensor scratch = at::empty({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
-    return issue(who, {scratch}, [&](ncclComm_t comm, std::vector<at::Tensor>&) {
+    flight::OpInfo info;  // recorded as the MPI backend records a barrier: no buffer
+    info.op = flight::Op::Barrier;
+    return issue(who, info, {scratch}, [&](ncclComm_t comm, std::vector<at::Tensor>&) {
       NCCL_OK(ncclAllReduce(scratch.data_ptr(), scratch.data_ptr(), 1, ncclFloat32, ncclSum, comm, stream_), who);
     });
   }
 
   // Called by NcclWork::wait: order the caller's stream after `done` and arm the watchdog.
-  void wait_for(const std::shared_ptr<Event>& done, const std::string& what, std::chrono::milliseconds timeout) {
+  void wait_for(const std::shared_ptr<Event>& done, const std::string& what, std::chrono::milliseconds timeout,
+                uint64_t seq) {
     s_->rethrow_failure();
     CUDA_OK(cudaStreamWaitEvent(compute_stream(device_), done->ev, 0), what);
     auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
     std::lock_guard<std::mutex> lk(s_->m);
-    s_->watched.push_back({done, what, timeout, std::chrono::steady_clock::now() + limit});
+    s_->watched.push_back({done, what, timeout, std::chrono::steady_clock::now() + limit, seq});
     s_->cv.notify_all();
   }
+
+  flight::Recorder& recorder() { return *s_->recorder; }
 
  private:
   std::string describe_member() const {
@@ -441,8 +460,9 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
 
   // The one enqueue point of every operation: orders our stream after the caller's compute, runs
   // `body` (the NCCL calls, given the communicator) under the enqueue lock, records the completion
-  // event and returns the Work.
-  WorkPtr issue(const std::string& who, std::vector<at::Tensor> keep,
+  // event and returns the Work. The operation gets its flight-recorder sequence number here (`info`:
+  // what it is), once it is sure to be handed to NCCL; a failure while enqueueing marks it failed.
+  WorkPtr issue(const std::string& who, const flight::OpInfo& info, std::vector<at::Tensor> keep,
                 const std::function<void(ncclComm_t, std::vector<at::Tensor>&)>& body) {
     s_->rethrow_failure();
     // Not while an abort holds the lock: its failure is recorded already, so throw that instead.
@@ -455,21 +475,27 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
       s_->rethrow_failure();
       throw Error(ErrorKind::Internal, who + ": the NCCL communicator was already released", __FILE__, __LINE__);
     }
-    CUDA_OK(cudaSetDevice(device_), who);
-    Event ready;
-    CUDA_OK(cudaEventRecord(ready.ev, compute_stream(device_)), who);
-    CUDA_OK(cudaStreamWaitEvent(stream_, ready.ev, 0), who);
-    body(s_->comm, keep);
+    const uint64_t seq = s_->recorder->enqueue(info);
+    try {
+      CUDA_OK(cudaSetDevice(device_), who);
+      Event ready;
+      CUDA_OK(cudaEventRecord(ready.ev, compute_stream(device_)), who);
+      CUDA_OK(cudaStreamWaitEvent(stream_, ready.ev, 0), who);
+      body(s_->comm, keep);
 #ifdef TESSERA_WITH_CUDA
-    // The caching allocator must not hand these blocks out again before our stream is done.
-    for (auto& t : keep)
-      if (t.defined() && t.is_cuda())
-        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
-                                                      c10::cuda::getStreamFromExternal(stream_, device_));
+      // The caching allocator must not hand these blocks out again before our stream is done.
+      for (auto& t : keep)
+        if (t.defined() && t.is_cuda())
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                        c10::cuda::getStreamFromExternal(stream_, device_));
 #endif
-    auto done = std::make_shared<Event>();
-    CUDA_OK(cudaEventRecord(done->ev, stream_), who);
-    return std::make_shared<NcclWork>(shared_from_this(), done, who, std::move(keep));
+      auto done = std::make_shared<Event>();
+      CUDA_OK(cudaEventRecord(done->ev, stream_), who);
+      return std::make_shared<NcclWork>(shared_from_this(), done, who, std::move(keep), seq);
+    } catch (...) {
+      s_->recorder->end(seq, false);
+      throw;
+    }
   }
 
   // True when everything enqueued on our stream has completed within `grace` (false on an
@@ -497,7 +523,13 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   std::thread watchdog_;
 };
 
-void NcclWork::wait(std::chrono::milliseconds timeout) { comm_->wait_for(done_, what_, timeout); }
+void NcclWork::wait(std::chrono::milliseconds timeout) { comm_->wait_for(done_, what_, timeout, seq_); }
+
+bool NcclWork::is_completed() {
+  if (cudaEventQuery(done_->ev) != cudaSuccess) return false;
+  comm_->recorder().end(seq_, true);
+  return true;
+}
 
 }  // namespace
 
@@ -527,7 +559,7 @@ CommPtr make_nccl_communicator(MPI_Comm comm, const std::string& name, int devic
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
   ncclComm_t nccl = nullptr;
   NCCL_OK(ncclCommInitRank(&nccl, size, id, rank), who);
-  return std::make_shared<NcclCommunicator>(nccl, rank, size, device, name, host);
+  return std::make_shared<NcclCommunicator>(nccl, rank, size, device, name, host, mpi_world_ranks(comm));
 }
 
 }  // namespace tessera::comm

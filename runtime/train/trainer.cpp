@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
@@ -20,6 +21,8 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
+#include "runtime/train/numerics.h"
+#include "runtime/train/test_fault.h"
 
 namespace tessera::train {
 
@@ -76,6 +79,9 @@ struct QueuedStep {
   int64_t targets = 0;   // target tokens of the step, all ranks and micro-steps
   at::Tensor grad_norm;  // 0-dim double on the device
   double lr = 0;
+  bool skipped = false;       // the numerics guard skipped the optimizer (numerics.h)
+  int64_t skipped_total = 0;  // skipped steps of the run so far
+  float loss_scale = 1;       // the loss scale the step ran with
 };
 
 struct Trainer::Impl {
@@ -98,6 +104,9 @@ struct Trainer::Impl {
   int64_t lifetime_peak_rss = 0;  // peak resident set of the phases before the current step
   int64_t best_step = -1;  // lowest validation loss so far (-1: none)
   double best_val_loss = 0;
+  LossScaler scaler;         // fp16 dynamic loss scaling (disabled: scale 1)
+  NumericsGuard guard;       // skips steps with a non-finite loss or gradient norm
+  std::string last_checkpoint;  // saved or resumed from (for the guard's stop message)
 
   nlohmann::json state_json() const {
     nlohmann::json s = run_state;
@@ -109,6 +118,8 @@ struct Trainer::Impl {
     s["world_size"] = groups.world->size();
     // checkpoint.keep_best: the checkpoint named here survives pruning (checkpoint.cpp prune()).
     if (opts.keep_best && best_step >= 0) s["best"] = {{"step", best_step}, {"val_loss", best_val_loss}};
+    s["numerics"] = guard.state();
+    if (scaler.enabled()) s["numerics"]["loss_scale"] = scaler.state();
     return s;
   }
 
@@ -139,6 +150,12 @@ struct Trainer::Impl {
     return kinds;
   }
   StepRecord record(const QueuedStep& q, bool materialise);
+  // The numerics guard's agreed decision for the queued step (host sync on a device; numerics.h).
+  bool skip_step(QueuedStep& q);
+  // train.max_skipped_steps reached: the same CollectiveError on every rank.
+  void check_skip_limit() const {
+    if (guard.exhausted()) throw CollectiveError(ErrorKind::Input, guard.stop_message(last_checkpoint));
+  }
 };
 
 Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, TrainOptions opts,
@@ -168,6 +185,10 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   ao.weight_decay = opts.weight_decay;
   ao.state_dtype = opts.optimizer_state_dtype;
   im.adamw = std::make_unique<optim::AdamW>(ao);
+  TESSERA_CHECK_INPUT(opts.max_skipped_steps >= 0, "train.max_skipped_steps must be >= 0 (got " +
+                                                        std::to_string(opts.max_skipped_steps) + ")");
+  im.guard = NumericsGuard(opts.max_skipped_steps);
+  im.scaler = LossScaler(opts.loss_scaling);
   im.schedule = {opts.lr, opts.min_lr, opts.warmup_steps, opts.steps, opts.schedule};
   optim::validate(im.schedule);
   if (im.dataset) {
@@ -181,6 +202,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
     so.keep = opts.checkpoint_keep;
     so.async = opts.checkpoint_async;
     im.checkpointer = std::make_unique<checkpoint::Checkpointer>(opts.checkpoint_dir, so, im.host);
+    im.checkpointer->begin_lineage(0, "");  // a fresh run, unless resume() says otherwise
   }
 }
 
@@ -202,6 +224,8 @@ Trainer::~Trainer() {
   im.host = {};
 }
 
+std::vector<NamedShards> Trainer::state() { return impl_->checkpoint_state(); }
+
 fsdp::Engine& Trainer::engine() { return *impl_->engine; }
 int64_t Trainer::step() const { return impl_->step; }
 int64_t Trainer::process_base_rss() const { return impl_->base_rss; }
@@ -209,17 +233,29 @@ int64_t Trainer::process_base_rss() const { return impl_->base_rss; }
 void Trainer::load_weights(fsdp::WeightSource& source) { load_weights(&source, fsdp::LoadMode::Parallel); }
 
 void Trainer::load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode) {
+  comm::flight::set_context(impl_->step, "weight load");
   fsdp::load_weights(*impl_->engine, source, mode, &impl_->host);
 }
 
 int64_t Trainer::resume(const std::string& ckpt_dir) {
   Impl& im = *impl_;
+  comm::flight::set_context(-1, "checkpoint load");
+  if (test_fault("stall-load", im.groups.world->rank(), -1)) raise(SIGSTOP);
   nlohmann::json s = checkpoint::load(ckpt_dir, *im.engine, im.checkpoint_state());
   im.step = s.at("step").get<int64_t>();
+  // This run continues from ckpt_dir: `auto` must resume it from there (or from its own later
+  // saves), never from newer checkpoints of the run it rolled back (checkpoint.h, begin_lineage).
+  if (im.checkpointer) im.checkpointer->begin_lineage(im.step, ckpt_dir);
   if (s.contains("best") && s["best"].is_object()) {
     im.best_step = s["best"].at("step").get<int64_t>();
     im.best_val_loss = s["best"].at("val_loss").get<double>();
   }
+  if (s.contains("numerics")) {  // checkpoints from before the guard have none: nothing skipped
+    im.guard.load_state(s["numerics"], ckpt_dir + "/manifest.json");
+    if (im.scaler.enabled() && s["numerics"].contains("loss_scale"))
+      im.scaler.load_state(s["numerics"]["loss_scale"], ckpt_dir + "/manifest.json");
+  }
+  im.last_checkpoint = ckpt_dir;
   im.adamw->set_step_count(s.at("optimizer").at("step_count").get<int64_t>());
   if (im.sampler && s.contains("sampler") && !s["sampler"].is_null()) {
     // The sampler's position is the step; a different world size re-slices the same global batches.
@@ -249,6 +285,7 @@ QueuedStep Trainer::Impl::queue_step() {
   memory::reset_peak();
   QueuedStep q;
   q.t0 = Clock::now();
+  comm::flight::set_context(im.step + 1, "train step");  // the step being computed, as logged
   fsdp::Engine& eng = *im.engine;
   const int64_t accum = im.opts.grad_accum;
   // The loss is the mean over the step's target tokens across all ranks and micro-steps: their
@@ -265,6 +302,7 @@ QueuedStep Trainer::Impl::queue_step() {
   q.targets = count.data_ptr<int64_t>()[0];
   const double scale = static_cast<double>(im.groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
   q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
+  q.loss_scale = im.scaler.scale();  // 1 unless fp16 loss scaling
   for (int64_t a = 0; a < accum; ++a) {
     eng.begin_forward(/*sync=*/a == accum - 1);
     at::Tensor loss;
@@ -275,7 +313,7 @@ QueuedStep Trainer::Impl::queue_step() {
       // the logits (B x T x vocab) are not kept through backward: autograd keeps what it needs
       memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
       memory::set_phase("backward");
-      (loss * scale).backward();
+      (loss * (scale * q.loss_scale)).backward();
     }
     eng.finish_backward();
     q.loss_sum.add_(loss.detach().to(at::kDouble));
@@ -284,6 +322,16 @@ QueuedStep Trainer::Impl::queue_step() {
   memory::set_phase("optimizer");
   std::vector<at::Tensor> grads;
   for (auto& sh : eng.shards()) grads.push_back(sh.grad);
+  // Test builds only (test_fault.h): one rank's reduced gradient shard, or its local loss, non-finite.
+  const int rank = im.groups.world->rank();
+  if (test_fault("inf-grad", rank, im.step + 1))
+    for (at::Tensor& g : grads)
+      if (g.defined() && g.numel() > 0) {
+        g.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+        break;
+      }
+  if (test_fault("nan-loss", rank, im.step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+  im.scaler.unscale(grads);  // before the norm and clipping see them
   if (im.device.is_cpu())  // host-side norm and clipping (the device form would only add tensor ops)
     q.grad_norm = at::scalar_tensor(im.opts.clip > 0 ? optim::clip_grad_norm(grads, im.opts.clip, &eng.shard_group())
                                                      : optim::global_grad_norm(grads, &eng.shard_group()),
@@ -291,13 +339,34 @@ QueuedStep Trainer::Impl::queue_step() {
   else
     q.grad_norm = optim::clip_grad_norm_on_device(grads, im.opts.clip, &eng.shard_group());
   q.lr = optim::lr_at(im.step, im.schedule);
-  im.adamw->step(im.param_shards(), q.lr);
+  im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+  // A non-finite loss or gradient norm skips the optimizer on every rank: masters and moments stay
+  // as they are and AdamW's step count does not advance; the step itself is done (numerics.h).
+  if (!im.skip_step(q)) im.adamw->step(im.param_shards(), q.lr);
   eng.after_step();
   eng.zero_grad();
   ++im.step;
-
-  im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
   return q;
+}
+
+bool Trainer::Impl::skip_step(QueuedStep& q) {
+  Impl& im = *this;
+  double loss = 0, norm = 0;
+  if (im.device.is_cpu()) {
+    loss = q.loss_sum.item<double>();
+    norm = q.grad_norm.item<double>();
+  } else {  // the step's one host synchronisation
+    const at::Tensor both = at::stack({q.loss_sum.reshape({}), q.grad_norm.to(at::kDouble).reshape({})}).cpu();
+    loss = both.data_ptr<double>()[0];
+    norm = both.data_ptr<double>()[1];
+  }
+  loss /= static_cast<double>(std::max<int64_t>(q.targets, 1));
+  // Every rank computed the same global values; the vote makes the decision one all the same.
+  q.skipped = im.host.world->any(!std::isfinite(loss) || !std::isfinite(norm));
+  im.guard.record(im.step + 1, q.skipped, loss, norm);
+  im.scaler.update(q.skipped);
+  q.skipped_total = im.guard.total();
+  return q.skipped;
 }
 
 StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
@@ -315,6 +384,9 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
     r.loss = r.grad_norm = std::numeric_limits<double>::quiet_NaN();
   }
   r.lr = q.lr;
+  r.skipped = q.skipped;
+  r.skipped_steps = q.skipped_total;
+  r.loss_scale = im.scaler.enabled() ? q.loss_scale : 0.0;
   r.step_time_s = seconds_since(q.t0);
   const double tokens = static_cast<double>(im.groups.world->size() * im.opts.micro_batch * accum * T);
   r.tokens_per_s = tokens / r.step_time_s;
@@ -329,12 +401,19 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
   return r;
 }
 
-StepRecord Trainer::train_step() { return impl_->record(impl_->queue_step(), /*materialise=*/true); }
+StepRecord Trainer::train_step() {
+  StepRecord r = impl_->record(impl_->queue_step(), /*materialise=*/true);
+  impl_->check_skip_limit();
+  return r;
+}
 
 std::string Trainer::save_checkpoint() {
   Impl& im = *impl_;
   TESSERA_CHECK(im.checkpointer, "checkpoint.dir is not set");
+  comm::flight::set_context(im.step, "checkpoint save");
+  if (test_fault("stall-save", im.groups.world->rank(), im.step)) raise(SIGSTOP);
   auto timing = im.checkpointer->save(im.step, *im.engine, im.checkpoint_state(), im.state_json());
+  im.last_checkpoint = im.checkpointer->root() + "/step-" + std::to_string(im.step);
   if (!im.opts.quiet && im.groups.world->rank() == 0) {
     char buf[160];
     snprintf(buf, sizeof(buf), "checkpoint step-%ld: loop blocked %.2fs%s", static_cast<long>(im.step),
@@ -363,6 +442,8 @@ RunResult Trainer::run() {
     const bool progress_due = rank0 && !im.opts.quiet && (next % im.opts.log_every == 0 || next == im.opts.steps);
     const bool read_back = metrics.is_open() || progress_due || next == res.start_step + 1 || next == im.opts.steps;
     StepRecord r = impl_->record(impl_->queue_step(), read_back);
+    if (test_fault("desync", im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
+      im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
     const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
     // Validation every eval_every steps and at the end (not when preempted: time is short then).
     bool new_best = false;
@@ -391,7 +472,10 @@ RunResult Trainer::run() {
                               {"peak_rss_bytes", r.peak_rss_bytes},
                               {"memory", r.memory.to_json()},
                               {"device", r.device},
-                              {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes}};
+                              {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes},
+                              {"skipped", r.skipped},
+                              {"skipped_steps", r.skipped_steps}};
+        if (im.scaler.enabled()) rec["loss_scale"] = r.loss_scale;
         if (r.evaluated) {
           rec["val_loss"] = r.val_loss;
           rec["val_ppl"] = std::exp(r.val_loss);
@@ -405,16 +489,30 @@ RunResult Trainer::run() {
         double eta = seconds_since(t_start) / done * static_cast<double>(im.opts.steps - r.step);
         char val[64] = "";
         if (r.evaluated) snprintf(val, sizeof(val), " | val %.4f (ppl %.2f)", r.val_loss, std::exp(r.val_loss));
-        char line[320];
+        // Numerics: the fp16 loss scale, and this step skipped / the run's skipped steps so far.
+        char num[96] = "";
+        int n = 0;
+        if (im.scaler.enabled()) n = snprintf(num, sizeof(num), " | scale %g", r.loss_scale);
+        if (r.skipped)
+          snprintf(num + n, sizeof(num) - n, " | step skipped (%ld in total)", static_cast<long>(r.skipped_steps));
+        else if (r.skipped_steps > 0)
+          snprintf(num + n, sizeof(num) - n, " | skipped %ld", static_cast<long>(r.skipped_steps));
+        char line[420];
         // mem: host peak RSS on CPU, the caching allocator's peak on a GPU.
         const int64_t mem = im.device.is_cpu() ? r.peak_rss_bytes : r.peak_gpu_mem_bytes;
         snprintf(line, sizeof(line),
-                 "step %ld/%ld | loss %.4f%s | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
-                 static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, val, r.grad_norm, r.lr,
+                 "step %ld/%ld | loss %.4f%s | gnorm %.3f%s | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
+                 static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, val, r.grad_norm, num, r.lr,
                  r.tokens_per_s, 100.0 * r.mfu, mem / 1048576.0, format_duration(eta).c_str());
         std::cout << line << std::endl;
       }
+      if (r.skipped && !im.opts.quiet)
+        std::cerr << "tessera: warning: step " << r.step << ": " << im.guard.last_reason()
+                  << "; optimizer step skipped on every rank (" << im.guard.consecutive() << " in a row, "
+                  << r.skipped_steps << " in total; train.max_skipped_steps " << im.opts.max_skipped_steps << ")"
+                  << std::endl;
     }
+    im.check_skip_limit();  // before any save of this step: the last checkpoint stays the last good one
     const bool periodic = im.opts.checkpoint_every > 0 && im.step % im.opts.checkpoint_every == 0;
     const bool best = new_best && im.opts.keep_best;  // the best validation loss gets a checkpoint
     if (im.checkpointer && (stop || periodic || best || im.step == im.opts.steps)) res.last_checkpoint = save_checkpoint();

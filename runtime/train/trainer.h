@@ -5,8 +5,10 @@
 // Device: the trainer runs on the engine's device (fsdp::Options::device). Batches are moved there;
 // `groups` are the communicators the engine uses (NCCL on a GPU, MPI on CPU) and `host_groups` the
 // MPI ones for everything that stays on the host (checkpoint agreement, preemption flags). On a
-// device the step queues its work without synchronising the host: the loss and gradient norm stay
-// device tensors until a record is logged (metrics.jsonl, progress line), the only host sync.
+// device the step queues its work with one host synchronisation per step: the numerics guard
+// reads the step's loss and gradient norm before the optimizer (numerics.h: a non-finite one skips
+// the step on every rank, as torch.cuda.amp.GradScaler.step reads found_inf).
+// fsdp.mixed_precision / reduce_dtype fp16 add dynamic loss scaling (TrainOptions::loss_scaling).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -68,6 +70,10 @@ struct TrainOptions {
   int64_t eval_every = 0;  // validation every N steps (0: only at the end); needs set_validation()
   int preempt_signal = 0;  // SIGUSR1 / SIGUSR2 (SIGTERM is always handled)
   bool quiet = false;      // no progress lines (tests)
+  // Numerics (numerics.h): skipped steps in a row that end the run (0: never), and fp16 dynamic
+  // loss scaling (the launcher turns it on when fp16 is the compute or the reduction dtype).
+  int64_t max_skipped_steps = 10;
+  bool loss_scaling = false;
 };
 
 struct StepRecord {
@@ -83,6 +89,9 @@ struct StepRecord {
   int64_t peak_gpu_mem_bytes = 0;  // LibTorch caching allocator peak on the device (0 on CPU)
   std::string device = "cpu";      // "cpu" or "cuda:N"
   bool materialised = true;        // false: loss/grad_norm/step time not read back (nothing logged)
+  bool skipped = false;       // non-finite loss or gradient norm: the optimizer did not run (every rank)
+  int64_t skipped_steps = 0;  // skipped steps of the run so far (this one included)
+  double loss_scale = 0;      // the fp16 loss scale this step ran with (0: no loss scaling)
 };
 
 struct RunResult {
@@ -103,6 +112,9 @@ class Trainer {
   ~Trainer();
 
   fsdp::Engine& engine();
+  // Everything a checkpoint saves, per kind and unit: the engine's masters ("param") and the
+  // optimizer's state (AdamW's moments, allocated at the first step). Live tensors, not copies.
+  std::vector<NamedShards> state();
   // Every rank reads its own slices (model.load=parallel).
   void load_weights(fsdp::WeightSource& source);
   // Any model.load mode; in rank0 mode only the reading rank needs a source (others pass null).

@@ -42,6 +42,8 @@
 #   nccl_stall     with >= 2 GPUs: `tessera train` on 2 GPUs, rank 1 SIGSTOPped; every rank ends
 #                  within comm.timeout_s + 10 s with one line naming rank, host, device (stall.sh)
 #   tessera_train  a 2-step probe must report a CUDA device, then the same 1.1B step as eager
+#   fp16_bf16      the tiny preset 60 steps in bf16 and in fp16 (dynamic loss scaling): the fp16 losses
+#                  track bf16's within a stated tolerance (see the step)
 #   report         tokens/s, MFU, peak memory, Tessera / eager
 # TESSERA_GPU_STEPS (comma-separated names from this list; default: all) selects steps for a rerun;
 # deps, configure and build run whenever a selected step needs the binaries.
@@ -69,7 +71,7 @@ SEQ=2048
 BATCH=${TESSERA_GPU_BATCH:-4}
 JOBS=$(nproc 2>/dev/null || echo 4)
 
-ALL_STEPS="env deps configure build eager conformance fsdp_train nccl_timeout nccl_stall tessera_train"
+ALL_STEPS="env deps configure build eager conformance fsdp_train nccl_timeout nccl_stall tessera_train fp16_bf16"
 STEPS=${TESSERA_GPU_STEPS:-all}
 if [[ $STEPS != all ]]; then
   for s in ${STEPS//,/ }; do
@@ -81,7 +83,7 @@ BUILD_TARGETS=()
 wanted conformance && BUILD_TARGETS+=(test_comm_conformance)
 wanted fsdp_train && BUILD_TARGETS+=(test_fsdp_train)
 wanted nccl_timeout && BUILD_TARGETS+=(test_nccl_timeout)
-{ wanted nccl_stall || wanted tessera_train || wanted build; } && BUILD_TARGETS+=(tessera)
+{ wanted nccl_stall || wanted tessera_train || wanted fp16_bf16 || wanted build; } && BUILD_TARGETS+=(tessera)
 wanted build && BUILD_TARGETS=(tessera test_comm_conformance test_fsdp_train test_nccl_timeout)
 NEED_BUILD=$((${#BUILD_TARGETS[@]} > 0))
 
@@ -429,6 +431,52 @@ else
   fi
 fi
 [[ -n $SKIP_REASON ]] && skip tessera_train "$SKIP_REASON"
+
+# ---- fp16_bf16: fp16 with dynamic loss scaling tracks bf16 on the tiny model -----------------------
+# The same 60 steps of the tiny preset (same seed, data and batches) on one GPU in bf16 and in fp16
+# (fsdp.mixed_precision and reduce_dtype; the loss scaler of runtime/train/numerics.h: init 65536,
+# backoff 0.5, growth 2 every 2000 steps). Tolerance, stated up front: over steps 11-60 the mean
+# |fp16 - bf16| loss difference is <= 0.1 nats and the largest <= 0.3 (bf16 keeps 8 significand
+# bits, fp16 11: the two runs differ by rounding, not by method); the fp16 run skipped at most 8
+# steps (only the initial scale's overflow backoffs are expected), each with the scale halved, and
+# every record says loss_scale. (CPU builds refuse fp16 compute: LibTorch 1.13 has no Half matmul.)
+if ! can_run fp16_bf16; then
+  :
+elif ((REHEARSAL)); then
+  skip fp16_bf16 "rehearsal (no GPU; fp16 compute is refused on CPU)"
+else
+  for dt in bf16 fp16; do
+    rm -rf "$WORK/run/mp-$dt" && mkdir -p "$WORK/run/mp-$dt"
+  done
+  MP_COMMON=(--set train.device=cuda --set model.preset=tiny --set train.steps=60 --set train.warmup_steps=5
+             --set train.lr=1e-3 --set data.path="$CORPUS" --set data.tokenizer=bytes --set data.seq_len=128
+             --set train.micro_batch=8 --set log.every=20)
+  step fp16_bf16 120 bash -c '
+    set -e
+    bin=$1; work=$2; shift 2
+    for dt in bf16 fp16; do
+      "$bin" train "$@" --set fsdp.mixed_precision=$dt --set fsdp.reduce_dtype=$dt --set log.dir="$work/mp-$dt"
+    done
+    python3 - "$work/mp-bf16/metrics.jsonl" "$work/mp-fp16/metrics.jsonl" <<"PY"
+import json, math, sys
+bf, fp = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
+assert len(bf) == len(fp) == 60, (len(bf), len(fp))
+assert all(r["device"].startswith("cuda") for r in bf + fp), "not on CUDA"
+assert all("loss_scale" in r for r in fp), "fp16 records without loss_scale"
+skips = [r for r in fp if r["skipped"]]
+assert len(skips) <= 8, "fp16 skipped %d steps" % len(skips)
+for a, b in zip(fp, fp[1:]):
+    if a["skipped"]:
+        assert b["loss_scale"] == a["loss_scale"] / 2, (a, b)
+d = [abs(a["loss"] - b["loss"]) for a, b in zip(fp[10:], bf[10:]) if not a["skipped"]]
+mean, worst = sum(d) / len(d), max(d)
+print("fp16_bf16: steps 11-60 |fp16 - bf16| loss: mean %.4f, max %.4f; fp16 skipped %d step(s), final scale %g; "
+      "final loss bf16 %.4f fp16 %.4f" % (mean, worst, len(skips), fp[-1]["loss_scale"], bf[-1]["loss"], fp[-1]["loss"]))
+assert mean <= 0.1 and worst <= 0.3, "fp16 does not track bf16 within the stated tolerance"
+PY
+  ' _ "$BUILD/bin/tessera" "$WORK/run" "${MP_COMMON[@]}"
+  grep '^fp16_bf16:' "$LOGS/fp16_bf16.log" | say_lines
+fi
 
 # ---- report ---------------------------------------------------------------------------------------
 say ""

@@ -17,7 +17,7 @@ if [ "$want" != "$got" ]; then
   echo "0 passed, 1 failed"; exit 1
 fi
 # And every documented command exists.
-for cmd in topo train eval init-model tokenize ckpt bench config; do
+for cmd in topo train eval init-model tokenize ckpt bench config diagnose; do
   "$BIN" "$cmd" --help >/dev/null || { echo "command $cmd has no --help"; echo "0 passed, 1 failed"; exit 1; }
 done
 echo "3 passed, 0 failed"

@@ -1,0 +1,348 @@
+// Analysis of flight-recorder dumps (see flight_report.h).
+#include "runtime/comm/flight_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace tessera::comm::flight {
+namespace {
+
+// "0-3, 5, 7-8"
+std::string ranks_text(std::vector<int> r) {
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  std::string s;
+  for (size_t i = 0; i < r.size();) {
+    size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    if (!s.empty()) s += ", ";
+    s += std::to_string(r[i]);
+    if (j > i) s += "-" + std::to_string(r[j]);
+    i = j + 1;
+  }
+  return s;
+}
+std::string rank_word(const std::vector<int>& r) { return (r.size() == 1 ? "rank " : "ranks ") + ranks_text(r); }
+
+int64_t num(const json& j, const char* key, int64_t dflt = 0) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<int64_t>() : dflt;
+}
+std::string str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// "all_reduce(sum) 8 bytes float64 (1 element)" / "... root 0"
+std::string op_text(const json& e) {
+  std::string s = str(e, "op");
+  if (!str(e, "reduce").empty()) s += "(" + str(e, "reduce") + ")";
+  s += " " + std::to_string(num(e, "bytes")) + " bytes " + str(e, "dtype");
+  const int64_t count = num(e, "count");
+  s += " (" + std::to_string(count) + (count == 1 ? " element" : " elements");
+  if (num(e, "root", -1) >= 0) s += ", root " + std::to_string(num(e, "root"));
+  return s + ")";
+}
+// "step 31, train step" or ""
+std::string where_text(const json& e) {
+  std::string s;
+  if (num(e, "step", -1) >= 0) s = "step " + std::to_string(num(e, "step"));
+  if (!str(e, "phase").empty()) s += (s.empty() ? "" : ", ") + str(e, "phase");
+  return s;
+}
+// What every member must agree on at one sequence number.
+std::string signature(const json& e) {
+  if (str(e, "op") == "scatter_pieces") return "scatter_pieces|" + std::to_string(num(e, "root", -1));
+  return str(e, "op") + "|" + str(e, "reduce") + "|" + str(e, "dtype") + "|" + std::to_string(num(e, "count")) + "|" +
+         std::to_string(num(e, "root", -1));
+}
+
+struct Member {
+  const json* record = nullptr;  // the rank's dump
+  const json* group = nullptr;   // this group in it
+  std::map<uint64_t, const json*> entries;
+};
+
+struct Group {
+  std::string name, backend;
+  int64_t instance = 0;
+  std::vector<int> ranks;
+  std::map<int, Member> present;  // world rank -> member with a record of this group
+};
+
+std::string group_text(const Group& g) {
+  return "group '" + g.name + "' (" + g.backend + (g.instance ? " #" + std::to_string(g.instance) : "") + ", " +
+         rank_word(g.ranks) + ")";
+}
+
+// Realtime (ns) of a monotonic timestamp of `record`.
+int64_t realtime_of(const json& record, int64_t mono) {
+  const json& c = record.value("clock", json::object());
+  return mono - num(c, "monotonic_ns") + num(c, "realtime_ns");
+}
+
+}  // namespace
+
+Dumps read_dumps(const std::string& flight_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(flight_dir, ec))
+    throw TESSERA_INPUT_ERROR(flight_dir + ": no flight records (not a directory; the run writes them to <log.dir>/flight "
+                              "on a timeout, an abort or a fatal signal)");
+  static const std::regex name_re("rank-([0-9]+)\\.json");
+  std::vector<std::pair<std::string, json>> all;
+  Dumps d;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(flight_dir, ec))
+    if (std::regex_match(e.path().filename().string(), name_re)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    try {
+      json j = json::parse(ss.str());
+      if (!j.is_object() || j.value("format", "") != "tessera-flight" || !j.contains("rank") || !j["rank"].is_number() ||
+          !j.contains("groups") || !j["groups"].is_array())
+        throw std::runtime_error("not a tessera flight record");
+      all.emplace_back(p.filename().string(), std::move(j));
+    } catch (const std::exception& e) {
+      d.notes.push_back(p.filename().string() + ": unreadable (" + std::string(e.what()).substr(0, 120) + "), ignored");
+    }
+  }
+  // The newest run: the run id of the most recent dump.
+  std::string newest;
+  int64_t newest_t = INT64_MIN;
+  for (const auto& [f, j] : all) {
+    const int64_t t = num(j.value("clock", json::object()), "realtime_ns");
+    if (t > newest_t) newest_t = t, newest = j.value("run_id", "");
+  }
+  for (auto& [f, j] : all) {
+    if (j.value("run_id", "") == newest)
+      d.records.push_back(std::move(j));
+    else
+      d.notes.push_back(f + " is from an older run (run " + j.value("run_id", "?") + "), ignored");
+  }
+  return d;
+}
+
+Diagnosis diagnose(const Dumps& dumps) {
+  Diagnosis dx;
+  for (const auto& n : dumps.notes) dx.lines.push_back("note: " + n);
+  if (dumps.records.empty()) {
+    dx.summary = "no flight records";
+    dx.lines.push_back(dx.summary);
+    return dx;
+  }
+  // Ranks with a record and the world.
+  int64_t world = 0;
+  std::map<int, const json*> by_rank;
+  for (const auto& r : dumps.records) {
+    world = std::max(world, num(r, "world_size", 1));
+    by_rank[static_cast<int>(num(r, "rank"))] = &r;
+  }
+  std::vector<int> have;
+  for (const auto& [rank, r] : by_rank) have.push_back(rank);
+  for (int r = 0; r < world; ++r)
+    if (!by_rank.count(r)) dx.missing.push_back(r);
+  dx.lines.push_back("flight records of " + rank_word(have) + " of " + std::to_string(world) + " (run " +
+                     str(dumps.records.front(), "run_id") +
+                     ")" + (dx.missing.empty() ? "" : "; no record from " + rank_word(dx.missing)));
+  for (const auto& [rank, r] : by_rank) {
+    const json& ctx = r->value("context", json::object());
+    std::string where = where_text(ctx);
+    std::string msg = str(*r, "message");
+    dx.lines.push_back("rank " + std::to_string(rank) + " (host " + str(*r, "host") + (where.empty() ? "" : ", " + where) +
+                       "): " + str(*r, "reason") + (msg.empty() ? "" : ": " + msg));
+  }
+
+  // Groups, matched across ranks by backend, name, instance and members.
+  std::map<std::string, Group> groups;
+  for (const auto& [rank, r] : by_rank) {
+    for (const auto& g : (*r)["groups"]) {
+      if (!g.is_object()) continue;
+      std::vector<int> ranks;
+      if (g.contains("ranks") && g["ranks"].is_array())
+        for (const auto& x : g["ranks"])
+          if (x.is_number()) ranks.push_back(x.get<int>());
+      std::string key = str(g, "backend") + "/" + str(g, "name") + "/" + std::to_string(num(g, "instance")) + "/" +
+                        ranks_text(ranks);
+      Group& G = groups[key];
+      G.name = str(g, "name");
+      G.backend = str(g, "backend");
+      G.instance = num(g, "instance");
+      G.ranks = ranks;
+      Member& m = G.present[rank];
+      m.record = r;
+      m.group = &g;
+      if (g.contains("entries") && g["entries"].is_array())
+        for (const auto& e : g["entries"])
+          if (e.is_object()) m.entries[static_cast<uint64_t>(num(e, "seq"))] = &e;
+    }
+  }
+
+  std::string first_desync, first_pending;
+  int64_t first_pending_t = INT64_MAX;
+  std::set<int> behind;
+  for (const auto& [key, G] : groups) {
+    if (G.ranks.size() < 2) continue;
+    std::vector<int> absent;
+    for (int r : G.ranks)
+      if (!G.present.count(r)) absent.push_back(r);
+    // Desync: the lowest sequence number two members recorded differently.
+    std::map<uint64_t, std::map<std::string, std::vector<int>>> sigs;
+    for (const auto& [rank, m] : G.present)
+      for (const auto& [seq, e] : m.entries) sigs[seq][signature(*e)].push_back(rank);
+    for (const auto& [seq, by_sig] : sigs) {
+      if (by_sig.size() < 2) continue;
+      std::string s = "desync in " + group_text(G) + " at collective #" + std::to_string(seq) + ":";
+      bool first = true;
+      for (const auto& [sig, ranks] : by_sig) {
+        const json& e = *G.present.at(ranks[0]).entries.at(seq);
+        s += std::string(first ? " " : "; ") + rank_word(ranks) + " " + op_text(e);
+        std::string w = where_text(e);
+        if (!w.empty()) s += " at " + w;
+        first = false;
+      }
+      dx.desync = true;
+      dx.lines.push_back(s);
+      if (first_desync.empty()) first_desync = s;
+      break;
+    }
+    // The pending collective: the lowest number some member with a record has not completed.
+    uint64_t min_done = UINT64_MAX, frontier = 0;
+    for (const auto& [rank, m] : G.present) {
+      min_done = std::min<uint64_t>(min_done, num(*m.group, "last_completed"));
+      frontier = std::max<uint64_t>(frontier, num(*m.group, "last_enqueued"));
+    }
+    const uint64_t stuck = min_done + 1;
+    if (stuck > frontier) {
+      if (frontier == 0) continue;  // never used
+      dx.lines.push_back(group_text(G) + ": every member with a record completed collective #" + std::to_string(min_done) +
+                         (absent.empty() ? "" : "; no record from " + rank_word(absent)));
+      continue;
+    }
+    dx.pending = true;
+    // Who issued it first, and when (wall clock, so ranks on several hosts compare).
+    const json* e = nullptr;
+    int64_t t_real = INT64_MAX;
+    int first_rank = -1;
+    for (const auto& [rank, m] : G.present) {
+      auto it = m.entries.find(stuck);
+      if (it == m.entries.end()) continue;
+      const int64_t t = realtime_of(*m.record, num(*it->second, "enqueue_ns"));
+      if (t < t_real) t_real = t, first_rank = rank, e = it->second;
+    }
+    std::vector<int> timed_out, waiting;
+    std::vector<std::string> behind_text, done_text, not_running;
+    for (const auto& [rank, m] : G.present) {
+      const uint64_t le = num(*m.group, "last_enqueued"), lc = num(*m.group, "last_completed");
+      auto it = m.entries.find(stuck);
+      if (lc >= stuck) {
+        // Completed it, but issued it later than the timeout after the first member: it was behind
+        // (e.g. stopped before the collective) and caught up only when it ran again, once the
+        // first member had already timed out (its peers' data was buffered: small messages).
+        auto now = m.entries.find(lc + 1);
+        const std::string then = now != m.entries.end() ? " (then in #" + std::to_string(lc + 1) + ")" : "";
+        const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
+        const int64_t late = it != m.entries.end() ? realtime_of(*m.record, num(*it->second, "enqueue_ns")) - t_real : 0;
+        if (timeout_ns > 0 && late > timeout_ns) {
+          char text[200];
+          std::snprintf(text, sizeof(text),
+                        "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind, and completed it "
+                        "when it ran again%s",
+                        rank, late / 1e9, first_rank, timeout_ns / 1e9, then.c_str());
+          not_running.push_back(text);
+          behind.insert(rank);
+          continue;
+        }
+        done_text.push_back("rank " + std::to_string(rank) + " completed it" + then);
+      } else if (le >= stuck) {
+        // In it: stopped (did not run for seconds) since it issued it; issued it so long after the
+        // first member that the first could time out first (it was behind, and caught up only once
+        // it ran again); in it longer than its timeout without timing out (not running); or
+        // waiting (timed out, or ended by its launcher while in it).
+        const int64_t enq = it != m.entries.end() ? num(*it->second, "enqueue_ns") : INT64_MAX;
+        const int64_t dumped = num(m.record->value("clock", json::object()), "monotonic_ns");
+        const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
+        const bool timed_out_here = str(*m.record, "reason") == "timeout";
+        const int64_t late = enq == INT64_MAX ? 0 : realtime_of(*m.record, enq) - t_real;
+        if (num(*m.record, "stops") > 0 && enq != INT64_MAX && num(*m.record, "stop_end_ns") > enq) {
+          char text[160];
+          std::snprintf(text, sizeof(text), "rank %d was stopped for %.1f s while in it (did not run: SIGSTOP or frozen)",
+                        rank, num(*m.record, "stop_ns") / 1e9);
+          not_running.push_back(text);
+          behind.insert(rank);
+        } else if (timeout_ns > 0 && late > timeout_ns) {
+          char text[160];
+          std::snprintf(text, sizeof(text), "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind",
+                        rank, late / 1e9, first_rank, timeout_ns / 1e9);
+          not_running.push_back(text);
+          behind.insert(rank);
+        } else if (!timed_out_here && timeout_ns > 0 && enq != INT64_MAX && dumped - enq > timeout_ns) {
+          char text[160];
+          std::snprintf(text, sizeof(text), "rank %d was in it for %.1f s without timing out (timeout %g s): stopped or not running",
+                        rank, (dumped - enq) / 1e9, timeout_ns / 1e9);
+          not_running.push_back(text);
+          behind.insert(rank);
+        } else {
+          (str(*m.record, "reason") == "timeout" ? timed_out : waiting).push_back(rank);
+        }
+      } else {
+        behind.insert(rank);
+        std::string b = "rank " + std::to_string(rank) + " last issued #" + std::to_string(le);
+        auto last = m.entries.find(le);
+        if (last != m.entries.end()) {
+          b += " " + op_text(*last->second);
+          std::string w = where_text(*last->second);
+          if (!w.empty()) b += " at " + w;
+        }
+        behind_text.push_back(b);
+      }
+    }
+    std::string s = "collective #" + std::to_string(stuck) + (e ? " " + op_text(*e) : std::string()) + " on " +
+                    group_text(G);
+    std::string w = e ? where_text(*e) : "";
+    if (!w.empty()) s += " at " + w;
+    s += " did not complete:";
+    std::string parts;
+    auto add = [&](const std::string& p) { parts += (parts.empty() ? " " : "; ") + p; };
+    if (!absent.empty())
+      add(rank_word(absent) + (absent.size() == 1 ? " has" : " have") +
+          " no flight record (stopped, killed, or stuck where it could not write one)");
+    for (const auto& n : not_running) add(n);
+    for (const auto& b : behind_text) add(b + " (behind)");
+    if (!timed_out.empty()) add(rank_word(timed_out) + " timed out waiting in it");
+    std::map<std::string, std::vector<int>> by_reason;  // members in it that did not time out
+    for (int r : waiting) by_reason[str(*G.present.at(r).record, "reason")].push_back(r);
+    for (const auto& [reason, ranks] : by_reason)
+      add(rank_word(ranks) + (ranks.size() == 1 ? " was" : " were") + " in it without timing out (record written on " +
+          reason + ")");
+    for (const auto& d : done_text) add(d);
+    s += parts;
+    dx.lines.push_back(s);
+    for (int r : absent) behind.insert(r);
+    if (t_real < first_pending_t || first_pending.empty()) first_pending_t = t_real, first_pending = s;
+  }
+  dx.behind.assign(behind.begin(), behind.end());
+  if (!first_desync.empty())
+    dx.summary = first_desync;
+  else if (!first_pending.empty())
+    dx.summary = first_pending;
+  else
+    dx.summary = "no pending collective and no desync in the records" +
+                 (dx.missing.empty() ? std::string() : "; no record from " + rank_word(dx.missing));
+  return dx;
+}
+
+}  // namespace tessera::comm::flight
