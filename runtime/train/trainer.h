@@ -62,7 +62,6 @@ struct CausalLm {
   // cannot pack documents, and the trainer refuses packed batches.
   std::function<void(const BatchContext&)> set_context;
   std::function<bool(const std::string& param)> decay;  // weight decay applies
-  int64_t vocab_size = 0;
   std::function<double(int64_t seq_len)> flops_per_token;  // training FLOPs per token (MFU); may be empty
   std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables
 };
