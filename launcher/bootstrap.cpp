@@ -11,6 +11,7 @@
 #include <set>
 
 #include "runtime/comm/mpi_backend.h"
+#include "runtime/agree.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -194,32 +195,25 @@ void abort_all(int code) {
 namespace tessera::launcher {
 
 void collectively(const std::function<void()>& fn) {
-  std::string msg;
-  int code = 0;
+  std::string wire;  // encode_error(): kind and message (runtime/agree.h); empty when fn succeeded
   try {
     fn();
-  } catch (const Error& e) {
-    msg = e.what();
-    code = e.exit_code();
   } catch (const std::exception& e) {
-    msg = e.what();
-    code = 2;  // model/ format errors and LibTorch argument checks on user input
+    wire = encode_error(e);
   }
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (!init || fin || g_boot.world_size == 1) {
-    if (!msg.empty()) throw CollectiveError(code == 2 ? ErrorKind::Input : code == 3 ? ErrorKind::Timeout : ErrorKind::Internal, msg);
-    return;
+    if (wire.empty()) return;
+    const DecodedError d = decode_error(wire);
+    throw CollectiveError(d.kind, d.message);
   }
-  auto msgs = allgather_strings(msg.empty() ? std::string() : std::to_string(code) + "|" + msg, g_boot.world_size);
+  auto wires = allgather_strings(wire, g_boot.world_size);
   for (int r = 0; r < g_boot.world_size; ++r) {
-    if (msgs[r].empty()) continue;
-    auto bar = msgs[r].find('|');
-    int c = std::stoi(msgs[r].substr(0, bar));
-    std::string m = msgs[r].substr(bar + 1);
-    if (g_boot.world_size > 1 && r != 0) m = "rank " + std::to_string(r) + ": " + m;
-    throw CollectiveError(c == 2 ? ErrorKind::Input : c == 3 ? ErrorKind::Timeout : ErrorKind::Internal, m);
+    if (wires[r].empty()) continue;
+    const DecodedError d = decode_error(wires[r]);
+    throw CollectiveError(d.kind, r != 0 ? "rank " + std::to_string(r) + ": " + d.message : d.message);
   }
 }
 
