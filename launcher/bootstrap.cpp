@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "runtime/comm/mpi_backend.h"
+#include "runtime/agree.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -204,49 +205,44 @@ void abort_all(int code) {
 namespace tessera::launcher {
 
 void collectively(const std::function<void()>& fn) {
-  std::string msg;
-  int code = 0;
+  std::string wire;  // encode_error(): kind and message (runtime/agree.h); empty when fn succeeded
   try {
     fn();
   } catch (const Error& e) {
     // A timeout means some rank may never answer again: no agreement (it would wait for that rank);
     // this rank's own error path ends the world instead.
     if (e.kind() == ErrorKind::Timeout) throw;
-    msg = e.what();
-    code = e.exit_code();
+    wire = encode_error(e);
   } catch (const std::exception& e) {
-    msg = e.what();
-    code = 2;  // model/ format errors and LibTorch argument checks on user input
+    wire = encode_error(e);
   }
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (!init || fin || g_boot.world_size == 1) {
-    if (!msg.empty()) throw CollectiveError(error_kind_for_exit_code(code), msg);
-    return;
+    if (wire.empty()) return;
+    const DecodedError d = decode_error(wire);
+    throw CollectiveError(d.kind, d.message);
   }
-  // "code|message" of the lowest failing rank, on every rank: over the world communicator once the
-  // bootstrap made it (so comm.timeout_s bounds the agreement too), else over raw MPI.
-  const std::string mine = msg.empty() ? std::string() : std::to_string(code) + "|" + msg;
+  // The lowest failing rank's error, on every rank: over the world communicator once the bootstrap
+  // made it (so comm.timeout_s bounds the agreement too), else over raw MPI.
   int lowest = -1;
   std::string agreed;
   if (g_boot.groups.world) {
-    agreed = g_boot.groups.world->agree_error(mine);  // "rank R: code|msg"
+    agreed = g_boot.groups.world->agree_error(wire);  // "rank R: <wire>"
     if (!agreed.empty()) {
       const auto colon = agreed.find(": ");
       lowest = std::stoi(agreed.substr(5, colon - 5));
       agreed = agreed.substr(colon + 2);
     }
   } else {
-    auto msgs = allgather_strings(mine, g_boot.world_size);
+    auto wires = allgather_strings(wire, g_boot.world_size);
     for (int r = 0; r < g_boot.world_size && lowest < 0; ++r)
-      if (!msgs[r].empty()) lowest = r, agreed = msgs[r];
+      if (!wires[r].empty()) lowest = r, agreed = wires[r];
   }
   if (lowest < 0) return;
-  const auto bar = agreed.find('|');
-  std::string m = agreed.substr(bar + 1);
-  if (lowest != 0) m = "rank " + std::to_string(lowest) + ": " + m;
-  throw CollectiveError(error_kind_for_exit_code(std::stoi(agreed.substr(0, bar))), m);
+  const DecodedError d = decode_error(agreed);
+  throw CollectiveError(d.kind, lowest != 0 ? "rank " + std::to_string(lowest) + ": " + d.message : d.message);
 }
 
 }  // namespace tessera::launcher

@@ -28,7 +28,6 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
   };
   lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
   lm.decay = [spec](const std::string& name) { return spec->decays(name); };
-  lm.vocab_size = cfg.vocab_size;
   lm.flops_per_token = [cfg, spec](int64_t seq_len) { return spec->train_flops_per_token(cfg, seq_len); };
   lm.keep_alive = m;
   return lm;

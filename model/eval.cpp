@@ -1,7 +1,5 @@
 #include "model/eval.h"
 
-#include <torch/torch.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -37,24 +35,6 @@ std::vector<std::vector<int64_t>> read_token_file(const std::string& path, int64
   }
   if (seqs.empty()) throw ModelError(path + ": no token sequences");
   return seqs;
-}
-
-SequenceLoss sequence_loss(CausalLmModule& model, const std::vector<int64_t>& tokens) {
-  torch::NoGradGuard no_grad;
-  const int64_t T = (int64_t)tokens.size();
-  TORCH_CHECK(T >= 2, "sequence_loss needs at least 2 tokens");
-  auto device = model.root_parameters().front().second.device();
-  auto ids = torch::tensor(tokens, torch::kLong).to(device).unsqueeze(0);  // [1, T]
-  auto logits = model.forward(ids).squeeze(0).to(torch::kFloat32);         // [T, V]
-  auto loss = torch::nn::functional::cross_entropy(logits.narrow(0, 0, T - 1), ids.squeeze(0).narrow(0, 1, T - 1));
-  return {loss.item<double>(), T - 1};
-}
-
-std::vector<double> sequence_losses(CausalLmModule& model, const std::vector<std::vector<int64_t>>& sequences) {
-  std::vector<double> out;
-  out.reserve(sequences.size());
-  for (const auto& s : sequences) out.push_back(sequence_loss(model, s).loss);
-  return out;
 }
 
 double mean_token_loss(const std::vector<double>& losses, const std::vector<std::vector<int64_t>>& sequences) {

@@ -1,10 +1,9 @@
-// Evaluation helpers: token files and per-sequence next-token loss. Used by `tessera eval`.
+// Evaluation helpers of `tessera eval`: token files and the token-weighted mean of per-sequence
+// losses (the losses themselves come from the FSDP-sharded Trainer::sequence_losses).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "model/registry.h"
 
 namespace tessera::model {
 
@@ -13,15 +12,6 @@ namespace tessera::model {
 // than 2 tokens (no next-token target), or a file with no sequences.
 std::vector<std::vector<int64_t>> read_token_file(const std::string& path, int64_t vocab_size);
 
-struct SequenceLoss {
-  double loss;          // mean cross entropy of predicting tokens 1..T-1 from their prefixes
-  int64_t predictions;  // T - 1
-};
-
-// Loss of one sequence (no grad; logits upcast to fp32 for the cross entropy).
-SequenceLoss sequence_loss(CausalLmModule& model, const std::vector<int64_t>& tokens);
-// sequence_loss for each sequence, in order.
-std::vector<double> sequence_losses(CausalLmModule& model, const std::vector<std::vector<int64_t>>& sequences);
 // Token-weighted mean of per-sequence losses: sum(loss_i * (T_i - 1)) / sum(T_i - 1).
 double mean_token_loss(const std::vector<double>& losses, const std::vector<std::vector<int64_t>>& sequences);
 

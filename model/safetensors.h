@@ -133,7 +133,6 @@ class ModelDir {
   std::map<std::string, std::string> weight_map_;  // tensor name -> shard file name
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
 };
-using CheckpointReader = ModelDir;
 
 // Writes a Hugging Face model directory `dir`: config.json and model.safetensors, or (when the
 // tensors exceed max_shard_bytes) model-0000k-of-0000n.safetensors + model.safetensors.index.json.

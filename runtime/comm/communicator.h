@@ -19,6 +19,29 @@
 //    of `in` (MPI's in-place form uses it). Otherwise out and in must not overlap, and `in` is kept.
 // Supported dtypes: float32, bfloat16, float16 (plus int32/int64/uint8 for bookkeeping). Reductions
 // of bf16/fp16 are computed in fp32 and rounded once (never on raw bits).
+//
+// THREADS. Who calls what:
+//  - Issuing (every collective, scatter_*, barrier, and the synchronous helpers any /
+//    broadcast_string / agree_error, which issue and wait) is done by ONE thread per communicator
+//    at a time: the thread that owns it (the main thread for the bootstrap's and the engine's
+//    groups; on a GPU, autograd's device thread issues the engine's backward collectives while the
+//    main thread is blocked in backward()). The backends lock their queue, so two issuing threads
+//    would not corrupt memory, but their interleaving would differ between ranks and break the
+//    same-order contract. A second thread that needs collectives gets its own communicator (the
+//    async checkpoint writer uses a private duplicate of the world: runtime/checkpoint).
+//  - Work::wait / is_completed may be called from any thread, once the Work exists; a Work and the
+//    tensors it was given are shared with the backend until it completes.
+//  - Execution happens elsewhere: the MPI backend runs each communicator's operations in issue
+//    order on that communicator's own communication thread (mpi_backend.h; Work is completed under
+//    a per-Work mutex, the queue is guarded by a per-communicator mutex); the NCCL backend enqueues
+//    on the caller's thread onto its own CUDA stream under a per-communicator enqueue mutex, and a
+//    watchdog thread per communicator observes completions and deadlines (nccl_backend.h); the self
+//    communicator runs everything synchronously on the caller's thread.
+//  - default_timeout / set_default_timeout are atomic (any thread); `tessera train` sets it from
+//    comm.timeout_s while it sets up the run (launcher/cmd_train.cpp).
+//  - A communicator is destroyed by its owning thread after its last Work has been waited for
+//    (the MPI backend drains its queue and joins its thread; NCCL aborts a communicator with work
+//    still in flight), and MPI communicators before MPI_Finalize.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -57,6 +57,22 @@
 // autograd's device thread for that GPU, one at a time), finish_backward and the accessors. The
 // engine issues collectives from that thread only; the communicators run them on their own threads
 // or streams and hand results back through Work.
+//  - No locks: the Engine is not thread-safe and needs none. Its state (units, gathered buffers,
+//    the reductions and gathers in flight, MemoryStats) is touched only by the driving thread; on a
+//    GPU the hand-off between the trainer's thread and autograd's device thread is autograd's own
+//    (the caller blocks in backward() until the device thread is done), so never two at once.
+//  - What the engine shares with other threads is a buffer handed to a collective (a gather's
+//    output, a reduction's flat input and output): it is not read, written or freed until that
+//    operation's Work::wait() returned (reshard / retire_reduction free after the wait; on NCCL the
+//    wait orders the compute stream and the caching allocator orders the free). The Work objects
+//    themselves lock inside the backend.
+//  - The loader (loader.h), the optimizer and checkpoint save/load read and write shards() from
+//    the same thread, between steps (never during a forward or backward); an async checkpoint copies
+//    the shards on this thread before its writer thread starts.
+//  - begin_forward, run_layer (and the backward it records), finish_backward and gather_param issue
+//    collectives: every rank of the engine's groups calls them in the same order. reshard_all,
+//    after_step and zero_grad are local (they only wait for gathers already issued); the
+//    accessors are local.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "util/widen.h"
@@ -105,21 +106,15 @@ std::vector<ShardSlice> batch_slices(const ShardPlan& plan, int r, int64_t j, in
 
 // The root's read error (empty when none) on every rank of the shard group and then of the
 // replicate group, so that a failure stops every rank before the next collective instead of
-// leaving the others waiting in a scatter. Encoded as "<exit code>|message"; anything else is the
-// root's decision for the unit, returned to every rank.
+// leaving the others waiting in a scatter. An error travels as encode_error() (runtime/agree.h),
+// so it keeps its kind on every rank; anything else is the root's decision, returned to every rank.
 std::string agree_on_read(comm::Communicator& shard, comm::Communicator& replicate, bool root,
                           const std::string& root_status) {
   std::string status = shard.broadcast_string(root ? root_status : std::string(), 0);
   if (replicate.size() > 1) status = replicate.broadcast_string(status, 0);
-  const auto bar = status.find('|');
-  if (bar == std::string::npos) return status;
-  const int code = std::stoi(status.substr(0, bar));
-  throw Error(code == 2 ? ErrorKind::Input : ErrorKind::Internal,
-              "loading weights (model.load=rank0), error on the reading rank: " + status.substr(bar + 1));
-}
-std::string error_status(const std::exception& e) {
-  if (auto* te = dynamic_cast<const Error*>(&e)) return std::to_string(te->exit_code()) + "|" + te->what();
-  return "2|" + std::string(e.what());  // model/ format errors are bad input
+  if (!is_encoded_error(status)) return status;
+  const DecodedError d = decode_error(status);
+  throw Error(d.kind, "loading weights (model.load=rank0), error on the reading rank: " + d.message);
 }
 
 // How the root sends a unit, as a word every rank can parse: a dtype name ("BFloat16", "Half",
@@ -210,7 +205,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
       try {
         st.elements_read += read_own_slices(u.plan, 0, *source, p.host.data_ptr<float>());
       } catch (const std::exception& e) {
-        root_error = error_status(e);
+        root_error = encode_error(e);
       }
       return;
     }
@@ -263,7 +258,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
       try {
         st.elements_read += read_flat_unit(u.plan, *source, flat.data_ptr<float>());
       } catch (const std::exception& e) {
-        root_error = error_status(e);  // the scatter still runs (garbage), the final agreement throws
+        root_error = encode_error(e);  // the scatter still runs (garbage), the final agreement throws
       }
     }
     p.works.push_back(shard.scatter_into(p.host, flat, 0));
@@ -280,7 +275,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
       for (size_t ui = 0; ui < units.size(); ++ui)
         routes += (ui ? "," : "") + unit_route(units[ui].plan, *source, all_views[ui]);
     } catch (const std::exception& e) {
-      routes = error_status(e);
+      routes = encode_error(e);
     }
   }
   routes = agree_on_read(shard, replicate, st.root, routes);

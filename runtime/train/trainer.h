@@ -9,6 +9,23 @@
 // reads the step's loss and gradient norm before the optimizer (numerics.h: a non-finite one skips
 // the step on every rank, as torch.cuda.amp.GradScaler.step reads found_inf).
 // fsdp.mixed_precision / reduce_dtype fp16 add dynamic loss scaling (TrainOptions::loss_scaling).
+//
+// THREADS. A Trainer is built, driven and destroyed by one thread (the launcher's main thread) and
+// is not thread-safe; it holds no locks. Every method is collective (all ranks call it in the same
+// order) except engine(), state(), step() and process_base_rss(). Around it:
+//  - The engine's collectives are issued from that thread, including those issued inside autograd's
+//    backward (on a GPU by autograd's device thread while this thread waits in backward(); see
+//    fsdp.h). The communicators execute them on their own threads (MPI) or streams (NCCL).
+//  - Preemption: the handlers installed by install_preemption_handlers only store an atomic flag;
+//    run() reads preemption_requested() once per step and the ranks agree on it with one
+//    host_groups.world->any() before deciding to stop, so every rank stops after the same step.
+//  - checkpoint.async: Checkpointer::save copies the shards and the optimizer state to host memory
+//    on this thread, then one writer thread writes them and runs the save's agreements on the
+//    Checkpointer's private duplicate of the host world (never the engine's communicators); the next
+//    save, the end of run() or the Trainer's destruction joins it (runtime/checkpoint/checkpoint.h).
+//  - Host memory tracking (runtime/memory/tracker.h): the memory::Scope the step opens is per
+//    thread, so it covers CPU backward (same thread) but not the communication threads, which charge
+//    comm_buffers.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -47,7 +64,6 @@ struct CausalLm {
   // cannot pack documents, and the trainer refuses packed batches.
   std::function<void(const BatchContext&)> set_context;
   std::function<bool(const std::string& param)> decay;  // weight decay applies
-  int64_t vocab_size = 0;
   std::function<double(int64_t seq_len)> flops_per_token;  // training FLOPs per token (MFU); may be empty
   std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables
 };

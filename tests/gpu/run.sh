@@ -292,7 +292,7 @@ else
   if step configure 90 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTESSERA_WITH_CUDA=$WITH_CUDA -DNCCL_HOME="$NCCL_HOME" \
     -DNCCL_INCLUDE_DIR="$NCCL_HOME/include" -DNCCL_LIBRARY="$NCCL_LIB" "${CMAKE_DEPS[@]}" "${CUDA_COMPILER[@]}" \
-    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 -DTESSERA_BUILD_BENCHMARKS=ON \
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DTESSERA_GLOO_BASELINE=OFF; then
     grep -E 'CMake Error|Could NOT find|TESSERA_WITH_CUDA' "$LOGS/configure.log" | say_lines
     # Which copies of the dependencies the build took (the carried root or the machine's own).

@@ -217,6 +217,26 @@ TEST(CommConformance, BroadcastFromFirstAndLastRank) {
   }
 }
 
+// Reduce-scatter of `input` (this rank's n values) out of place and in place (into its own chunk of
+// the input where the chunk fits), each against the exact reduction; the input stays untouched.
+void check_reduce_scatter(tc::Communicator& comm, at::ScalarType dt, int64_t n, const at::Tensor& input, ReduceOp op,
+                          const char* what) {
+  const int rank = comm.rank(), size = comm.size();
+  const int64_t chunk = tc::detail::chunk_of(n, size);
+  const int64_t begin = std::min(n, rank * chunk), real = std::min(n, begin + chunk) - begin;
+  auto o = input.options();
+  at::Tensor expected =
+      at::cat({reduced(dt, op, size, begin, real).to(at::kDouble), at::zeros({chunk - real}, at::kDouble)}).to(dt);
+  at::Tensor in = input.clone(), out = at::full({chunk}, 9, o);
+  comm.reduce_scatter_into(out, in, op)->wait();
+  expect_same(out, expected, label(comm, what, dt, n, "out-of-place", op));
+  expect_same(in, input, label(comm, what, dt, n, "input untouched", op));
+  in = input.clone();
+  out = (rank + 1) * chunk <= n ? in.narrow(0, rank * chunk, chunk) : at::full({chunk}, 9, o);
+  comm.reduce_scatter_into(out, in, op)->wait();
+  expect_same(out, expected, label(comm, what, dt, n, "in-place", op));
+}
+
 // 16-bit reduce-scatters on the MPI backend run in fp32 through a bounded accumulator, in segments
 // (runtime/comm/mpi_backend.cpp): with the bound made tiny, the segments are many and do not divide
 // the blocks, and the results are the same exact ones, in and out of place.
@@ -224,24 +244,10 @@ TEST(CommConformance, WidenedReduceScatterInSegments) {
   setenv("TESSERA_WIDENED_REDUCTION_BYTES", "40000", 1);  // same on every rank
   for (const auto& comm : backends()) {
     if (comm->backend() != "mpi") continue;
-    const int rank = comm->rank(), size = comm->size();
     for (at::ScalarType dt : {at::kBFloat16, at::kHalf}) {
-      auto o = opts_on(*comm, dt);
-      const int64_t n = 300007, chunk = tc::detail::chunk_of(n, size);
-      const int64_t begin = std::min(n, rank * chunk), real = std::min(n, begin + chunk) - begin;
-      at::Tensor input = values(dt, rank, 0, n).to(o);
-      for (ReduceOp op : ops_for(dt)) {
-        at::Tensor expected = at::cat({reduced(dt, op, size, begin, real).to(at::kDouble),
-                                       at::zeros({chunk - real}, at::kDouble)}).to(dt);
-        at::Tensor in = input.clone(), out = at::full({chunk}, 9, o);
-        comm->reduce_scatter_into(out, in, op)->wait();
-        expect_same(out, expected, label(*comm, "segmented reduce_scatter", dt, n, "out-of-place", op));
-        expect_same(in, input, label(*comm, "segmented reduce_scatter", dt, n, "input untouched", op));
-        in = input.clone();
-        out = (rank + 1) * chunk <= n ? in.narrow(0, rank * chunk, chunk) : at::full({chunk}, 9, o);
-        comm->reduce_scatter_into(out, in, op)->wait();
-        expect_same(out, expected, label(*comm, "segmented reduce_scatter", dt, n, "in-place", op));
-      }
+      const int64_t n = 300007;
+      const at::Tensor input = values(dt, comm->rank(), 0, n).to(opts_on(*comm, dt));
+      for (ReduceOp op : ops_for(dt)) check_reduce_scatter(*comm, dt, n, input, op, "segmented reduce_scatter");
     }
   }
   unsetenv("TESSERA_WIDENED_REDUCTION_BYTES");
@@ -257,20 +263,10 @@ TEST(CommConformance, LargeUnevenMessagesEveryOp) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kLong}) {
       auto o = opts_on(*comm, dt);
       {  // reduce-scatter and all-reduce: 300007 elements (1.2 MB in fp32, where 16-bit floats are reduced)
-        const int64_t n = 300007, chunk = tc::detail::chunk_of(n, size);
-        const int64_t begin = std::min(n, rank * chunk), real = std::min(n, begin + chunk) - begin;
+        const int64_t n = 300007;
         at::Tensor input = values(dt, rank, 0, n).to(o);
         for (ReduceOp op : ops_for(dt)) {
-          at::Tensor expected = at::cat({reduced(dt, op, size, begin, real).to(at::kDouble),
-                                         at::zeros({chunk - real}, at::kDouble)}).to(dt);
-          at::Tensor in = input.clone(), out = at::full({chunk}, 9, o);
-          comm->reduce_scatter_into(out, in, op)->wait();
-          expect_same(out, expected, label(*comm, "reduce_scatter", dt, n, "out-of-place", op));
-          expect_same(in, input, label(*comm, "reduce_scatter", dt, n, "input untouched", op));
-          in = input.clone();
-          out = (rank + 1) * chunk <= n ? in.narrow(0, rank * chunk, chunk) : at::full({chunk}, 9, o);
-          comm->reduce_scatter_into(out, in, op)->wait();
-          expect_same(out, expected, label(*comm, "reduce_scatter", dt, n, "in-place", op));
+          check_reduce_scatter(*comm, dt, n, input, op, "reduce_scatter");
           at::Tensor t = input.clone();
           comm->all_reduce(t, op)->wait();
           expect_same(t, reduced(dt, op, size, 0, n), label(*comm, "all_reduce", dt, n, "in-place", op));

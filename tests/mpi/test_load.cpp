@@ -261,10 +261,12 @@ namespace {
 // With `views`, it also offers the mapped views (rank0 mode's direct route), failing the same way.
 class FailingSource : public fsdp::WeightSource {
  public:
-  FailingSource(std::shared_ptr<model::ModelDir> dir, std::string fail_on, bool views)
-      : inner_(std::move(dir)), fail_on_(std::move(fail_on)), views_(views) {}
+  // timeout: the read fails with Error(Timeout) (a stalled network file system) instead of a format error.
+  FailingSource(std::shared_ptr<model::ModelDir> dir, std::string fail_on, bool views, bool timeout = false)
+      : inner_(std::move(dir)), fail_on_(std::move(fail_on)), views_(views), timeout_(timeout) {}
   void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
             float* dst) override {
+    if (name == fail_on_ && timeout_) throw Error(ErrorKind::Timeout, "bad.safetensors: reading '" + name + "' timed out");
     if (name == fail_on_) throw model::ModelError("bad.safetensors: tensor '" + name + "' is unreadable");
     inner_.read(name, shape, offset, count, dst);
   }
@@ -278,9 +280,26 @@ class FailingSource : public fsdp::WeightSource {
  private:
   launcher::HfWeightSource inner_;
   std::string fail_on_;
-  bool views_;
+  bool views_, timeout_;
 };
 }  // namespace
+
+// A timeout on the reading rank is a timeout (exit code 3) on every rank, not an internal error.
+TEST(Load, ReadTimeoutOnTheReadingRankIsATimeoutOnEveryRank) {
+  Loaded l = make_engine(Strategy::FullShard);
+  FailingSource src(std::make_shared<model::ModelDir>(checkpoint_dir()), "model.layers.1.mlp.up_proj.weight",
+                    /*views=*/false, /*timeout=*/true);
+  try {
+    fsdp::load_weights(*l.engine, &src, LoadMode::Rank0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Timeout) << e.what();
+    EXPECT_EQ(e.exit_code(), 3);
+    EXPECT_NE(std::string(e.what()).find("reading 'model.layers.1.mlp.up_proj.weight' timed out"), std::string::npos)
+        << e.what();
+  }
+  world().barrier()->wait();
+}
 
 TEST(Load, ReadErrorOnTheReadingRankStopsEveryRank) {
   for (bool views : {true, false})

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "runtime/agree.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/error.h"
 
@@ -57,4 +58,30 @@ TEST(CommTimeout, DefaultIsTenMinutesAndSettable) {
   EXPECT_EQ(tc::default_timeout(), std::chrono::seconds(5));
   EXPECT_THROW(tc::set_default_timeout(std::chrono::milliseconds(0)), tessera::Error);
   tc::set_default_timeout(std::chrono::seconds(600));
+}
+
+// The one mapping between error kinds and exit codes, and the wire form ranks agree with.
+TEST(ErrorAgreement, KindsAndExitCodesMapOneToOne) {
+  for (tessera::ErrorKind k : {tessera::ErrorKind::Input, tessera::ErrorKind::Internal, tessera::ErrorKind::Timeout})
+    EXPECT_EQ(tessera::kind_of_exit_code(tessera::Error(k, "x").exit_code()), k);
+  EXPECT_EQ(tessera::Error(tessera::ErrorKind::Input, "x").exit_code(), 2);
+  EXPECT_EQ(tessera::Error(tessera::ErrorKind::Internal, "x").exit_code(), 1);
+  EXPECT_EQ(tessera::Error(tessera::ErrorKind::Timeout, "x").exit_code(), 3);
+  EXPECT_EQ(tessera::kind_of_exit_code(77), tessera::ErrorKind::Internal);
+}
+
+TEST(ErrorAgreement, EncodedErrorsKeepKindAndMessage) {
+  const std::string timeout = tessera::encode_error(tessera::Error(tessera::ErrorKind::Timeout, "read of a|b timed out"));
+  EXPECT_EQ(timeout, "3|read of a|b timed out");
+  ASSERT_TRUE(tessera::is_encoded_error(timeout));
+  const tessera::DecodedError d = tessera::decode_error(timeout);
+  EXPECT_EQ(d.kind, tessera::ErrorKind::Timeout);
+  EXPECT_EQ(d.message, "read of a|b timed out");
+  // Anything that is not a tessera::Error is bad input (model/ format errors, LibTorch checks).
+  EXPECT_EQ(tessera::decode_error(tessera::encode_error(std::runtime_error("bad header"))).kind,
+            tessera::ErrorKind::Input);
+  // The rank0 loader's other payloads (unit routes) and "no error" are not errors.
+  for (const char* not_error : {"", "BFloat16,staged,Float", "staged", "|x", "ab|c"})
+    EXPECT_FALSE(tessera::is_encoded_error(not_error)) << not_error;
+  EXPECT_THROW(tessera::decode_error("staged"), tessera::Error);
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Every configuration key does something: each key of the schema (`tessera config --reference`) is
+# read by code outside the schema table (launcher/config.cpp), through Config's accessors
+# (cfg.get_int / get_float / get_bool / get_string("section.key")). A key that is parsed,
+# documented and then ignored -- what comm.timeout_s once was -- fails here.
+set -euo pipefail
+BIN=${TESSERA_BIN:?}/tessera SRC=${TESSERA_SRC:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+source "$SRC/tests/expect.bash"  # ok, check
+
+"$BIN" config --reference | sed -n 's/^| `\([a-z_0-9]*\.[a-z_0-9]*\)`.*/\1/p' > "$T/keys"
+check "the schema has keys ($(wc -l < "$T/keys"))" test "$(wc -l < "$T/keys")" -ge 30
+
+# The code that may read configuration: everything but the schema itself (and the tests).
+find "$SRC/launcher" "$SRC/runtime" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \( -name '*.h' -o -name '*.cpp' \) \
+  ! -path "$SRC/launcher/config.cpp" -print0 | sort -z | xargs -0 cat > "$T/code"
+
+# Keys of $T/keys that no accessor call in file $1 reads, one per line.
+unread() {
+  while read -r key; do
+    grep -qF -e "get_int(\"$key\")" -e "get_float(\"$key\")" -e "get_bool(\"$key\")" -e "get_string(\"$key\")" "$1" ||
+      echo "$key"
+  done < "$T/keys"
+}
+
+# The check itself must catch a dead key: the same code without its one read of comm.timeout_s.
+sed 's/get_float("comm.timeout_s")/0.0/' "$T/code" > "$T/code_without"
+check "a key nothing reads is found (comm.timeout_s with its read removed)" \
+  test "$(unread "$T/code_without")" = comm.timeout_s
+
+dead=$(unread "$T/code")
+[ -z "$dead" ] || echo "configuration keys no code reads (apply them, or remove them from launcher/config.cpp): $dead"
+check "every one of the $(wc -l < "$T/keys") keys is read by the code" test -z "$dead"
+echo "$pass passed, 0 failed"
