@@ -35,6 +35,7 @@
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/profile/step_profile.h"
 #include "runtime/train/trainer.h"
 
 #ifndef TESSERA_PEER_SCRIPT
@@ -152,6 +153,7 @@ int run_in_process(const launcher::po::variables_map& vm) {
   topts.quiet = true;
   double fsdp_tps = 0;
   std::vector<double> step_times;
+  std::vector<profile::Breakdown> times;  // where each timed step's time went (rank 0)
   {
     train::Trainer trainer(make_causal_lm(cfg), b.groups, fopts, topts, dataset, {});
     InitWeightSource src(cfg, 1);
@@ -159,7 +161,11 @@ int run_in_process(const launcher::po::variables_map& vm) {
     for (int i = 0; i < warmup; ++i) trainer.train_step();
     MPI_Barrier(MPI_COMM_WORLD);
     auto t0 = Clock::now();
-    for (int i = 0; i < steps; ++i) step_times.push_back(trainer.train_step().step_time_s);
+    for (int i = 0; i < steps; ++i) {
+      const train::StepRecord r = trainer.train_step();
+      step_times.push_back(r.step_time_s);
+      times.push_back(r.time);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     fsdp_tps = global_tokens * steps / std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -202,7 +208,8 @@ int run_in_process(const launcher::po::variables_map& vm) {
     json j{{"model", model_name(vm)}, {"parameters", cfg.num_parameters()}, {"world_size", W},
            {"nodes", b.num_nodes}, {"seq_len", T}, {"global_batch", W * M}, {"threads_per_rank", b.threads},
            {"threads_total", total_threads}, {"strategy", strategy}, {"dtype", dtype}, {"warmup", warmup},
-           {"steps", steps}, {"fsdp_tokens_per_s", fsdp_tps}, {"step_time_s", step_times}};
+           {"steps", steps}, {"fsdp_tokens_per_s", fsdp_tps}, {"step_time_s", step_times},
+           {"time", profile::median(times).to_json()}};
     if (baseline == "single") {
       const double ratio = fsdp_tps / single_tps;
       j.update({{"single_tokens_per_s", single_tps}, {"ratio", ratio}, {"goal", 0.85}, {"goal_met", ratio >= 0.85}});
@@ -212,6 +219,8 @@ int run_in_process(const launcher::po::variables_map& vm) {
     printf("# bench step: %s, seq_len %ld, global batch %d x %ld sequences, %s, %d threads in total\n",
            model_name(vm).c_str(), static_cast<long>(T), W, static_cast<long>(M), dtype.c_str(), total_threads);
     printf("%-34s %12.1f tokens/s\n", ("FSDP " + strategy + ", W=" + std::to_string(W)).c_str(), fsdp_tps);
+    const profile::Breakdown m = profile::median(times);
+    printf("FSDP step time (median of %d, rank 0): %.3f s: %s\n", steps, m.step_s, m.summary().c_str());
     if (baseline == "single") {
       const double ratio = fsdp_tps / single_tps;
       printf("%-34s %12.1f tokens/s\n", "single process (plain LibTorch)", single_tps);
@@ -491,6 +500,19 @@ std::vector<Column> columns() {
   };
 }
 
+// A Tessera configuration's step-time breakdown: medians over rounds of each field of "time".
+profile::Breakdown breakdown_of(const RunSpec& r) {
+  profile::Breakdown b;
+  b.step_s = r.median("/time/step_s");
+  for (int i = 0; i < profile::kParts; ++i)
+    b.part_s[i] = r.median(std::string("/time/") + profile::part_name(static_cast<profile::Part>(i)) + "_s");
+  b.idle_s = r.median("/time/idle_s");
+  b.comm_s = r.median("/time/comm_s");
+  b.exposed_s = r.median("/time/exposed_comm_s");
+  b.overlap = r.median("/time/overlap");
+  return b;
+}
+
 // hybrid_shard (2 nodes over TCP) against full_shard at the same ranks over shared memory.
 struct HybridGoal {
   std::string dtype;
@@ -544,7 +566,8 @@ int run_driver(Driver& d) {
              {"reference", r.tessera->reference},
              {"nodes", r.tessera->nodes}, {"link", r.tessera->nodes > 1 ? "tcp" : "shm"},
              {"tessera_tokens_per_s", r.tessera->tokens_per_s()}, {"peer_tokens_per_s", r.peer->tokens_per_s()},
-             {"ratio", r.ratio()}, {"tessera_samples", samples(r.tessera)}, {"peer_samples", samples(r.peer)}};
+             {"ratio", r.ratio()}, {"tessera_samples", samples(r.tessera)}, {"peer_samples", samples(r.peer)},
+             {"tessera_time", breakdown_of(*r.tessera).to_json()}};
       if (r.tessera->dtype != "fp32" && r.peer_fp32)
         c["ratio_vs_peer_fp32"] = r.tessera->tokens_per_s() / r.peer_fp32->tokens_per_s();
       if (r.goal > 0) {
@@ -603,6 +626,11 @@ int run_driver(Driver& d) {
   for (const auto& h : hybrid)
     printf("hybrid_shard 2x%d over TCP / full_shard at %d ranks over shared memory, %s: %.2fx (goal %s)\n", d.np,
            2 * d.np, h.dtype.c_str(), h.ratio, goal_text(h.ratio, kHybridGoal).c_str());
+  printf("# Where Tessera's step time goes (rank 0, medians over rounds of each run's median step):\n");
+  for (const auto& r : rows) {
+    const profile::Breakdown b = breakdown_of(*r.tessera);
+    printf("%-44s %.3f s: %s\n", r.tessera->label().c_str(), b.step_s, b.summary().c_str());
+  }
   return 0;
 }
 
