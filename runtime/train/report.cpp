@@ -232,6 +232,18 @@ std::string render_report(const std::string& run_dir) {
     add("Memory", "MiB", mem);
   }
   add("Step time", "s", {take("step_time_s")});
+  {  // metrics' "time": the parts of the step (runtime/profile/step_profile.h), then communication
+    std::vector<std::optional<Series>> parts;
+    for (const auto& k : order)
+      if (k.rfind("time.", 0) == 0 && ends_with(k, "_s") && k != "time.step_s" && k != "time.comm_s" &&
+          k != "time.exposed_comm_s")
+        parts.push_back(take(k, 1.0, k.substr(5, k.size() - 7)));
+    add("Where the step's time goes", "s", parts);
+    add("Communication per step", "s", {take("time.comm_s", 1.0, "busy (any communicator)"),
+                                        take("time.exposed_comm_s", 1.0, "exposed (compute waited)")});
+    add("Communication overlapped with compute", "%", {take("time.overlap", 100.0, "overlap")});
+    used.insert("time.step_s");  // = step_time_s up to the record's own bookkeeping
+  }
   add("Target tokens per step", "", {take("target_tokens")});
   // Everything else, generically: top-level numbers alone, nested objects together.
   std::vector<std::string> groups;

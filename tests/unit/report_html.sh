@@ -21,7 +21,10 @@ with open(d + "/metrics.jsonl", "w") as f:
              "lr": 1e-3 * min(1, s / 5), "step_time_s": 0.1, "tokens_per_s": 1000 + 10 * s, "mfu": 0.2,
              "peak_rss_bytes": (300 + s) << 20, "device": "cpu", "peak_gpu_mem_bytes": 0,
              # fields the report does not know: a nested breakdown and a new number
-             "memory": {"params_bytes": 10 << 20, "grads_bytes": (5 + s) << 20}, "comm_wait_s": 0.01 * s}
+             "memory": {"params_bytes": 10 << 20, "grads_bytes": (5 + s) << 20}, "comm_wait_s": 0.01 * s,
+             # the step-time breakdown (runtime/profile/step_profile.h); recompute is zero throughout
+             "time": {"step_s": 0.1, "forward_s": 0.03, "backward_s": 0.05, "recompute_s": 0.0, "gather_wait_s": 0.004,
+                      "optimizer_s": 0.01, "idle_s": 0.006, "comm_s": 0.02, "exposed_comm_s": 0.004, "overlap": 0.8}}
         if s % 10 == 0:
             r.update(val_loss=r["loss"] + 0.2, val_ppl=math.exp(r["loss"] + 0.2), val_tokens=900)
         f.write(json.dumps(r) + "\n")
@@ -48,7 +51,8 @@ charts = root.findall(".//s:svg", ns)
 titles = [c.get("data-title") for c in charts]
 print("charts:", titles)
 for want in ["Loss", "Learning rate", "Gradient norm", "Throughput", "MFU", "Memory", "Step time",
-             "Target tokens per step", "memory", "comm_wait_s"]:
+             "Target tokens per step", "memory", "comm_wait_s", "Where the step's time goes",
+             "Communication per step", "Communication overlapped with compute"]:
     assert want in titles, (want, titles)
 def series(title):
     c = charts[titles.index(title)]
@@ -66,6 +70,10 @@ assert ys[-1] > ys[0], "the loss falls, so its line goes down the chart (SVG y g
 assert ys[-1] > ys[-2], "step 30's last record (0.25, below step 29) is the one shown"
 assert set(series("memory")) == {"memory.params_bytes", "memory.grads_bytes"}, series("memory").keys()
 assert set(series("Memory")) == {"peak_rss_bytes"}, "all-zero peak_gpu_mem_bytes is left out"
+assert set(series("Where the step's time goes")) == {"forward", "backward", "gather_wait", "optimizer", "idle"}, \
+    series("Where the step's time goes").keys()
+assert set(series("Communication per step")) == {"busy (any communicator)", "exposed (compute waited)"}
+assert "time" not in titles, "the breakdown is not charted a second time as a generic group"
 assert "peak_gpu_mem_bytes" in html and "Zero throughout" in html
 assert "MiB" in html
 for t in ("Summary", "Topology", "Model", "Configuration"):
