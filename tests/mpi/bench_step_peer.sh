@@ -40,7 +40,7 @@ for c in j["configs"]:
     assert t["step_s"] > 0 and t["forward_s"] > 0 and t["backward_s"] > 0 and t["optimizer_s"] > 0, t
     assert abs(parts - t["step_s"]) < 1e-6 * t["step_s"] and 0 <= t["overlap"] <= 1, t
 goals = {g["what"]: g for g in j["goals"]}
-for what, goal in (("full_shard fp32 / DDP fp32", 1.25), ("full_shard bf16 / DDP bf16", 2.2),
+for what, goal in (("full_shard fp32 / DDP fp32", 1.25), ("full_shard bf16 / DDP fp32", 2.2),
                    ("hybrid_shard 2x2 tcp / full_shard 4 shm fp32", 0.9),
                    ("hybrid_shard 2x2 tcp / full_shard 4 shm bf16", 0.9)):
     g = goals.pop(what)

@@ -7,7 +7,7 @@
 #     inter for hybrid_shard) STARTS before autograd's backward of that step ends: the reduction
 #     overlaps backward instead of waiting for all of it (drain_reductions);
 #  2. metrics.jsonl: every record's "time" parts plus idle add up to step_s, overlap in [0, 1],
-#     communication time > 0; the end-of-run summary line is printed;
+#     communication time > 0; the end-of-run summary line is printed; report.html draws the trace;
 #  3. bad train.profile_steps: one line naming the key, exit 2 (under mpirun: the job's), nothing traced.
 set -euo pipefail
 BIN=${TESSERA_BIN:?}/tessera
@@ -70,6 +70,8 @@ grep -q '^trace of steps 2-3: .*/trace-rank-\*.json' "$T/no.out" || { cat "$T/no
 grep -q '^time per step (median of 2, .*): compute .* | reduce wait .* | comm .* overlapped$' "$T/no.out" ||
   { cat "$T/no.out"; fail "no end-of-run time summary"; }
 ok "progress: the trace line and the end-of-run time summary"
+check "report.html draws rank 0's trace and the breakdown" grep -q "Trace of the profiled steps.*data-name=\"all_reduce\"" \
+  <(tr -d '\n' < "$T/no/report.html")
 
 "${MPIRUN[@]}" -np 4 "$BIN" train --ranks-per-node 2 "${COMMON[@]}" --set fsdp.strategy=hybrid_shard \
   --set log.dir="$T/hy" >"$T/hy.out" 2>&1 || { cat "$T/hy.out"; fail "hybrid_shard run"; }

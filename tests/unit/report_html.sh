@@ -35,6 +35,13 @@ with open(d + "/metrics.jsonl", "w") as f:
 json.dump({"started": "2026-12-01 10:00:00 UTC", "config": {"data": {"path": "x.jsonl", "chat_template": "llama2"}},
            "topology": {"world_size": 2, "nodes": 1, "strategy": "full_shard", "device": "cpu"},
            "model": {"source": "preset tiny", "parameters": 445056}}, open(d + "/run_info.json", "w"))
+# A trace of train.profile_steps (runtime/profile/step_profile.h's format), drawn as a timeline.
+M = lambda tid, name: {"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}}
+X = lambda tid, name, ts, dur, cat="compute": {"ph": "X", "name": name, "cat": cat, "pid": 0, "tid": tid, "ts": ts, "dur": dur}
+json.dump({"traceEvents": [M(1, "compute"), M(100, "comm world (mpi)"), X(1, "step 2", 1000, 900, "step"),
+                           X(1, "forward", 1000, 300), X(1, "backward", 1300, 500), X(1, "optimizer", 1800, 100),
+                           X(100, "all_gather", 1010, 50, "comm"), X(100, "all_reduce", 1500, 200, "comm")]},
+          open(d + "/trace-rank-0.json", "w"))
 PY
 out=$("$BIN" report "$T/run") || fail "report exited $?"
 [ "$out" = "wrote $T/run/report.html" ] || fail "unexpected output: $out"
@@ -74,6 +81,15 @@ assert set(series("Where the step's time goes")) == {"forward", "backward", "gat
     series("Where the step's time goes").keys()
 assert set(series("Communication per step")) == {"busy (any communicator)", "exposed (compute waited)"}
 assert "time" not in titles, "the breakdown is not charted a second time as a generic group"
+trace = charts[titles.index("Trace")]
+events = {r.get("data-name"): r for r in trace.findall("s:rect", ns) if r.get("class") == "event"}
+assert set(events) == {"step 2", "forward", "backward", "optimizer", "all_gather", "all_reduce"}, events.keys()
+lanes = [t.text for t in trace.findall("s:text", ns) if t.get("class") == "tick"]
+assert lanes[:3] == ["steps", "compute", "comm world (mpi)"], lanes
+# The all-reduce (1500..1700 us) lies inside backward (1300..1800 us) on the time axis.
+x = lambda r: (float(r.get("x")), float(r.get("x")) + float(r.get("width")))
+assert x(events["backward"])[0] < x(events["all_reduce"])[0] < x(events["all_reduce"])[1] < x(events["backward"])[1]
+assert float(events["all_reduce"].get("y")) > float(events["backward"].get("y")), "its own lane, below compute"
 assert "peak_gpu_mem_bytes" in html and "Zero throughout" in html
 assert "MiB" in html
 for t in ("Summary", "Topology", "Model", "Configuration"):
