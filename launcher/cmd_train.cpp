@@ -142,6 +142,17 @@ train::TrainOptions train_options_from(const Config& cfg) {
   TESSERA_CHECK_INPUT(t.checkpoint_keep >= 1, "checkpoint.keep must be >= 1");
   TESSERA_CHECK_INPUT(t.max_skipped_steps >= 0,
                       "train.max_skipped_steps must be >= 0 (got " + std::to_string(t.max_skipped_steps) + ")");
+  const std::vector<int64_t> profile = cfg.get_int_list("train.profile_steps");
+  if (!profile.empty()) {
+    const std::string got = cfg.json()["train"]["profile_steps"].dump();
+    TESSERA_CHECK_INPUT(profile.size() == 2 && profile[0] >= 1 && profile[0] <= profile[1] && profile[1] <= t.steps,
+                        "train.profile_steps must be [first, last] with 1 <= first <= last <= train.steps (" +
+                            std::to_string(t.steps) + "), got " + got);
+    TESSERA_CHECK_INPUT(!t.log_dir.empty(), "train.profile_steps " + got +
+                                                " needs log.dir (or checkpoint.dir): the traces are written there");
+    t.profile_first = profile[0];
+    t.profile_last = profile[1];
+  }
   return t;
 }
 

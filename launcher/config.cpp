@@ -68,6 +68,7 @@ const std::vector<ConfigKey>& config_schema() {
       // log
       {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."},
       {"log.every", "int", 1, "Progress line every N steps."},
+      {"train.profile_steps", "int list", nlohmann::json::array(), "Steps [first, last] (1-based, inclusive) to trace: every rank writes log.dir/trace-rank-<r>.json, a Chrome trace (chrome://tracing, ui.perfetto.dev) with one track per thread (compute, each communicator's thread). Needs log.dir (or checkpoint.dir). []: no trace. The step-time breakdown in metrics.jsonl is always on."},
       // comm
       {"comm.timeout_s", "float", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3)."},
   };
@@ -106,7 +107,9 @@ std::string type_name(const json& v) {
 // Checks one value against its schema entry; returns it normalised (int accepted for float).
 json check_value(const ConfigKey& k, const json& v, const std::string& source) {
   bool ok = (k.type == "int" && v.is_number_integer()) || (k.type == "float" && v.is_number()) ||
-            (k.type == "bool" && v.is_boolean()) || (k.type == "string" && v.is_string());
+            (k.type == "bool" && v.is_boolean()) || (k.type == "string" && v.is_string()) ||
+            (k.type == "int list" && v.is_array() &&
+             std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number_integer(); }));
   if (!ok)
     throw TESSERA_INPUT_ERROR(source + ": config key '" + k.key + "' must be " + k.type + ", got " +
                               type_name(v) + " " + v.dump());
@@ -249,6 +252,7 @@ int64_t Config::get_int(const std::string& key) const { return at(key).get<int64
 double Config::get_float(const std::string& key) const { return at(key).get<double>(); }
 bool Config::get_bool(const std::string& key) const { return at(key).get<bool>(); }
 std::string Config::get_string(const std::string& key) const { return at(key).get<std::string>(); }
+std::vector<int64_t> Config::get_int_list(const std::string& key) const { return at(key).get<std::vector<int64_t>>(); }
 
 std::string Config::reference_markdown() {
   std::ostringstream os;

@@ -10,7 +10,7 @@ namespace tessera::launcher {
 
 struct ConfigKey {
   std::string key;          // dotted path, e.g. "train.lr"
-  std::string type;         // "int", "float", "bool", "string"
+  std::string type;         // "int", "float", "bool", "string", "int list" (a JSON array of integers)
   nlohmann::json default_value;
   std::string help;
   std::vector<std::string> choices;  // allowed values for strings (empty: any)
@@ -33,6 +33,7 @@ class Config {
   double get_float(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   std::string get_string(const std::string& key) const;
+  std::vector<int64_t> get_int_list(const std::string& key) const;
   void set(const std::string& key, const nlohmann::json& v);  // validated like --set
 
   // Markdown table of every key (for README).

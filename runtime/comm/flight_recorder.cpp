@@ -651,13 +651,25 @@ void install_signal_handlers() {
   }
 }
 
-std::vector<Record> snapshot() {
+std::vector<Record> snapshot(int64_t ended_after_ns) {
   std::vector<Record> out;
   for (const Slot& g : g_slots) {
     if (!g.active.load(std::memory_order_acquire)) continue;
     const Entry* ring = g.ring.load(std::memory_order_acquire);
     const uint64_t last = g.last_enqueued.load(std::memory_order_acquire);
-    for (uint64_t seq = last > kEntries ? last - kEntries + 1 : 1; ring && seq <= last; ++seq) {
+    const uint64_t first = last > kEntries ? last - kEntries + 1 : 1;
+    // Operations of one group end in issue order: walk back from the newest until one ended before
+    // ended_after_ns (all older ones did too), then copy forwards.
+    uint64_t from = first;
+    for (uint64_t seq = last; ring && ended_after_ns > 0 && seq >= first && seq > 0; --seq) {
+      const Entry& e = ring[seq & kMask];
+      const int64_t end = e.t_end.load();
+      if (e.seq.load(std::memory_order_acquire) == seq && end != 0 && end < ended_after_ns) {
+        from = seq + 1;
+        break;
+      }
+    }
+    for (uint64_t seq = from; ring && seq <= last; ++seq) {
       const Entry& e = ring[seq & kMask];
       if (e.seq.load(std::memory_order_acquire) != seq) continue;
       Record r;

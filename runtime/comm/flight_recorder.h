@@ -139,7 +139,8 @@ std::string dump(const char* reason, const std::string& message);
 // chains to them.
 void install_signal_handlers();
 
-// Every recorded operation of every live group (for traces, step-time breakdowns and tests).
+// Every recorded operation of every live group (for traces, step-time breakdowns and tests);
+// ended_after_ns > 0 leaves out operations that ended before that time (a step's window).
 struct Record {
   std::string group, backend;
   int instance = 0;  // k-th group of this name and backend created in the process
@@ -150,6 +151,6 @@ struct Record {
   std::string phase;
   int64_t enqueue_ns = 0, start_ns = 0, end_ns = 0;  // 0: not reached
 };
-std::vector<Record> snapshot();
+std::vector<Record> snapshot(int64_t ended_after_ns = 0);
 
 }  // namespace tessera::comm::flight

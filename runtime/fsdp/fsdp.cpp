@@ -7,6 +7,7 @@
 
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/profile/step_profile.h"
 
 namespace tessera::fsdp {
 
@@ -145,7 +146,10 @@ struct Engine::Impl {
     Unit& u = units[ui];
     if (u.state == GatherState::Free) gather_async(ui);
     if (u.state == GatherState::Gathering) {
-      u.gather_work->wait();
+      {
+        profile::Scope waiting(profile::Part::GatherWait);
+        u.gather_work->wait();
+      }
       u.gather_work.reset();
       u.gather_input = at::Tensor();
       u.state = GatherState::Gathered;
@@ -156,6 +160,7 @@ struct Engine::Impl {
     Unit& u = units[ui];
     if (u.state == GatherState::Free) return;
     if (u.state == GatherState::Gathering) {
+      profile::Scope waiting(profile::Part::GatherWait);
       u.gather_work->wait();
       u.gather_work.reset();
       u.gather_input = at::Tensor();
@@ -185,6 +190,7 @@ struct Engine::Impl {
 
   // grads[k] is the gradient of units[ui].params[k] (undefined if unused); see the header.
   void accumulate_grads(int ui, std::vector<at::Tensor> grads) {
+    retire_completed();
     Unit& u = units[ui];
     const ShardPlan& plan = u.shard->plan;
     for (const auto& g : grads) memory::retag(g, memory::Category::UnsharedGrads);
@@ -228,7 +234,10 @@ struct Engine::Impl {
   void retire_reduction() {
     Reduction r = std::move(reducing.front());
     reducing.pop_front();
-    r.work->wait();
+    {
+      profile::Scope waiting(profile::Part::ReduceWait);
+      r.work->wait();
+    }
     r.flat = at::Tensor();
     Unit& u = units[r.unit];
     add_scaled(grad_shard(u), r.out, 1.0);
@@ -253,9 +262,22 @@ struct Engine::Impl {
   void retire_replication() {
     Reduction r = std::move(replicating.front());
     replicating.pop_front();
-    r.work->wait();
+    {
+      profile::Scope waiting(profile::Part::ReduceWait);
+      r.work->wait();
+    }
     at::Tensor& grad = units[r.unit].shard->grad;
     if (!r.out.is_same(grad)) grad.copy_(r.out);
+  }
+
+  // Retires, oldest first, the reductions that have already completed (no waiting): a finished
+  // reduce-scatter's replica all-reduce is issued as soon as this rank looks, instead of when the
+  // in-flight bound forces it, and finished buffers are freed. Which operations each communicator
+  // gets, and their order, stay the same on every rank (retiring is FIFO per queue); only the time
+  // of issue depends on progress.
+  void retire_completed() {
+    while (!reducing.empty() && reducing.front().work->is_completed()) retire_reduction();
+    while (!replicating.empty() && replicating.front().work->is_completed()) retire_replication();
   }
 
   void drain_reductions() {
@@ -310,6 +332,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     if (impl->opts.activation_checkpointing) {
       x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
       torch::AutoGradMode grad_on(true);
+      profile::Scope recompute(profile::Part::Recompute);
       y = impl->layer_fn(layer, x_in);
     } else {
       x_in = ctx->saved_data["x_in"].toTensor();

@@ -24,8 +24,9 @@
 // reduction is retired. At most kMaxReductionsInFlight reductions are in flight: issuing unit k's
 // retires unit k - kMaxReductionsInFlight first (a fixed point in every rank's sequence, so the
 // order of collectives on every communicator is the same on all ranks), and its flat buffer is
-// freed then. With replicas (hybrid_shard, no_shard) the retired shard is all-reduced across them
-// right away, overlapping the rest of backward, once per optimizer step (on the micro-step begun
+// freed then; before each unit's gradient is issued, reductions that have already completed are
+// retired too (without waiting). With replicas (hybrid_shard, no_shard) the retired shard is
+// all-reduced across them right away, overlapping the rest of backward, once per optimizer step (on the micro-step begun
 // with sync=true): gradient accumulation (fsdp.accumulate) is
 //   sharded    (default) every micro-step reduce-scatters into the fp32 gradient shard: nothing of
 //              a unit's full size outlives its own backward; replicas all-reduce the accumulated

@@ -16,6 +16,7 @@ namespace {
 
 struct Coefficients {
   float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, eps, neg_step_size;
+  float grad_scale;  // gradient-norm clipping's coefficient, applied as each gradient is read
 };
 
 inline float load(float x) { return x; }
@@ -29,7 +30,7 @@ void update_span(float* p, const float* g, S* m, S* v, int64_t begin, int64_t en
   for (int64_t i = begin; i < end; ++i) {
     float pi = p[i];
     if (decay) pi = pi * c.decay;
-    const float gi = g[i];
+    const float gi = g[i] * c.grad_scale;  // x * 1.0f == x: unclipped steps are unchanged
     const float mi = load(m[i]) * c.beta1 + c.one_minus_beta1 * gi;
     const float vi = load(v[i]) * c.beta2 + c.one_minus_beta2 * gi * gi;
     const float denom = std::sqrt(vi) / c.sqrt_bias_correction2 + c.eps;
@@ -69,6 +70,7 @@ void update_blocks(const ParamShard& s, at::Tensor& m_all, at::Tensor& v_all, co
   for (int64_t b = 0; b < n; b += AdamW::kBlockElems) {
     const int64_t len = std::min(AdamW::kBlockElems, n - b);
     at::Tensor p = s.param.narrow(0, b, len), g = s.grad.narrow(0, b, len);
+    if (c.grad_scale != 1.0f) g = g * c.grad_scale;
     for (const Range& r : s.decay) {
       const int64_t lo = std::max(b, r.first), hi = std::min(b + len, r.first + r.second);
       if (lo < hi) p.narrow(0, lo - b, hi - lo).mul_(c.decay);
@@ -121,7 +123,7 @@ std::vector<NamedShards> AdamW::state(const std::vector<ParamShard>& shards) {
           {"exp_avg_sq", std::vector<at::Tensor>(exp_avg_sq_.begin(), exp_avg_sq_.begin() + shards.size())}};
 }
 
-void AdamW::step(const std::vector<ParamShard>& shards, double lr) {
+void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale) {
   ++step_count_;
   const auto& o = options_;
   const double bias_correction1 = 1 - std::pow(o.beta1, double(step_count_));
@@ -135,6 +137,7 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr) {
   c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
   c.eps = static_cast<float>(o.eps);
   c.neg_step_size = static_cast<float>(-lr / bias_correction1);
+  c.grad_scale = grad_scale;
   static const std::vector<Range> kNoDecay;
 
   at::NoGradGuard no_grad;

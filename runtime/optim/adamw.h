@@ -55,8 +55,11 @@ class AdamW {
 
   explicit AdamW(AdamWOptions options);
 
-  // Increments the step count, then updates every shard with learning rate `lr`.
-  void step(const std::vector<ParamShard>& shards, double lr);
+  // Increments the step count, then updates every shard with learning rate `lr`. Each gradient
+  // element is multiplied by `grad_scale` as it is read (gradient clipping folded into the one pass:
+  // the same float product torch's clip_grad_norm_ stores, so the result is the same bits as
+  // clipping the gradients first); the gradients themselves are left as they are.
+  void step(const std::vector<ParamShard>& shards, double lr, float grad_scale = 1.0f);
 
   // The moments ("exp_avg", "exp_avg_sq") of every shard (per_unit[i] belongs to shards[i]),
   // allocated (zeros) where not yet: for checkpoints, which read or fill them. `shards` gives each

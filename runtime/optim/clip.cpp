@@ -1,16 +1,63 @@
 #include "runtime/optim/clip.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "runtime/comm/communicator.h"
 #include "runtime/error.h"
+#include "runtime/profile/step_profile.h"
 
 namespace tessera::optim {
 
 namespace {
+
+// Sum of squares of CPU gradients in double, in one pass without temporaries: fixed blocks of
+// kCpuBlock elements, each summed in order with 8 interleaved accumulators (so the compiler
+// pipelines it), the block sums then added in block order -- the same result for any number of
+// threads. Non-float or non-contiguous tensors go through a widened copy of their block.
+double cpu_square_sum(const std::vector<at::Tensor>& grads) {
+  constexpr int64_t kCpuBlock = int64_t(1) << 16;
+  double total = 0;
+  for (const at::Tensor& g : grads) {
+    if (!g.defined() || g.numel() == 0) continue;
+    const at::Tensor flat = g.scalar_type() == at::kFloat && g.is_contiguous() ? g.reshape(-1)
+                                                                                : g.reshape(-1).to(at::kFloat).contiguous();
+    const float* x = flat.data_ptr<float>();
+    const int64_t n = flat.numel(), blocks = (n + kCpuBlock - 1) / kCpuBlock;
+    std::vector<double> block_sums(static_cast<size_t>(blocks));
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t lo = b * kCpuBlock, hi = std::min(n, lo + kCpuBlock);
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = lo;
+        for (; i + 8 <= hi; i += 8)
+          for (int k = 0; k < 8; ++k) acc[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
+        for (; i < hi; ++i) acc[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+        block_sums[static_cast<size_t>(b)] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      }
+    });
+    for (double v : block_sums) total += v;
+  }
+  return total;
+}
+
+// The same on a device, as tensor ops into `local` ([1] double): blocks, so that the widened copy
+// is never larger than kSquareSumBlock elements (a whole-shard double temporary would be 2x the
+// fp32 gradient shard).
+void device_square_sum(const std::vector<at::Tensor>& grads, at::Tensor& local) {
+  constexpr int64_t kSquareSumBlock = int64_t(1) << 20;
+  for (const at::Tensor& g : grads) {
+    if (!g.defined() || g.numel() == 0) continue;
+    const at::Tensor flat = g.reshape(-1);
+    for (int64_t b = 0; b < flat.numel(); b += kSquareSumBlock) {
+      const at::Tensor g64 = flat.narrow(0, b, std::min(kSquareSumBlock, flat.numel() - b)).to(at::kDouble);
+      local.add_((g64 * g64).sum());
+    }
+  }
+}
 
 // Every rank's sum of squares of its gradient shards, in double on the gradients' device, as a
 // [size] tensor in rank order (the raw bits are all-gathered, so every rank adds the same numbers
@@ -24,25 +71,24 @@ at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Commu
       break;
     }
   at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
-  // In blocks: the widened copy is never larger than kSquareSumBlock elements (a whole-shard double
-  // temporary would be 2x the fp32 gradient shard).
-  constexpr int64_t kSquareSumBlock = int64_t(1) << 20;
-  for (const at::Tensor& g : grads) {
-    if (!g.defined() || g.numel() == 0) continue;
-    const at::Tensor flat = g.reshape(-1);
-    for (int64_t b = 0; b < flat.numel(); b += kSquareSumBlock) {
-      const at::Tensor g64 = flat.narrow(0, b, std::min(kSquareSumBlock, flat.numel() - b)).to(at::kDouble);
-      local.add_((g64 * g64).sum());
-    }
-  }
+  if (device.is_cpu()) local.data_ptr<double>()[0] = cpu_square_sum(grads);
+  else device_square_sum(grads, local);
   if (shard_group == nullptr || shard_group->size() == 1) return local;
   const at::Tensor bits_in = local.view(at::kLong);
   at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
-  shard_group->all_gather_into(bits_out, bits_in)->wait();
+  {
+    profile::Scope sync(profile::Part::SyncWait);  // the slowest rank's backward shows here
+    shard_group->all_gather_into(bits_out, bits_in)->wait();
+  }
   return bits_out.view(at::kDouble);
 }
 
 }  // namespace
+
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0 || !std::isfinite(norm)) return 1.0;
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
 
 double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::Communicator* shard_group) {
   const at::Tensor partial = partial_square_sums(local_grad_shards, shard_group).cpu();
@@ -55,8 +101,8 @@ double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::
 double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group) {
   TESSERA_CHECK_INPUT(max_norm > 0, "gradient clipping max_norm must be positive, got " + std::to_string(max_norm));
   const double norm = global_grad_norm(grads, shard_group);
-  const double coef = max_norm / (norm + 1e-6);
-  if (std::isfinite(norm) && coef < 1.0) {
+  const double coef = clip_coefficient(norm, max_norm);
+  if (coef < 1.0) {
     at::NoGradGuard no_grad;
     for (at::Tensor& g : grads)
       if (g.defined()) g.mul_(coef);

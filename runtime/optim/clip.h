@@ -20,6 +20,10 @@ namespace tessera::optim {
 // Collective over `shard_group`: every rank must call it. Undefined tensors are skipped.
 double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::Communicator* shard_group);
 
+// min(1, max_norm / (norm + 1e-6)), torch's clipping coefficient; 1 for a non-finite norm or
+// max_norm <= 0. The trainer on a CPU passes it to AdamW::step instead of scaling the gradients.
+double clip_coefficient(double norm, double max_norm);
+
 // Like torch::nn::utils::clip_grad_norm_(params, max_norm): computes the global norm, then scales
 // every gradient in place by min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping.
 // A non-finite norm leaves the gradients untouched (the caller decides whether to skip the step).

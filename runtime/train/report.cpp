@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "runtime/error.h"
@@ -157,6 +158,93 @@ std::string table(const std::string& title, const json& j) {
 
 }  // namespace
 
+// The Chrome trace of train.profile_steps (trace-rank-<r>.json, runtime/profile/step_profile.h)
+// as a timeline: one lane per track (steps, compute, each communicator), one box per event,
+// coloured by its name. "" when the file is missing; a note when it cannot be read.
+std::string svg_timeline(const fs::path& path) {
+  std::ifstream f(path);
+  if (!f) return "";
+  json t;
+  try {
+    t = json::parse(f);
+    (void)t.at("traceEvents").is_array();
+  } catch (const json::exception&) {
+    return "<p>" + esc(path.string()) + ": not a readable trace (not drawn).</p>\n";
+  }
+  struct Box {
+    int lane;
+    double ts, dur;
+    std::string name;
+  };
+  std::map<int, std::string> track_names;  // tid -> name
+  std::vector<std::tuple<int, double, double, std::string, bool>> raw;  // tid, ts, dur, name, is step
+  for (const auto& e : t["traceEvents"]) {
+    if (!e.is_object() || !e.contains("ph") || !e.contains("tid")) continue;
+    try {
+      if (e["ph"] == "M" && e.value("name", "") == "thread_name")
+        track_names[e["tid"].get<int>()] = e.at("args").at("name").get<std::string>();
+      else if (e["ph"] == "X")
+        raw.emplace_back(e["tid"].get<int>(), e.at("ts").get<double>(), e.at("dur").get<double>(),
+                         e.value("name", "?"), e.value("cat", "") == "step");
+    } catch (const json::exception&) {
+    }
+  }
+  if (raw.empty()) return "";
+  // Lanes: steps first, then the tracks in id order (compute, other threads, communicators).
+  std::vector<std::string> lanes = {"steps"};
+  std::map<int, int> lane_of;
+  for (const auto& [tid, name] : track_names) lane_of[tid] = static_cast<int>(lanes.size()), lanes.push_back(name);
+  double t0 = 1e300, t1 = -1e300;
+  std::vector<Box> boxes;
+  for (const auto& [tid, ts, dur, name, step] : raw) {
+    if (!step && !lane_of.count(tid)) lane_of[tid] = static_cast<int>(lanes.size()), lanes.push_back("thread " + std::to_string(tid));
+    boxes.push_back({step ? 0 : lane_of[tid], ts, dur, name});
+    t0 = std::min(t0, ts), t1 = std::max(t1, ts + dur);
+  }
+  const double span = std::max(t1 - t0, 1.0);
+  const int W = 1100, left = 190, lane_h = 22, top = 34;
+  const int H = top + lane_h * static_cast<int>(lanes.size()) + 60;
+  static const std::map<std::string, std::string> colour = {
+      {"forward", "#4c78a8"},     {"backward", "#f58518"},    {"recompute", "#b279a2"},  {"gather_wait", "#e45756"},
+      {"reduce_wait", "#9d755d"}, {"optimizer", "#54a24b"},   {"sync_wait", "#bab0ac"},  {"data", "#eeca3b"},
+      {"all_gather", "#72b7b2"},  {"reduce_scatter", "#ff9da6"}, {"all_reduce", "#8c564b"}, {"broadcast", "#17becf"}};
+  std::ostringstream o;
+  o << "<svg class=\"chart\" data-title=\"Trace\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" viewBox=\"0 0 " << W << " " << H << "\">\n";
+  o << "<text class=\"title\" x=\"10\" y=\"20\">" << esc(path.filename().string()) << ": " << num(span / 1000.0, "%.1f")
+    << " ms (open it in ui.perfetto.dev or chrome://tracing for detail)</text>\n";
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const int y = top + lane_h * static_cast<int>(i);
+    o << "<text class=\"tick\" x=\"6\" y=\"" << y + 15 << "\">" << esc(lanes[i]) << "</text>\n";
+    o << "<line x1=\"" << left << "\" x2=\"" << W - 10 << "\" y1=\"" << y + lane_h << "\" y2=\"" << y + lane_h
+      << "\" stroke=\"#eeeeee\"/>\n";
+  }
+  const double scale = (W - 10 - left) / span;
+  // Longer boxes first: a part nested in another (a gather wait inside forward) is drawn on top.
+  std::stable_sort(boxes.begin(), boxes.end(), [](const Box& a, const Box& b) { return a.dur > b.dur; });
+  for (const auto& b : boxes) {
+    const auto c = colour.find(b.name);
+    const std::string fill = b.lane == 0 ? "#dddddd" : c != colour.end() ? c->second : "#999999";
+    const int y = top + lane_h * b.lane + 3;
+    o << "<rect class=\"event\" data-name=\"" << esc(b.name) << "\" x=\"" << num(left + (b.ts - t0) * scale, "%.2f")
+      << "\" y=\"" << y << "\" width=\"" << num(std::max(0.5, b.dur * scale), "%.2f") << "\" height=\"" << lane_h - 6
+      << "\" fill=\"" << fill << "\" stroke=\"#ffffff\" stroke-width=\"0.3\"><title>" << esc(b.name) << " "
+      << num(b.dur / 1000.0, "%.3f") << " ms</title></rect>\n";
+    if (b.lane == 0 && b.dur * scale > 40)
+      o << "<text class=\"tick\" x=\"" << num(left + (b.ts - t0) * scale + 4, "%.1f") << "\" y=\"" << y + 12 << "\">"
+        << esc(b.name) << "</text>\n";
+  }
+  int x = left, y = H - 30;
+  for (const auto& [name, fill] : colour) {
+    if (std::none_of(boxes.begin(), boxes.end(), [&, n = name](const Box& b) { return b.name == n; })) continue;
+    o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"12\" height=\"12\" fill=\"" << fill << "\"/>"
+      << "<text class=\"legend\" x=\"" << x + 16 << "\" y=\"" << y + 11 << "\">" << esc(name) << "</text>\n";
+    x += 30 + 7 * static_cast<int>(name.size());
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
 std::string render_report(const std::string& run_dir) {
   const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   std::ifstream in(metrics_path);
@@ -232,6 +320,18 @@ std::string render_report(const std::string& run_dir) {
     add("Memory", "MiB", mem);
   }
   add("Step time", "s", {take("step_time_s")});
+  {  // metrics' "time": the parts of the step (runtime/profile/step_profile.h), then communication
+    std::vector<std::optional<Series>> parts;
+    for (const auto& k : order)
+      if (k.rfind("time.", 0) == 0 && ends_with(k, "_s") && k != "time.step_s" && k != "time.comm_s" &&
+          k != "time.exposed_comm_s")
+        parts.push_back(take(k, 1.0, k.substr(5, k.size() - 7)));
+    add("Where the step's time goes", "s", parts);
+    add("Communication per step", "s", {take("time.comm_s", 1.0, "busy (any communicator)"),
+                                        take("time.exposed_comm_s", 1.0, "exposed (compute waited)")});
+    add("Communication overlapped with compute", "%", {take("time.overlap", 100.0, "overlap")});
+    used.insert("time.step_s");  // = step_time_s up to the record's own bookkeeping
+  }
   add("Target tokens per step", "", {take("target_tokens")});
   // Everything else, generically: top-level numbers alone, nested objects together.
   std::vector<std::string> groups;
@@ -299,6 +399,8 @@ std::string render_report(const std::string& run_dir) {
     for (const auto& k : all_zero) names += (names.empty() ? "" : ", ") + k;
     o << "<p>Zero throughout (not charted): " << esc(names) << ".</p>\n";
   }
+  if (const std::string trace = svg_timeline(fs::path(run_dir) / "trace-rank-0.json"); !trace.empty())
+    o << "<h2>Trace of the profiled steps (train.profile_steps), rank 0</h2>\n" << trace;
   if (info.contains("topology")) o << table("Topology", info["topology"]);
   if (info.contains("model")) o << table("Model", info["model"]);
   if (info.contains("data")) o << table("Data", info["data"]);

@@ -20,6 +20,7 @@
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
+#include "runtime/profile/step_profile.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/train/numerics.h"
 #include "runtime/train/test_fault.h"
@@ -285,6 +286,7 @@ QueuedStep Trainer::Impl::queue_step() {
   memory::reset_peak();
   QueuedStep q;
   q.t0 = Clock::now();
+  profile::begin_step(im.step + 1);
   comm::flight::set_context(im.step + 1, "train step");  // the step being computed, as logged
   fsdp::Engine& eng = *im.engine;
   const int64_t accum = im.opts.grad_accum;
@@ -293,33 +295,47 @@ QueuedStep Trainer::Impl::queue_step() {
   // summed loss x W / N (the engine averages gradients over the W data-parallel ranks), so the
   // gradient is exactly that of the mean whatever the split of targets between micro-batches.
   std::vector<data::Batch> batches;
-  at::Tensor count = at::zeros({1}, at::kLong);
-  for (int64_t a = 0; a < accum; ++a) {
-    batches.push_back(im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a))));
-    count.data_ptr<int64_t>()[0] += batches.back().targets;
+  {
+    profile::Scope data_part(profile::Part::Data);
+    at::Tensor count = at::zeros({1}, at::kLong);
+    for (int64_t a = 0; a < accum; ++a) {
+      batches.push_back(im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a))));
+      count.data_ptr<int64_t>()[0] += batches.back().targets;
+    }
+    {
+      profile::Scope sync(profile::Part::SyncWait);
+      im.host.world->all_reduce(count, comm::ReduceOp::Sum)->wait();
+    }
+    q.targets = count.data_ptr<int64_t>()[0];
   }
-  im.host.world->all_reduce(count, comm::ReduceOp::Sum)->wait();
-  q.targets = count.data_ptr<int64_t>()[0];
   const double scale = static_cast<double>(im.groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
   q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
   q.loss_scale = im.scaler.scale();  // 1 unless fp16 loss scaling
   for (int64_t a = 0; a < accum; ++a) {
-    eng.begin_forward(/*sync=*/a == accum - 1);
     at::Tensor loss;
     {
       memory::Scope scope(memory::Category::Activations);
       memory::set_phase("forward");
-      loss = im.summed_loss(batches[a]);
+      {
+        profile::Scope forward(profile::Part::Forward);
+        eng.begin_forward(/*sync=*/a == accum - 1);
+        loss = im.summed_loss(batches[a]);
+      }
       // the logits (B x T x vocab) are not kept through backward: autograd keeps what it needs
       memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
       memory::set_phase("backward");
+      profile::Scope backward(profile::Part::Backward);
       (loss * (scale * q.loss_scale)).backward();
     }
-    eng.finish_backward();
+    {
+      profile::Scope backward(profile::Part::Backward);  // the root's gradient; the drain is reduce_wait
+      eng.finish_backward();
+    }
     q.loss_sum.add_(loss.detach().to(at::kDouble));
   }
   memory::Scope opt_scope(memory::Category::Optimizer);
   memory::set_phase("optimizer");
+  profile::Scope optimizer_part(profile::Part::Optimizer);
   std::vector<at::Tensor> grads;
   for (auto& sh : eng.shards()) grads.push_back(sh.grad);
   // Test builds only (test_fault.h): one rank's reduced gradient shard, or its local loss, non-finite.
@@ -332,17 +348,22 @@ QueuedStep Trainer::Impl::queue_step() {
       }
   if (test_fault("nan-loss", rank, im.step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
   im.scaler.unscale(grads);  // before the norm and clipping see them
-  if (im.device.is_cpu())  // host-side norm and clipping (the device form would only add tensor ops)
-    q.grad_norm = at::scalar_tensor(im.opts.clip > 0 ? optim::clip_grad_norm(grads, im.opts.clip, &eng.shard_group())
-                                                     : optim::global_grad_norm(grads, &eng.shard_group()),
-                                    at::kDouble);
-  else
+  float grad_scale = 1.0f;
+  if (im.device.is_cpu()) {  // host-side norm; clipping folded into AdamW's one pass over the shard
+    const double norm = optim::global_grad_norm(grads, &eng.shard_group());
+    q.grad_norm = at::scalar_tensor(norm, at::kDouble);
+    grad_scale = static_cast<float>(optim::clip_coefficient(norm, im.opts.clip));
+  } else {
     q.grad_norm = optim::clip_grad_norm_on_device(grads, im.opts.clip, &eng.shard_group());
+  }
   q.lr = optim::lr_at(im.step, im.schedule);
-  im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+  {
+    profile::Scope sync(profile::Part::SyncWait);
+    im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+  }
   // A non-finite loss or gradient norm skips the optimizer on every rank: masters and moments stay
   // as they are and AdamW's step count does not advance; the step itself is done (numerics.h).
-  if (!im.skip_step(q)) im.adamw->step(im.param_shards(), q.lr);
+  if (!im.skip_step(q)) im.adamw->step(im.param_shards(), q.lr, grad_scale);
   eng.after_step();
   eng.zero_grad();
   ++im.step;
@@ -362,7 +383,10 @@ bool Trainer::Impl::skip_step(QueuedStep& q) {
   }
   loss /= static_cast<double>(std::max<int64_t>(q.targets, 1));
   // Every rank computed the same global values; the vote makes the decision one all the same.
-  q.skipped = im.host.world->any(!std::isfinite(loss) || !std::isfinite(norm));
+  {
+    profile::Scope sync(profile::Part::SyncWait);
+    q.skipped = im.host.world->any(!std::isfinite(loss) || !std::isfinite(norm));
+  }
   im.guard.record(im.step + 1, q.skipped, loss, norm);
   im.scaler.update(q.skipped);
   q.skipped_total = im.guard.total();
@@ -387,6 +411,7 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
   r.skipped = q.skipped;
   r.skipped_steps = q.skipped_total;
   r.loss_scale = im.scaler.enabled() ? q.loss_scale : 0.0;
+  r.time = profile::end_step();
   r.step_time_s = seconds_since(q.t0);
   const double tokens = static_cast<double>(im.groups.world->size() * im.opts.micro_batch * accum * T);
   r.tokens_per_s = tokens / r.step_time_s;
@@ -441,7 +466,15 @@ RunResult Trainer::run() {
     const int64_t next = im.step + 1;
     const bool progress_due = rank0 && !im.opts.quiet && (next % im.opts.log_every == 0 || next == im.opts.steps);
     const bool read_back = metrics.is_open() || progress_due || next == res.start_step + 1 || next == im.opts.steps;
-    StepRecord r = impl_->record(impl_->queue_step(), read_back);
+    // train.profile_steps: the trace starts with its first step (or the first step of a resumed run
+    // inside the window) and is written after its last.
+    const bool traced = im.opts.profile_last > 0 && next >= im.opts.profile_first && next <= im.opts.profile_last;
+    if (traced && !profile::tracing()) profile::start_trace();
+    StepRecord r = impl_->record(impl_->queue_step(), read_back || traced);
+    const bool trace_done = traced && (next == im.opts.profile_last || next == im.opts.steps);
+    if (trace_done)
+      profile::write_trace(im.opts.log_dir + "/trace-rank-" + std::to_string(im.groups.world->rank()) + ".json",
+                           im.groups.world->rank());
     if (test_fault("desync", im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
       im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
     const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
@@ -469,6 +502,7 @@ RunResult Trainer::run() {
                               {"step_time_s", r.step_time_s},
                               {"tokens_per_s", r.tokens_per_s},
                               {"mfu", r.mfu},
+                              {"time", r.time.to_json()},
                               {"peak_rss_bytes", r.peak_rss_bytes},
                               {"memory", r.memory.to_json()},
                               {"device", r.device},
@@ -506,6 +540,9 @@ RunResult Trainer::run() {
                  r.tokens_per_s, 100.0 * r.mfu, mem / 1048576.0, format_duration(eta).c_str());
         std::cout << line << std::endl;
       }
+      if (trace_done && !im.opts.quiet)
+        std::cout << "trace of steps " << std::max(im.opts.profile_first, res.start_step + 1) << "-" << next << ": "
+                  << im.opts.log_dir << "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)" << std::endl;
       if (r.skipped && !im.opts.quiet)
         std::cerr << "tessera: warning: step " << r.step << ": " << im.guard.last_reason()
                   << "; optimizer step skipped on every rank (" << im.guard.consecutive() << " in a row, "
@@ -522,6 +559,15 @@ RunResult Trainer::run() {
     }
   }
   if (im.checkpointer) im.checkpointer->wait();
+  // Where the time went: the median step (the first step of the run, with its warm-up, left out).
+  if (rank0 && !im.opts.quiet && !res.records.empty()) {
+    std::vector<profile::Breakdown> times;
+    for (size_t i = res.records.size() > 1 ? 1 : 0; i < res.records.size(); ++i) times.push_back(res.records[i].time);
+    const profile::Breakdown m = profile::median(times);
+    char head[96];
+    snprintf(head, sizeof(head), "time per step (median of %zu, %.3f s): ", times.size(), m.step_s);
+    std::cout << head << m.summary() << std::endl;
+  }
   res.end_step = im.step;
   res.best_step = im.best_step;
   res.best_val_loss = im.best_val_loss;

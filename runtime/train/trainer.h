@@ -39,6 +39,7 @@
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/profile/step_profile.h"
 
 namespace tessera::data {
 class TokenDataset;
@@ -90,6 +91,9 @@ struct TrainOptions {
   // loss scaling (the launcher turns it on when fp16 is the compute or the reduction dtype).
   int64_t max_skipped_steps = 10;
   bool loss_scaling = false;
+  // train.profile_steps: a Chrome trace of steps [first, last] (1-based, inclusive) into
+  // <log_dir>/trace-rank-<r>.json, written by every rank after step `last` (0, 0: none).
+  int64_t profile_first = 0, profile_last = 0;
 };
 
 struct StepRecord {
@@ -100,6 +104,7 @@ struct StepRecord {
   double val_loss = 0;        //   mean cross entropy over the validation targets
   int64_t val_tokens = 0;     //   their number
   double step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  profile::Breakdown time;  // where the step's time went (runtime/profile/step_profile.h)
   int64_t peak_rss_bytes = 0;     // the process's peak resident set so far (loading included)
   memory::Breakdown memory;       // host memory of this step: measured breakdown at its peak
   int64_t peak_gpu_mem_bytes = 0;  // LibTorch caching allocator peak on the device (0 on CPU)

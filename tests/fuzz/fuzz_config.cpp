@@ -20,6 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (k.type == "int") (void)c.get_int(k.key);
           else if (k.type == "float") (void)c.get_float(k.key);
           else if (k.type == "bool") (void)c.get_bool(k.key);
+          else if (k.type == "int list") (void)c.get_int_list(k.key);
           else (void)c.get_string(k.key);
         }
         (void)c.json().dump();

@@ -35,8 +35,12 @@ for c in j["configs"]:
     assert len(c["tessera_samples"]) == len(c["peer_samples"]) == 1, c
     assert c["reference"] == (c["strategy"] == "full_shard" and c["ranks"] == 4), c
     assert ("ratio_vs_peer_fp32" in c) == (c["dtype"] == "bf16"), c
+    t = c["tessera_time"]  # the step-time breakdown of the Tessera run (rank 0's median step)
+    parts = sum(v for k, v in t.items() if k.endswith("_s") and k not in ("step_s", "comm_s", "exposed_comm_s"))
+    assert t["step_s"] > 0 and t["forward_s"] > 0 and t["backward_s"] > 0 and t["optimizer_s"] > 0, t
+    assert abs(parts - t["step_s"]) < 1e-6 * t["step_s"] and 0 <= t["overlap"] <= 1, t
 goals = {g["what"]: g for g in j["goals"]}
-for what, goal in (("full_shard fp32 / DDP fp32", 1.25), ("full_shard bf16 / DDP bf16", 2.2),
+for what, goal in (("full_shard fp32 / DDP fp32", 1.25), ("full_shard bf16 / DDP fp32", 2.2),
                    ("hybrid_shard 2x2 tcp / full_shard 4 shm fp32", 0.9),
                    ("hybrid_shard 2x2 tcp / full_shard 4 shm bf16", 0.9)):
     g = goals.pop(what)
@@ -53,6 +57,8 @@ grep -q "baseline users compare" "$WORK/b.txt" || fail "no note that DDP is the 
 rows=$(grep -cE '^(full_shard|shard_grad_op|no_shard|hybrid_shard) ' "$WORK/b.txt")
 [ "$rows" = 1 ] || fail "want 1 row, got $rows: $(cat "$WORK/b.txt")"
 grep -qE '^no_shard +1 +shm +bf16 +[0-9.]+ +[0-9.]+ +[0-9.]+x' "$WORK/b.txt" || fail "row: $(cat "$WORK/b.txt")"
+grep -qE '^Tessera no_shard bf16 at 1 ranks +[0-9.]+ s: compute [0-9]+% .* optimizer [0-9]+% .* overlapped$' "$WORK/b.txt" ||
+  fail "no step-time breakdown line: $(cat "$WORK/b.txt")"
 echo "ok: --strategies / --dtypes narrow the set"
 
 # 3. Bad input: one line, exit code 2 (on every rank under mpirun, one line from rank 0).

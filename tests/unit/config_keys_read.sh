@@ -18,7 +18,7 @@ find "$SRC/launcher" "$SRC/runtime" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
 # Keys of $T/keys that no accessor call in file $1 reads, one per line.
 unread() {
   while read -r key; do
-    grep -qF -e "get_int(\"$key\")" -e "get_float(\"$key\")" -e "get_bool(\"$key\")" -e "get_string(\"$key\")" "$1" ||
+    grep -qF -e "get_int(\"$key\")" -e "get_float(\"$key\")" -e "get_bool(\"$key\")" -e "get_string(\"$key\")" -e "get_int_list(\"$key\")" "$1" ||
       echo "$key"
   done < "$T/keys"
 }

@@ -21,7 +21,10 @@ with open(d + "/metrics.jsonl", "w") as f:
              "lr": 1e-3 * min(1, s / 5), "step_time_s": 0.1, "tokens_per_s": 1000 + 10 * s, "mfu": 0.2,
              "peak_rss_bytes": (300 + s) << 20, "device": "cpu", "peak_gpu_mem_bytes": 0,
              # fields the report does not know: a nested breakdown and a new number
-             "memory": {"params_bytes": 10 << 20, "grads_bytes": (5 + s) << 20}, "comm_wait_s": 0.01 * s}
+             "memory": {"params_bytes": 10 << 20, "grads_bytes": (5 + s) << 20}, "comm_wait_s": 0.01 * s,
+             # the step-time breakdown (runtime/profile/step_profile.h); recompute is zero throughout
+             "time": {"step_s": 0.1, "forward_s": 0.03, "backward_s": 0.05, "recompute_s": 0.0, "gather_wait_s": 0.004,
+                      "optimizer_s": 0.01, "idle_s": 0.006, "comm_s": 0.02, "exposed_comm_s": 0.004, "overlap": 0.8}}
         if s % 10 == 0:
             r.update(val_loss=r["loss"] + 0.2, val_ppl=math.exp(r["loss"] + 0.2), val_tokens=900)
         f.write(json.dumps(r) + "\n")
@@ -32,6 +35,13 @@ with open(d + "/metrics.jsonl", "w") as f:
 json.dump({"started": "2026-12-01 10:00:00 UTC", "config": {"data": {"path": "x.jsonl", "chat_template": "llama2"}},
            "topology": {"world_size": 2, "nodes": 1, "strategy": "full_shard", "device": "cpu"},
            "model": {"source": "preset tiny", "parameters": 445056}}, open(d + "/run_info.json", "w"))
+# A trace of train.profile_steps (runtime/profile/step_profile.h's format), drawn as a timeline.
+M = lambda tid, name: {"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}}
+X = lambda tid, name, ts, dur, cat="compute": {"ph": "X", "name": name, "cat": cat, "pid": 0, "tid": tid, "ts": ts, "dur": dur}
+json.dump({"traceEvents": [M(1, "compute"), M(100, "comm world (mpi)"), X(1, "step 2", 1000, 900, "step"),
+                           X(1, "forward", 1000, 300), X(1, "backward", 1300, 500), X(1, "optimizer", 1800, 100),
+                           X(100, "all_gather", 1010, 50, "comm"), X(100, "all_reduce", 1500, 200, "comm")]},
+          open(d + "/trace-rank-0.json", "w"))
 PY
 out=$("$BIN" report "$T/run") || fail "report exited $?"
 [ "$out" = "wrote $T/run/report.html" ] || fail "unexpected output: $out"
@@ -48,7 +58,8 @@ charts = root.findall(".//s:svg", ns)
 titles = [c.get("data-title") for c in charts]
 print("charts:", titles)
 for want in ["Loss", "Learning rate", "Gradient norm", "Throughput", "MFU", "Memory", "Step time",
-             "Target tokens per step", "memory", "comm_wait_s"]:
+             "Target tokens per step", "memory", "comm_wait_s", "Where the step's time goes",
+             "Communication per step", "Communication overlapped with compute"]:
     assert want in titles, (want, titles)
 def series(title):
     c = charts[titles.index(title)]
@@ -66,6 +77,19 @@ assert ys[-1] > ys[0], "the loss falls, so its line goes down the chart (SVG y g
 assert ys[-1] > ys[-2], "step 30's last record (0.25, below step 29) is the one shown"
 assert set(series("memory")) == {"memory.params_bytes", "memory.grads_bytes"}, series("memory").keys()
 assert set(series("Memory")) == {"peak_rss_bytes"}, "all-zero peak_gpu_mem_bytes is left out"
+assert set(series("Where the step's time goes")) == {"forward", "backward", "gather_wait", "optimizer", "idle"}, \
+    series("Where the step's time goes").keys()
+assert set(series("Communication per step")) == {"busy (any communicator)", "exposed (compute waited)"}
+assert "time" not in titles, "the breakdown is not charted a second time as a generic group"
+trace = charts[titles.index("Trace")]
+events = {r.get("data-name"): r for r in trace.findall("s:rect", ns) if r.get("class") == "event"}
+assert set(events) == {"step 2", "forward", "backward", "optimizer", "all_gather", "all_reduce"}, events.keys()
+lanes = [t.text for t in trace.findall("s:text", ns) if t.get("class") == "tick"]
+assert lanes[:3] == ["steps", "compute", "comm world (mpi)"], lanes
+# The all-reduce (1500..1700 us) lies inside backward (1300..1800 us) on the time axis.
+x = lambda r: (float(r.get("x")), float(r.get("x")) + float(r.get("width")))
+assert x(events["backward"])[0] < x(events["all_reduce"])[0] < x(events["all_reduce"])[1] < x(events["backward"])[1]
+assert float(events["all_reduce"].get("y")) > float(events["backward"].get("y")), "its own lane, below compute"
 assert "peak_gpu_mem_bytes" in html and "Zero throughout" in html
 assert "MiB" in html
 for t in ("Summary", "Topology", "Model", "Configuration"):

@@ -258,3 +258,58 @@ TEST(ClipGradNorm, NormOfShardsIsTheNormOfTheWhole) {
   EXPECT_EQ(clip_grad_norm(none, 1.0, nullptr), 0.0);
   EXPECT_THROW(clip_grad_norm(none, 0.0, nullptr), Error);
 }
+
+TEST(ClipGradNorm, OnePassCpuSumMatchesDoubleReferenceForAnyThreadCount) {
+  // The CPU norm is one pass without temporaries (several blocks, a tail, a bf16 and a strided
+  // tensor among the shards): it equals the norm of the same numbers taken in double by tensor ops
+  // to double rounding, and its block order makes it the same bits for 1 and 2 threads.
+  torch::manual_seed(5);
+  std::vector<at::Tensor> grads = {torch::randn({(int64_t(1) << 17) + 37}) * 3, torch::randn({1000}).to(at::kBFloat16),
+                                   torch::randn({64, 48}).t(), at::Tensor(), torch::zeros({0})};
+  double reference = 0;
+  for (const auto& g : grads)
+    if (g.defined() && g.numel() > 0) reference += g.to(at::kDouble).pow(2).sum().item<double>();
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  const double one = global_grad_norm(grads, nullptr);
+  at::set_num_threads(2);
+  const double two = global_grad_norm(grads, nullptr);
+  at::set_num_threads(saved);
+  EXPECT_NEAR(one, std::sqrt(reference), 1e-12 * std::sqrt(reference));
+  EXPECT_EQ(one, two);
+}
+
+TEST(AdamW, GradScaleEqualsClippingTheGradientsFirst) {
+  // The trainer folds clipping into AdamW's pass (grad_scale = clip_coefficient): bit for bit the
+  // same parameters and moments as clip_grad_norm's in-place scaling followed by a plain step, and
+  // the gradients are left unscaled. Both the CPU loop and the tensor-op path.
+  for (bool fused : {true, false}) {
+    torch::manual_seed(6);
+    std::vector<ParamShard> a(1), b(1);
+    a[0].param = torch::randn({5000});
+    a[0].decay = {{10, 3000}};
+    b[0].param = a[0].param.clone();
+    b[0].decay = a[0].decay;
+    AdamWOptions o;
+    o.fused_cpu = fused;
+    AdamW fa(o), fb(o);
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor g = torch::randn({5000}) * 5;
+      std::vector<at::Tensor> clipped = {g.clone()};
+      const double norm = clip_grad_norm(clipped, 1.0, nullptr);
+      const float coef = static_cast<float>(clip_coefficient(norm, 1.0));
+      ASSERT_LT(coef, 1.0f);
+      a[0].grad = clipped[0];
+      fa.step(a, 1e-2);
+      b[0].grad = g.clone();
+      fb.step(b, 1e-2, coef);
+      EXPECT_TRUE(torch::equal(b[0].grad, g)) << "fused " << fused;
+    }
+    EXPECT_TRUE(torch::equal(a[0].param, b[0].param)) << "fused " << fused;
+    EXPECT_TRUE(torch::equal(fa.state(a)[0].per_unit[0], fb.state(b)[0].per_unit[0])) << "fused " << fused;
+  }
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);
+  EXPECT_EQ(clip_coefficient(std::nan(""), 1.0), 1.0);
+  EXPECT_EQ(clip_coefficient(10.0, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(clip_coefficient(9.0, 1.0), 1.0 / (9.0 + 1e-6));
+}
