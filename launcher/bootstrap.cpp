@@ -50,14 +50,6 @@ std::vector<std::string> allgather_strings(const std::string& s, int size) {
   return out;
 }
 
-// Every rank agrees on an error (the lowest failing rank's message) before anything else happens,
-// so bad input stops all ranks with the same one-line message and no rank hangs.
-void agree_or_throw(const std::string& my_error, int size) {
-  auto errors = allgather_strings(my_error, size);
-  for (int r = 0; r < size; ++r)
-    if (!errors[r].empty()) throw TESSERA_INPUT_ERROR(errors[r]);
-}
-
 }  // namespace
 
 const Bootstrap& current() { return g_boot; }
@@ -91,9 +83,12 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   MPI_Comm_rank(MPI_COMM_WORLD, &b.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &b.world_size);
   set_process_identity(b.world_rank, b.host);
+  // The world communicator first: the agreements below (and collectively()) run over it.
+  b.groups.world = comm::make_mpi_communicator(MPI_COMM_WORLD, "world");
   g_boot.world_rank = b.world_rank;  // known before any agreement below can throw
   g_boot.world_size = b.world_size;
   g_boot.host = b.host;
+  g_boot.groups.world = b.groups.world;
 
   // ---- which node am I on? explicit flag > launcher environment > MPI shared memory ----------
   std::string err;
@@ -124,7 +119,7 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
     node_key = leader;
     b.layout_source = under_mpirun ? "mpi shared-memory split (under mpirun)" : "mpi shared-memory split";
   }
-  agree_or_throw(err, b.world_size);
+  throw_if_any(*b.groups.world, err.empty() ? "" : encode_error(ErrorKind::Input, err));
 
   // Node ids: distinct node keys in order of their lowest world rank; local rank: order within node.
   std::vector<long> keys(b.world_size);
@@ -144,7 +139,7 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   if (under_srun && b.slurm.localid >= 0 && b.slurm.localid != b.local_rank)
     err = "SLURM_LOCALID=" + std::to_string(b.slurm.localid) + " but rank " + std::to_string(b.world_rank) +
           " is local rank " + std::to_string(b.local_rank) + " of node " + std::to_string(b.node_id);
-  agree_or_throw(err, b.world_size);
+  throw_if_any(*b.groups.world, err.empty() ? "" : encode_error(ErrorKind::Input, err));
 
   // ---- threads: the physical cores of a host are shared by every rank on that host ------------
   auto hosts = allgather_strings(b.host, b.world_size);
@@ -165,7 +160,6 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   MPI_Comm intra, inter;
   MPI_Comm_split(MPI_COMM_WORLD, b.node_id, b.world_rank, &intra);
   MPI_Comm_split(MPI_COMM_WORLD, b.local_rank, b.world_rank, &inter);
-  b.groups.world = comm::make_mpi_communicator(MPI_COMM_WORLD, "world");
   b.groups.intra = comm::make_mpi_communicator(intra, "intra");
   b.groups.inter = comm::make_mpi_communicator(inter, "inter");
   MPI_Comm_free(&intra);
@@ -205,7 +199,7 @@ void abort_all(int code) {
 namespace tessera::launcher {
 
 void collectively(const std::function<void()>& fn) {
-  std::string wire;  // encode_error(): kind and message (runtime/agree.h); empty when fn succeeded
+  std::string wire;  // encode_error() (runtime/agree.h); empty when fn succeeded
   try {
     fn();
   } catch (const Error& e) {
@@ -219,30 +213,17 @@ void collectively(const std::function<void()>& fn) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (!init || fin || g_boot.world_size == 1) {
+  if (!init || fin || g_boot.world_size == 1 || !g_boot.groups.world) {
     if (wire.empty()) return;
     const DecodedError d = decode_error(wire);
     throw CollectiveError(d.kind, d.message);
   }
-  // The lowest failing rank's error, on every rank: over the world communicator once the bootstrap
-  // made it (so comm.timeout_s bounds the agreement too), else over raw MPI.
-  int lowest = -1;
-  std::string agreed;
-  if (g_boot.groups.world) {
-    agreed = g_boot.groups.world->agree_error(wire);  // "rank R: <wire>"
-    if (!agreed.empty()) {
-      const auto colon = agreed.find(": ");
-      lowest = std::stoi(agreed.substr(5, colon - 5));
-      agreed = agreed.substr(colon + 2);
-    }
-  } else {
-    auto wires = allgather_strings(wire, g_boot.world_size);
-    for (int r = 0; r < g_boot.world_size && lowest < 0; ++r)
-      if (!wires[r].empty()) lowest = r, agreed = wires[r];
-  }
-  if (lowest < 0) return;
-  const DecodedError d = decode_error(agreed);
-  throw CollectiveError(d.kind, lowest != 0 ? "rank " + std::to_string(lowest) + ": " + d.message : d.message);
+  // The lowest failing rank's error, on every rank, over the world communicator (so
+  // comm.timeout_s bounds the agreement too); messages of ranks other than 0 name their rank.
+  const auto agreed = agree_on_error(*g_boot.groups.world, wire);
+  if (!agreed) return;
+  throw CollectiveError(agreed->kind, agreed->rank != 0 ? "rank " + std::to_string(agreed->rank) + ": " + agreed->message
+                                                        : agreed->message);
 }
 
 }  // namespace tessera::launcher

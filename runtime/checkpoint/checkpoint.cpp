@@ -22,6 +22,7 @@
 #include <regex>
 #include <thread>
 
+#include "runtime/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
@@ -70,8 +71,18 @@ void write_latest(const std::string& root, const std::string& target) {
   io::fsync_dir(root);
 }
 
-void throw_if(const std::string& error) {
-  if (!error.empty()) throw TESSERA_INPUT_ERROR(error);
+// Step 1 of a save, on the leader: an empty <tmp> in <root>, leftovers of crashed saves removed.
+void prepare_tmp_dir(const std::string& root, const std::string& tmp) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("cannot create checkpoint directory " + root + ": " + ec.message());
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+      fs::remove_all(e.path());
+  }
+  if (!fs::create_directory(tmp, ec) || ec)
+    throw TESSERA_INPUT_ERROR("cannot create " + tmp + ": " + (ec ? ec.message() : "exists"));
 }
 
 // Everything one save needs after save() returns (async): no references into the engine.
@@ -104,8 +115,6 @@ struct Checkpointer::Impl {
   // Async host snapshot of the writer's shards, reused across saves (only touched while no job
   // is in flight): copying into memory already mapped is several times faster than a fresh clone.
   std::vector<std::vector<at::Tensor>> snapshot;
-
-  std::string agree(const std::string& e) { return strip_rank_prefix(comm->agree_error(e)); }
 
   void write_file(const Job& job, uint32_t& crc, uint64_t& bytes);
   void publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes);
@@ -224,15 +233,9 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
   SaveTiming t;
   uint32_t crc = 0;
   uint64_t bytes = 0;
-  std::string error;
-  if (job.writer) {
-    try {
-      write_file(job, crc, bytes);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  throw_if(agree(error));
+  throw_if_any(*comm, capture_error([&] {
+    if (job.writer) write_file(job, crc, bytes);
+  }));
 
   // Every writer's CRC and size, in its shard-rank slot (replicas contribute zeros).
   at::Tensor info = at::zeros({2 * job.shard_size}, at::TensorOptions().dtype(at::kLong));
@@ -241,6 +244,7 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
     info.data_ptr<int64_t>()[job.shard_size + job.shard_rank] = static_cast<int64_t>(bytes);
   }
   comm->all_reduce(info, comm::ReduceOp::Sum)->wait();
+  std::string error;
   if (job.leader) {
     std::vector<uint32_t> crcs(job.shard_size);
     std::vector<uint64_t> sizes(job.shard_size);
@@ -249,13 +253,9 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
       crcs[r] = static_cast<uint32_t>(p[r]);
       sizes[r] = static_cast<uint64_t>(p[job.shard_size + r]);
     }
-    try {
-      publish(job, crcs, sizes);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+    error = capture_error([&] { publish(job, crcs, sizes); });
   }
-  throw_if(agree(error));
+  throw_if_any(*comm, error);
   t.write_s = seconds_since(t0);
   t.bytes = static_cast<int64_t>(bytes);
   t.dir = job.final_dir;
@@ -319,24 +319,9 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   TESSERA_CHECK(!job.leader || job.writer, "world rank 0 must hold replicate rank 0");
 
   // Step 1: the leader prepares an empty step-<N>.tmp (removing leftovers of crashed saves).
-  std::string error;
-  if (job.leader) {
-    try {
-      std::error_code ec;
-      fs::create_directories(root_, ec);
-      if (ec) throw TESSERA_INPUT_ERROR("cannot create checkpoint directory " + root_ + ": " + ec.message());
-      for (const auto& e : fs::directory_iterator(root_)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind("step-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
-          fs::remove_all(e.path());
-      }
-      if (!fs::create_directory(job.tmp, ec) || ec)
-        throw TESSERA_INPUT_ERROR("cannot create " + job.tmp + ": " + (ec ? ec.message() : "exists"));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  throw_if(impl_->agree(error));
+  throw_if_any(*impl_->comm, capture_error([&] {
+    if (job.leader) prepare_tmp_dir(root_, job.tmp);
+  }));
 
   const auto& shards = engine.shards();
   for (const NamedShards& k : kinds) {
@@ -438,19 +423,14 @@ void Checkpointer::begin_lineage(int64_t start_step, const std::string& resumed_
   impl_->retired = false;
   impl_->retire_above = start_step;
   if (resumed_from.empty()) return;
-  std::string error;
-  if (impl_->comm->rank() == 0) {
-    try {
-      std::error_code ec;
-      fs::create_directories(root_, ec);
-      const fs::path from = fs::weakly_canonical(fs::absolute(resumed_from), ec);
-      const fs::path root = fs::weakly_canonical(fs::absolute(root_), ec);
-      write_latest(root_, from.parent_path() == root ? from.filename().string() : from.string());
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  throw_if(impl_->agree(error));
+  throw_if_any(*impl_->comm, capture_error([&] {
+    if (impl_->comm->rank() != 0) return;
+    std::error_code ec;
+    fs::create_directories(root_, ec);
+    const fs::path from = fs::weakly_canonical(fs::absolute(resumed_from), ec);
+    const fs::path root = fs::weakly_canonical(fs::absolute(root_), ec);
+    write_latest(root_, from.parent_path() == root ? from.filename().string() : from.string());
+  }));
 }
 
 std::string latest(const std::string& root_dir) {

@@ -107,9 +107,16 @@ class Communicator {
   bool any(bool flag);
   // Rank `root`'s string on every rank.
   std::string broadcast_string(const std::string& s, int root);
-  // Error agreement: if any rank has a non-empty `error`, every rank returns the message of the
-  // lowest such rank (prefixed "rank R: "), else "". Used before side effects so that bad input
-  // stops all ranks together with the same one-line message.
+  // Error agreement: the lowest rank whose `error` is non-empty and its string, on every rank
+  // (rank -1 and "" when no rank has one). Used before side effects so that bad input stops all
+  // ranks together with the same one-line message; runtime/agree.h builds its typed agreement
+  // (kind and exit code kept) on it.
+  struct LowestError {
+    int rank = -1;
+    std::string error;
+  };
+  LowestError lowest_error(const std::string& error);
+  // The same as one line: "rank R: <error>" of the lowest failing rank, else "".
   std::string agree_error(const std::string& error);
 };
 using CommPtr = std::shared_ptr<Communicator>;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "launcher/bootstrap.h"
+#include "runtime/agree.h"
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi_backend.h"
@@ -408,6 +409,17 @@ TEST(CommConformance, SynchronousHelpers) {
     EXPECT_EQ(comm->agree_error(err), "rank " + std::to_string(lowest) + ": bad key 'x' on rank " +
                                           std::to_string(lowest))
         << comm->name();
+    // The typed agreement (runtime/agree.h): the lowest failing rank's kind and message everywhere.
+    const auto agreed = tessera::agree_on_error(
+        *comm, rank >= lowest ? tessera::encode_error(rank == lowest ? tessera::ErrorKind::Timeout
+                                                                      : tessera::ErrorKind::Input,
+                                                      "late on rank " + std::to_string(rank))
+                              : "");
+    ASSERT_TRUE(agreed.has_value()) << comm->name();
+    EXPECT_EQ(agreed->rank, lowest) << comm->name();
+    EXPECT_EQ(agreed->kind, tessera::ErrorKind::Timeout) << comm->name();
+    EXPECT_EQ(agreed->message, "late on rank " + std::to_string(lowest)) << comm->name();
+    EXPECT_FALSE(tessera::agree_on_error(*comm, "").has_value()) << comm->name();
   }
 }
 
