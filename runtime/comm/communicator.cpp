@@ -96,6 +96,16 @@ std::string Communicator::broadcast_string(const std::string& s, int root) {
   return std::string(static_cast<const char*>(bytes.data_ptr()), n);
 }
 
+CommPtr Communicator::split(int color, int /*key*/, const std::string& name) {
+  TESSERA_CHECK(size() == 1, "comm '" + this->name() + "' (" + backend() + ") cannot split");
+  return color < 0 ? nullptr : make_self_communicator(name);
+}
+
+CommPtr Communicator::host_duplicate(const std::string& name) {
+  TESSERA_CHECK(size() == 1, "comm '" + this->name() + "' (" + backend() + ") has no host duplicate");
+  return make_self_communicator(name);
+}
+
 Communicator::LowestError Communicator::lowest_error(const std::string& error) {
   // Lowest failing rank wins: every rank contributes its rank if it failed, else size().
   at::Tensor who = at::full({1}, error.empty() ? size() : rank(),
