@@ -19,8 +19,9 @@
 #include "benchmarks/bench_util.h"
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
-#include "runtime/comm/mpi_backend.h"
+#include "runtime/comm/mpi_bench_hooks.h"
 #include "runtime/error.h"
+#include "util/dtype_names.h"
 
 // The Gloo baseline: where LibTorch's Gloo headers exist, unless the build opts out
 // (-DTESSERA_GLOO_BASELINE=OFF; tests/gpu/run.sh does, as the c10d headers follow PyTorch's version).
@@ -38,26 +39,11 @@ namespace {
 
 using comm::ReduceOp;
 using Clock = std::chrono::steady_clock;
-enum class Op { AllGather, ReduceScatter, AllReduce, Broadcast };
-const std::vector<std::pair<std::string, Op>> kOps = {{"all_gather", Op::AllGather},
-                                                      {"reduce_scatter", Op::ReduceScatter},
-                                                      {"all_reduce", Op::AllReduce},
-                                                      {"broadcast", Op::Broadcast}};
-
-double busbw_factor(Op op, int n) {
-  switch (op) {
-    case Op::AllGather:
-    case Op::ReduceScatter: return double(n - 1) / n;
-    case Op::AllReduce: return 2.0 * (n - 1) / n;
-    case Op::Broadcast: return 1.0;
-  }
-  return 1.0;
-}
-
+// Floating dtypes by their one set of names (util/dtype_names.h), plus the integer types the
+// communicator carries for bookkeeping.
 at::ScalarType parse_dtype(const std::string& s) {
-  if (s == "float" || s == "float32" || s == "fp32") return at::kFloat;
-  if (s == "bfloat16" || s == "bf16") return at::kBFloat16;
-  if (s == "half" || s == "float16" || s == "fp16") return at::kHalf;
+  if (const auto t = util::float_type_named(s))
+    return *t == util::FloatType::F32 ? at::kFloat : *t == util::FloatType::BF16 ? at::kBFloat16 : at::kHalf;
   if (s == "int32") return at::kInt;
   if (s == "int64") return at::kLong;
   if (s == "uint8") return at::kByte;
@@ -89,6 +75,130 @@ at::Tensor pattern(int64_t n, int r, int64_t offset, at::ScalarType dt) {
   return (at::remainder(at::arange(offset, offset + n, at::kLong), 7) + (r + 1)).to(dt);
 }
 
+// ---- the collectives: one small plug-in each (as nccl-tests' all_gather.cu, ...) ----------------
+
+// Everything the harness needs to know of one collective. Buffers follow the nccl-tests
+// convention: count is the full (gathered / reduced) buffer, chunk = count / n.
+struct Collective {
+  const char* name;  // --op value, table heading, and the MPI backend's op name (mpi_algorithm)
+  bool reduces;      // raw MPI needs a type it can add
+  bool send_chunk;   // the out-of-place input is one chunk (all-gather)
+  bool recv_chunk;   // the output is one chunk (reduce-scatter), also in place (this rank's chunk)
+  double (*busbw_factor)(int n);
+  // Fills this rank's input (in place or not) with pattern() and returns the expected output.
+  at::Tensor (*prepare)(Buffers& b, bool ip, int rank, int n, at::ScalarType dt);
+  void (*tessera)(comm::Communicator& c, Buffers& b, bool ip);          // one call, completed
+  int (*raw_mpi)(Buffers& b, bool ip, MPI_Datatype t, int rank, MPI_Comm mc);  // its MPI return code
+#ifdef TESSERA_HAVE_GLOO
+  void (*gloo)(c10d::ProcessGroupGloo& pg, Buffers& b, int n);  // out of place; null: n/a
+#endif
+};
+
+// Rank r's pattern() summed over n ranks, in dt (exact: small integers).
+at::Tensor sum_of_patterns(int64_t count, int n, at::ScalarType dt) {
+  at::Tensor sum = at::zeros({count}, at::kDouble);
+  for (int r = 0; r < n; ++r) sum += pattern(count, r, 0, at::kDouble);
+  return sum.to(dt);
+}
+
+const Collective kAllGather{
+    "all_gather", false, true, false, [](int n) { return double(n - 1) / n; },
+    [](Buffers& b, bool ip, int rank, int n, at::ScalarType dt) {
+      (ip ? b.inplace.narrow(0, rank * b.chunk, b.chunk) : b.send).copy_(pattern(b.chunk, rank, 0, dt));
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < n; ++r) parts.push_back(pattern(b.chunk, r, 0, dt));
+      return at::cat(parts);
+    },
+    [](comm::Communicator& c, Buffers& b, bool ip) {
+      if (ip) c.all_gather_into(b.inplace, b.inplace.narrow(0, c.rank() * b.chunk, b.chunk))->wait();
+      else c.all_gather_into(b.recv, b.send)->wait();
+    },
+    [](Buffers& b, bool ip, MPI_Datatype t, int, MPI_Comm mc) {
+      return ip ? MPI_Allgather(MPI_IN_PLACE, 0, t, b.inplace.data_ptr(), b.chunk, t, mc)
+                : MPI_Allgather(b.send.data_ptr(), b.chunk, t, b.recv.data_ptr(), b.chunk, t, mc);
+    },
+#ifdef TESSERA_HAVE_GLOO
+    [](c10d::ProcessGroupGloo& pg, Buffers& b, int n) {
+      std::vector<std::vector<at::Tensor>> outs(1);
+      for (int r = 0; r < n; ++r) outs[0].push_back(b.recv.narrow(0, r * b.chunk, b.chunk));
+      std::vector<at::Tensor> ins{b.send};
+      pg.allgather(outs, ins)->wait();
+    },
+#endif
+};
+
+const Collective kReduceScatter{
+    "reduce_scatter", true, false, true, [](int n) { return double(n - 1) / n; },
+    [](Buffers& b, bool ip, int rank, int n, at::ScalarType dt) {
+      (ip ? b.inplace : b.send).copy_(pattern(b.count, rank, 0, dt));
+      return sum_of_patterns(b.count, n, dt).narrow(0, rank * b.chunk, b.chunk);
+    },
+    [](comm::Communicator& c, Buffers& b, bool ip) {
+      if (ip) c.reduce_scatter_into(b.inplace.narrow(0, c.rank() * b.chunk, b.chunk), b.inplace)->wait();
+      else c.reduce_scatter_into(b.recv, b.send)->wait();
+    },
+    // MPI's in-place form leaves the result at the start of the buffer.
+    [](Buffers& b, bool ip, MPI_Datatype t, int, MPI_Comm mc) {
+      return ip ? MPI_Reduce_scatter_block(MPI_IN_PLACE, b.inplace.data_ptr(), b.chunk, t, MPI_SUM, mc)
+                : MPI_Reduce_scatter_block(b.send.data_ptr(), b.recv.data_ptr(), b.chunk, t, MPI_SUM, mc);
+    },
+#ifdef TESSERA_HAVE_GLOO
+    nullptr,  // Gloo in LibTorch 1.13 has no reduce_scatter: reported as n/a
+#endif
+};
+
+const Collective kAllReduce{
+    "all_reduce", true, false, false, [](int n) { return 2.0 * (n - 1) / n; },
+    [](Buffers& b, bool ip, int rank, int n, at::ScalarType dt) {
+      (ip ? b.inplace : b.send).copy_(pattern(b.count, rank, 0, dt));
+      return sum_of_patterns(b.count, n, dt);
+    },
+    // Tessera's all_reduce is in place; out-of-place = copy, then reduce.
+    [](comm::Communicator& c, Buffers& b, bool ip) {
+      if (!ip) b.recv.copy_(b.send);
+      c.all_reduce(ip ? b.inplace : b.recv)->wait();
+    },
+    [](Buffers& b, bool ip, MPI_Datatype t, int, MPI_Comm mc) {
+      return ip ? MPI_Allreduce(MPI_IN_PLACE, b.inplace.data_ptr(), b.count, t, MPI_SUM, mc)
+                : MPI_Allreduce(b.send.data_ptr(), b.recv.data_ptr(), b.count, t, MPI_SUM, mc);
+    },
+#ifdef TESSERA_HAVE_GLOO
+    [](c10d::ProcessGroupGloo& pg, Buffers& b, int) {
+      b.recv.copy_(b.send);
+      std::vector<at::Tensor> t{b.recv};
+      pg.allreduce(t)->wait();
+    },
+#endif
+};
+
+// Out of place, every implementation has the root copy send -> recv first.
+const Collective kBroadcast{
+    "broadcast", false, false, false, [](int) { return 1.0; },
+    [](Buffers& b, bool ip, int rank, int, at::ScalarType dt) {
+      (ip ? b.inplace : b.send).copy_(pattern(b.count, rank, 0, dt));
+      return pattern(b.count, 0, 0, dt);
+    },
+    [](comm::Communicator& c, Buffers& b, bool ip) {
+      if (!ip && c.rank() == 0) b.recv.copy_(b.send);
+      c.broadcast(ip ? b.inplace : b.recv, 0)->wait();
+    },
+    [](Buffers& b, bool ip, MPI_Datatype t, int rank, MPI_Comm mc) {
+      if (!ip && rank == 0) b.recv.copy_(b.send);
+      return MPI_Bcast((ip ? b.inplace : b.recv).data_ptr(), b.count, t, 0, mc);
+    },
+#ifdef TESSERA_HAVE_GLOO
+    [](c10d::ProcessGroupGloo& pg, Buffers& b, int) {
+      if (pg.getRank() == 0) b.recv.copy_(b.send);
+      std::vector<at::Tensor> t{b.recv};
+      pg.broadcast(t)->wait();
+    },
+#endif
+};
+
+const Collective* const kCollectives[] = {&kAllGather, &kReduceScatter, &kAllReduce, &kBroadcast};
+
+// ---- the harness ----------------------------------------------------------------------------------
+
 struct Impl {
   std::function<void(Buffers&, bool in_place)> run;  // one collective, completed
   bool can_in_place = true;
@@ -97,33 +207,8 @@ struct Impl {
   std::shared_ptr<double> self_timed;
 };
 
-// ---- the three implementations of each collective ------------------------------------------------
-
-Impl tessera_impl(Op op, comm::Communicator& c) {
-  const int r = c.rank();
-  switch (op) {
-    case Op::AllGather:
-      return {[&c, r](Buffers& b, bool ip) {
-        if (ip) c.all_gather_into(b.inplace, b.inplace.narrow(0, r * b.chunk, b.chunk))->wait();
-        else c.all_gather_into(b.recv, b.send)->wait();
-      }};
-    case Op::ReduceScatter:
-      return {[&c, r](Buffers& b, bool ip) {
-        if (ip) c.reduce_scatter_into(b.inplace.narrow(0, r * b.chunk, b.chunk), b.inplace)->wait();
-        else c.reduce_scatter_into(b.recv, b.send)->wait();
-      }};
-    case Op::AllReduce:  // Tessera's all_reduce is in place; out-of-place = copy, then reduce
-      return {[&c](Buffers& b, bool ip) {
-        if (!ip) b.recv.copy_(b.send);
-        c.all_reduce(ip ? b.inplace : b.recv)->wait();
-      }};
-    case Op::Broadcast:
-      return {[&c](Buffers& b, bool ip) {
-        if (!ip && c.rank() == 0) b.recv.copy_(b.send);
-        c.broadcast(ip ? b.inplace : b.recv, 0)->wait();
-      }};
-  }
-  return {};
+Impl tessera_impl(const Collective& op, comm::Communicator& c) {
+  return {[&op, &c](Buffers& b, bool ip) { op.tessera(c, b, ip); }};
 }
 
 // Raw MPI on the communicator's own MPI communicator AND its communication thread, timed there
@@ -133,42 +218,14 @@ Impl tessera_impl(Op op, comm::Communicator& c) {
 // plain MPI program shows it too; README, performance): a baseline on the main thread would
 // measure that artifact, which a training run -- only the communication thread calls MPI -- never
 // sees.
-Impl raw_mpi_impl(Op op, comm::Communicator& c, MPI_Datatype type) {
-  const int rank = c.rank();
-  std::function<int(Buffers&, bool, MPI_Comm)> call;  // one collective; its MPI return code
-  switch (op) {
-    case Op::AllGather:
-      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
-        return ip ? MPI_Allgather(MPI_IN_PLACE, 0, type, b.inplace.data_ptr(), b.chunk, type, mc)
-                  : MPI_Allgather(b.send.data_ptr(), b.chunk, type, b.recv.data_ptr(), b.chunk, type, mc);
-      };
-      break;
-    case Op::ReduceScatter:  // MPI's in-place form leaves the result at the start of the buffer
-      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
-        return ip ? MPI_Reduce_scatter_block(MPI_IN_PLACE, b.inplace.data_ptr(), b.chunk, type, MPI_SUM, mc)
-                  : MPI_Reduce_scatter_block(b.send.data_ptr(), b.recv.data_ptr(), b.chunk, type, MPI_SUM, mc);
-      };
-      break;
-    case Op::AllReduce:
-      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
-        return ip ? MPI_Allreduce(MPI_IN_PLACE, b.inplace.data_ptr(), b.count, type, MPI_SUM, mc)
-                  : MPI_Allreduce(b.send.data_ptr(), b.recv.data_ptr(), b.count, type, MPI_SUM, mc);
-      };
-      break;
-    case Op::Broadcast:
-      call = [=](Buffers& b, bool ip, MPI_Comm mc) {
-        if (!ip && rank == 0) b.recv.copy_(b.send);
-        return MPI_Bcast((ip ? b.inplace : b.recv).data_ptr(), b.count, type, 0, mc);
-      };
-      break;
-  }
+Impl raw_mpi_impl(const Collective& op, comm::Communicator& c, MPI_Datatype type) {
   Impl impl;
   impl.self_timed = std::make_shared<double>(-1);
-  impl.run = [&c, call, seconds = impl.self_timed](Buffers& b, bool ip) {
+  impl.run = [&op, &c, type, seconds = impl.self_timed](Buffers& b, bool ip) {
     int rc = MPI_SUCCESS;
     comm::mpi_run_ordered(c, [&](MPI_Comm mc) {
       const auto t0 = Clock::now();
-      rc = call(b, ip, mc);
+      rc = op.raw_mpi(b, ip, type, c.rank(), mc);
       *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     });
     if (rc != MPI_SUCCESS) throw Error(ErrorKind::Internal, "raw MPI baseline failed", __FILE__, __LINE__);
@@ -177,35 +234,6 @@ Impl raw_mpi_impl(Op op, comm::Communicator& c, MPI_Datatype type) {
 }
 
 #ifdef TESSERA_HAVE_GLOO
-// Gloo in LibTorch 1.13 has no reduce_scatter; it is reported as n/a. Out-of-place only.
-Impl gloo_impl(Op op, c10d::ProcessGroupGloo& pg, int size) {
-  switch (op) {
-    case Op::AllGather:
-      return {[&pg, size](Buffers& b, bool) {
-                std::vector<std::vector<at::Tensor>> outs(1);
-                for (int r = 0; r < size; ++r) outs[0].push_back(b.recv.narrow(0, r * b.chunk, b.chunk));
-                std::vector<at::Tensor> ins{b.send};
-                pg.allgather(outs, ins)->wait();
-              },
-              false};
-    case Op::AllReduce:
-      return {[&pg](Buffers& b, bool) {
-                b.recv.copy_(b.send);
-                std::vector<at::Tensor> t{b.recv};
-                pg.allreduce(t)->wait();
-              },
-              false};
-    case Op::Broadcast:  // out of place as for Tessera and raw MPI: root copies send -> recv first
-      return {[&pg](Buffers& b, bool) {
-                if (pg.getRank() == 0) b.recv.copy_(b.send);
-                std::vector<at::Tensor> t{b.recv};
-                pg.broadcast(t)->wait();
-              },
-              false};
-    default: return {};
-  }
-}
-
 c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo(comm::Communicator& c) {
   // Rendezvous through a FileStore whose path rank 0 picks (same host or shared file system).
   std::string path = c.broadcast_string(
@@ -221,42 +249,25 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo(comm::Communicator& c) {
 }
 #endif
 
-Buffers make_buffers(Op op, int64_t bytes, at::ScalarType dt, int n) {
+Buffers make_buffers(const Collective& op, int64_t bytes, at::ScalarType dt, int n) {
   Buffers b;
   const int64_t esz = c10::elementSize(dt);
   b.count = std::max<int64_t>(bytes / esz / n, 1) * n;  // a multiple of n, as in nccl-tests
   b.chunk = b.count / n;
   auto o = at::TensorOptions().dtype(dt);
-  const bool gather = op == Op::AllGather, scatter = op == Op::ReduceScatter;
-  b.send = at::zeros({gather ? b.chunk : b.count}, o);
-  b.recv = at::zeros({scatter ? b.chunk : b.count}, o);
+  b.send = at::zeros({op.send_chunk ? b.chunk : b.count}, o);
+  b.recv = at::zeros({op.recv_chunk ? b.chunk : b.count}, o);
   b.inplace = at::zeros({b.count}, o);
   return b;
 }
 
 // Fills inputs with pattern(), runs once, counts wrong output elements on this rank.
-int64_t count_wrong(Op op, const Impl& impl, Buffers& b, bool ip, int rank, int n, at::ScalarType dt) {
-  at::Tensor expected;
-  if (op == Op::AllGather) {
-    std::vector<at::Tensor> parts;
-    for (int r = 0; r < n; ++r) parts.push_back(pattern(b.chunk, r, 0, dt));
-    expected = at::cat(parts);
-    if (ip) b.inplace.narrow(0, rank * b.chunk, b.chunk).copy_(pattern(b.chunk, rank, 0, dt));
-    else b.send.copy_(pattern(b.chunk, rank, 0, dt));
-  } else if (op == Op::Broadcast) {
-    expected = pattern(b.count, 0, 0, dt);
-    (ip ? b.inplace : b.send).copy_(pattern(b.count, rank, 0, dt));
-  } else {  // sum over ranks of pattern(r)
-    at::Tensor sum = at::zeros({b.count}, at::kDouble);
-    for (int r = 0; r < n; ++r) sum += pattern(b.count, r, 0, at::kDouble);
-    expected = sum.to(dt);
-    if (op == Op::ReduceScatter) expected = expected.narrow(0, rank * b.chunk, b.chunk);
-    (ip ? b.inplace : b.send).copy_(pattern(b.count, rank, 0, dt));
-  }
+int64_t count_wrong(const Collective& op, const Impl& impl, Buffers& b, bool ip, int rank, int n, at::ScalarType dt) {
+  const at::Tensor expected = op.prepare(b, ip, rank, n, dt);
   b.recv.fill_(-1);
   impl.run(b, ip);
   at::Tensor got = ip ? b.inplace : b.recv;
-  if (ip && op == Op::ReduceScatter) got = got.narrow(0, rank * b.chunk, b.chunk);
+  if (ip && op.recv_chunk) got = got.narrow(0, rank * b.chunk, b.chunk);
   return at::ne(got.to(at::kDouble), expected.to(at::kDouble)).sum().item<int64_t>();
 }
 
@@ -331,9 +342,9 @@ int run_bench_collectives(const std::vector<std::string>& args) {
   const at::ScalarType dt = parse_dtype(v["dtype"].as<std::string>());
   const bool json = v["json"].as<bool>(), baselines = !v["no-baselines"].as<bool>();
 
-  std::vector<std::pair<std::string, Op>> ops;
-  for (const auto& o : kOps)
-    if (v["op"].as<std::string>() == "all" || v["op"].as<std::string>() == o.first) ops.push_back(o);
+  std::vector<const Collective*> ops;
+  for (const Collective* o : kCollectives)
+    if (v["op"].as<std::string>() == "all" || v["op"].as<std::string>() == o->name) ops.push_back(o);
   TESSERA_CHECK_INPUT(!ops.empty(), "--op '" + v["op"].as<std::string>() +
                                         "' is not one of all_gather, reduce_scatter, all_reduce, broadcast, all");
   const auto& groups = launcher::current().groups;
@@ -368,7 +379,8 @@ int run_bench_collectives(const std::vector<std::string>& args) {
 #else
     if (root && !json && baselines) std::printf("# Gloo baseline: not built (c10d Gloo needs the libgloo-dev headers)\n");
 #endif
-    for (const auto& [opname, op] : ops) {
+    for (const Collective* op : ops) {
+      const std::string opname = op->name;
       double bus_sum = 0;
       int bus_count = 0;
       if (root && !json) {
@@ -379,26 +391,26 @@ int run_bench_collectives(const std::vector<std::string>& args) {
                     "raw oop", "raw ip", "x raw", "x rawip", "gloo us", "x gloo", "algo");
       }
       for (uint64_t bytes = minb; bytes <= maxb; bytes *= factor) {
-        Buffers b = make_buffers(op, bytes, dt, n);
+        Buffers b = make_buffers(*op, bytes, dt, n);
         const double size_bytes = double(b.count) * c10::elementSize(dt);
-        Impl tess = tessera_impl(op, *c);
+        Impl tess = tessera_impl(*op, *c);
         Result t_oop, t_ip, r_oop, r_ip, g_oop;
-        t_oop.wrong = count_wrong(op, tess, b, false, rank, n, dt);
-        t_ip.wrong = count_wrong(op, tess, b, true, rank, n, dt);
+        t_oop.wrong = count_wrong(*op, tess, b, false, rank, n, dt);
+        t_ip.wrong = count_wrong(*op, tess, b, true, rank, n, dt);
         // Tessera and its baselines, interleaved round by round (see time_interleaved).
         std::vector<std::pair<Impl, bool>> runs{{tess, false}, {tess, true}};
         std::vector<Result*> slots{&t_oop, &t_ip};
-        MPI_Datatype rt = raw_type(dt, op == Op::ReduceScatter || op == Op::AllReduce);
+        MPI_Datatype rt = raw_type(dt, op->reduces);
         if (baselines && is_mpi && rt != MPI_DATATYPE_NULL) {
-          Impl r = raw_mpi_impl(op, *c, rt);
+          Impl r = raw_mpi_impl(*op, *c, rt);
           runs.push_back({r, false});
           runs.push_back({r, true});
           slots.push_back(&r_oop);
           slots.push_back(&r_ip);
         }
 #ifdef TESSERA_HAVE_GLOO
-        if (gloo && op != Op::ReduceScatter) {
-          runs.push_back({gloo_impl(op, *gloo, n), false});
+        if (gloo && op->gloo) {
+          runs.push_back({Impl{[op, pg = gloo.get(), n](Buffers& b, bool) { op->gloo(*pg, b, n); }, false}, false});
           slots.push_back(&g_oop);
         }
 #endif
@@ -407,7 +419,7 @@ int run_bench_collectives(const std::vector<std::string>& args) {
         int64_t wrong[2] = {t_oop.wrong, t_ip.wrong}, wrong_all[2] = {0, 0};
         on_sync([&](MPI_Comm m) { MPI_Allreduce(wrong, wrong_all, 2, MPI_INT64_T, MPI_SUM, m); });
         auto algbw = [&](double t) { return size_bytes / t / 1e9; };
-        auto busbw = [&](double t) { return algbw(t) * busbw_factor(op, n); };
+        auto busbw = [&](double t) { return algbw(t) * op->busbw_factor(n); };
         auto ratio = [](const Result& base, const Result& ours) {
           return base.time_s > 0 ? base.time_s / ours.time_s : -1.0;  // > 1: Tessera faster
         };

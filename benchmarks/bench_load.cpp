@@ -21,28 +21,9 @@
 #include "runtime/checkpoint/io.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
+#include "runtime/memory/tracker.h"
 
 namespace tessera::bench {
-
-int64_t proc_status_bytes(const std::string& key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.compare(0, key.size() + 1, key + ":") == 0) {
-      std::istringstream v(line.substr(key.size() + 1));
-      int64_t kb = -1;
-      v >> kb;
-      return kb * 1024;
-    }
-  return -1;
-}
-
-bool reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 namespace {
 
@@ -72,14 +53,14 @@ ModeResult run_mode(fsdp::LoadMode mode, const model::ModelConfig& cfg, const st
     launcher::HfWeightSource source(dir);
     const bool reader = world.rank() == 0;
     ::malloc_trim(0);  // freed memory of the previous mode goes back to the kernel
-    TESSERA_CHECK(reset_peak_rss(), "cannot reset the peak RSS through /proc/self/clear_refs");
+    TESSERA_CHECK(memory::reset_peak_rss(), "cannot reset the peak RSS through /proc/self/clear_refs");
     world.barrier()->wait();
-    mine[kBase] = proc_status_bytes("VmRSS");
+    mine[kBase] = memory::rss_bytes();
     const auto t0 = Clock::now();
     auto st = fsdp::load_weights(engine, mode == fsdp::LoadMode::Rank0 && !reader ? nullptr : &source, mode);
     world.barrier()->wait();
     res.seconds = seconds_since(t0);
-    mine[kPeak] = proc_status_bytes("VmHWM");
+    mine[kPeak] = memory::peak_rss_bytes();
     mine[kShard] = st.shard_bytes;
     mine[kStaging] = st.staging_bytes;
     mine[kUnit] = st.largest_unit_bytes;
@@ -100,6 +81,89 @@ int64_t peak_bound(const std::string& mode, const std::array<int64_t, kFields>& 
   if (mode == "naive") return -1;
   const int64_t units = (mode == "rank0" && r[kRoot]) ? 2 * r[kUnit] : 0;
   return r[kBase] + r[kShard] + units + kSlack;
+}
+
+// The benchmark's JSON document: per mode the median round's time and every rank's memory
+// figures, with the goals of bench_load.h checked (a memory goal counts as met only if it held in
+// every round: memory_every_round).
+nlohmann::json report(const model::ModelDir& dir, int W, int64_t file_bytes, double cat_s, bool cold, int repeat,
+                      const std::vector<ModeResult>& results, const std::vector<bool>& memory_every_round) {
+  const ModeResult* naive = nullptr;
+  for (const auto& r : results)
+    if (r.mode == "naive") naive = &r;
+  const double gb = file_bytes / 1e9;
+  nlohmann::json out = {{"ranks", W},
+                        {"model", dir.dir()},
+                        {"parameters", dir.config().num_parameters()},
+                        {"checkpoint_bytes", file_bytes},
+                        {"cat_seconds", cat_s},
+                        {"cat_GBps", gb / cat_s},
+                        {"page_cache", cold ? "cold" : "warm"},
+                        {"modes", nlohmann::json::array()}};
+  bool all_ok = true;
+  for (size_t mi = 0; mi < results.size(); ++mi) {
+    const ModeResult& res = results[mi];
+    nlohmann::json jm = {{"mode", res.mode}, {"seconds", res.seconds}, {"GBps", gb / res.seconds},
+                         {"throughput_vs_cat", cat_s / res.seconds}, {"ranks", nlohmann::json::array()}};
+    bool ok = true;
+    for (int r = 0; r < W; ++r) {
+      const auto& f = res.ranks[r];
+      const int64_t bound = peak_bound(res.mode, f);
+      nlohmann::json jr = {{"rank", r},           {"reader", f[kRoot] != 0},   {"base_bytes", f[kBase]},
+                           {"peak_bytes", f[kPeak]}, {"growth_bytes", f[kPeak] - f[kBase]},
+                           {"shard_bytes", f[kShard]}, {"staging_bytes", f[kStaging]},
+                           {"largest_unit_bytes", f[kUnit]}, {"load_seconds", f[kLoadUs] / 1e6}};
+      if (naive) jr["peak_vs_naive"] = double(f[kPeak]) / double(naive->ranks[r][kPeak]);
+      if (naive) jr["growth_vs_naive"] = double(f[kPeak] - f[kBase]) / double(naive->ranks[r][kPeak] - naive->ranks[r][kBase]);
+      if (bound >= 0) {
+        jr["peak_bound_bytes"] = bound;
+        jr["memory_goal_met"] = f[kPeak] <= bound;
+        ok = ok && f[kPeak] <= bound;
+      }
+      jm["ranks"].push_back(jr);
+    }
+    ok = ok && memory_every_round[mi];
+    jm["rounds"] = repeat;
+    if (res.mode != "naive") {
+      jm["memory_goal_met"] = ok;
+      jm["throughput_goal_met"] = cat_s / res.seconds >= 0.7;
+      all_ok = all_ok && ok;
+    }
+    out["modes"].push_back(jm);
+  }
+  out["memory_goals_met"] = all_ok;
+  return out;
+}
+
+// The human-readable form of report().
+void print_table(const nlohmann::json& out) {
+  const double gb = out["checkpoint_bytes"].get<int64_t>() / 1e9;
+  std::printf("load benchmark: %d ranks, %s (%.1f M parameters, %.3f GB on disk), full_shard, page cache %s\n", out["ranks"].get<int>(),
+              out["model"].get<std::string>().c_str(), out["parameters"].get<int64_t>() / 1e6, gb,
+              out["page_cache"] == "cold" ? "cold (dropped before each run)" : "warm");
+  std::printf("  cat > /dev/null: %.3f s, %.2f GB/s (baseline; medians of %d rounds)\n", out["cat_seconds"].get<double>(), out["cat_GBps"].get<double>(),
+              out["modes"].empty() ? 0 : out["modes"][0]["rounds"].get<int>());
+  for (const auto& jm : out["modes"]) {
+    const std::string mode = jm["mode"];
+    std::printf("  mode %-8s %.3f s  %.2f GB/s  %.2fx cat%s\n", mode.c_str(), jm["seconds"].get<double>(),
+                jm["GBps"].get<double>(), jm["throughput_vs_cat"].get<double>(),
+                mode == "naive" ? "" : (jm["throughput_goal_met"].get<bool>() ? "  (goal >= 0.7: met)" : "  (goal >= 0.7: NOT met)"));
+    std::printf("    %4s %6s %9s %9s %9s %9s %9s %9s %8s %7s  %s\n", "rank", "reader", "base MiB", "peak MiB", "growth",
+                "shard", "staging", "unit", "peak/nv", "load s", "memory goal");
+    for (const auto& jr : jm["ranks"]) {
+      auto mib = [&](const char* k) { return jr[k].get<int64_t>() / double(kMiB); };
+      std::string goal = jr.contains("memory_goal_met")
+                             ? (jr["memory_goal_met"].get<bool>() ? "met" : "NOT met") +
+                                   std::string(" (peak <= ") + std::to_string(jr["peak_bound_bytes"].get<int64_t>() / kMiB) + " MiB)"
+                             : "-";
+      std::printf("    %4d %6s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8s %7.3f  %s\n", jr["rank"].get<int>(),
+                  jr["reader"].get<bool>() ? "yes" : "", mib("base_bytes"), mib("peak_bytes"), mib("growth_bytes"),
+                  mib("shard_bytes"), mib("staging_bytes"), mib("largest_unit_bytes"),
+                  jr.contains("peak_vs_naive") ? (std::to_string(jr["peak_vs_naive"].get<double>()).substr(0, 5)).c_str() : "-",
+                  jr["load_seconds"].get<double>(), goal.c_str());
+    }
+  }
+  std::printf("  memory goals: %s\n", out["memory_goals_met"].get<bool>() ? "met" : "NOT met");
 }
 
 }  // namespace
@@ -181,79 +245,10 @@ int run_bench_load(const std::vector<std::string>& args) {
   }
   if (world.rank() != 0) return 0;
 
-  const ModeResult* naive = nullptr;
-  for (const auto& r : results)
-    if (r.mode == "naive") naive = &r;
-  const double gb = file_bytes / 1e9;
-  nlohmann::json out = {{"ranks", W},
-                        {"model", dir->dir()},
-                        {"parameters", dir->config().num_parameters()},
-                        {"checkpoint_bytes", file_bytes},
-                        {"cat_seconds", cat_s},
-                        {"cat_GBps", gb / cat_s},
-                        {"page_cache", cold ? "cold" : "warm"},
-                        {"modes", nlohmann::json::array()}};
-  bool all_ok = true;
-  for (size_t mi = 0; mi < results.size(); ++mi) {
-    const ModeResult& res = results[mi];
-    nlohmann::json jm = {{"mode", res.mode}, {"seconds", res.seconds}, {"GBps", gb / res.seconds},
-                         {"throughput_vs_cat", cat_s / res.seconds}, {"ranks", nlohmann::json::array()}};
-    bool ok = true;
-    for (int r = 0; r < W; ++r) {
-      const auto& f = res.ranks[r];
-      const int64_t bound = peak_bound(res.mode, f);
-      nlohmann::json jr = {{"rank", r},           {"reader", f[kRoot] != 0},   {"base_bytes", f[kBase]},
-                           {"peak_bytes", f[kPeak]}, {"growth_bytes", f[kPeak] - f[kBase]},
-                           {"shard_bytes", f[kShard]}, {"staging_bytes", f[kStaging]},
-                           {"largest_unit_bytes", f[kUnit]}, {"load_seconds", f[kLoadUs] / 1e6}};
-      if (naive) jr["peak_vs_naive"] = double(f[kPeak]) / double(naive->ranks[r][kPeak]);
-      if (naive) jr["growth_vs_naive"] = double(f[kPeak] - f[kBase]) / double(naive->ranks[r][kPeak] - naive->ranks[r][kBase]);
-      if (bound >= 0) {
-        jr["peak_bound_bytes"] = bound;
-        jr["memory_goal_met"] = f[kPeak] <= bound;
-        ok = ok && f[kPeak] <= bound;
-      }
-      jm["ranks"].push_back(jr);
-    }
-    ok = ok && memory_every_round[mi];
-    jm["rounds"] = repeat;
-    if (res.mode != "naive") {
-      jm["memory_goal_met"] = ok;
-      jm["throughput_goal_met"] = cat_s / res.seconds >= 0.7;
-      all_ok = all_ok && ok;
-    }
-    out["modes"].push_back(jm);
-  }
-  out["memory_goals_met"] = all_ok;
+  const nlohmann::json out = report(*dir, W, file_bytes, cat_s, cold, repeat, results, memory_every_round);
 
-  if ((*vm)["json"].as<bool>()) {
-    std::cout << out.dump(2) << std::endl;
-    return 0;
-  }
-  std::printf("load benchmark: %d ranks, %s (%.1f M parameters, %.3f GB on disk), full_shard, page cache %s\n", W,
-              dir->dir().c_str(), dir->config().num_parameters() / 1e6, gb, cold ? "cold (dropped before each run)" : "warm");
-  std::printf("  cat > /dev/null: %.3f s, %.2f GB/s (baseline; medians of %d rounds)\n", cat_s, gb / cat_s, repeat);
-  for (const auto& jm : out["modes"]) {
-    const std::string mode = jm["mode"];
-    std::printf("  mode %-8s %.3f s  %.2f GB/s  %.2fx cat%s\n", mode.c_str(), jm["seconds"].get<double>(),
-                jm["GBps"].get<double>(), jm["throughput_vs_cat"].get<double>(),
-                mode == "naive" ? "" : (jm["throughput_goal_met"].get<bool>() ? "  (goal >= 0.7: met)" : "  (goal >= 0.7: NOT met)"));
-    std::printf("    %4s %6s %9s %9s %9s %9s %9s %9s %8s %7s  %s\n", "rank", "reader", "base MiB", "peak MiB", "growth",
-                "shard", "staging", "unit", "peak/nv", "load s", "memory goal");
-    for (const auto& jr : jm["ranks"]) {
-      auto mib = [&](const char* k) { return jr[k].get<int64_t>() / double(kMiB); };
-      std::string goal = jr.contains("memory_goal_met")
-                             ? (jr["memory_goal_met"].get<bool>() ? "met" : "NOT met") +
-                                   std::string(" (peak <= ") + std::to_string(jr["peak_bound_bytes"].get<int64_t>() / kMiB) + " MiB)"
-                             : "-";
-      std::printf("    %4d %6s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8s %7.3f  %s\n", jr["rank"].get<int>(),
-                  jr["reader"].get<bool>() ? "yes" : "", mib("base_bytes"), mib("peak_bytes"), mib("growth_bytes"),
-                  mib("shard_bytes"), mib("staging_bytes"), mib("largest_unit_bytes"),
-                  jr.contains("peak_vs_naive") ? (std::to_string(jr["peak_vs_naive"].get<double>()).substr(0, 5)).c_str() : "-",
-                  jr["load_seconds"].get<double>(), goal.c_str());
-    }
-  }
-  std::printf("  memory goals: %s\n", all_ok ? "met" : "NOT met");
+  if ((*vm)["json"].as<bool>()) std::cout << out.dump(2) << std::endl;
+  else print_table(out);
   return 0;
 }
 

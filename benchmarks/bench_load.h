@@ -10,17 +10,11 @@
 // kernel (malloc_trim) and the peak is reset to the current RSS (`echo 5 > /proc/self/clear_refs`),
 // so each mode's VmHWM is its own. The page cache is warm for both cat and the loaders.
 #pragma once
-#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tessera::bench {
 
 int run_bench_load(const std::vector<std::string>& args);
-
-// A "VmRSS"/"VmHWM"/... line of /proc/self/status, in bytes (-1 if absent).
-int64_t proc_status_bytes(const std::string& key);
-// Resets VmHWM to the current VmRSS (Linux >= 4.0); false if the kernel refuses.
-bool reset_peak_rss();
 
 }  // namespace tessera::bench

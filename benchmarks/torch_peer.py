@@ -115,7 +115,7 @@ def read_model_dir(path):
     return config, tensors
 
 
-def read_token_file(path, vocab_size, seq_len):
+def read_binary_token_file(path, vocab_size, seq_len):
     """The ids of a token file (runtime/data/token_file.h) as an array('i'), checked against the
     model's vocabulary and for at least one sequence of seq_len + 1 tokens. Version 2 (TSRTOK2:
     magic, u32 vocab, u32 0, u64 N, u64 D, N u32 words with the id in bits 0-30, padding to 8 bytes,
@@ -276,7 +276,7 @@ def prepare(a):
         config, tensors = read_model_dir(a.weights)
     else:
         config, tensors = load_config(a.config), None
-    tokens = torch.frombuffer(read_token_file(a.tokens, config["vocab_size"], a.seq_len), dtype=torch.int32).long()
+    tokens = torch.frombuffer(read_binary_token_file(a.tokens, config["vocab_size"], a.seq_len), dtype=torch.int32).long()
     torch.manual_seed(a.seed)
     model = build_llama(config)
     if tensors is not None:
@@ -385,7 +385,7 @@ def launch(a, argv):
     if a.weights:
         prepare(a)  # every check once here, so bad input is one line before any rank starts
     else:
-        read_token_file(a.tokens, load_config(a.config)["vocab_size"], a.seq_len)
+        read_binary_token_file(a.tokens, load_config(a.config)["vocab_size"], a.seq_len)
     def stop(signum, _frame):  # SIGTERM (a driver's timeout) / Ctrl-C: end the ranks too (finally below)
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, stop)

@@ -50,12 +50,101 @@ std::vector<std::string> allgather_strings(const std::string& s, int size) {
   return out;
 }
 
-// Every rank agrees on an error (the lowest failing rank's message) before anything else happens,
-// so bad input stops all ranks with the same one-line message and no rank hangs.
-void agree_or_throw(const std::string& my_error, int size) {
-  auto errors = allgather_strings(my_error, size);
-  for (int r = 0; r < size; ++r)
-    if (!errors[r].empty()) throw TESSERA_INPUT_ERROR(errors[r]);
+// Every rank stops with the lowest failing rank's message when any rank has a non-empty `error`.
+void agree_or_throw(comm::Communicator& world, const std::string& error) {
+  throw_if_any(world, error.empty() ? "" : encode_error(ErrorKind::Input, error));
+}
+
+Bootstrap single_process(Bootstrap b, const BootstrapOptions& opts) {
+  b.layout_source = "single process (no MPI)";
+  b.threads = opts.threads > 0 ? opts.threads : usable_cores();
+  torch::set_num_threads(b.threads);
+  b.groups = {comm::make_self_communicator("world"), comm::make_self_communicator("intra"),
+              comm::make_self_communicator("inter")};
+  set_process_identity(0, b.host);
+  return b;
+}
+
+// MPI_Init_thread with MPI_THREAD_MULTIPLE (the communication threads and the caller's both call
+// MPI), unless MPI is up already.
+void init_mpi(int argc, char** argv) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (initialised) return;
+  // Open MPI's progress loop spins while an operation waits for its peer; each rank has a compute
+  // thread and communication threads, so a spinning thread takes the core the compute needs
+  // (measured: bench step W=2 on 2 cores 342 -> 422 tokens/s, docs/PERFORMANCE.md). Yielding when
+  // there is nothing to progress costs a sched_yield; the environment can still say otherwise.
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  g_mpi_initialised_here = true;
+  if (provided < MPI_THREAD_MULTIPLE)
+    throw Error(ErrorKind::Internal, "MPI does not provide MPI_THREAD_MULTIPLE", __FILE__, __LINE__);
+}
+
+// Which node this rank is on, as a key equal on the ranks of one node: explicit flag > launcher
+// environment > MPI shared memory. `error` when the sources contradict each other.
+struct NodeKey {
+  long key = 0;
+  std::string source, error;
+};
+NodeKey node_key(const Bootstrap& b, const BootstrapOptions& opts, bool under_mpirun, bool under_srun) {
+  NodeKey k;
+  if (opts.ranks_per_node > 0) {
+    if (b.world_size % opts.ranks_per_node != 0)
+      k.error = "--ranks-per-node " + std::to_string(opts.ranks_per_node) + " does not divide the world size " +
+                std::to_string(b.world_size);
+    k.key = b.world_rank / std::max(1, opts.ranks_per_node);
+    k.source = "--ranks-per-node " + std::to_string(opts.ranks_per_node);
+  } else if (under_srun) {
+    // srun starts every task itself: its SLURM_PROCID/SLURM_NTASKS must match MPI's view.
+    if (b.slurm.procid != b.world_rank || (b.slurm.ntasks > 0 && b.slurm.ntasks != b.world_size))
+      k.error = "SLURM and MPI disagree: SLURM_PROCID=" + std::to_string(b.slurm.procid) +
+                " SLURM_NTASKS=" + std::to_string(b.slurm.ntasks) + " but MPI rank " +
+                std::to_string(b.world_rank) + " of " + std::to_string(b.world_size) +
+                " (launch with srun --mpi=pmix, or mpirun inside the allocation)";
+    k.key = b.slurm.nodeid;
+    k.source = "slurm (SLURM_NODEID/SLURM_LOCALID)";
+  } else {
+    MPI_Comm shared;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, b.world_rank, MPI_INFO_NULL, &shared);
+    int leader = b.world_rank;
+    MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
+    k.key = leader;
+    k.source = under_mpirun ? "mpi shared-memory split (under mpirun)" : "mpi shared-memory split";
+  }
+  return k;
+}
+
+// node_id, num_nodes, local_rank, local_size from every rank's node key (gathered over the world):
+// node ids number the distinct keys in order of their lowest world rank; the local rank is the
+// order within the node.
+void place_on_node(Bootstrap& b, long key) {
+  at::Tensor keys = at::empty({b.world_size}, at::kLong);
+  b.groups.world->all_gather_into(keys, at::full({1}, static_cast<int64_t>(key), at::kLong))->wait();
+  const int64_t* k = keys.data_ptr<int64_t>();
+  std::map<int64_t, int> node_of_key;
+  for (int r = 0; r < b.world_size; ++r)
+    if (!node_of_key.count(k[r])) node_of_key.emplace(k[r], static_cast<int>(node_of_key.size()));
+  b.num_nodes = static_cast<int>(node_of_key.size());
+  b.node_id = node_of_key[key];
+  b.local_rank = 0;
+  b.local_size = 0;
+  for (int r = 0; r < b.world_size; ++r) {
+    if (k[r] != key) continue;
+    if (r < b.world_rank) ++b.local_rank;
+    ++b.local_size;
+  }
+}
+
+// Torch intra-op threads: the physical cores of a host are shared by every rank on that host.
+int threads_per_rank(const Bootstrap& b, const BootstrapOptions& opts) {
+  if (opts.threads > 0) return opts.threads;
+  auto hosts = allgather_strings(b.host, b.world_size);
+  const int ranks_on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), b.host));
+  return std::max(1, usable_cores() / ranks_on_host);
 }
 
 }  // namespace
@@ -66,100 +155,38 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   Bootstrap b;
   b.host = hostname();
   b.slurm = read_slurm_env();
-  if (!opts.init_mpi) {
-    b.layout_source = "single process (no MPI)";
-    b.threads = opts.threads > 0 ? opts.threads : usable_cores();
-    torch::set_num_threads(b.threads);
-    b.groups = {comm::make_self_communicator("world"), comm::make_self_communicator("intra"),
-                comm::make_self_communicator("inter")};
-    set_process_identity(0, b.host);
-    g_boot = b;
-    return g_boot;
-  }
+  if (!opts.init_mpi) return g_boot = single_process(b, opts);
 
-  int initialised = 0;
-  MPI_Initialized(&initialised);
-  if (!initialised) {
-    // Open MPI's progress loop spins while an operation waits for its peer; each rank has a compute
-    // thread and communication threads, so a spinning thread takes the core the compute needs
-    // (measured: bench step W=2 on 2 cores 342 -> 422 tokens/s, docs/PERFORMANCE.md). Yielding when
-    // there is nothing to progress costs a sched_yield; the environment can still say otherwise.
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    g_mpi_initialised_here = true;
-    if (provided < MPI_THREAD_MULTIPLE) {
-      // The communication thread and the compute thread both call MPI.
-      throw Error(ErrorKind::Internal, "MPI does not provide MPI_THREAD_MULTIPLE", __FILE__, __LINE__);
-    }
-  }
+  init_mpi(argc, argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &b.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &b.world_size);
   set_process_identity(b.world_rank, b.host);
+  // The world communicator first: the agreements below (and collectively()) run over it.
+  b.groups.world = comm::make_mpi_communicator(MPI_COMM_WORLD, "world");
   g_boot.world_rank = b.world_rank;  // known before any agreement below can throw
   g_boot.world_size = b.world_size;
   g_boot.host = b.host;
+  g_boot.groups.world = b.groups.world;
+  comm::Communicator& world = *b.groups.world;
 
-  // ---- which node am I on? explicit flag > launcher environment > MPI shared memory ----------
-  std::string err;
   const bool under_mpirun = env("OMPI_COMM_WORLD_RANK") != nullptr;
   const bool under_srun = !under_mpirun && b.slurm.in_step;
-  long node_key = 0;
-  if (opts.ranks_per_node > 0) {
-    if (b.world_size % opts.ranks_per_node != 0)
-      err = "--ranks-per-node " + std::to_string(opts.ranks_per_node) + " does not divide the world size " +
-            std::to_string(b.world_size);
-    node_key = b.world_rank / std::max(1, opts.ranks_per_node);
-    b.layout_source = "--ranks-per-node " + std::to_string(opts.ranks_per_node);
-  } else if (under_srun) {
-    // srun starts every task itself: its SLURM_PROCID/SLURM_NTASKS must match MPI's view.
-    if (b.slurm.procid != b.world_rank || (b.slurm.ntasks > 0 && b.slurm.ntasks != b.world_size))
-      err = "SLURM and MPI disagree: SLURM_PROCID=" + std::to_string(b.slurm.procid) +
-            " SLURM_NTASKS=" + std::to_string(b.slurm.ntasks) + " but MPI rank " +
-            std::to_string(b.world_rank) + " of " + std::to_string(b.world_size) +
-            " (launch with srun --mpi=pmix, or mpirun inside the allocation)";
-    node_key = b.slurm.nodeid;
-    b.layout_source = "slurm (SLURM_NODEID/SLURM_LOCALID)";
-  } else {
-    MPI_Comm shared;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, b.world_rank, MPI_INFO_NULL, &shared);
-    int leader = b.world_rank;
-    MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
-    MPI_Comm_free(&shared);
-    node_key = leader;
-    b.layout_source = under_mpirun ? "mpi shared-memory split (under mpirun)" : "mpi shared-memory split";
-  }
-  agree_or_throw(err, b.world_size);
+  const NodeKey key = node_key(b, opts, under_mpirun, under_srun);
+  b.layout_source = key.source;
+  agree_or_throw(world, key.error);
+  place_on_node(b, key.key);
+  agree_or_throw(world, under_srun && b.slurm.localid >= 0 && b.slurm.localid != b.local_rank
+                            ? "SLURM_LOCALID=" + std::to_string(b.slurm.localid) + " but rank " +
+                                  std::to_string(b.world_rank) + " is local rank " + std::to_string(b.local_rank) +
+                                  " of node " + std::to_string(b.node_id)
+                            : "");
 
-  // Node ids: distinct node keys in order of their lowest world rank; local rank: order within node.
-  std::vector<long> keys(b.world_size);
-  MPI_Allgather(&node_key, 1, MPI_LONG, keys.data(), 1, MPI_LONG, MPI_COMM_WORLD);
-  std::map<long, int> node_of_key;
-  for (int r = 0; r < b.world_size; ++r)
-    if (!node_of_key.count(keys[r])) node_of_key.emplace(keys[r], static_cast<int>(node_of_key.size()));
-  b.num_nodes = static_cast<int>(node_of_key.size());
-  b.node_id = node_of_key[node_key];
-  b.local_rank = 0;
-  b.local_size = 0;
-  for (int r = 0; r < b.world_size; ++r) {
-    if (keys[r] != node_key) continue;
-    if (r < b.world_rank) ++b.local_rank;
-    ++b.local_size;
-  }
-  if (under_srun && b.slurm.localid >= 0 && b.slurm.localid != b.local_rank)
-    err = "SLURM_LOCALID=" + std::to_string(b.slurm.localid) + " but rank " + std::to_string(b.world_rank) +
-          " is local rank " + std::to_string(b.local_rank) + " of node " + std::to_string(b.node_id);
-  agree_or_throw(err, b.world_size);
-
-  // ---- threads: the physical cores of a host are shared by every rank on that host ------------
-  auto hosts = allgather_strings(b.host, b.world_size);
-  int ranks_on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), b.host));
-  b.threads = opts.threads > 0 ? opts.threads : std::max(1, usable_cores() / ranks_on_host);
+  b.threads = threads_per_rank(b, opts);
   torch::set_num_threads(b.threads);
 
-  // ---- device: local rank -> visible GPU (CUDA_VISIBLE_DEVICES already renumbers them) --------
-  // Informational (tessera topo); whether a command runs on it, and the checks that go with that
-  // (one GPU per local rank), are the command's: launcher/device_select.h for `train`.
+  // Device: local rank -> visible GPU (CUDA_VISIBLE_DEVICES already renumbers them). Informational
+  // (tessera topo); whether a command runs on it, and the checks that go with that (one GPU per
+  // local rank), are the command's: launcher/device_select.h for `train`.
   int gpus = static_cast<int>(torch::cuda::device_count());
   if (gpus > 0 && b.local_rank < gpus) {
     b.gpu = b.local_rank;
@@ -167,14 +194,8 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   }
 
   // ---- process groups -------------------------------------------------------------------------
-  MPI_Comm intra, inter;
-  MPI_Comm_split(MPI_COMM_WORLD, b.node_id, b.world_rank, &intra);
-  MPI_Comm_split(MPI_COMM_WORLD, b.local_rank, b.world_rank, &inter);
-  b.groups.world = comm::make_mpi_communicator(MPI_COMM_WORLD, "world");
-  b.groups.intra = comm::make_mpi_communicator(intra, "intra");
-  b.groups.inter = comm::make_mpi_communicator(inter, "inter");
-  MPI_Comm_free(&intra);
-  MPI_Comm_free(&inter);
+  b.groups.intra = b.groups.world->split(b.node_id, b.world_rank, "intra");
+  b.groups.inter = b.groups.world->split(b.local_rank, b.world_rank, "inter");
   g_boot = b;
   return g_boot;
 }
@@ -210,7 +231,7 @@ void abort_all(int code) {
 namespace tessera::launcher {
 
 void collectively(const std::function<void()>& fn) {
-  std::string wire;  // encode_error(): kind and message (runtime/agree.h); empty when fn succeeded
+  std::string wire;  // encode_error() (runtime/agree.h); empty when fn succeeded
   try {
     fn();
   } catch (const Error& e) {
@@ -224,30 +245,17 @@ void collectively(const std::function<void()>& fn) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (!init || fin || g_boot.world_size == 1) {
+  if (!init || fin || g_boot.world_size == 1 || !g_boot.groups.world) {
     if (wire.empty()) return;
     const DecodedError d = decode_error(wire);
     throw CollectiveError(d.kind, d.message);
   }
-  // The lowest failing rank's error, on every rank: over the world communicator once the bootstrap
-  // made it (so comm.timeout_s bounds the agreement too), else over raw MPI.
-  int lowest = -1;
-  std::string agreed;
-  if (g_boot.groups.world) {
-    agreed = g_boot.groups.world->agree_error(wire);  // "rank R: <wire>"
-    if (!agreed.empty()) {
-      const auto colon = agreed.find(": ");
-      lowest = std::stoi(agreed.substr(5, colon - 5));
-      agreed = agreed.substr(colon + 2);
-    }
-  } else {
-    auto wires = allgather_strings(wire, g_boot.world_size);
-    for (int r = 0; r < g_boot.world_size && lowest < 0; ++r)
-      if (!wires[r].empty()) lowest = r, agreed = wires[r];
-  }
-  if (lowest < 0) return;
-  const DecodedError d = decode_error(agreed);
-  throw CollectiveError(d.kind, lowest != 0 ? "rank " + std::to_string(lowest) + ": " + d.message : d.message);
+  // The lowest failing rank's error, on every rank, over the world communicator (so
+  // comm.timeout_s bounds the agreement too); messages of ranks other than 0 name their rank.
+  const auto agreed = agree_on_error(*g_boot.groups.world, wire);
+  if (!agreed) return;
+  throw CollectiveError(agreed->kind, agreed->rank != 0 ? "rank " + std::to_string(agreed->rank) + ": " + agreed->message
+                                                        : agreed->message);
 }
 
 }  // namespace tessera::launcher

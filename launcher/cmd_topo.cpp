@@ -8,7 +8,7 @@
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
-#include "runtime/comm/topology.h"
+#include "launcher/topology.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -55,7 +55,7 @@ int run_topo(const std::vector<std::string>& args) {
   nlohmann::json mine = rank_record(b);
   // TESSERA_SYSFS_ROOT points the probe at another sysfs tree (tests use tests/unit/fixtures).
   const char* sysfs = std::getenv("TESSERA_SYSFS_ROOT");
-  if (b.local_rank == 0) mine["topology"] = comm::topology_to_json(comm::probe_topology(sysfs && *sysfs ? sysfs : "/sys"));
+  if (b.local_rank == 0) mine["topology"] = topology_to_json(probe_topology(sysfs && *sysfs ? sysfs : "/sys"));
   auto records = gather_records(mine, b);
   if (b.world_rank != 0) return 0;
   std::map<int, nlohmann::json> topology_of_node;
@@ -102,7 +102,7 @@ int run_topo(const std::vector<std::string>& args) {
               << " task(s), nodelist expands to " << b.slurm.nodes.size() << " host(s)\n";
   for (const auto& n : nodes) {
     std::cout << "node " << n["node"] << " (" << n["host"].get<std::string>() << "): ranks " << n["ranks"].dump() << "\n";
-    if (n["topology"].is_object()) std::cout << comm::format_topology(n["topology"]);
+    if (n["topology"].is_object()) std::cout << format_topology(n["topology"]);
   }
   std::cout << "rank  host              node  local  intra    inter    threads  gpu\n";
   for (const auto& r : records) {

@@ -1,7 +1,5 @@
 #include "launcher/device_select.h"
 
-#include <mpi.h>
-
 #include <cstdlib>
 
 #include "runtime/device/device.h"
@@ -78,21 +76,11 @@ comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device)
 #ifdef TESSERA_WITH_CUDA
   const int gpu = device.has_index() ? device.index() : 0;
   device::set_current(device);
-  MPI_Comm intra, inter;
-  MPI_Comm_split(MPI_COMM_WORLD, b.node_id, b.world_rank, &intra);
-  MPI_Comm_split(MPI_COMM_WORLD, b.local_rank, b.world_rank, &inter);
+  // Over the bootstrap's host groups, which stay their host companions.
   comm::ProcessGroups g;
-  try {
-    g.world = comm::make_nccl_communicator(MPI_COMM_WORLD, "world", gpu);
-    g.intra = comm::make_nccl_communicator(intra, "intra", gpu);
-    g.inter = comm::make_nccl_communicator(inter, "inter", gpu);
-  } catch (...) {
-    MPI_Comm_free(&intra);
-    MPI_Comm_free(&inter);
-    throw;
-  }
-  MPI_Comm_free(&intra);
-  MPI_Comm_free(&inter);
+  g.world = comm::make_nccl_communicator(b.groups.world, "world", gpu);
+  g.intra = comm::make_nccl_communicator(b.groups.intra, "intra", gpu);
+  g.inter = comm::make_nccl_communicator(b.groups.inter, "inter", gpu);
   return g;
 #else
   throw TESSERA_INPUT_ERROR("device " + device.str() + " on host " + b.host +

@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "benchmarks/bench.h"
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
@@ -31,11 +32,22 @@ using namespace tessera::launcher;
 
 namespace {
 
+// launcher's commands and `bench` (benchmarks/, which builds on launcher/) after `ckpt`.
+const std::vector<CommandInfo>& all_commands() {
+  static const std::vector<CommandInfo> list = [] {
+    std::vector<CommandInfo> v = commands();
+    auto at = std::find_if(v.begin(), v.end(), [](const CommandInfo& c) { return c.name == "ckpt"; });
+    v.insert(at == v.end() ? at : at + 1, bench::bench_command());
+    return v;
+  }();
+  return list;
+}
+
 void print_usage() {
   std::cout << "tessera - fully sharded data-parallel fine-tuning of Llama 2 (FSDP / ZeRO-3)\n\n"
                "usage: tessera <command> [options]      (tessera <command> --help for its options)\n\n"
                "commands:\n";
-  for (const auto& c : commands()) {
+  for (const auto& c : all_commands()) {
     std::string name = c.name;
     name.resize(14, ' ');
     std::cout << "  " << name << c.summary << "\n";
@@ -142,11 +154,11 @@ int main(int argc, char** argv) {
     return all.empty() ? 2 : 0;
   }
   const CommandInfo* cmd = nullptr;
-  for (const auto& c : commands())
+  for (const auto& c : all_commands())
     if (c.name == all[0]) cmd = &c;
   if (!cmd) {
     std::vector<std::string> names;
-    for (const auto& c : commands()) names.push_back(c.name);
+    for (const auto& c : all_commands()) names.push_back(c.name);
     std::string hint = closest_match(all[0], names);
     std::cerr << "tessera: error: unknown command '" << all[0] << "'"
               << (hint.empty() ? "" : " (did you mean '" + hint + "'?)") << "; see tessera --help" << std::endl;

@@ -1,5 +1,6 @@
 #include "model/safetensors.h"
 
+#include "util/dtype_names.h"
 #include "util/json.h"
 #include "util/widen.h"
 
@@ -65,9 +66,8 @@ DType dtype_from_name(const std::string& s, const std::string& context) {
 }
 
 DType dtype_from_cli(const std::string& s, const std::string& context) {
-  if (s == "fp32" || s == "float32" || s == "F32") return DType::F32;
-  if (s == "bf16" || s == "bfloat16" || s == "BF16") return DType::BF16;
-  if (s == "fp16" || s == "float16" || s == "F16") return DType::F16;
+  if (const auto t = util::float_type_named(s))
+    return *t == util::FloatType::F32 ? DType::F32 : *t == util::FloatType::BF16 ? DType::BF16 : DType::F16;
   throw ModelError(context + ": unknown dtype '" + s + "' (valid: fp32, bf16, fp16)");
 }
 
@@ -143,6 +143,90 @@ void convert_elements(const void* src, DType sd, void* dst, DType dd, int64_t co
 
 int64_t SafetensorsFile::Entry::numel() const { return TensorSpec{"", shape}.numel(); }
 
+namespace {
+
+// The 8-byte header length and the header JSON object of a mapped file of `size` bytes.
+nlohmann::json parse_header(const std::string& path, const unsigned char* map, size_t size, uint64_t& n) {
+  std::memcpy(&n, map, 8);
+  if (n > kMaxHeaderBytes)
+    throw ModelError(path + ": header length " + std::to_string(n) + " exceeds the safetensors limit of " +
+                     std::to_string(kMaxHeaderBytes) + " bytes (corrupt or not a safetensors file)");
+  if (n > size - 8)
+    throw ModelError(path + ": truncated: header length " + std::to_string(n) + " exceeds the " +
+                     std::to_string(size - 8) + " bytes after the length field");
+  nlohmann::json header;
+  try {
+    header = util::parse_json(std::string_view(reinterpret_cast<const char*>(map) + 8, n));
+  } catch (const nlohmann::json::exception& e) {
+    throw ModelError(path + ": header is not valid JSON: " + e.what());
+  }
+  if (!header.is_object()) throw ModelError(path + ": header is not a JSON object");
+  return header;
+}
+
+// One tensor's header entry `v`, checked against the data section (data_size bytes starting at
+// data_begin in a file of file_size bytes); begin/end are file offsets. ctx names file and tensor.
+SafetensorsFile::Entry parse_entry(const std::string& ctx, const nlohmann::json& v, uint64_t data_begin,
+                                   uint64_t data_size, size_t file_size) {
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
+      !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+      v["data_offsets"].size() != 2)
+    throw ModelError(ctx + ": header entry needs dtype (string), shape (array), data_offsets ([begin,end])");
+  SafetensorsFile::Entry e;
+  e.dtype = dtype_from_name(v["dtype"].get<std::string>(), ctx);
+  unsigned __int128 bytes = element_size(e.dtype);
+  int64_t elems = 1;  // numel() multiplies in this order: a zero dimension after [2^32, 2^32] came too late
+  for (const auto& d : v["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      throw ModelError(ctx + ": shape " + v["shape"].dump() + " has an invalid dimension");
+    if (d.get<int64_t>() != 0 && elems > INT64_MAX / d.get<int64_t>())
+      throw ModelError(ctx + ": shape " + v["shape"].dump() + " has more than 2^63 elements");
+    elems *= d.get<int64_t>();
+    e.shape.push_back(d.get<int64_t>());
+    bytes *= (uint64_t)e.shape.back();
+    if (bytes > file_size) bytes = (unsigned __int128)file_size + 1;  // saturate: cannot fit anyway
+  }
+  for (const auto& o : v["data_offsets"])
+    if (!o.is_number_unsigned())
+      throw ModelError(ctx + ": data_offsets " + v["data_offsets"].dump() + " are not non-negative integers");
+  const uint64_t b = v["data_offsets"][0].get<uint64_t>(), en = v["data_offsets"][1].get<uint64_t>();
+  if (b > en || en > data_size)
+    throw ModelError(ctx + ": data_offsets [" + std::to_string(b) + "," + std::to_string(en) +
+                     "] out of bounds of the " + std::to_string(data_size) + "-byte data section");
+  if ((unsigned __int128)(en - b) != bytes)
+    throw ModelError(ctx + ": shape " + shape_str(e.shape) + " " + dtype_name(e.dtype) + " needs " +
+                     std::to_string((uint64_t)bytes) + " bytes but data_offsets span " + std::to_string(en - b));
+  e.begin = data_begin + b;
+  e.end = data_begin + en;
+  return e;
+}
+
+// The tensors must tile the data section exactly: sorted by offset, each starts where the previous
+// ends (overlaps and gaps are both corruption), and the last ends at the file end.
+void check_tiling(const std::string& path, const std::map<std::string, SafetensorsFile::Entry>& entries,
+                  uint64_t data_begin, uint64_t data_size) {
+  std::vector<std::pair<uint64_t, std::string>> order;  // (begin in the data section, name)
+  for (const auto& [name, e] : entries) order.emplace_back(e.begin - data_begin, name);
+  std::sort(order.begin(), order.end());
+  uint64_t cursor = 0;
+  std::string prev;
+  for (const auto& [b, name] : order) {
+    const auto& e = entries.at(name);
+    if (b < cursor) throw ModelError(path + ": tensor '" + name + "' data_offsets overlap tensor '" + prev + "'");
+    if (b > cursor)
+      throw ModelError(path + ": gap of " + std::to_string(b - cursor) + " bytes before tensor '" + name +
+                       "' in the data section");
+    // Zero-byte tensors sit at the cursor without advancing it; they cannot overlap anything.
+    if (e.end > e.begin) prev = name;
+    cursor = e.end - data_begin;
+  }
+  if (cursor != data_size)
+    throw ModelError(path + ": data section is " + std::to_string(data_size) + " bytes but tensors cover " +
+                     std::to_string(cursor) + " (truncated or trailing bytes)");
+}
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
@@ -158,85 +242,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (m == MAP_FAILED) throw ModelError(path + ": mmap failed: " + std::strerror(errno));
     map_ = static_cast<const unsigned char*>(m);
 
-    uint64_t n;
-    std::memcpy(&n, map_, 8);
-    if (n > kMaxHeaderBytes)
-      throw ModelError(path + ": header length " + std::to_string(n) + " exceeds the safetensors limit of " +
-                       std::to_string(kMaxHeaderBytes) + " bytes (corrupt or not a safetensors file)");
-    if (n > size_ - 8)
-      throw ModelError(path + ": truncated: header length " + std::to_string(n) + " exceeds the " +
-                       std::to_string(size_ - 8) + " bytes after the length field");
-    nlohmann::json header;
-    try {
-      header = util::parse_json(std::string_view(reinterpret_cast<const char*>(map_) + 8, n));
-    } catch (const nlohmann::json::exception& e) {
-      throw ModelError(path + ": header is not valid JSON: " + e.what());
-    }
-    if (!header.is_object()) throw ModelError(path + ": header is not a JSON object");
-
+    uint64_t n = 0;
+    const nlohmann::json header = parse_header(path, map_, size_, n);
     const uint64_t data_begin = 8 + n, data_size = size_ - data_begin;
-    std::vector<std::pair<uint64_t, std::string>> order;  // (begin, name) to check layout
     for (auto it = header.begin(); it != header.end(); ++it) {
-      const std::string& name = it.key();
-      const auto& v = it.value();
-      if (name == "__metadata__") {
-        metadata_ = v;
+      if (it.key() == "__metadata__") {
+        metadata_ = it.value();
         continue;
       }
-      const std::string ctx = path + ": tensor '" + name + "'";
-      if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
-          !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-          v["data_offsets"].size() != 2)
-        throw ModelError(ctx + ": header entry needs dtype (string), shape (array), data_offsets ([begin,end])");
-      Entry e;
-      e.dtype = dtype_from_name(v["dtype"].get<std::string>(), ctx);
-      unsigned __int128 bytes = element_size(e.dtype);
-      int64_t elems = 1;  // numel() multiplies in this order: a zero dimension after [2^32, 2^32] came too late
-      for (const auto& d : v["shape"]) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0)
-          throw ModelError(ctx + ": shape " + v["shape"].dump() + " has an invalid dimension");
-        if (d.get<int64_t>() != 0 && elems > INT64_MAX / d.get<int64_t>())
-          throw ModelError(ctx + ": shape " + v["shape"].dump() + " has more than 2^63 elements");
-        elems *= d.get<int64_t>();
-        e.shape.push_back(d.get<int64_t>());
-        bytes *= (uint64_t)e.shape.back();
-        if (bytes > size_) bytes = (unsigned __int128)size_ + 1;  // saturate: cannot fit anyway
-      }
-      for (const auto& o : v["data_offsets"])
-        if (!o.is_number_unsigned())
-          throw ModelError(ctx + ": data_offsets " + v["data_offsets"].dump() + " are not non-negative integers");
-      const uint64_t b = v["data_offsets"][0].get<uint64_t>(), en = v["data_offsets"][1].get<uint64_t>();
-      if (b > en || en > data_size)
-        throw ModelError(ctx + ": data_offsets [" + std::to_string(b) + "," + std::to_string(en) +
-                         "] out of bounds of the " + std::to_string(data_size) + "-byte data section");
-      if ((unsigned __int128)(en - b) != bytes)
-        throw ModelError(ctx + ": shape " + shape_str(e.shape) + " " + dtype_name(e.dtype) + " needs " +
-                         std::to_string((uint64_t)bytes) + " bytes but data_offsets span " +
-                         std::to_string(en - b));
-      e.begin = data_begin + b;
-      e.end = data_begin + en;
-      order.emplace_back(b, name);
-      entries_.emplace(name, std::move(e));
+      entries_.emplace(it.key(), parse_entry(path + ": tensor '" + it.key() + "'", it.value(), data_begin, data_size, size_));
     }
-    // The tensors must tile the data section exactly: sorted by offset, each starts where the
-    // previous ends (overlaps and gaps are both corruption), and the last ends at the file end.
-    std::sort(order.begin(), order.end());
-    uint64_t cursor = 0;
-    std::string prev;
-    for (const auto& [b, name] : order) {
-      const Entry& e = entries_.at(name);
-      if (b < cursor)
-        throw ModelError(path + ": tensor '" + name + "' data_offsets overlap tensor '" + prev + "'");
-      if (b > cursor)
-        throw ModelError(path + ": gap of " + std::to_string(b - cursor) + " bytes before tensor '" + name +
-                         "' in the data section");
-      // Zero-byte tensors sit at the cursor without advancing it; they cannot overlap anything.
-      if (e.end > e.begin) prev = name;
-      cursor = e.end - data_begin;
-    }
-    if (cursor != data_size)
-      throw ModelError(path + ": data section is " + std::to_string(data_size) + " bytes but tensors cover " +
-                       std::to_string(cursor) + " (truncated or trailing bytes)");
+    check_tiling(path, entries_, data_begin, data_size);
   } catch (...) {
     if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
     ::close(fd_);

@@ -10,11 +10,15 @@ namespace tessera {
 enum class ErrorKind { Input, Internal, Timeout };
 
 // The one mapping between error kinds and exit codes: Input 2, Internal 1, Timeout 3 (any other
-// code maps back to Internal).
+// code maps back to Internal). runtime/agree.h moves errors between ranks with it.
 constexpr int exit_code_for(ErrorKind k) { return k == ErrorKind::Input ? 2 : k == ErrorKind::Timeout ? 3 : 1; }
 constexpr ErrorKind error_kind_for_exit_code(int code) {
   return code == 2 ? ErrorKind::Input : code == 3 ? ErrorKind::Timeout : ErrorKind::Internal;
 }
+static_assert(error_kind_for_exit_code(exit_code_for(ErrorKind::Input)) == ErrorKind::Input &&
+                  error_kind_for_exit_code(exit_code_for(ErrorKind::Internal)) == ErrorKind::Internal &&
+                  error_kind_for_exit_code(exit_code_for(ErrorKind::Timeout)) == ErrorKind::Timeout,
+              "exit codes map back to their kinds");
 
 class Error : public std::runtime_error {
  public:

@@ -22,11 +22,11 @@
 #include <regex>
 #include <thread>
 
+#include "runtime/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 
@@ -70,8 +70,18 @@ void write_latest(const std::string& root, const std::string& target) {
   io::fsync_dir(root);
 }
 
-void throw_if(const std::string& error) {
-  if (!error.empty()) throw TESSERA_INPUT_ERROR(error);
+// Step 1 of a save, on the leader: an empty <tmp> in <root>, leftovers of crashed saves removed.
+void prepare_tmp_dir(const std::string& root, const std::string& tmp) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("cannot create checkpoint directory " + root + ": " + ec.message());
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+      fs::remove_all(e.path());
+  }
+  if (!fs::create_directory(tmp, ec) || ec)
+    throw TESSERA_INPUT_ERROR("cannot create " + tmp + ": " + (ec ? ec.message() : "exists"));
 }
 
 // Everything one save needs after save() returns (async): no references into the engine.
@@ -89,6 +99,48 @@ struct Job {
   json manifest;                                // leader: everything but the file checksums
 };
 
+// The manifest of a save (FORMAT.md) but the file checksums, which publish() adds: units, and
+// every tensor with its slices in every rank file.
+json manifest_without_files(const Job& job, int world_size, fsdp::Strategy strategy, int replicate_size,
+                            const json& state) {
+  json m;
+  m["format"] = kFormatName;
+  m["format_version"] = kFormatVersion;
+  m["step"] = job.step;
+  m["world_size"] = world_size;
+  m["strategy"] = fsdp::to_string(strategy);
+  m["shard_group_size"] = job.shard_size;
+  m["replicate_group_size"] = replicate_size;
+  m["align"] = job.plans.empty() ? 1 : job.plans[0].align;
+  m["files"] = json::array();
+  // Units, then tensors with their slices in every rank file.
+  json units = json::array(), tensors = json::array();
+  for (size_t u = 0; u < job.plans.size(); ++u) {
+    json names = json::array();
+    for (const auto& p : job.plans[u].params) names.push_back(p.name);
+    units.push_back({{"name", job.unit_names[u]}, {"params", names}});
+  }
+  // index of (unit, kind, param) in `tensors`
+  std::vector<std::vector<std::vector<size_t>>> idx(job.plans.size());
+  for (size_t u = 0; u < job.plans.size(); ++u) {
+    idx[u].resize(job.kinds.size());
+    for (size_t k = 0; k < job.kinds.size(); ++k)
+      for (const auto& p : job.plans[u].params) {
+        idx[u][k].push_back(tensors.size());
+        tensors.push_back({{"name", p.name}, {"kind", job.kinds[k]}, {"unit", job.unit_names[u]}, {"dtype", "F32"},
+                           {"shape", p.shape}, {"slices", json::array()}});
+      }
+  }
+  for (int r = 0; r < job.shard_size; ++r)
+    for (const Piece& p : file_layout(job.plans, r, static_cast<int>(job.kinds.size())))
+      tensors[idx[p.unit][p.kind][p.param]]["slices"].push_back(
+          {{"file", rank_file_name(r)}, {"offset", p.byte_offset}, {"begin", p.param_offset}, {"numel", p.length}});
+  m["units"] = std::move(units);
+  m["tensors"] = std::move(tensors);
+  m["state"] = state;
+  return m;
+}
+
 }  // namespace
 
 struct Checkpointer::Impl {
@@ -105,14 +157,47 @@ struct Checkpointer::Impl {
   // is in flight): copying into memory already mapped is several times faster than a fresh clone.
   std::vector<std::vector<at::Tensor>> snapshot;
 
-  std::string agree(const std::string& e) { return strip_rank_prefix(comm->agree_error(e)); }
-
+  void collect(Job& job, const std::vector<fsdp::UnitShard>& shards, const std::vector<NamedShards>& kinds,
+               bool async);
   void write_file(const Job& job, uint32_t& crc, uint64_t& bytes);
   void publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes);
   void retire(const Job& job);
   void prune(const Job& job);
   SaveTiming run(const Job& job);  // steps 2-4, on the caller's thread or the worker
 };
+
+// The job's plans and unit names, and on a writer its data: each kind's shards as they are (a
+// synchronous save of host shards) or copied into the reused host snapshot.
+void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& shards,
+                                 const std::vector<NamedShards>& kinds, bool async) {
+  auto& snap = snapshot;
+  if (snap.size() != shards.size()) snap.assign(shards.size(), {});
+  for (size_t u = 0; u < shards.size(); ++u) {
+    const fsdp::UnitShard& sh = shards[u];
+    job.plans.push_back(sh.plan);
+    job.unit_names.push_back(sh.name);
+    if (!job.writer) continue;
+    job.data.emplace_back();
+    snap[u].resize(kinds.size());
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      const at::Tensor& live = kinds[k].per_unit[u];
+      TESSERA_CHECK(live.numel() == sh.plan.chunk, "checkpoint kind " + kinds[k].kind + " of unit " + sh.name +
+                                                       " is not shaped like its shard");
+      // Shards on a device are always snapshot to host memory (the writer reads through data_ptr);
+      // the copy waits for the device work that produced them.
+      const bool on_host = live.is_cpu();
+      if (!async && on_host) {
+        job.data.back().push_back(live);
+        continue;
+      }
+      at::Tensor& s = snap[u][k];
+      if (!s.defined() || s.numel() != live.numel() || s.scalar_type() != live.scalar_type())
+        s = at::empty({live.numel()}, live.options().device(at::kCPU));
+      s.copy_(live);
+      job.data.back().push_back(s);
+    }
+  }
+}
 
 void Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
   const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
@@ -224,15 +309,9 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
   SaveTiming t;
   uint32_t crc = 0;
   uint64_t bytes = 0;
-  std::string error;
-  if (job.writer) {
-    try {
-      write_file(job, crc, bytes);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  throw_if(agree(error));
+  throw_if_any(*comm, capture_error([&] {
+    if (job.writer) write_file(job, crc, bytes);
+  }));
 
   // Every writer's CRC and size, in its shard-rank slot (replicas contribute zeros).
   at::Tensor info = at::zeros({2 * job.shard_size}, at::TensorOptions().dtype(at::kLong));
@@ -241,6 +320,7 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
     info.data_ptr<int64_t>()[job.shard_size + job.shard_rank] = static_cast<int64_t>(bytes);
   }
   comm->all_reduce(info, comm::ReduceOp::Sum)->wait();
+  std::string error;
   if (job.leader) {
     std::vector<uint32_t> crcs(job.shard_size);
     std::vector<uint64_t> sizes(job.shard_size);
@@ -249,13 +329,9 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
       crcs[r] = static_cast<uint32_t>(p[r]);
       sizes[r] = static_cast<uint64_t>(p[job.shard_size + r]);
     }
-    try {
-      publish(job, crcs, sizes);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+    error = capture_error([&] { publish(job, crcs, sizes); });
   }
-  throw_if(agree(error));
+  throw_if_any(*comm, error);
   t.write_s = seconds_since(t0);
   t.bytes = static_cast<int64_t>(bytes);
   t.dir = job.final_dir;
@@ -265,14 +341,7 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
 Checkpointer::Checkpointer(std::string root_dir, SaveOptions opts, const comm::ProcessGroups& groups)
     : root_(std::move(root_dir)), opts_(opts), groups_(groups), impl_(std::make_unique<Impl>()) {
   TESSERA_CHECK_INPUT(!root_.empty(), "checkpoint.dir is empty");
-  if (groups_.world->backend() == "mpi") {
-    MPI_Comm dup = comm::mpi_comm_dup(*groups_.world);
-    impl_->comm = comm::make_mpi_communicator(dup, "checkpoint");
-    MPI_Comm_free(&dup);
-  } else {
-    TESSERA_CHECK(groups_.world->size() == 1, "a non-MPI world communicator must have size 1");
-    impl_->comm = comm::make_self_communicator("checkpoint");
-  }
+  impl_->comm = groups_.world->host_duplicate("checkpoint");
 }
 
 Checkpointer::~Checkpointer() {
@@ -319,94 +388,19 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   TESSERA_CHECK(!job.leader || job.writer, "world rank 0 must hold replicate rank 0");
 
   // Step 1: the leader prepares an empty step-<N>.tmp (removing leftovers of crashed saves).
-  std::string error;
-  if (job.leader) {
-    try {
-      std::error_code ec;
-      fs::create_directories(root_, ec);
-      if (ec) throw TESSERA_INPUT_ERROR("cannot create checkpoint directory " + root_ + ": " + ec.message());
-      for (const auto& e : fs::directory_iterator(root_)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind("step-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
-          fs::remove_all(e.path());
-      }
-      if (!fs::create_directory(job.tmp, ec) || ec)
-        throw TESSERA_INPUT_ERROR("cannot create " + job.tmp + ": " + (ec ? ec.message() : "exists"));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  throw_if(impl_->agree(error));
+  throw_if_any(*impl_->comm, capture_error([&] {
+    if (job.leader) prepare_tmp_dir(root_, job.tmp);
+  }));
 
   const auto& shards = engine.shards();
   for (const NamedShards& k : kinds) {
     TESSERA_CHECK(k.per_unit.size() == shards.size(), "checkpoint kind " + k.kind + " has a tensor per unit");
     job.kinds.push_back(k.kind);
   }
-  auto& snap = impl_->snapshot;
-  if (snap.size() != shards.size()) snap.assign(shards.size(), {});
-  for (size_t u = 0; u < shards.size(); ++u) {
-    const fsdp::UnitShard& sh = shards[u];
-    job.plans.push_back(sh.plan);
-    job.unit_names.push_back(sh.name);
-    if (!job.writer) continue;
-    job.data.emplace_back();
-    snap[u].resize(kinds.size());
-    for (size_t k = 0; k < kinds.size(); ++k) {
-      const at::Tensor& live = kinds[k].per_unit[u];
-      TESSERA_CHECK(live.numel() == sh.plan.chunk, "checkpoint kind " + kinds[k].kind + " of unit " + sh.name +
-                                                       " is not shaped like its shard");
-      // Shards on a device are always snapshot to host memory (the writer reads through data_ptr);
-      // the copy waits for the device work that produced them.
-      const bool on_host = live.is_cpu();
-      if (!opts_.async && on_host) {
-        job.data.back().push_back(live);
-        continue;
-      }
-      at::Tensor& s = snap[u][k];
-      if (!s.defined() || s.numel() != live.numel() || s.scalar_type() != live.scalar_type())
-        s = at::empty({live.numel()}, live.options().device(at::kCPU));
-      s.copy_(live);
-      job.data.back().push_back(s);
-    }
-  }
-  if (job.leader) {
-    json& m = job.manifest;
-    m["format"] = kFormatName;
-    m["format_version"] = kFormatVersion;
-    m["step"] = step;
-    m["world_size"] = groups_.world->size();
-    m["strategy"] = fsdp::to_string(engine.options().strategy);
-    m["shard_group_size"] = job.shard_size;
-    m["replicate_group_size"] = engine.replicate_group().size();
-    m["align"] = job.plans.empty() ? 1 : job.plans[0].align;
-    m["files"] = json::array();
-    // Units, then tensors with their slices in every rank file.
-    json units = json::array(), tensors = json::array();
-    for (size_t u = 0; u < shards.size(); ++u) {
-      json names = json::array();
-      for (const auto& p : job.plans[u].params) names.push_back(p.name);
-      units.push_back({{"name", job.unit_names[u]}, {"params", names}});
-    }
-    // index of (unit, kind, param) in `tensors`
-    std::vector<std::vector<std::vector<size_t>>> idx(shards.size());
-    for (size_t u = 0; u < shards.size(); ++u) {
-      idx[u].resize(job.kinds.size());
-      for (size_t k = 0; k < job.kinds.size(); ++k)
-        for (const auto& p : job.plans[u].params) {
-          idx[u][k].push_back(tensors.size());
-          tensors.push_back({{"name", p.name}, {"kind", job.kinds[k]}, {"unit", job.unit_names[u]}, {"dtype", "F32"},
-                             {"shape", p.shape}, {"slices", json::array()}});
-        }
-    }
-    for (int r = 0; r < job.shard_size; ++r)
-      for (const Piece& p : file_layout(job.plans, r, static_cast<int>(job.kinds.size())))
-        tensors[idx[p.unit][p.kind][p.param]]["slices"].push_back(
-            {{"file", rank_file_name(r)}, {"offset", p.byte_offset}, {"begin", p.param_offset}, {"numel", p.length}});
-    m["units"] = std::move(units);
-    m["tensors"] = std::move(tensors);
-    m["state"] = state;
-  }
+  impl_->collect(job, shards, kinds, opts_.async);
+  if (job.leader)
+    job.manifest = manifest_without_files(job, groups_.world->size(), engine.options().strategy,
+                                          engine.replicate_group().size(), state);
 
   if (!opts_.async) {
     SaveTiming t = impl_->run(job);
@@ -438,19 +432,14 @@ void Checkpointer::begin_lineage(int64_t start_step, const std::string& resumed_
   impl_->retired = false;
   impl_->retire_above = start_step;
   if (resumed_from.empty()) return;
-  std::string error;
-  if (impl_->comm->rank() == 0) {
-    try {
-      std::error_code ec;
-      fs::create_directories(root_, ec);
-      const fs::path from = fs::weakly_canonical(fs::absolute(resumed_from), ec);
-      const fs::path root = fs::weakly_canonical(fs::absolute(root_), ec);
-      write_latest(root_, from.parent_path() == root ? from.filename().string() : from.string());
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  throw_if(impl_->agree(error));
+  throw_if_any(*impl_->comm, capture_error([&] {
+    if (impl_->comm->rank() != 0) return;
+    std::error_code ec;
+    fs::create_directories(root_, ec);
+    const fs::path from = fs::weakly_canonical(fs::absolute(resumed_from), ec);
+    const fs::path root = fs::weakly_canonical(fs::absolute(root_), ec);
+    write_latest(root_, from.parent_path() == root ? from.filename().string() : from.string());
+  }));
 }
 
 std::string latest(const std::string& root_dir) {

@@ -51,9 +51,9 @@ struct SaveTiming {
 // or self at size 1) even when the engine runs on a GPU over NCCL: shards on a device are snapshot
 // to host memory in save() (sync and async alike) and staged through host memory by load(). `state` is the caller's JSON
 // (step, sampler, scheduler, RNG, config, model config, strategy, layout) stored in the manifest
-// under "state". Every rank must construct it at the same point (it duplicates the world's MPI
-// communicator: the checkpoint's own collectives, possibly on a background thread, never interleave
-// with training collectives).
+// under "state". Every rank must construct it at the same point (it takes the world's
+// host_duplicate(): the checkpoint's own collectives, possibly on a background thread, never
+// interleave with training collectives).
 class Checkpointer {
  public:
   Checkpointer(std::string root_dir, SaveOptions opts, const comm::ProcessGroups& groups);

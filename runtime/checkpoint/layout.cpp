@@ -26,10 +26,4 @@ std::string rank_file_name(int rank) {
   return buf;
 }
 
-std::string strip_rank_prefix(const std::string& agreed) {
-  if (agreed.rfind("rank ", 0) != 0) return agreed;
-  const size_t colon = agreed.find(": ");
-  return colon == std::string::npos ? agreed : agreed.substr(colon + 2);
-}
-
 }  // namespace tessera::checkpoint

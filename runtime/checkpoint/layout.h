@@ -26,8 +26,4 @@ uint64_t file_bytes(const std::vector<Piece>& layout);
 
 std::string rank_file_name(int rank);  // rank-00003.bin
 
-// Communicator::agree_error prefixes "rank R: " with R the rank in that sub-group, which would
-// mislead users; the message itself names the file / tensor. Returns the message without it.
-std::string strip_rank_prefix(const std::string& agreed);
-
 }  // namespace tessera::checkpoint

@@ -12,6 +12,7 @@
 #include <ATen/ops/empty.h>
 #include <unistd.h>
 
+#include "runtime/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/io.h"
@@ -257,10 +258,9 @@ namespace {
 
 // Same error on every rank of the engine's world (shard group, then replicate group: together they
 // span every data-parallel rank).
-void agree(fsdp::Engine& engine, const std::string& error) {
-  std::string e = strip_rank_prefix(engine.shard_group().agree_error(error));
-  e = strip_rank_prefix(engine.replicate_group().agree_error(e));
-  if (!e.empty()) throw TESSERA_INPUT_ERROR(e);
+void agree(fsdp::Engine& engine, const std::string& wire) {
+  const auto in_shard = agree_on_error(engine.shard_group(), wire);
+  throw_if_any(engine.replicate_group(), in_shard ? encode_error(in_shard->kind, in_shard->message) : "");
 }
 
 // The engine's parameters must be exactly the checkpoint's (names and shapes, every kind asked for).
@@ -297,16 +297,12 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
   memory::Scope memory_scope(memory::Category::Checkpoint);
   const auto& shards = engine.shards();
   std::unique_ptr<Reader> reader;
-  std::string error;
-  try {
+  agree(engine, capture_error([&] {
     for (const NamedShards& k : kinds)
       TESSERA_CHECK(k.per_unit.size() == shards.size(), "checkpoint kind " + k.kind + " has a tensor per unit");
     reader = std::make_unique<Reader>(ckpt_dir);
     check_matches(*reader, shards, kinds);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree(engine, error);
+  }));
 
   // Requests for this rank's shard, grouped by file.
   const int W = engine.shard_group().size(), rank = engine.shard_group().rank();
@@ -333,7 +329,7 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
     }
   }
   // File f's checksum is verified by shard rank f % W in the pass that reads its ranges; others pread.
-  try {
+  agree(engine, capture_error([&] {
     for (size_t f = 0; f < per_file.size(); ++f) {
       if (static_cast<int>(f % W) == rank) {
         reader->stream_file(static_cast<int>(f), per_file[f]);
@@ -342,10 +338,7 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
         for (const auto& r : per_file[f]) file.pread_all(r.dst, r.bytes, r.offset);
       }
     }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree(engine, error);
+  }));
   for (auto& [host, dev] : staged) dev.copy_(host.view(dev.sizes()));
   return reader->state();
 }

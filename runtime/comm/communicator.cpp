@@ -96,14 +96,29 @@ std::string Communicator::broadcast_string(const std::string& s, int root) {
   return std::string(static_cast<const char*>(bytes.data_ptr()), n);
 }
 
-std::string Communicator::agree_error(const std::string& error) {
+CommPtr Communicator::split(int color, int /*key*/, const std::string& name) {
+  TESSERA_CHECK(size() == 1, "comm '" + this->name() + "' (" + backend() + ") cannot split");
+  return color < 0 ? nullptr : make_self_communicator(name);
+}
+
+CommPtr Communicator::host_duplicate(const std::string& name) {
+  TESSERA_CHECK(size() == 1, "comm '" + this->name() + "' (" + backend() + ") has no host duplicate");
+  return make_self_communicator(name);
+}
+
+Communicator::LowestError Communicator::lowest_error(const std::string& error) {
   // Lowest failing rank wins: every rank contributes its rank if it failed, else size().
   at::Tensor who = at::full({1}, error.empty() ? size() : rank(),
                             at::TensorOptions().dtype(at::kInt).device(device()));
   all_reduce(who, ReduceOp::Min)->wait();
-  int lowest = who.cpu().item<int32_t>();
-  if (lowest == size()) return "";
-  return "rank " + std::to_string(lowest) + ": " + broadcast_string(error, lowest);
+  const int lowest = who.cpu().item<int32_t>();
+  if (lowest == size()) return {};
+  return {lowest, broadcast_string(error, lowest)};
+}
+
+std::string Communicator::agree_error(const std::string& error) {
+  const LowestError e = lowest_error(error);
+  return e.rank < 0 ? "" : "rank " + std::to_string(e.rank) + ": " + e.error;
 }
 
 // ---- checks shared by all backends -------------------------------------------------------------

@@ -73,6 +73,9 @@ using WorkPtr = std::shared_ptr<Work>;
 std::chrono::milliseconds default_timeout();
 void set_default_timeout(std::chrono::milliseconds t);
 
+class Communicator;
+using CommPtr = std::shared_ptr<Communicator>;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -102,17 +105,34 @@ class Communicator {
   virtual WorkPtr scatter_pieces(std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> pieces, int root);
   virtual WorkPtr barrier() = 0;
 
+  // ---- communicators made from this one (collective over it, ordered with its other operations) --
+  // Ranks passing the same color (>= 0) form a new communicator of this backend, ranked by `key`
+  // (ties by rank); a rank passing a negative color takes part and gets nullptr. How the launcher
+  // builds the intra- and inter-node groups from the world, whatever the backend.
+  virtual CommPtr split(int color, int key, const std::string& name);
+  // A new communicator over the same ranks in the same order whose tensors live on the host (an
+  // MPI duplicate for "mpi" and for "nccl", whose host side it is; "self" for "self"): for a second
+  // issuing thread (the async checkpoint writer) or host-side bookkeeping, whatever the backend.
+  virtual CommPtr host_duplicate(const std::string& name);
+  // The defaults (the self communicator's) serve size 1 only.
+
   // ---- synchronous helpers built on the collectives above (same ordering contract) ----
   // True on every rank if `flag` is true on any rank.
   bool any(bool flag);
   // Rank `root`'s string on every rank.
   std::string broadcast_string(const std::string& s, int root);
-  // Error agreement: if any rank has a non-empty `error`, every rank returns the message of the
-  // lowest such rank (prefixed "rank R: "), else "". Used before side effects so that bad input
-  // stops all ranks together with the same one-line message.
+  // Error agreement: the lowest rank whose `error` is non-empty and its string, on every rank
+  // (rank -1 and "" when no rank has one). Used before side effects so that bad input stops all
+  // ranks together with the same one-line message; runtime/agree.h builds its typed agreement
+  // (kind and exit code kept) on it.
+  struct LowestError {
+    int rank = -1;
+    std::string error;
+  };
+  LowestError lowest_error(const std::string& error);
+  // The same as one line: "rank R: <error>" of the lowest failing rank, else "".
   std::string agree_error(const std::string& error);
 };
-using CommPtr = std::shared_ptr<Communicator>;
 
 // The three process groups the runtime uses. intra: ranks on the same node; inter: ranks with the
 // same local rank across nodes. For a single node inter has size 1; with one rank per node intra

@@ -21,6 +21,7 @@
 
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/flight_recorder.h"
+#include "runtime/comm/mpi_bench_hooks.h"
 #include "runtime/comm/mpi_ring.h"
 #include "runtime/error.h"
 #include "runtime/memory/model.h"
@@ -49,13 +50,10 @@ constexpr int64_t kBroadcastSegmentBytes = 1 << 20;
 enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
 enum class Algorithm { Mpi, Ring, Chain };
 
-// 16-bit floats are reduced in fp32: MPI has no bf16, and summing raw bits would be wrong.
-bool reduce_in_fp32(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
-
 // The one place that decides which algorithm a collective runs (mpi_algorithm() reports it).
 Algorithm algorithm_for(Collective op, int64_t count, at::ScalarType dt, int size) {
   const bool reduction = op == Collective::ReduceScatter || op == Collective::AllReduce;
-  const int64_t bytes = count * static_cast<int64_t>(reduction && reduce_in_fp32(dt) ? 4 : c10::elementSize(dt));
+  const int64_t bytes = count * static_cast<int64_t>(reduction && detail::reduce_in_fp32(dt) ? 4 : c10::elementSize(dt));
   switch (op) {
     case Collective::ReduceScatter: return bytes >= kRingReduceScatterMinBytes ? Algorithm::Ring : Algorithm::Mpi;
     case Collective::AllReduce: return bytes >= kRingAllReduceMinBytes ? Algorithm::Ring : Algorithm::Mpi;
@@ -160,6 +158,21 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+// World ranks of the members of `comm`, in its rank order (local; no communication).
+std::vector<int> mpi_world_ranks(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<int> mine(size), world(size, -1);
+  for (int r = 0; r < size; ++r) mine[r] = r;
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  MPI_Comm_group(comm, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &wg);
+  MPI_Group_translate_ranks(g, size, mine.data(), wg, world.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&wg);
+  return world;
+}
+
 // ---- the communicator -------------------------------------------------------------------------
 
 class MpiCommunicator : public Communicator, public std::enable_shared_from_this<MpiCommunicator> {
@@ -231,7 +244,7 @@ class MpiCommunicator : public Communicator, public std::enable_shared_from_this
     return enqueue(where, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)), [this, out, in, op, chunk] {
       const int64_t n = in.numel(), padded = chunk * size_;
       if (n == 0) return;
-      const bool widen = reduce_in_fp32(in.scalar_type());
+      const bool widen = detail::reduce_in_fp32(in.scalar_type());
       const auto red_dtype = widen ? at::kFloat : in.scalar_type();
       const bool in_place = out.data_ptr() == static_cast<char*>(in.data_ptr()) + rank_ * chunk * in.element_size();
       if (algorithm_for(Collective::ReduceScatter, n, in.scalar_type(), size_) == Algorithm::Ring &&
@@ -272,7 +285,7 @@ class MpiCommunicator : public Communicator, public std::enable_shared_from_this
     check_count(t.numel(), where);
     return enqueue(where, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), [this, t, op] {
       if (t.numel() == 0) return;
-      at::Tensor buf = reduce_in_fp32(t.scalar_type()) ? t.to(at::kFloat) : t;
+      at::Tensor buf = detail::reduce_in_fp32(t.scalar_type()) ? t.to(at::kFloat) : t;
       const MPI_Datatype type = move_type(buf.scalar_type());
       const int64_t n = buf.numel(), esz = buf.element_size();
       if (algorithm_for(Collective::AllReduce, n, t.scalar_type(), size_) == Algorithm::Ring) {
@@ -389,6 +402,23 @@ class MpiCommunicator : public Communicator, public std::enable_shared_from_this
   void run_ordered(const std::string& op, const std::function<void(MPI_Comm)>& fn) const {
     auto self = const_cast<MpiCommunicator*>(this);  // the queue is internally synchronised
     self->enqueue(describe(op), flight::OpInfo{}, [self, &fn] { fn(self->comm_); })->wait();
+  }
+
+  CommPtr split(int color, int key, const std::string& name) override {
+    MPI_Comm split = MPI_COMM_NULL;
+    int rc = MPI_SUCCESS;
+    run_ordered("split", [&](MPI_Comm c) { rc = MPI_Comm_split(c, color < 0 ? MPI_UNDEFINED : color, key, &split); });
+    TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_split of comm '" + name_ + "' into '" + name + "' failed");
+    if (split == MPI_COMM_NULL) return nullptr;
+    return std::make_shared<MpiCommunicator>(split, name);
+  }
+
+  CommPtr host_duplicate(const std::string& name) override {
+    MPI_Comm dup = MPI_COMM_NULL;
+    int rc = MPI_SUCCESS;
+    run_ordered("dup", [&](MPI_Comm c) { rc = MPI_Comm_dup(c, &dup); });
+    TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_dup of comm '" + name_ + "' into '" + name + "' failed");
+    return std::make_shared<MpiCommunicator>(dup, name);
   }
 
  private:
@@ -561,36 +591,6 @@ CommPtr make_mpi_communicator(MPI_Comm comm, const std::string& name) {
   return std::make_shared<MpiCommunicator>(dup, name);
 }
 
-CommPtr mpi_split(const Communicator& parent, int color, int key, const std::string& name) {
-  MPI_Comm split = MPI_COMM_NULL;
-  int rc = MPI_SUCCESS;
-  as_mpi(parent, "mpi_split").run_ordered("split", [&](MPI_Comm c) { rc = MPI_Comm_split(c, color, key, &split); });
-  TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_split of comm '" + parent.name() + "' into '" + name + "' failed");
-  if (split == MPI_COMM_NULL) return nullptr;
-  return std::make_shared<MpiCommunicator>(split, name);
-}
-
-MPI_Comm mpi_comm_dup(const Communicator& comm) {
-  MPI_Comm dup = MPI_COMM_NULL;
-  int rc = MPI_SUCCESS;
-  as_mpi(comm, "mpi_comm_dup").run_ordered("dup", [&](MPI_Comm c) { rc = MPI_Comm_dup(c, &dup); });
-  TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Comm_dup of comm '" + comm.name() + "' failed");
-  return dup;
-}
-
-std::vector<int> mpi_world_ranks(MPI_Comm comm) {
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  std::vector<int> mine(size), world(size, -1);
-  for (int r = 0; r < size; ++r) mine[r] = r;
-  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
-  MPI_Comm_group(comm, &g);
-  MPI_Comm_group(MPI_COMM_WORLD, &wg);
-  MPI_Group_translate_ranks(g, size, mine.data(), wg, world.data());
-  MPI_Group_free(&g);
-  MPI_Group_free(&wg);
-  return world;
-}
 
 std::string mpi_algorithm(const std::string& op, int64_t count, at::ScalarType dtype, int size) {
   static const std::pair<const char*, Collective> kNames[] = {{"all_gather", Collective::AllGather},

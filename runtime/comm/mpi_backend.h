@@ -16,9 +16,7 @@
 #pragma once
 #include <mpi.h>
 
-#include <functional>
 #include <string>
-#include <vector>
 
 #include "runtime/comm/communicator.h"
 
@@ -26,30 +24,5 @@ namespace tessera::comm {
 
 // A communicator over a duplicate of `comm` (the caller keeps ownership of `comm`).
 CommPtr make_mpi_communicator(MPI_Comm comm, const std::string& name);
-
-// MPI_Comm_split of an MPI communicator (collective over `parent`, ordered with its other
-// operations): ranks with the same `color` form one communicator, ordered by `key`. A rank passing
-// color MPI_UNDEFINED gets nullptr. Throws Error(Input) if `parent` is not an MPI communicator.
-CommPtr mpi_split(const Communicator& parent, int color, int key, const std::string& name);
-
-// A fresh duplicate of the MPI communicator behind `comm` (collective over `comm`, ordered with
-// its other operations), e.g. for raw-MPI baselines or NCCL's unique-id broadcast. The caller
-// frees it with MPI_Comm_free. Throws Error(Input) if `comm` is not an MPI communicator.
-MPI_Comm mpi_comm_dup(const Communicator& comm);
-
-// World ranks of the members of `comm`, in its rank order (local; no communication).
-std::vector<int> mpi_world_ranks(MPI_Comm comm);
-
-// The algorithm the MPI backend runs for `op` ("all_gather", "reduce_scatter", "all_reduce",
-// "broadcast") on a tensor of `count` elements of `dtype` over `size` ranks: "ring" or "chain"
-// (mpi_ring.h) for large messages, else "mpi" (MPI's own collective). `tessera bench collectives`
-// reports it per row. Throws Error(Input) for any other op name.
-std::string mpi_algorithm(const std::string& op, int64_t count, at::ScalarType dtype, int size);
-
-// Runs fn(c) on `comm`'s communication thread, ordered with its other operations, and waits for it;
-// c is the MPI communicator `comm` itself uses. For raw-MPI baselines that must run on the same
-// thread as the communicator's own calls (see `tessera bench collectives`). Exceptions from fn are
-// rethrown here. Throws Error(Input) if `comm` is not an MPI communicator.
-void mpi_run_ordered(const Communicator& comm, const std::function<void(MPI_Comm)>& fn);
 
 }  // namespace tessera::comm

@@ -1,7 +1,7 @@
 // NCCL backend of the Communicator seam: CUDA tensors on one device per process.
 //
 // One NCCL communicator per process group (unique id created by rank 0 and broadcast over the
-// given MPI communicator), its own CUDA stream. Each operation first makes that stream wait for an
+// given host communicator), its own CUDA stream. Each operation first makes that stream wait for an
 // event recorded on the caller's current (compute) stream, so collectives are ordered after the
 // compute that produced their inputs; the Work records an event on the NCCL stream.
 //
@@ -21,8 +21,6 @@
 // This file compiles against the CUDA runtime and NCCL alone; code that needs a CUDA-enabled
 // LibTorch (streams, allocator) is under TESSERA_WITH_CUDA.
 #pragma once
-#include <mpi.h>
-
 #include <string>
 
 #include "runtime/comm/communicator.h"
@@ -32,9 +30,11 @@ namespace tessera::comm {
 // True when NCCL is linked in and at least one CUDA device is visible.
 bool nccl_available();
 
-// Collective over `comm`: an NCCL communicator over the same ranks, bound to CUDA `device`.
+// Collective over `host` (a host-side communicator: "mpi", or "self" for one rank): an NCCL
+// communicator over the same ranks in the same order, bound to CUDA `device`. It keeps `host` as its
+// host companion (the unique id is broadcast over it; split() and host_duplicate() run over it).
 // Throws tessera::Error(Input) naming rank, host and device if the device does not exist, and
 // Error(Internal) if NCCL initialisation fails.
-CommPtr make_nccl_communicator(MPI_Comm comm, const std::string& name, int device);
+CommPtr make_nccl_communicator(CommPtr host, const std::string& name, int device);
 
 }  // namespace tessera::comm

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -27,7 +28,6 @@
 
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 
 #ifdef TESSERA_WITH_CUDA
@@ -85,7 +85,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-bool reduce_in_fp32(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
@@ -265,14 +264,14 @@ class NcclWork : public Work {
 
 class NcclCommunicator : public Communicator, public std::enable_shared_from_this<NcclCommunicator> {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, std::string name, std::string host,
+  NcclCommunicator(ncclComm_t comm, CommPtr host_group, int device, std::string name, std::string host,
                    const std::vector<int>& world_ranks)
-      : s_(std::make_shared<CommState>()), rank_(rank), size_(size), device_(device), name_(std::move(name)),
-        host_(std::move(host)) {
+      : s_(std::make_shared<CommState>()), host_group_(std::move(host_group)), rank_(host_group_->rank()),
+        size_(host_group_->size()), device_(device), name_(std::move(name)), host_(std::move(host)) {
     s_->comm = comm;
     s_->device = device_;
     s_->who = describe_member();
-    s_->recorder = std::make_unique<flight::Recorder>(name_, "nccl", rank, size, world_ranks);
+    s_->recorder = std::make_unique<flight::Recorder>(name_, "nccl", rank_, size_, world_ranks);
     const std::string who = describe("init");
     cudaError_t rc = cudaSetDevice(device_);
     if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
@@ -326,6 +325,13 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   std::string name() const override { return name_; }
   at::Device device() const override { return at::Device(at::kCUDA, device_); }
 
+  // Both run over the host companion this communicator was made from (its rank order).
+  CommPtr split(int color, int key, const std::string& name) override {
+    CommPtr host = host_group_->split(color, key, name + ":host");
+    return host ? make_nccl_communicator(host, name, device_) : nullptr;
+  }
+  CommPtr host_duplicate(const std::string& name) override { return host_group_->host_duplicate(name); }
+
   WorkPtr all_gather_into(at::Tensor out, at::Tensor in) override {
     std::string who = describe("all_gather");
     int64_t chunk = detail::check_all_gather(out, in, size_, who);
@@ -351,7 +357,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     return issue(who, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)), {out, in},
                  [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       const int64_t n = in.numel(), padded = chunk * size_;
-      const at::ScalarType red = reduce_in_fp32(in.scalar_type()) ? at::kFloat : in.scalar_type();
+      const at::ScalarType red = detail::reduce_in_fp32(in.scalar_type()) ? at::kFloat : in.scalar_type();
       at::Tensor src = in;
       if (red != in.scalar_type() || n != padded) {
         src = at::empty({padded}, in.options().dtype(red));
@@ -380,7 +386,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     return issue(who, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), {t},
                  [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       at::Tensor buf = t;
-      if (reduce_in_fp32(t.scalar_type())) {
+      if (detail::reduce_in_fp32(t.scalar_type())) {
         buf = at::empty(t.sizes(), t.options().dtype(at::kFloat));
         keep.push_back(buf);
         copy_on_stream(buf, t, who);
@@ -517,6 +523,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   }
 
   std::shared_ptr<CommState> s_;
+  CommPtr host_group_;  // the host communicator over the same ranks (make_nccl_communicator's)
   int rank_, size_, device_;
   std::string name_, host_;
   cudaStream_t stream_ = nullptr;
@@ -538,28 +545,36 @@ bool nccl_available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-CommPtr make_nccl_communicator(MPI_Comm comm, const std::string& name, int device) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  std::string host = process_host();
-  const std::string who = "NCCL init of " + detail::describe(name, rank, size, host) + " device cuda:" +
+CommPtr make_nccl_communicator(CommPtr host, const std::string& name, int device) {
+  TESSERA_CHECK(host && host->device().is_cpu(), "make_nccl_communicator('" + name + "') needs a host communicator");
+  const int rank = host->rank(), size = host->size();
+  std::string host_name = process_host();
+  const std::string who = "NCCL init of " + detail::describe(name, rank, size, host_name) + " device cuda:" +
                           std::to_string(device);
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   // Every rank agrees before anyone enters ncclCommInitRank, so a bad device cannot leave others hanging.
-  int bad = (device < 0 || device >= count) ? 1 : 0, any_bad = 0;
-  MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+  const bool bad = device < 0 || device >= count;
+  const bool any_bad = host->any(bad);
   if (bad)
     throw TESSERA_INPUT_ERROR(who + ": device does not exist (" + std::to_string(count) + " CUDA devices visible)");
   if (any_bad) throw TESSERA_INPUT_ERROR(who + ": another rank's CUDA device does not exist");
   CUDA_OK(cudaSetDevice(device), who);
   ncclUniqueId id;
-  if (rank == 0) NCCL_OK(ncclGetUniqueId(&id), who);
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
+  at::Tensor id_bytes = at::zeros({static_cast<int64_t>(sizeof(id))}, at::TensorOptions().dtype(at::kByte));
+  if (rank == 0) {
+    NCCL_OK(ncclGetUniqueId(&id), who);
+    std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
+  }
+  host->broadcast(id_bytes, 0)->wait();
+  std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
+  // World ranks of the members (the flight recorder's), from each process's identity.
+  at::Tensor world = at::empty({size}, at::TensorOptions().dtype(at::kInt));
+  host->all_gather_into(world, at::full({1}, process_rank(), at::TensorOptions().dtype(at::kInt)))->wait();
+  const std::vector<int> world_ranks(world.data_ptr<int>(), world.data_ptr<int>() + size);
   ncclComm_t nccl = nullptr;
   NCCL_OK(ncclCommInitRank(&nccl, size, id, rank), who);
-  return std::make_shared<NcclCommunicator>(nccl, rank, size, device, name, host, mpi_world_ranks(comm));
+  return std::make_shared<NcclCommunicator>(nccl, std::move(host), device, name, host_name, world_ranks);
 }
 
 }  // namespace tessera::comm

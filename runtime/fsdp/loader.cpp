@@ -104,25 +104,36 @@ std::vector<ShardSlice> batch_slices(const ShardPlan& plan, int r, int64_t j, in
   return plan.slices_in(begin, std::min(begin + batch, plan.shard_begin(r) + plan.chunk));
 }
 
-// The root's read error (empty when none) on every rank of the shard group and then of the
-// replicate group, so that a failure stops every rank before the next collective instead of
-// leaving the others waiting in a scatter. An error travels as encode_error() (runtime/agree.h),
-// so it keeps its kind on every rank; anything else is the root's decision, returned to every rank.
-std::string agree_on_read(comm::Communicator& shard, comm::Communicator& replicate, bool root,
-                          const std::string& root_status) {
-  std::string status = shard.broadcast_string(root ? root_status : std::string(), 0);
-  if (replicate.size() > 1) status = replicate.broadcast_string(status, 0);
-  if (!is_encoded_error(status)) return status;
-  const DecodedError d = decode_error(status);
-  throw Error(d.kind, "loading weights (model.load=rank0), error on the reading rank: " + d.message);
+// The root's read error on every rank of the shard group and then of the replicate group (their
+// union is every rank), so that a failure stops every rank before the next collective instead of
+// leaving the others waiting in a scatter; it keeps its kind (runtime/agree.h). `wire` is the
+// root's encode_error() string, "" when it has none (always "" on the other ranks).
+void agree_on_read(comm::Communicator& shard, comm::Communicator& replicate, const std::string& wire) {
+  auto agreed = agree_on_error(shard, wire);
+  if (replicate.size() > 1) agreed = agree_on_error(replicate, agreed ? encode_error(agreed->kind, agreed->message) : "");
+  if (agreed)
+    throw Error(agreed->kind, "loading weights (model.load=rank0), error on the reading rank: " + agreed->message);
 }
 
-// How the root sends a unit, as a word every rank can parse: a dtype name ("BFloat16", "Half",
-// "Float") when the source has in-memory views of every parameter in that one dtype -- each rank's
-// slices go out as they are stored, with no copy on the root, and receivers widen 16-bit ones --
-// or "staged": the root reads the unit into an fp32 staging buffer and scatters that.
-const char* const kStaged = "staged";
-std::string unit_route(const ShardPlan& plan, WeightSource& source, std::vector<at::Tensor>& views) {
+// How the root sends a unit: Direct* when the source has in-memory views of every parameter in
+// that one dtype -- each rank's slices go out as they are stored, with no copy on the root, and
+// receivers widen 16-bit ones -- or Staged: the root reads the unit into an fp32 staging buffer
+// and scatters that. Travels as one byte per unit.
+enum class Route : uint8_t { Staged = 0, DirectBF16, DirectF16, DirectF32 };
+
+// The dtype a route sends as stored; nullopt for a staged unit.
+std::optional<at::ScalarType> route_wire(Route r) {
+  switch (r) {
+    case Route::DirectBF16: return at::kBFloat16;
+    case Route::DirectF16: return at::kHalf;
+    case Route::DirectF32: return at::kFloat;
+    case Route::Staged: break;
+  }
+  return std::nullopt;
+}
+
+// The root's route for a unit, with the views it sends from (empty when staged).
+Route unit_route(const ShardPlan& plan, WeightSource& source, std::vector<at::Tensor>& views) {
   views.clear();
   for (const auto& slot : plan.params) {
     at::Tensor v = source.view(slot.name, 0, slot.numel);
@@ -130,17 +141,39 @@ std::string unit_route(const ShardPlan& plan, WeightSource& source, std::vector<
                                         v.scalar_type() == at::kFloat);
     if (!usable || (!views.empty() && v.scalar_type() != views[0].scalar_type())) {
       views.clear();
-      return kStaged;
+      return Route::Staged;
     }
     views.push_back(v);
   }
-  return views.empty() ? kStaged : c10::toString(views[0].scalar_type());
+  if (views.empty()) return Route::Staged;
+  const at::ScalarType t = views[0].scalar_type();
+  return t == at::kBFloat16 ? Route::DirectBF16 : t == at::kHalf ? Route::DirectF16 : Route::DirectF32;
 }
-// The dtype a route sends as stored; nullopt for a staged unit.
-std::optional<at::ScalarType> route_wire(const std::string& route) {
-  for (at::ScalarType t : {at::kBFloat16, at::kHalf, at::kFloat})
-    if (route == c10::toString(t)) return t;
-  return std::nullopt;
+
+// The root decides every unit's route up front (views are only pointers into the mapping, and
+// taking them checks every tensor); every rank gets the routes -- or the root's error -- before
+// any scatter. Returns the routes on every rank and fills the root's views.
+std::vector<Route> share_routes(const std::vector<UnitShard>& units, WeightSource* source, bool root,
+                                comm::Communicator& shard, comm::Communicator& replicate,
+                                std::vector<std::vector<at::Tensor>>& views) {
+  at::Tensor routes = at::zeros({static_cast<int64_t>(units.size())}, at::kByte);
+  views.assign(units.size(), {});
+  agree_on_read(shard, replicate, capture_error([&] {
+    if (!root) return;
+    TESSERA_CHECK(source != nullptr, "model.load=rank0: the reading rank has no weight source");
+    for (size_t ui = 0; ui < units.size(); ++ui)
+      routes.data_ptr<uint8_t>()[ui] = static_cast<uint8_t>(unit_route(units[ui].plan, *source, views[ui]));
+  }));
+  if (units.empty()) return {};
+  shard.broadcast(routes, 0)->wait();
+  if (replicate.size() > 1) replicate.broadcast(routes, 0)->wait();
+  std::vector<Route> out(units.size());
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    const uint8_t r = routes.data_ptr<uint8_t>()[ui];
+    TESSERA_CHECK(r <= static_cast<uint8_t>(Route::DirectF32), "rank0 load: unit route " + std::to_string(r));
+    out[ui] = static_cast<Route>(r);
+  }
+  return out;
 }
 
 LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate,
@@ -264,29 +297,8 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     p.works.push_back(shard.scatter_into(p.host, flat, 0));
   };
 
-  // The root decides every unit's route up front (views are only pointers into the mapping, and
-  // taking them checks every tensor), and all ranks agree on the routes -- or on the root's error --
-  // once; errors of the root's own reads during the loop are agreed on at the end.
-  std::vector<std::vector<at::Tensor>> all_views(units.size());
-  std::string routes;
-  if (st.root) {
-    try {
-      TESSERA_CHECK(source != nullptr, "model.load=rank0: the reading rank has no weight source");
-      for (size_t ui = 0; ui < units.size(); ++ui)
-        routes += (ui ? "," : "") + unit_route(units[ui].plan, *source, all_views[ui]);
-    } catch (const std::exception& e) {
-      routes = encode_error(e);
-    }
-  }
-  routes = agree_on_read(shard, replicate, st.root, routes);
-  std::vector<std::string> route;
-  for (size_t a = 0, b; a <= routes.size(); a = b + 1) {
-    b = routes.find(',', a);
-    if (b == std::string::npos) b = routes.size();
-    route.push_back(routes.substr(a, b - a));
-  }
-  TESSERA_CHECK(route.size() == units.size(), "rank0 load: " + std::to_string(route.size()) + " routes for " +
-                                                   std::to_string(units.size()) + " units");
+  std::vector<std::vector<at::Tensor>> all_views;
+  const std::vector<Route> route = share_routes(units, source, st.root, shard, replicate, all_views);
 
   for (size_t ui = 0; ui < units.size(); ++ui) {
     const UnitShard& u = units[ui];
@@ -311,7 +323,7 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     }
   }
   for (auto& p : pending) complete(p);
-  agree_on_read(shard, replicate, st.root, root_error);
+  agree_on_read(shard, replicate, root_error);  // errors of the root's reads during the loop
   for (auto& b : broadcasts) {
     b.work->wait();
     if (b.host.defined()) finish_shard(units[b.unit], b.host);

@@ -9,6 +9,7 @@
 
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "util/dtype_names.h"
 
 namespace tessera::optim {
 
@@ -90,8 +91,9 @@ void update_blocks(const ParamShard& s, at::Tensor& m_all, at::Tensor& v_all, co
 }  // namespace
 
 at::ScalarType parse_state_dtype(const std::string& s) {
-  if (s == "fp32" || s == "float32") return at::kFloat;
-  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
+  const auto t = util::float_type_named(s);
+  if (t == util::FloatType::F32) return at::kFloat;
+  if (t == util::FloatType::BF16) return at::kBFloat16;
   throw TESSERA_INPUT_ERROR("optim.state_dtype '" + s + "' is not one of fp32, bf16");
 }
 

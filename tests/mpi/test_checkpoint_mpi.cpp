@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "launcher/bootstrap.h"
-#include "runtime/comm/mpi_backend.h"
 
 namespace fs = std::filesystem;
 using namespace ckpt_test;
@@ -44,14 +43,14 @@ class MpiCheckpointTest : public ::testing::Test {
 // Groups for hybrid_shard with nodes of `per_node` consecutive ranks (emulated on one host).
 comm::ProcessGroups hybrid_groups(int per_node) {
   const int r = world().rank();
-  return {world_groups().world, comm::mpi_split(world(), r / per_node, r, "intra"),
-          comm::mpi_split(world(), r % per_node, r, "inter")};
+  return {world_groups().world, world().split(r / per_node, r, "intra"),
+          world().split(r % per_node, r, "inter")};
 }
 
 // Groups whose "world" is a sub-communicator of `size` consecutive ranks (size divides np).
 comm::ProcessGroups sub_groups(int size) {
   const int r = world().rank();
-  comm::CommPtr sub = size == 1 ? comm::make_self_communicator("sub") : comm::mpi_split(world(), r / size, r, "sub");
+  comm::CommPtr sub = size == 1 ? comm::make_self_communicator("sub") : world().split(r / size, r, "sub");
   return {sub, sub, comm::make_self_communicator("inter")};
 }
 

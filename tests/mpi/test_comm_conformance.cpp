@@ -11,9 +11,11 @@
 #include <thread>
 
 #include "launcher/bootstrap.h"
+#include "runtime/agree.h"
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi_backend.h"
+#include "runtime/comm/mpi_bench_hooks.h"
 #include "runtime/device/device.h"
 #include "runtime/error.h"
 #ifdef TESSERA_WITH_CUDA
@@ -44,16 +46,19 @@ const std::vector<tc::CommPtr>& backends() {
     v.push_back(world);
     const int r = world_rank();
     // Emulated 2-rank nodes: "pairs" = {0,1},{2,3} (intra-node), "stride" = {0,2},{1,3} (inter-node).
-    v.push_back(tc::mpi_split(*world, r / 2, r, "pairs"));
-    v.push_back(tc::mpi_split(*world, r % 2, r, "stride"));
+    v.push_back(world->split(r / 2, r, "pairs"));
+    v.push_back(world->split(r % 2, r, "stride"));
     const auto& groups = tessera::launcher::current().groups;  // what the bootstrap built
     for (const auto& g : {groups.world, groups.intra, groups.inter})
       if (g) v.push_back(g);
     if (world_size() == 1) v.push_back(tc::make_self_communicator("self"));
 #ifdef TESSERA_WITH_CUDA
-    if (torch::cuda::is_available() && tc::nccl_available())
-      v.push_back(tc::make_nccl_communicator(MPI_COMM_WORLD, "nccl-world",
-                                             tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0));
+    if (torch::cuda::is_available() && tc::nccl_available()) {
+      auto nccl = tc::make_nccl_communicator(world, "nccl-world",
+                                             tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0);
+      v.push_back(nccl);
+      v.push_back(nccl->split(r / 2, r, "nccl-pairs"));  // over its host companion
+    }
 #endif
     return v;
   }();
@@ -408,6 +413,17 @@ TEST(CommConformance, SynchronousHelpers) {
     EXPECT_EQ(comm->agree_error(err), "rank " + std::to_string(lowest) + ": bad key 'x' on rank " +
                                           std::to_string(lowest))
         << comm->name();
+    // The typed agreement (runtime/agree.h): the lowest failing rank's kind and message everywhere.
+    const auto agreed = tessera::agree_on_error(
+        *comm, rank >= lowest ? tessera::encode_error(rank == lowest ? tessera::ErrorKind::Timeout
+                                                                      : tessera::ErrorKind::Input,
+                                                      "late on rank " + std::to_string(rank))
+                              : "");
+    ASSERT_TRUE(agreed.has_value()) << comm->name();
+    EXPECT_EQ(agreed->rank, lowest) << comm->name();
+    EXPECT_EQ(agreed->kind, tessera::ErrorKind::Timeout) << comm->name();
+    EXPECT_EQ(agreed->message, "late on rank " + std::to_string(lowest)) << comm->name();
+    EXPECT_FALSE(tessera::agree_on_error(*comm, "").has_value()) << comm->name();
   }
 }
 
@@ -444,7 +460,7 @@ TEST(CommConformance, BadArgumentsAreInputErrors) {
 TEST(CommConformance, SplitWithUndefinedColorGivesNoCommunicator) {
   const auto& world = backends().front();
   int rank = world->rank();
-  tc::CommPtr c = tc::mpi_split(*world, rank == 0 ? MPI_UNDEFINED : 1, rank, "all-but-0");
+  tc::CommPtr c = world->split(rank == 0 ? -1 : 1, rank, "all-but-0");
   if (rank == 0) {
     EXPECT_EQ(c, nullptr);
   } else {
@@ -453,7 +469,28 @@ TEST(CommConformance, SplitWithUndefinedColorGivesNoCommunicator) {
     EXPECT_EQ(c->rank(), rank - 1);
     EXPECT_EQ(c->name(), "all-but-0");
   }
-  EXPECT_THROW(tc::mpi_split(*tc::make_self_communicator(), 0, 0, "x"), tessera::Error);
+  // A size-1 communicator splits into itself or nothing.
+  auto self = tc::make_self_communicator();
+  ASSERT_NE(self->split(0, 0, "x"), nullptr);
+  EXPECT_EQ(self->split(0, 0, "x")->name(), "x");
+  EXPECT_EQ(self->split(-1, 0, "x"), nullptr);
+}
+
+// host_duplicate: the same ranks in the same order, host tensors, independent of the original
+// (what the async checkpoint writer uses, whatever the backend).
+TEST(CommConformance, HostDuplicateHasTheSameRanksOnTheHost) {
+  for (const auto& comm : backends()) {
+    auto dup = comm->host_duplicate(comm->name() + "-host");
+    ASSERT_NE(dup, nullptr) << comm->name();
+    EXPECT_EQ(dup->rank(), comm->rank()) << comm->name();
+    EXPECT_EQ(dup->size(), comm->size()) << comm->name();
+    EXPECT_TRUE(dup->device().is_cpu()) << comm->name();
+    at::Tensor t = at::full({3}, static_cast<float>(comm->rank() + 1));
+    dup->all_reduce(t)->wait();
+    const int n = comm->size();
+    // The ranks summed are comm's own: 1 + ... + n.
+    EXPECT_EQ(t[0].item<float>(), static_cast<float>(n * (n + 1) / 2)) << comm->name();
+  }
 }
 
 // mpi_run_ordered (the raw-MPI baseline of `bench collectives` runs through it): fn runs on the

@@ -43,8 +43,8 @@ comm::ProcessGroups groups_for(fsdp::Strategy s) {
   int W = g.world->size(), r = g.world->rank();
   if (s == fsdp::Strategy::HybridShard && W >= 4 && W % 2 == 0) {
     int per_node = W / 2;
-    g.intra = comm::mpi_split(*g.world, r / per_node, r, "intra");
-    g.inter = comm::mpi_split(*g.world, r % per_node, r, "inter");
+    g.intra = g.world->split(r / per_node, r, "intra");
+    g.inter = g.world->split(r % per_node, r, "inter");
   }
   return g;
 }

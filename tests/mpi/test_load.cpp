@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 
-#include "benchmarks/bench_load.h"
 #include "launcher/bootstrap.h"
 #include "launcher/model_lm.h"
 #include "model/errors.h"
@@ -20,6 +19,7 @@
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
+#include "runtime/memory/tracker.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -74,8 +74,8 @@ comm::ProcessGroups groups_for(Strategy s) {
   comm::ProcessGroups g = world_groups();
   const int W = g.world->size(), r = g.world->rank();
   if (s == Strategy::HybridShard && W >= 4 && W % 2 == 0) {  // 2 emulated nodes
-    g.intra = comm::mpi_split(*g.world, r / (W / 2), r, "intra");
-    g.inter = comm::mpi_split(*g.world, r % (W / 2), r, "inter");
+    g.intra = g.world->split(r / (W / 2), r, "intra");
+    g.inter = g.world->split(r % (W / 2), r, "inter");
   }
   return g;
 }
@@ -238,10 +238,10 @@ TEST(Load, NoRankMaterialisesTheFullModel) {
     launcher::HfWeightSource src(dir);
     const bool reader = world().rank() == 0;
     world().barrier()->wait();
-    ASSERT_TRUE(bench::reset_peak_rss());
-    const int64_t base = bench::proc_status_bytes("VmRSS");
+    ASSERT_TRUE(memory::reset_peak_rss());
+    const int64_t base = memory::rss_bytes();
     const auto st = fsdp::load_weights(*l.engine, m == LoadMode::Rank0 && !reader ? nullptr : &src, m);
-    const int64_t growth = bench::proc_status_bytes("VmHWM") - base;
+    const int64_t growth = memory::peak_rss_bytes() - base;
     ASSERT_GT(full_bytes, 2 * st.largest_unit_bytes + slack + (100ll << 20));  // the bound can tell
     if (m == LoadMode::Naive) {
       EXPECT_GT(growth, full_bytes * 9 / 10) << "the measurement must see a full model";
@@ -411,11 +411,11 @@ TEST(Load, ScatterPiecesGivesEachRankItsPieces) {
 // Llama 2 70B built on the meta device and planned for 16 ranks: nothing is allocated, and each
 // rank's shard is ~8.6 GB in bf16 (69.0e9 parameters / 16 x 2 bytes, plus alignment padding).
 TEST(Load, Llama70bOnPaperAllocatesNothing) {
-  const int64_t hwm0 = bench::proc_status_bytes("VmHWM");
+  const int64_t hwm0 = memory::peak_rss_bytes();
   const auto cfg = model::ModelConfig::preset("llama2-70b");
   auto lm = launcher::make_causal_lm(cfg);
   const auto sizes = fsdp::plan_sizes(lm.units, 16, 16);
-  const int64_t hwm1 = bench::proc_status_bytes("VmHWM");
+  const int64_t hwm1 = memory::peak_rss_bytes();
   EXPECT_LT(hwm1 - hwm0, 64ll << 20) << "building 70B on the meta device allocated memory";
   EXPECT_EQ(sizes.total_elements, cfg.num_parameters());
   EXPECT_GT(cfg.num_parameters(), 68'900'000'000ll);

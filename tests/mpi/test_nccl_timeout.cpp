@@ -52,7 +52,7 @@ TEST(NcclWatchdog, StalledCollectiveTimesOutWithOneLineError) {
   const int gpu = tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0;
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu));
   tessera::device::set_current(device);
-  auto comm = tessera::comm::make_nccl_communicator(MPI_COMM_WORLD, "nccl-timeout", gpu);
+  auto comm = tessera::comm::make_nccl_communicator(tessera::launcher::current().groups.world, "nccl-timeout", gpu);
   at::Tensor t = at::ones({1000}, at::TensorOptions().dtype(at::kFloat).device(device));
 
   // A healthy collective first (its completed wait leaves the watchdog's list).

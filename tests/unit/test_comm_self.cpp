@@ -63,11 +63,11 @@ TEST(CommTimeout, DefaultIsTenMinutesAndSettable) {
 // The one mapping between error kinds and exit codes, and the wire form ranks agree with.
 TEST(ErrorAgreement, KindsAndExitCodesMapOneToOne) {
   for (tessera::ErrorKind k : {tessera::ErrorKind::Input, tessera::ErrorKind::Internal, tessera::ErrorKind::Timeout})
-    EXPECT_EQ(tessera::kind_of_exit_code(tessera::Error(k, "x").exit_code()), k);
+    EXPECT_EQ(tessera::error_kind_for_exit_code(tessera::Error(k, "x").exit_code()), k);
   EXPECT_EQ(tessera::Error(tessera::ErrorKind::Input, "x").exit_code(), 2);
   EXPECT_EQ(tessera::Error(tessera::ErrorKind::Internal, "x").exit_code(), 1);
   EXPECT_EQ(tessera::Error(tessera::ErrorKind::Timeout, "x").exit_code(), 3);
-  EXPECT_EQ(tessera::kind_of_exit_code(77), tessera::ErrorKind::Internal);
+  EXPECT_EQ(tessera::error_kind_for_exit_code(77), tessera::ErrorKind::Internal);
 }
 
 TEST(ErrorAgreement, EncodedErrorsKeepKindAndMessage) {
@@ -84,4 +84,29 @@ TEST(ErrorAgreement, EncodedErrorsKeepKindAndMessage) {
   for (const char* not_error : {"", "BFloat16,staged,Float", "staged", "|x", "ab|c"})
     EXPECT_FALSE(tessera::is_encoded_error(not_error)) << not_error;
   EXPECT_THROW(tessera::decode_error("staged"), tessera::Error);
+}
+
+// capture_error + agree_on_error / throw_if_any: the one agreement (here over one rank) keeps kind,
+// exit code and message, and names the failing rank in the communicator.
+TEST(ErrorAgreement, AgreementKeepsKindAndMessage) {
+  auto c = tc::make_self_communicator();
+  EXPECT_EQ(tessera::capture_error([] {}), "");
+  EXPECT_FALSE(tessera::agree_on_error(*c, "").has_value());
+  EXPECT_NO_THROW(tessera::throw_if_any(*c, ""));
+  const std::string wire = tessera::capture_error([] { throw tessera::Error(tessera::ErrorKind::Timeout, "late"); });
+  EXPECT_EQ(wire, "3|late");
+  const auto agreed = tessera::agree_on_error(*c, wire);
+  ASSERT_TRUE(agreed.has_value());
+  EXPECT_EQ(agreed->rank, 0);
+  EXPECT_EQ(agreed->kind, tessera::ErrorKind::Timeout);
+  EXPECT_EQ(agreed->message, "late");
+  try {
+    tessera::throw_if_any(*c, tessera::capture_error([] { throw std::runtime_error("bad header in x.safetensors"); }));
+    FAIL() << "no error";
+  } catch (const tessera::CollectiveError& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_STREQ(e.what(), "bad header in x.safetensors");
+  }
+  // Only encode_error() strings are agreed on (a raw message would lose its kind).
+  EXPECT_THROW(tessera::agree_on_error(*c, "raw message"), tessera::Error);
 }

@@ -14,6 +14,7 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
+#include "util/dtype_names.h"
 
 using namespace tessera;
 using namespace tessera::optim;
@@ -188,6 +189,19 @@ TEST(AdamW, Bf16StateTracksFp32State) {
   EXPECT_LT(diff / moved, 1e-2) << "bf16-state update drifted from the fp32-state update";
   EXPECT_FALSE(torch::equal(a[0].param, b[0].param));  // the state really was rounded
   EXPECT_THROW(parse_state_dtype("fp16"), Error);
+}
+
+// The one table of floating dtype names (util/dtype_names.h) behind optim.state_dtype, --dtype
+// of init-model / ckpt consolidate and bench collectives.
+TEST(DtypeNames, OneTableOfNames) {
+  using tessera::util::FloatType;
+  for (const char* s : {"fp32", "float32", "float", "F32"}) EXPECT_EQ(tessera::util::float_type_named(s), FloatType::F32) << s;
+  for (const char* s : {"bf16", "bfloat16", "BF16"}) EXPECT_EQ(tessera::util::float_type_named(s), FloatType::BF16) << s;
+  for (const char* s : {"fp16", "float16", "half", "F16"}) EXPECT_EQ(tessera::util::float_type_named(s), FloatType::F16) << s;
+  for (const char* s : {"", "f32", "int32", "BFLOAT16"}) EXPECT_FALSE(tessera::util::float_type_named(s).has_value()) << s;
+  EXPECT_STREQ(tessera::util::short_name(FloatType::BF16), "bf16");
+  EXPECT_EQ(parse_state_dtype("bfloat16"), at::kBFloat16);
+  EXPECT_EQ(parse_state_dtype("fp32"), at::kFloat);
 }
 
 TEST(LrSchedule, WarmupCosineLinearConstant) {

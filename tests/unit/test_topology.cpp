@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "runtime/comm/topology.h"
+#include "launcher/topology.h"
 
-using namespace tessera::comm;
+using namespace tessera::launcher;
 
 namespace {
 

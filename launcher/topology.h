@@ -12,7 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace tessera::comm {
+namespace tessera::launcher {
 
 struct GpuInfo {
   int index = 0;           // position in PCI bus order (= NVML / CUDA_DEVICE_ORDER=PCI_BUS_ID order)
@@ -91,4 +91,4 @@ nlohmann::json topology_to_json(const NodeTopology& t);
 // every line prefixed with `indent`.
 std::string format_topology(const nlohmann::json& topology_json, const std::string& indent = "  ");
 
-}  // namespace tessera::comm
+}  // namespace tessera::launcher

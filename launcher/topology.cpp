@@ -1,4 +1,4 @@
-#include "runtime/comm/topology.h"
+#include "launcher/topology.h"
 
 #include <dlfcn.h>
 
@@ -14,7 +14,7 @@
 
 extern char** environ;
 
-namespace tessera::comm {
+namespace tessera::launcher {
 namespace fs = std::filesystem;
 
 namespace {
@@ -350,4 +350,4 @@ std::string format_topology(const nlohmann::json& t, const std::string& indent) 
   return os.str();
 }
 
-}  // namespace tessera::comm
+}  // namespace tessera::launcher
