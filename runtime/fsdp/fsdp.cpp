@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/step_profile.h"
+#include "util/dtype_names.h"
 
 namespace tessera::fsdp {
 
@@ -27,10 +28,9 @@ std::string to_string(Strategy s) {
   }
   return "?";
 }
-at::ScalarType parse_dtype(const std::string& s) {
-  if (s == "fp32" || s == "float32") return at::kFloat;
-  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
-  if (s == "fp16" || s == "float16") return at::kHalf;
+at::ScalarType parse_dtype(const std::string& s) {  // the one table of names: util/dtype_names.h
+  if (const auto t = util::float_type_named(s))
+    return *t == util::FloatType::F32 ? at::kFloat : *t == util::FloatType::BF16 ? at::kBFloat16 : at::kHalf;
   throw TESSERA_INPUT_ERROR("dtype '" + s + "' is not one of fp32, bf16, fp16");
 }
 
