@@ -271,21 +271,10 @@ void write_run_info(const std::string& dir, const Config& cfg, const ModelSetup&
 
 }  // namespace
 
-int run_train(const std::vector<std::string>& args) {
-  po::options_description desc("train options");
-  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON, or YAML when the name ends in .yaml/.yml)")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.lr=1e-4")(
-      "resume", po::value<std::string>()->implicit_value("latest"),
-      "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory")(
-      "host-mem", po::value<std::string>(),
-      "host RAM of this node for the job (default: the cgroup or SLURM --mem limit, if any); the run stops "
-      "before loading if the memory model predicts more");
-  auto vm = parse_command("tessera train --config run.json [--set key=value]... [--resume [DIR]] [--host-mem SIZE]", desc,
-                          args);
-  if (!vm) return 0;
-  const Bootstrap& b = current();
-  const bool rank0 = b.world_rank == 0;
+namespace {
 
+// Everything run_train sets up before the trainer exists.
+struct TrainSetup {
   Config cfg;
   ModelSetup ms;
   train::TrainOptions topts;
@@ -297,114 +286,117 @@ int run_train(const std::vector<std::string>& args) {
   // model.load=rank0 is for a checkpoint on a disk only rank 0 sees: only rank 0 opens and validates
   // it, and the other ranks get its config.json (and tokenizer.model) by broadcast.
   bool rank0_reads = false;
+  c10::Device device = c10::kCPU;
+  std::string run_id;
+};
+
+// The run configuration, the model's config and the tokenizer choice (rank 0 only with
+// model.load=rank0, then broadcast). Collective.
+void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
+  const bool rank0 = b.world_rank == 0;
   collectively([&] {
     std::vector<std::string> sets;
-    if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
-    cfg = Config::load((*vm)["config"].as<std::string>(), sets);
-    topts = train_options_from(cfg);
-    apply_comm_timeout(cfg);
-    rank0_reads = !cfg.get_string("model.path").empty() && cfg.get_string("model.load") == "rank0";
-    if (rank0 || !rank0_reads) {
-      ms = setup_model(cfg);
-      const std::string path = cfg.get_string("model.path");
-      tok_choice = choose_tokenizer(cfg.get_string("data.tokenizer"), path,
-                                    path.empty() ? "preset " + cfg.get_string("model.preset") : path, ms.config);
+    if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+    s.cfg = Config::load(vm["config"].as<std::string>(), sets);
+    s.topts = train_options_from(s.cfg);
+    apply_comm_timeout(s.cfg);
+    s.rank0_reads = !s.cfg.get_string("model.path").empty() && s.cfg.get_string("model.load") == "rank0";
+    if (rank0 || !s.rank0_reads) {
+      s.ms = setup_model(s.cfg);
+      const std::string path = s.cfg.get_string("model.path");
+      s.tok_choice = choose_tokenizer(s.cfg.get_string("data.tokenizer"), path,
+                                    path.empty() ? "preset " + s.cfg.get_string("model.preset") : path, s.ms.config);
       // A SentencePiece tokenizer.model travels by broadcast; a tokenizer.json (with its
       // tokenizer_config.json) is opened by every rank itself.
-      if (rank0_reads && !tok_choice.bytes && !tok_choice.bpe()) tok_bytes = read_tokenizer_file(tok_choice.path);
+      if (s.rank0_reads && !s.tok_choice.bytes && !s.tok_choice.bpe()) s.tok_bytes = read_tokenizer_file(s.tok_choice.path);
     }
   });
-  if (rank0_reads) {
-    std::string config_json = b.groups.world->broadcast_string(rank0 ? ms.config.to_json().dump() : "", 0);
-    tok_choice.path = b.groups.world->broadcast_string(tok_choice.path, 0);
-    tok_choice.bytes = tok_choice.path.empty();
-    tok_bytes = b.groups.world->broadcast_string(tok_bytes, 0);
+  if (s.rank0_reads) {
+    std::string config_json = b.groups.world->broadcast_string(rank0 ? s.ms.config.to_json().dump() : "", 0);
+    s.tok_choice.path = b.groups.world->broadcast_string(s.tok_choice.path, 0);
+    s.tok_choice.bytes = s.tok_choice.path.empty();
+    s.tok_bytes = b.groups.world->broadcast_string(s.tok_bytes, 0);
     if (!rank0) {
-      ms.source = cfg.get_string("model.path");
-      ms.config = model::ModelConfig::from_json(nlohmann::json::parse(config_json), ms.source + "/config.json");
+      s.ms.source = s.cfg.get_string("model.path");
+      s.ms.config = model::ModelConfig::from_json(nlohmann::json::parse(config_json), s.ms.source + "/config.json");
     }
   }
+}
+
+// Device, run id, every check that can fail before anything is written, the data, the resume point.
+// Collective: a failure on any rank stops every rank with one line.
+void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
+  const bool rank0 = b.world_rank == 0;
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
   // the lowest failing rank's one-line message (rank, host, device).
-  const c10::Device device = agree_on_device(cfg.get_string("train.device"), b);
-  const std::string run_id = agree_run_id(b);
+  s.device = agree_on_device(s.cfg.get_string("train.device"), b);
+  s.run_id = agree_run_id(b);
   collectively([&] {
-    fopts = fsdp_options_from(cfg, ms.config);
-    fopts.device = device;
-    check_host_memory(cfg, ms.config, b, device.is_cuda(),
-                      vm->count("host-mem") ? (*vm)["host-mem"].as<std::string>() : std::string());
-    // A compute dtype this LibTorch cannot multiply on this device (fp16 on CPU) is refused before
+    s.fopts = fsdp_options_from(s.cfg, s.ms.config);
+    s.fopts.device = s.device;
+    check_host_memory(s.cfg, s.ms.config, b, s.device.is_cuda(),
+                      vm.count("host-mem") ? vm["host-mem"].as<std::string>() : std::string());
+    // A compute dtype this LibTorch cannot multiply on this s.device (fp16 on CPU) is refused before
     // anything runs; it would otherwise fail at the first forward.
-    if (const std::string why = train::unsupported_matmul(fopts.param_dtype, device); !why.empty())
-      throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + cfg.get_string("fsdp.mixed_precision") + ": no matmul in " +
-                                "this dtype on " + device::describe(device) + " with this LibTorch (" + why +
+    if (const std::string why = train::unsupported_matmul(s.fopts.param_dtype, s.device); !why.empty())
+      throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + s.cfg.get_string("fsdp.mixed_precision") + ": no matmul in " +
+                                "this dtype on " + device::describe(s.device) + " with this LibTorch (" + why +
                                 "); use fsdp.mixed_precision bf16 (fp32's range: no loss scaling needed)");
-    TESSERA_CHECK_INPUT(topts.seq_len <= ms.config.max_position_embeddings,
-                        "data.seq_len " + std::to_string(topts.seq_len) + " exceeds the model's max_position_embeddings " +
-                            std::to_string(ms.config.max_position_embeddings));
-    if (fopts.strategy == fsdp::Strategy::HybridShard)
+    TESSERA_CHECK_INPUT(s.topts.seq_len <= s.ms.config.max_position_embeddings,
+                        "data.seq_len " + std::to_string(s.topts.seq_len) + " exceeds the model's max_position_embeddings " +
+                            std::to_string(s.ms.config.max_position_embeddings));
+    if (s.fopts.strategy == fsdp::Strategy::HybridShard)
       TESSERA_CHECK_INPUT(b.num_nodes >= 1 && b.world_size == b.num_nodes * b.local_size &&
                               b.groups.intra->size() * b.groups.inter->size() == b.world_size,
                           "fsdp.strategy hybrid_shard needs the same number of ranks on every node (world " +
                               std::to_string(b.world_size) + ", " + std::to_string(b.num_nodes) +
                               " nodes); use --ranks-per-node");
     std::unique_ptr<data::Tokenizer> tokenizer =
-        tok_choice.bytes ? data::make_tokenizer("bytes")
-                         : !tok_bytes.empty() ? data::make_sentencepiece_tokenizer(tok_bytes, tok_choice.path)
-                                              : data::make_tokenizer(tok_choice.path);
-    data = setup_data(cfg, ms.config, std::move(tokenizer), /*print_warnings=*/rank0);
-    const int64_t global = b.world_size * topts.micro_batch * topts.grad_accum;
-    TESSERA_CHECK_INPUT(data.train->num_sequences() >= global,
-                        "data.path " + cfg.get_string("data.path") + " holds " + std::to_string(data.train->num_sequences()) +
-                            " sequences of " + std::to_string(topts.seq_len + 1) + " tokens, fewer than one global batch (" +
-                            std::to_string(b.world_size) + " ranks x micro_batch " + std::to_string(topts.micro_batch) +
-                            " x grad_accum " + std::to_string(topts.grad_accum) + " = " + std::to_string(global) + ")");
-    if (!topts.checkpoint_dir.empty()) check_writable_dir(topts.checkpoint_dir, "checkpoint.dir");
-    if (!topts.log_dir.empty()) check_writable_dir(topts.log_dir, "log.dir");
+        s.tok_choice.bytes ? data::make_tokenizer("bytes")
+                         : !s.tok_bytes.empty() ? data::make_sentencepiece_tokenizer(s.tok_bytes, s.tok_choice.path)
+                                              : data::make_tokenizer(s.tok_choice.path);
+    s.data = setup_data(s.cfg, s.ms.config, std::move(tokenizer), /*print_warnings=*/rank0);
+    const int64_t global = b.world_size * s.topts.micro_batch * s.topts.grad_accum;
+    TESSERA_CHECK_INPUT(s.data.train->num_sequences() >= global,
+                        "data.path " + s.cfg.get_string("data.path") + " holds " + std::to_string(s.data.train->num_sequences()) +
+                            " sequences of " + std::to_string(s.topts.seq_len + 1) + " tokens, fewer than one global batch (" +
+                            std::to_string(b.world_size) + " ranks x micro_batch " + std::to_string(s.topts.micro_batch) +
+                            " x grad_accum " + std::to_string(s.topts.grad_accum) + " = " + std::to_string(global) + ")");
+    if (!s.topts.checkpoint_dir.empty()) check_writable_dir(s.topts.checkpoint_dir, "checkpoint.dir");
+    if (!s.topts.log_dir.empty()) check_writable_dir(s.topts.log_dir, "log.dir");
     // The flight recorder dumps to <log.dir>/flight on a timeout, an abort or a fatal signal.
-    comm::flight::set_dump_dir(topts.log_dir.empty() ? "" : topts.log_dir + "/flight", run_id, b.world_size);
+    comm::flight::set_dump_dir(s.topts.log_dir.empty() ? "" : s.topts.log_dir + "/flight", s.run_id, b.world_size);
     comm::flight::install_signal_handlers();
-    std::string resume = vm->count("resume") ? (*vm)["resume"].as<std::string>() : cfg.get_string("checkpoint.resume");
+    std::string resume = vm.count("resume") ? vm["resume"].as<std::string>() : s.cfg.get_string("checkpoint.resume");
     if (resume == "latest" || resume == "auto") {
-      TESSERA_CHECK_INPUT(!(resume == "latest" && topts.checkpoint_dir.empty()),
+      TESSERA_CHECK_INPUT(!(resume == "latest" && s.topts.checkpoint_dir.empty()),
                           "--resume needs checkpoint.dir (or --resume DIR)");
-      if (!topts.checkpoint_dir.empty()) resume_dir = checkpoint::latest(topts.checkpoint_dir);
+      if (!s.topts.checkpoint_dir.empty()) s.resume_dir = checkpoint::latest(s.topts.checkpoint_dir);
     } else if (resume != "never") {
       TESSERA_CHECK_INPUT(fs::is_directory(resume), "--resume " + resume + ": no such checkpoint directory");
-      resume_dir = resume;
+      s.resume_dir = resume;
     }
   });
-  const std::shared_ptr<data::TokenDataset>& dataset = data.train;
+}
 
-  nlohmann::json run_state = {{"config", cfg.json()}, {"model_config", ms.config.to_json()},
-                              {"model_source", ms.source}};
-  if (rank0) {
+// Rank 0: the run's first line and run_info.json.
+void announce_run(const TrainSetup& s, const Bootstrap& b) {
+  {
     std::cout << "tessera train: " << b.world_size << " rank(s) on " << b.num_nodes << " node(s), "
-              << fsdp::to_string(fopts.strategy) << ", " << cfg.get_string("fsdp.mixed_precision") << " on "
-              << (device.is_cpu() ? std::string("cpu") : "cuda (rank 0: " + device::describe(device) + ", NCCL)")
+              << fsdp::to_string(s.fopts.strategy) << ", " << s.cfg.get_string("fsdp.mixed_precision") << " on "
+              << (s.device.is_cpu() ? std::string("cpu") : "cuda (rank 0: " + device::describe(s.device) + ", NCCL)")
               << ", model "
-              << ms.source << " (" << ms.config.num_parameters() << " parameters), data "
-              << cfg.get_string("data.path") << " (" << describe_dataset(*dataset, data.tokenizer->name()) << ")";
-    if (data.val) std::cout << ", validation " << describe_dataset(*data.val, "");
+              << s.ms.source << " (" << s.ms.config.num_parameters() << " parameters), s.data "
+              << s.cfg.get_string("data.path") << " (" << describe_dataset(*s.data.train, s.data.tokenizer->name()) << ")";
+    if (s.data.val) std::cout << ", validation " << describe_dataset(*s.data.val, "");
     std::cout << std::endl;
-    if (!topts.log_dir.empty()) write_run_info(topts.log_dir, cfg, ms, fopts, b, *data.train, data.val.get(), *data.tokenizer);
+    if (!s.topts.log_dir.empty()) write_run_info(s.topts.log_dir, s.cfg, s.ms, s.fopts, b, *s.data.train, s.data.val.get(), *s.data.tokenizer);
   }
-  // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
-  // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
-  // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
-  const comm::ProcessGroups groups = device_groups(b, device);
-  train::Trainer trainer(make_causal_lm(ms.config), groups, fopts, topts, dataset, run_state, b.groups);
-  if (data.val) trainer.set_validation(data.val);
-  if (!resume_dir.empty()) {
-    collectively([&] { trainer.resume(resume_dir); });
-    if (rank0) std::cout << "resumed from " << resume_dir << " at step " << trainer.step() << std::endl;
-  } else {
-    collectively([&] { load_model_weights(trainer, ms, cfg); });
-  }
-  train::install_preemption_handlers(topts.preempt_signal);
-  comm::flight::install_signal_handlers();  // again: its SIGTERM dump runs first, then the preemption flag
-  auto res = trainer.run();
-  if (rank0) {
+}
+
+// Rank 0: the outcome (preemption and requeue, the final line, the report).
+void report_outcome(const train::RunResult& res, const TrainSetup& s) {
+  {
     if (res.preempted) {
       std::cout << "preempted at step " << res.end_step << ": checkpoint " << res.last_checkpoint << std::endl;
       const Bootstrap& bb = current();
@@ -421,17 +413,57 @@ int run_train(const std::vector<std::string>& args) {
       std::cout << ", loss " << res.records.front().loss << " -> " << res.records.back().loss;
     std::cout << "; " << where;
     if (res.best_step >= 0) std::cout << "; best val_loss " << res.best_val_loss << " at step " << res.best_step;
-    if (!topts.log_dir.empty()) std::cout << "; metrics " << topts.log_dir << "/metrics.jsonl";
+    if (!s.topts.log_dir.empty()) std::cout << "; metrics " << s.topts.log_dir << "/metrics.jsonl";
     std::cout << std::endl;
-    if (!topts.log_dir.empty()) {
+    if (!s.topts.log_dir.empty()) {
       // The run's report (tessera report RUN_DIR writes the same); a failure here loses nothing.
       try {
-        std::cout << "report " << train::write_report(topts.log_dir) << std::endl;
+        std::cout << "report " << train::write_report(s.topts.log_dir) << std::endl;
       } catch (const std::exception& e) {
         std::cerr << "tessera: warning: cannot write the report: " << e.what() << std::endl;
       }
     }
   }
+}
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& args) {
+  po::options_description desc("train options");
+  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON, or YAML when the name ends in .yaml/.yml)")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.lr=1e-4")(
+      "resume", po::value<std::string>()->implicit_value("latest"),
+      "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory")(
+      "host-mem", po::value<std::string>(),
+      "host RAM of this node for the job (default: the cgroup or SLURM --mem limit, if any); the run stops "
+      "before loading if the memory model predicts more");
+  auto vm = parse_command("tessera train --config run.json [--set key=value]... [--resume [DIR]] [--host-mem SIZE]", desc,
+                          args);
+  if (!vm) return 0;
+  const Bootstrap& b = current();
+  const bool rank0 = b.world_rank == 0;
+  TrainSetup s;
+  read_configuration(s, *vm, b);
+  prepare_run(s, *vm, b);
+  nlohmann::json run_state = {{"config", s.cfg.json()}, {"model_config", s.ms.config.to_json()},
+                              {"model_source", s.ms.source}};
+  if (rank0) announce_run(s, b);
+  // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
+  // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
+  // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
+  const comm::ProcessGroups groups = device_groups(b, s.device);
+  train::Trainer trainer(make_causal_lm(s.ms.config), groups, s.fopts, s.topts, s.data.train, run_state, b.groups);
+  if (s.data.val) trainer.set_validation(s.data.val);
+  if (!s.resume_dir.empty()) {
+    collectively([&] { trainer.resume(s.resume_dir); });
+    if (rank0) std::cout << "resumed from " << s.resume_dir << " at step " << trainer.step() << std::endl;
+  } else {
+    collectively([&] { load_model_weights(trainer, s.ms, s.cfg); });
+  }
+  train::install_preemption_handlers(s.topts.preempt_signal);
+  comm::flight::install_signal_handlers();  // again: its SIGTERM dump runs first, then the preemption flag
+  const train::RunResult res = trainer.run();
+  if (rank0) report_outcome(res, s);
   return 0;
 }
 

@@ -289,15 +289,21 @@ struct Engine::Impl {
 // ---- the autograd function wrapping one decoder layer ------------------------------------------
 namespace {
 
+// The engine as autograd carries it from forward to backward: a typed reference in the context's
+// saved data (an IValue capsule), not an address passed as an integer.
+struct EngineRef : torch::CustomClassHolder {
+  explicit EngineRef(Engine::Impl* i) : impl(i) {}
+  Engine::Impl* impl;
+};
+
 struct LayerFunction : public torch::autograd::Function<LayerFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t layer,
-                               int64_t impl_ptr) {
-    auto* impl = reinterpret_cast<Engine::Impl*>(impl_ptr);
+                               Engine::Impl* impl) {
     const int ui = static_cast<int>(layer) + 1;
     impl->wait_gathered(ui);
     impl->prefetch(ui + 1);
     ctx->saved_data["layer"] = layer;
-    ctx->saved_data["impl"] = impl_ptr;
+    ctx->saved_data["engine"] = c10::IValue::make_capsule(c10::make_intrusive<EngineRef>(impl));
     torch::Tensor y;
     if (impl->opts.activation_checkpointing) {
       torch::NoGradGuard no_grad;
@@ -322,7 +328,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    auto* impl = reinterpret_cast<Engine::Impl*>(ctx->saved_data["impl"].toInt());
+    Engine::Impl* impl = static_cast<EngineRef*>(ctx->saved_data["engine"].toCapsule().get())->impl;
     const int64_t layer = ctx->saved_data["layer"].toInt();
     const int ui = static_cast<int>(layer) + 1;
     memory::set_phase("backward");
@@ -444,7 +450,7 @@ void Engine::begin_forward(bool sync) {
 
 at::Tensor Engine::run_layer(int64_t layer, const at::Tensor& h) {
   TESSERA_CHECK(layer >= 0 && layer < num_layers(), "layer index out of range");
-  if (at::GradMode::is_enabled()) return LayerFunction::apply(h, layer, reinterpret_cast<int64_t>(impl_.get()));
+  if (at::GradMode::is_enabled()) return LayerFunction::apply(h, layer, impl_.get());
   // Inference (evaluation): no autograd function, nothing saved; gather, run, reshard as forward.
   Impl& im = *impl_;
   const int ui = static_cast<int>(layer) + 1;
