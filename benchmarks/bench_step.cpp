@@ -48,7 +48,6 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const char* const kStrategies[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"};
 const char* const kDtypes[] = {"fp32", "bf16"};
 
 // Waits at a barrier without spinning a core (Open MPI's blocking barrier busy-polls), so the
@@ -384,7 +383,7 @@ void parse_driver(Driver& d) {
   };
   d.strategies = split_list(vm["strategies"].as<std::string>());
   d.dtypes = split_list(vm["dtypes"].as<std::string>());
-  check_list(d.strategies, kStrategies, "--strategies", "strategy");
+  check_list(d.strategies, fsdp::strategy_names(), "--strategies", "strategy");
   check_list(d.dtypes, kDtypes, "--dtypes", "dtype");
   const bool hybrid = std::count(d.strategies.begin(), d.strategies.end(), "hybrid_shard") > 0;
   const int64_t need = hybrid ? 2 * d.np : d.np;

@@ -6,6 +6,7 @@
 #include "launcher/cli.h"
 #include "model/config.h"
 #include "runtime/error.h"
+#include "runtime/fsdp/names.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
@@ -47,13 +48,13 @@ const std::vector<ConfigKey>& config_schema() {
       {"train.device", "string", "auto", "Where shards, optimizer state and compute live: `auto` (cuda when this build has CUDA and a GPU is visible, else cpu), `cpu` (MPI collectives), `cuda` (local rank r uses GPU r; NCCL collectives), `cuda:N` (local rank r uses GPU N+r)."},
       {"train.preempt_signal", "string", "USR2", "Signal that makes the loop finish the step, checkpoint and exit for requeue (SIGTERM always does).", {"USR1", "USR2"}},
       // fsdp
-      {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"}},
+      {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", fsdp::strategy_names()},
       {"fsdp.mixed_precision", "string", "fp32", "Dtype of gathered parameters and compute; master shards and optimizer state are fp32. fp16 needs a GPU (refused on CPU: LibTorch has no fp16 matmul there).", {"fp32", "bf16", "fp16"}},
       {"fsdp.reduce_dtype", "string", "fp32", "Dtype of gradient reduction. fp16 here or in mixed_precision turns on dynamic loss scaling (as torch.cuda.amp.GradScaler: scale 65536, halved on a non-finite step, doubled after 2000 finite ones; checkpointed).", {"fp32", "bf16", "fp16"}},
       {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false.", {"auto", "true", "false"}},
       {"fsdp.prefetch", "bool", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."},
       {"fsdp.limit_all_gathers", "int", 2, "Most decoder-layer units gathered at once (>= 1)."},
-      {"fsdp.accumulate", "string", "sharded", "Gradient accumulation over train.grad_accum micro-steps: sharded (every micro-step reduce-scatters into the fp32 gradient shard; nothing model-sized is kept between micro-steps) or unsharded (micro-steps before the last accumulate a full-size fp32 gradient per unit locally, like no_sync(); one reduction per step: less traffic, 4 bytes per parameter more memory). no_shard adds into its (full) gradient either way.", {"sharded", "unsharded"}},
+      {"fsdp.accumulate", "string", "sharded", "Gradient accumulation over train.grad_accum micro-steps: sharded (every micro-step reduce-scatters into the fp32 gradient shard; nothing model-sized is kept between micro-steps) or unsharded (micro-steps before the last accumulate a full-size fp32 gradient per unit locally, like no_sync(); one reduction per step: less traffic, 4 bytes per parameter more memory). no_shard adds into its (full) gradient either way.", fsdp::accumulate_names()},
       // optim
       {"optim.state_dtype", "string", "fp32", "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient) or bf16 (12 bytes; each update is computed in fp32 and rounded once).", {"fp32", "bf16"}},
       // checkpoint

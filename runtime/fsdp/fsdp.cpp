@@ -6,28 +6,28 @@
 #include <deque>
 
 #include "runtime/error.h"
+#include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/step_profile.h"
 #include "util/dtype_names.h"
 
 namespace tessera::fsdp {
 
+namespace {
+// The position of `s` in `names` (names.h), or an input error naming the key and the choices.
+size_t index_of(const std::string& s, const std::vector<std::string>& names, const std::string& key) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == s) return i;
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw TESSERA_INPUT_ERROR(key + " '" + s + "' is not one of " + list);
+}
+}  // namespace
+
 Strategy parse_strategy(const std::string& s) {
-  if (s == "full_shard") return Strategy::FullShard;
-  if (s == "shard_grad_op") return Strategy::ShardGradOp;
-  if (s == "no_shard") return Strategy::NoShard;
-  if (s == "hybrid_shard") return Strategy::HybridShard;
-  throw TESSERA_INPUT_ERROR("fsdp.strategy '" + s + "' is not one of full_shard, shard_grad_op, no_shard, hybrid_shard");
+  return static_cast<Strategy>(index_of(s, strategy_names(), "fsdp.strategy"));
 }
-std::string to_string(Strategy s) {
-  switch (s) {
-    case Strategy::FullShard: return "full_shard";
-    case Strategy::ShardGradOp: return "shard_grad_op";
-    case Strategy::NoShard: return "no_shard";
-    case Strategy::HybridShard: return "hybrid_shard";
-  }
-  return "?";
-}
+std::string to_string(Strategy s) { return strategy_names().at(static_cast<size_t>(s)); }
 at::ScalarType parse_dtype(const std::string& s) {  // the one table of names: util/dtype_names.h
   if (const auto t = util::float_type_named(s))
     return *t == util::FloatType::F32 ? at::kFloat : *t == util::FloatType::BF16 ? at::kBFloat16 : at::kHalf;
@@ -35,11 +35,9 @@ at::ScalarType parse_dtype(const std::string& s) {  // the one table of names: u
 }
 
 Accumulate parse_accumulate(const std::string& s) {
-  if (s == "sharded") return Accumulate::Sharded;
-  if (s == "unsharded") return Accumulate::Unsharded;
-  throw TESSERA_INPUT_ERROR("fsdp.accumulate '" + s + "' is not one of sharded, unsharded");
+  return static_cast<Accumulate>(index_of(s, accumulate_names(), "fsdp.accumulate"));
 }
-std::string to_string(Accumulate a) { return a == Accumulate::Sharded ? "sharded" : "unsharded"; }
+std::string to_string(Accumulate a) { return accumulate_names().at(static_cast<size_t>(a)); }
 
 namespace {
 

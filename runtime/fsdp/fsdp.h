@@ -84,6 +84,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/named_shards.h"
+#include "runtime/fsdp/names.h"
 #include "runtime/fsdp/shard_plan.h"
 
 namespace tessera::fsdp {
