@@ -189,8 +189,8 @@ int run_bench_memory(const std::vector<std::string>& args) {
       TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed: " + why(out));
       const size_t brace = out.rfind("\n{");
       measured = json::parse(out.substr(brace == std::string::npos ? out.find('{') : brace + 1)).at("memory");
-      conf.set("fsdp.mixed_precision", "bf16");
-      conf.set("data.seq_len", 255);  // 256 tokens: 255 predicted
+      conf.fsdp.mixed_precision = util::FloatType::BF16;
+      conf.data.seq_len = 255;  // 256 tokens: 255 predicted
     } else {
       const std::string cmd = mpirun(c.world, c.ranks_per_node) + " train --config " + (run_dir / "run.json").string() + rpn_flag;
       auto [rc, out] = run_command(cmd);

@@ -39,15 +39,14 @@ namespace fs = std::filesystem;
 
 fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc) {
   fsdp::Options o;
-  o.strategy = fsdp::parse_strategy(cfg.get_string("fsdp.strategy"));
-  o.param_dtype = fsdp::parse_dtype(cfg.get_string("fsdp.mixed_precision"));
-  o.reduce_dtype = fsdp::parse_dtype(cfg.get_string("fsdp.reduce_dtype"));
-  std::string ac = cfg.get_string("fsdp.activation_checkpointing");
-  o.activation_checkpointing = ac == "true" || (ac == "auto" && mc.hidden_size >= 4096);
-  o.prefetch = cfg.get_bool("fsdp.prefetch");
-  o.limit_all_gathers = static_cast<int>(cfg.get_int("fsdp.limit_all_gathers"));
-  o.accumulate = fsdp::parse_accumulate(cfg.get_string("fsdp.accumulate"));
-  TESSERA_CHECK_INPUT(o.limit_all_gathers >= 1, "fsdp.limit_all_gathers must be >= 1");
+  o.strategy = cfg.fsdp.strategy;
+  o.param_dtype = fsdp::scalar_type(cfg.fsdp.mixed_precision);
+  o.reduce_dtype = fsdp::scalar_type(cfg.fsdp.reduce_dtype);
+  const Recompute ac = cfg.fsdp.activation_checkpointing;
+  o.activation_checkpointing = ac == Recompute::True || (ac == Recompute::Auto && mc.hidden_size >= 4096);
+  o.prefetch = cfg.fsdp.prefetch;
+  o.limit_all_gathers = static_cast<int>(cfg.fsdp.limit_all_gathers);
+  o.accumulate = cfg.fsdp.accumulate;
   return o;
 }
 
@@ -108,43 +107,37 @@ void check_writable_dir(const std::string& dir, const std::string& key) {
 
 train::TrainOptions train_options_from(const Config& cfg) {
   train::TrainOptions t;
-  t.steps = cfg.get_int("train.steps");
-  t.micro_batch = cfg.get_int("train.micro_batch");
-  t.grad_accum = cfg.get_int("train.grad_accum");
-  t.seq_len = cfg.get_int("data.seq_len");
-  t.lr = cfg.get_float("train.lr");
-  t.min_lr = cfg.get_float("train.min_lr");
-  t.warmup_steps = cfg.get_int("train.warmup_steps");
-  t.schedule = cfg.get_string("train.schedule");
-  t.weight_decay = cfg.get_float("train.weight_decay");
-  t.beta1 = cfg.get_float("train.beta1");
-  t.beta2 = cfg.get_float("train.beta2");
-  t.eps = cfg.get_float("train.eps");
-  t.clip = cfg.get_float("train.clip");
-  t.optimizer_state_dtype = optim::parse_state_dtype(cfg.get_string("optim.state_dtype"));
-  t.max_skipped_steps = cfg.get_int("train.max_skipped_steps");
+  // Bounds of single keys (steps >= 1, ...) were checked when the configuration was read (config.cpp).
+  t.steps = cfg.train.steps;
+  t.micro_batch = cfg.train.micro_batch;
+  t.grad_accum = cfg.train.grad_accum;
+  t.seq_len = cfg.data.seq_len;
+  t.lr = cfg.train.lr;
+  t.min_lr = cfg.train.min_lr;
+  t.warmup_steps = cfg.train.warmup_steps;
+  t.schedule = cfg.train.schedule;
+  t.weight_decay = cfg.train.weight_decay;
+  t.beta1 = cfg.train.beta1;
+  t.beta2 = cfg.train.beta2;
+  t.eps = cfg.train.eps;
+  t.clip = cfg.train.clip;
+  t.optimizer_state_dtype = fsdp::scalar_type(cfg.optim.state_dtype);
+  t.max_skipped_steps = cfg.train.max_skipped_steps;
   // fp16 anywhere in the gradient path gets dynamic loss scaling (runtime/train/numerics.h).
-  t.loss_scaling = cfg.get_string("fsdp.mixed_precision") == "fp16" || cfg.get_string("fsdp.reduce_dtype") == "fp16";
-  t.seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
-  t.checkpoint_dir = cfg.get_string("checkpoint.dir");
-  t.checkpoint_every = cfg.get_int("checkpoint.every");
-  t.checkpoint_keep = static_cast<int>(cfg.get_int("checkpoint.keep"));
-  t.checkpoint_async = cfg.get_bool("checkpoint.async");
-  t.keep_best = cfg.get_bool("checkpoint.keep_best");
-  t.eval_every = cfg.get_int("eval.every");
-  t.log_dir = cfg.get_string("log.dir").empty() ? t.checkpoint_dir : cfg.get_string("log.dir");
-  t.log_every = std::max<int64_t>(1, cfg.get_int("log.every"));
-  t.preempt_signal = cfg.get_string("train.preempt_signal") == "USR1" ? SIGUSR1 : SIGUSR2;
-  TESSERA_CHECK_INPUT(t.steps >= 1, "train.steps must be >= 1 (got " + std::to_string(t.steps) + ")");
-  TESSERA_CHECK_INPUT(t.micro_batch >= 1, "train.micro_batch must be >= 1 (got " + std::to_string(t.micro_batch) + ")");
-  TESSERA_CHECK_INPUT(t.grad_accum >= 1, "train.grad_accum must be >= 1 (got " + std::to_string(t.grad_accum) + ")");
-  TESSERA_CHECK_INPUT(t.seq_len >= 1, "data.seq_len must be >= 1");
-  TESSERA_CHECK_INPUT(t.checkpoint_keep >= 1, "checkpoint.keep must be >= 1");
-  TESSERA_CHECK_INPUT(t.max_skipped_steps >= 0,
-                      "train.max_skipped_steps must be >= 0 (got " + std::to_string(t.max_skipped_steps) + ")");
-  const std::vector<int64_t> profile = cfg.get_int_list("train.profile_steps");
+  t.loss_scaling = cfg.fsdp.mixed_precision == util::FloatType::F16 || cfg.fsdp.reduce_dtype == util::FloatType::F16;
+  t.seed = static_cast<uint64_t>(cfg.train.seed);
+  t.checkpoint_dir = cfg.checkpoint.dir;
+  t.checkpoint_every = cfg.checkpoint.every;
+  t.checkpoint_keep = static_cast<int>(cfg.checkpoint.keep);
+  t.checkpoint_async = cfg.checkpoint.async;
+  t.keep_best = cfg.checkpoint.keep_best;
+  t.eval_every = cfg.eval.every;
+  t.log_dir = cfg.log.dir.empty() ? t.checkpoint_dir : cfg.log.dir;
+  t.log_every = cfg.log.every;
+  t.preempt_signal = cfg.train.preempt_signal == PreemptSignal::USR1 ? SIGUSR1 : SIGUSR2;
+  const std::vector<int64_t>& profile = cfg.train.profile_steps;
   if (!profile.empty()) {
-    const std::string got = cfg.json()["train"]["profile_steps"].dump();
+    const std::string got = nlohmann::json(profile).dump();
     TESSERA_CHECK_INPUT(profile.size() == 2 && profile[0] >= 1 && profile[0] <= profile[1] && profile[1] <= t.steps,
                         "train.profile_steps must be [first, last] with 1 <= first <= last <= train.steps (" +
                             std::to_string(t.steps) + "), got " + got);
@@ -161,9 +154,7 @@ namespace {
 // comm.timeout_s -> the default timeout of every Work::wait() (all backends: the MPI backend's wait,
 // NCCL's watchdog deadline) and so of the checkpoint's save/load agreement and the launcher's.
 void apply_comm_timeout(const Config& cfg) {
-  const double s = cfg.get_float("comm.timeout_s");
-  TESSERA_CHECK_INPUT(std::isfinite(s) && s >= 0.001 && s <= 1e7,
-                      "comm.timeout_s must be a number of seconds between 0.001 and 1e7 (got " + std::to_string(s) + ")");
+  const double s = cfg.comm.timeout_s;  // in [0.001, 1e7]: checked when the configuration was read
   comm::set_default_timeout(std::chrono::milliseconds(std::llround(s * 1000)));
 }
 
@@ -190,27 +181,27 @@ struct ModelSetup {
 
 ModelSetup setup_model(const Config& cfg) {
   ModelSetup s;
-  std::string path = cfg.get_string("model.path");
+  std::string path = cfg.model.path;
   if (!path.empty()) {
     s.dir = std::make_shared<model::ModelDir>(path);
     s.dir->validate();
     s.config = s.dir->config();
     s.source = path;
   } else {
-    s.config = model::ModelConfig::preset(cfg.get_string("model.preset"));
-    s.source = "preset " + cfg.get_string("model.preset") + " (seed " + std::to_string(cfg.get_int("model.seed")) + ")";
+    s.config = model::ModelConfig::preset(cfg.model.preset);
+    s.source = "preset " + cfg.model.preset + " (seed " + std::to_string(cfg.model.seed) + ")";
   }
   return s;
 }
 
 void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg) {
-  if (!cfg.get_string("model.path").empty()) {
+  if (!cfg.model.path.empty()) {
     // model.load: rank0 (only rank 0 has a source), parallel, or naive (benchmark baseline).
     std::unique_ptr<HfWeightSource> src;
     if (ms.dir) src = std::make_unique<HfWeightSource>(ms.dir);
-    trainer.load_weights(src.get(), fsdp::parse_load_mode(cfg.get_string("model.load")));
+    trainer.load_weights(src.get(), cfg.model.load);
   } else {
-    InitWeightSource src(ms.config, static_cast<uint64_t>(cfg.get_int("model.seed")));
+    InitWeightSource src(ms.config, static_cast<uint64_t>(cfg.model.seed));
     trainer.load_weights(src);
   }
 }
@@ -300,12 +291,12 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
     s.cfg = Config::load(vm["config"].as<std::string>(), sets);
     s.topts = train_options_from(s.cfg);
     apply_comm_timeout(s.cfg);
-    s.rank0_reads = !s.cfg.get_string("model.path").empty() && s.cfg.get_string("model.load") == "rank0";
+    s.rank0_reads = !s.cfg.model.path.empty() && s.cfg.model.load == fsdp::LoadMode::Rank0;
     if (rank0 || !s.rank0_reads) {
       s.ms = setup_model(s.cfg);
-      const std::string path = s.cfg.get_string("model.path");
-      s.tok_choice = choose_tokenizer(s.cfg.get_string("data.tokenizer"), path,
-                                    path.empty() ? "preset " + s.cfg.get_string("model.preset") : path, s.ms.config);
+      const std::string path = s.cfg.model.path;
+      s.tok_choice = choose_tokenizer(s.cfg.data.tokenizer, path,
+                                    path.empty() ? "preset " + s.cfg.model.preset : path, s.ms.config);
       // A SentencePiece tokenizer.model travels by broadcast; a tokenizer.json (with its
       // tokenizer_config.json) is opened by every rank itself.
       if (s.rank0_reads && !s.tok_choice.bytes && !s.tok_choice.bpe()) s.tok_bytes = read_tokenizer_file(s.tok_choice.path);
@@ -317,7 +308,7 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
     s.tok_choice.bytes = s.tok_choice.path.empty();
     s.tok_bytes = b.groups.world->broadcast_string(s.tok_bytes, 0);
     if (!rank0) {
-      s.ms.source = s.cfg.get_string("model.path");
+      s.ms.source = s.cfg.model.path;
       s.ms.config = model::ModelConfig::from_json(nlohmann::json::parse(config_json), s.ms.source + "/config.json");
     }
   }
@@ -329,7 +320,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
   const bool rank0 = b.world_rank == 0;
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
   // the lowest failing rank's one-line message (rank, host, device).
-  s.device = agree_on_device(s.cfg.get_string("train.device"), b);
+  s.device = agree_on_device(s.cfg.train.device, b);
   s.run_id = agree_run_id(b);
   collectively([&] {
     s.fopts = fsdp_options_from(s.cfg, s.ms.config);
@@ -339,7 +330,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     // A compute dtype this LibTorch cannot multiply on this s.device (fp16 on CPU) is refused before
     // anything runs; it would otherwise fail at the first forward.
     if (const std::string why = train::unsupported_matmul(s.fopts.param_dtype, s.device); !why.empty())
-      throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + s.cfg.get_string("fsdp.mixed_precision") + ": no matmul in " +
+      throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + std::string(util::short_name(s.cfg.fsdp.mixed_precision)) + ": no matmul in " +
                                 "this dtype on " + device::describe(s.device) + " with this LibTorch (" + why +
                                 "); use fsdp.mixed_precision bf16 (fp32's range: no loss scaling needed)");
     TESSERA_CHECK_INPUT(s.topts.seq_len <= s.ms.config.max_position_embeddings,
@@ -358,7 +349,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     s.data = setup_data(s.cfg, s.ms.config, std::move(tokenizer), /*print_warnings=*/rank0);
     const int64_t global = b.world_size * s.topts.micro_batch * s.topts.grad_accum;
     TESSERA_CHECK_INPUT(s.data.train->num_sequences() >= global,
-                        "data.path " + s.cfg.get_string("data.path") + " holds " + std::to_string(s.data.train->num_sequences()) +
+                        "data.path " + s.cfg.data.path + " holds " + std::to_string(s.data.train->num_sequences()) +
                             " sequences of " + std::to_string(s.topts.seq_len + 1) + " tokens, fewer than one global batch (" +
                             std::to_string(b.world_size) + " ranks x micro_batch " + std::to_string(s.topts.micro_batch) +
                             " x grad_accum " + std::to_string(s.topts.grad_accum) + " = " + std::to_string(global) + ")");
@@ -367,7 +358,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     // The flight recorder dumps to <log.dir>/flight on a timeout, an abort or a fatal signal.
     comm::flight::set_dump_dir(s.topts.log_dir.empty() ? "" : s.topts.log_dir + "/flight", s.run_id, b.world_size);
     comm::flight::install_signal_handlers();
-    std::string resume = vm.count("resume") ? vm["resume"].as<std::string>() : s.cfg.get_string("checkpoint.resume");
+    std::string resume = vm.count("resume") ? vm["resume"].as<std::string>() : s.cfg.checkpoint.resume;
     if (resume == "latest" || resume == "auto") {
       TESSERA_CHECK_INPUT(!(resume == "latest" && s.topts.checkpoint_dir.empty()),
                           "--resume needs checkpoint.dir (or --resume DIR)");
@@ -383,11 +374,11 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
 void announce_run(const TrainSetup& s, const Bootstrap& b) {
   {
     std::cout << "tessera train: " << b.world_size << " rank(s) on " << b.num_nodes << " node(s), "
-              << fsdp::to_string(s.fopts.strategy) << ", " << s.cfg.get_string("fsdp.mixed_precision") << " on "
+              << fsdp::to_string(s.fopts.strategy) << ", " << util::short_name(s.cfg.fsdp.mixed_precision) << " on "
               << (s.device.is_cpu() ? std::string("cpu") : "cuda (rank 0: " + device::describe(s.device) + ", NCCL)")
               << ", model "
               << s.ms.source << " (" << s.ms.config.num_parameters() << " parameters), s.data "
-              << s.cfg.get_string("data.path") << " (" << describe_dataset(*s.data.train, s.data.tokenizer->name()) << ")";
+              << s.cfg.data.path << " (" << describe_dataset(*s.data.train, s.data.tokenizer->name()) << ")";
     if (s.data.val) std::cout << ", validation " << describe_dataset(*s.data.val, "");
     std::cout << std::endl;
     if (!s.topts.log_dir.empty()) write_run_info(s.topts.log_dir, s.cfg, s.ms, s.fopts, b, *s.data.train, s.data.val.get(), *s.data.tokenizer);

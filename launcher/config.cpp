@@ -1,5 +1,6 @@
 #include "launcher/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -13,65 +14,136 @@ namespace tessera::launcher {
 
 using nlohmann::json;
 
+namespace {
+
+template <class T> struct TypeName;
+template <> struct TypeName<int64_t> { static constexpr const char* name = "int"; };
+template <> struct TypeName<double> { static constexpr const char* name = "float"; };
+template <> struct TypeName<bool> { static constexpr const char* name = "bool"; };
+template <> struct TypeName<std::string> { static constexpr const char* name = "string"; };
+template <> struct TypeName<std::vector<int64_t>> { static constexpr const char* name = "int list"; };
+template <class T> struct Same { using type = T; };
+
+struct Bounds {
+  std::optional<double> min, max;
+  bool max_open = false;
+};
+Bounds at_least(double min) { return {min, std::nullopt, false}; }
+
+// A key whose field holds its JSON value as is (int64_t, double, bool, std::string, int list).
+template <class S, class T>
+ConfigKey field(S Config::*section, T S::*member, const char* key, typename Same<T>::type def, const char* help,
+                Bounds bounds = {}, util::Names choices = {}) {
+  ConfigKey k{key, TypeName<T>::name, json(def), help, std::move(choices), bounds.min, bounds.max, bounds.max_open, {}, {}};
+  k.store = [section, member](Config& c, const json& v) { (c.*section).*member = v.get<T>(); };
+  k.value = [section, member](const Config& c) { return json((c.*section).*member); };
+  return k;
+}
+
+// An enumerated key: a string among `names` (util/enum_names.h: names[i] names E(i)), held as the enum.
+template <class S, class E>
+ConfigKey choice(S Config::*section, E S::*member, const char* key, const util::Names& names, E def, const char* help) {
+  ConfigKey k{key, "string", json(util::name_of(names, def)), help, names, std::nullopt, std::nullopt, false, {}, {}};
+  k.store = [section, member, names](Config& c, const json& v) {
+    (c.*section).*member = *util::enum_named<E>(names, v.get<std::string>());  // checked against the choices
+  };
+  k.value = [section, member, names](const Config& c) { return json(util::name_of(names, (c.*section).*member)); };
+  return k;
+}
+
+// optim.state_dtype: fp32 or bf16, the first two of util::float_type_names() (so index i is FloatType(i)).
+const util::Names& state_dtype_names() {
+  static const util::Names names(util::float_type_names().begin(), util::float_type_names().begin() + 2);
+  return names;
+}
+
+}  // namespace
+
 const std::vector<ConfigKey>& config_schema() {
+  using C = Config;
+  using util::FloatType;
   static const std::vector<ConfigKey> schema = {
       // model
-      {"model.path", "string", "", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."},
-      {"model.preset", "string", "tiny", "Preset used when model.path is empty (any family of the model registry).", model::ModelConfig::preset_names()},
-      {"model.seed", "int", 1234, "Seed of the initialisation when model.path is empty."},
-      {"model.load", "string", "rank0", "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only).", {"rank0", "parallel", "naive"}},
+      field(&C::model, &ModelSection::path, "model.path", "", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."),
+      field(&C::model, &ModelSection::preset, "model.preset", "tiny", "Preset used when model.path is empty (any family of the model registry).", {},
+            model::ModelConfig::preset_names()),
+      field(&C::model, &ModelSection::seed, "model.seed", 1234, "Seed of the initialisation when model.path is empty."),
+      choice(&C::model, &ModelSection::load, "model.load", fsdp::load_mode_names(), fsdp::LoadMode::Rank0,
+             "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only)."),
       // data
-      {"data.path", "string", "/usr/share/common-licenses", "Training data: a text file, a JSONL file (records `messages` (chat), `prompt`/`completion` or `text`, auto-detected per line), a token file from `tessera tokenize`, or a directory of them."},
-      {"data.tokenizer", "string", "", "SentencePiece tokenizer.model (Llama 2 format), a Hugging Face byte-level BPE tokenizer.json (Llama 3; a *.json file or a directory holding tokenizer.json), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Its vocabulary must fit the model's vocab_size. Empty: the model directory's tokenizer.model, else its tokenizer.json; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny presets); otherwise an error naming the model's vocab size."},
-      {"data.seq_len", "int", 128, "Tokens per training sequence (<= the model's max_position_embeddings)."},
-      {"data.chat_template", "string", "llama2", "How `messages` records are rendered: llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated).", {"llama2", "llama3", "none"}},
-      {"data.train_on", "string", "completion", "Loss targets: completion (assistant turns and completions; `text` records and text files entirely) or all (every token).", {"completion", "all"}},
-      {"data.packing", "bool", true, "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."},
-      {"data.truncation", "string", "drop", "An example (chat, prompt/completion) longer than seq_len + 1 tokens: drop (skip it with a warning naming file and line), left (keep its last seq_len + 1 tokens), error (stop). Text is cut into pieces instead.", {"drop", "left", "error"}},
-      {"data.val_path", "string", "", "Validation data, in the formats of data.path."},
-      {"data.val_fraction", "float", 0.0, "Fraction of data.path's examples held out for validation (a fixed hash per example; 0: none). Exclusive with data.val_path."},
+      field(&C::data, &DataSection::path, "data.path", "/usr/share/common-licenses",
+            "Training data: a text file, a JSONL file (records `messages` (chat), `prompt`/`completion` or `text`, auto-detected per line), a token file from `tessera tokenize`, or a directory of them."),
+      field(&C::data, &DataSection::tokenizer, "data.tokenizer", "",
+            "SentencePiece tokenizer.model (Llama 2 format), a Hugging Face byte-level BPE tokenizer.json (Llama 3; a *.json file or a directory holding tokenizer.json), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Its vocabulary must fit the model's vocab_size. Empty: the model directory's tokenizer.model, else its tokenizer.json; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny presets); otherwise an error naming the model's vocab size."),
+      field(&C::data, &DataSection::seq_len, "data.seq_len", 128, "Tokens per training sequence (<= the model's max_position_embeddings).", at_least(1)),
+      choice(&C::data, &DataSection::chat_template, "data.chat_template", data::chat_template_names(),
+             data::ChatTemplateKind::Llama2, "How `messages` records are rendered: llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated)."),
+      choice(&C::data, &DataSection::train_on, "data.train_on", train_on_names(), TrainOn::Completion,
+             "Loss targets: completion (assistant turns and completions; `text` records and text files entirely) or all (every token)."),
+      field(&C::data, &DataSection::packing, "data.packing", true, "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."),
+      choice(&C::data, &DataSection::truncation, "data.truncation", data::truncation_names(), data::Truncation::Drop,
+             "An example (chat, prompt/completion) longer than seq_len + 1 tokens: drop (skip it with a warning naming file and line), left (keep its last seq_len + 1 tokens), error (stop). Text is cut into pieces instead."),
+      field(&C::data, &DataSection::val_path, "data.val_path", "", "Validation data, in the formats of data.path."),
+      field(&C::data, &DataSection::val_fraction, "data.val_fraction", 0.0, "Fraction of data.path's examples held out for validation (a fixed hash per example; 0: none). Exclusive with data.val_path.",
+            {0.0, 1.0, true}),
       // train
-      {"train.steps", "int", 20, "Optimizer steps."},
-      {"train.micro_batch", "int", 2, "Sequences per rank per micro-step."},
-      {"train.grad_accum", "int", 1, "Micro-steps per optimizer step (gradients are reduced once per step)."},
-      {"train.lr", "float", 3e-4, "Peak learning rate."},
-      {"train.min_lr", "float", 3e-5, "Learning rate at the end of the cosine decay."},
-      {"train.warmup_steps", "int", 5, "Linear warmup steps."},
-      {"train.schedule", "string", "cosine", "Learning-rate schedule after warmup.", {"cosine", "constant"}},
-      {"train.weight_decay", "float", 0.1, "AdamW decoupled weight decay (not applied to norm weights)."},
-      {"train.beta1", "float", 0.9, "AdamW beta1."},
-      {"train.beta2", "float", 0.95, "AdamW beta2."},
-      {"train.eps", "float", 1e-8, "AdamW epsilon."},
-      {"train.clip", "float", 1.0, "Global gradient-norm clipping threshold (0 disables)."},
-      {"train.max_skipped_steps", "int", 10, "A step whose loss or gradient norm is not finite is skipped on every rank (weights and optimizer state untouched; with fp16 the loss scale halves); this many skipped in a row stop the run with exit code 2, the last checkpoint kept (0: never stop)."},
-      {"train.seed", "int", 42, "Seed of data shuffling."},
-      {"train.device", "string", "auto", "Where shards, optimizer state and compute live: `auto` (cuda when this build has CUDA and a GPU is visible, else cpu), `cpu` (MPI collectives), `cuda` (local rank r uses GPU r; NCCL collectives), `cuda:N` (local rank r uses GPU N+r)."},
-      {"train.preempt_signal", "string", "USR2", "Signal that makes the loop finish the step, checkpoint and exit for requeue (SIGTERM always does).", {"USR1", "USR2"}},
+      field(&C::train, &TrainSection::steps, "train.steps", 20, "Optimizer steps.", at_least(1)),
+      field(&C::train, &TrainSection::micro_batch, "train.micro_batch", 2, "Sequences per rank per micro-step.", at_least(1)),
+      field(&C::train, &TrainSection::grad_accum, "train.grad_accum", 1, "Micro-steps per optimizer step (gradients are reduced once per step).", at_least(1)),
+      field(&C::train, &TrainSection::lr, "train.lr", 3e-4, "Peak learning rate.", at_least(0)),
+      field(&C::train, &TrainSection::min_lr, "train.min_lr", 3e-5, "Learning rate at the end of the cosine decay.", at_least(0)),
+      field(&C::train, &TrainSection::warmup_steps, "train.warmup_steps", 5, "Linear warmup steps.", at_least(0)),
+      choice(&C::train, &TrainSection::schedule, "train.schedule", optim::schedule_names(), optim::Schedule::Cosine,
+             "Learning-rate schedule after warmup, down to train.min_lr at train.steps (constant: train.lr throughout)."),
+      field(&C::train, &TrainSection::weight_decay, "train.weight_decay", 0.1, "AdamW decoupled weight decay (not applied to norm weights).", at_least(0)),
+      field(&C::train, &TrainSection::beta1, "train.beta1", 0.9, "AdamW beta1.", {0.0, 1.0, true}),
+      field(&C::train, &TrainSection::beta2, "train.beta2", 0.95, "AdamW beta2.", {0.0, 1.0, true}),
+      field(&C::train, &TrainSection::eps, "train.eps", 1e-8, "AdamW epsilon.", at_least(0)),
+      field(&C::train, &TrainSection::clip, "train.clip", 1.0, "Global gradient-norm clipping threshold (0 disables).", at_least(0)),
+      field(&C::train, &TrainSection::max_skipped_steps, "train.max_skipped_steps", 10,
+            "A step whose loss or gradient norm is not finite is skipped on every rank (weights and optimizer state untouched; with fp16 the loss scale halves); this many skipped in a row stop the run with exit code 2, the last checkpoint kept (0: never stop).",
+            at_least(0)),
+      field(&C::train, &TrainSection::seed, "train.seed", 42, "Seed of data shuffling."),
+      field(&C::train, &TrainSection::device, "train.device", "auto",
+            "Where shards, optimizer state and compute live: `auto` (cuda when this build has CUDA and a GPU is visible, else cpu), `cpu` (MPI collectives), `cuda` (local rank r uses GPU r; NCCL collectives), `cuda:N` (local rank r uses GPU N+r)."),
+      choice(&C::train, &TrainSection::preempt_signal, "train.preempt_signal", preempt_signal_names(), PreemptSignal::USR2,
+             "Signal that makes the loop finish the step, checkpoint and exit for requeue (SIGTERM always does)."),
       // fsdp
-      {"fsdp.strategy", "string", "full_shard", "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes).", fsdp::strategy_names()},
-      {"fsdp.mixed_precision", "string", "fp32", "Dtype of gathered parameters and compute; master shards and optimizer state are fp32. fp16 needs a GPU (refused on CPU: LibTorch has no fp16 matmul there).", {"fp32", "bf16", "fp16"}},
-      {"fsdp.reduce_dtype", "string", "fp32", "Dtype of gradient reduction. fp16 here or in mixed_precision turns on dynamic loss scaling (as torch.cuda.amp.GradScaler: scale 65536, halved on a non-finite step, doubled after 2000 finite ones; checkpointed).", {"fp32", "bf16", "fp16"}},
-      {"fsdp.activation_checkpointing", "string", "auto", "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false.", {"auto", "true", "false"}},
-      {"fsdp.prefetch", "bool", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."},
-      {"fsdp.limit_all_gathers", "int", 2, "Most decoder-layer units gathered at once (>= 1)."},
-      {"fsdp.accumulate", "string", "sharded", "Gradient accumulation over train.grad_accum micro-steps: sharded (every micro-step reduce-scatters into the fp32 gradient shard; nothing model-sized is kept between micro-steps) or unsharded (micro-steps before the last accumulate a full-size fp32 gradient per unit locally, like no_sync(); one reduction per step: less traffic, 4 bytes per parameter more memory). no_shard adds into its (full) gradient either way.", fsdp::accumulate_names()},
+      choice(&C::fsdp, &FsdpSection::strategy, "fsdp.strategy", fsdp::strategy_names(), fsdp::Strategy::FullShard,
+             "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes)."),
+      choice(&C::fsdp, &FsdpSection::mixed_precision, "fsdp.mixed_precision", util::float_type_names(), FloatType::F32,
+             "Dtype of gathered parameters and compute; master shards and optimizer state are fp32. fp16 needs a GPU (refused on CPU: LibTorch has no fp16 matmul there)."),
+      choice(&C::fsdp, &FsdpSection::reduce_dtype, "fsdp.reduce_dtype", util::float_type_names(), FloatType::F32,
+             "Dtype of gradient reduction. fp16 here or in mixed_precision turns on dynamic loss scaling (as torch.cuda.amp.GradScaler: scale 65536, halved on a non-finite step, doubled after 2000 finite ones; checkpointed)."),
+      choice(&C::fsdp, &FsdpSection::activation_checkpointing, "fsdp.activation_checkpointing", recompute_names(),
+             Recompute::Auto, "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false."),
+      field(&C::fsdp, &FsdpSection::prefetch, "fsdp.prefetch", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."),
+      field(&C::fsdp, &FsdpSection::limit_all_gathers, "fsdp.limit_all_gathers", 2, "Most decoder-layer units gathered at once.",
+            at_least(1)),
+      choice(&C::fsdp, &FsdpSection::accumulate, "fsdp.accumulate", fsdp::accumulate_names(), fsdp::Accumulate::Sharded,
+             "Gradient accumulation over train.grad_accum micro-steps: sharded (every micro-step reduce-scatters into the fp32 gradient shard; nothing model-sized is kept between micro-steps) or unsharded (micro-steps before the last accumulate a full-size fp32 gradient per unit locally, like no_sync(); one reduction per step: less traffic, 4 bytes per parameter more memory). no_shard adds into its (full) gradient either way."),
       // optim
-      {"optim.state_dtype", "string", "fp32", "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient) or bf16 (12 bytes; each update is computed in fp32 and rounded once).", {"fp32", "bf16"}},
+      choice(&C::optim, &OptimSection::state_dtype, "optim.state_dtype", state_dtype_names(), FloatType::F32,
+             "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient) or bf16 (12 bytes; each update is computed in fp32 and rounded once)."),
       // checkpoint
-      {"checkpoint.dir", "string", "", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."},
-      {"checkpoint.every", "int", 0, "Save every N steps (0: only at the end and on preemption)."},
-      {"checkpoint.keep", "int", 2, "Complete checkpoints to retain."},
-      {"checkpoint.keep_best", "bool", false, "Also keep the checkpoint with the lowest validation loss (saved whenever validation improves); needs validation data and checkpoint.dir."},
-      {"checkpoint.async", "bool", false, "Snapshot shards to host memory and write on a background thread."},
-      {"checkpoint.resume", "string", "auto", "auto: resume from the latest complete checkpoint in checkpoint.dir if any; never; or a checkpoint directory."},
+      field(&C::checkpoint, &CheckpointSection::dir, "checkpoint.dir", "", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."),
+      field(&C::checkpoint, &CheckpointSection::every, "checkpoint.every", 0, "Save every N steps (0: only at the end and on preemption).", at_least(0)),
+      field(&C::checkpoint, &CheckpointSection::keep, "checkpoint.keep", 2, "Complete checkpoints to retain.", at_least(1)),
+      field(&C::checkpoint, &CheckpointSection::keep_best, "checkpoint.keep_best", false,
+            "Also keep the checkpoint with the lowest validation loss (saved whenever validation improves); needs validation data and checkpoint.dir."),
+      field(&C::checkpoint, &CheckpointSection::async, "checkpoint.async", false, "Snapshot shards to host memory and write on a background thread."),
+      field(&C::checkpoint, &CheckpointSection::resume, "checkpoint.resume", "auto",
+            "auto: resume from the latest complete checkpoint in checkpoint.dir if any; never; or a checkpoint directory."),
       // eval
-      {"eval.every", "int", 0, "Validation loss every N steps (0: only at the end of the run); needs data.val_path or data.val_fraction."},
+      field(&C::eval, &EvalSection::every, "eval.every", 0, "Validation loss every N steps (0: only at the end of the run); needs data.val_path or data.val_fraction.", at_least(0)),
       // log
-      {"log.dir", "string", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."},
-      {"log.every", "int", 1, "Progress line every N steps."},
-      {"train.profile_steps", "int list", nlohmann::json::array(), "Steps [first, last] (1-based, inclusive) to trace: every rank writes log.dir/trace-rank-<r>.json, a Chrome trace (chrome://tracing, ui.perfetto.dev) with one track per thread (compute, each communicator's thread). Needs log.dir (or checkpoint.dir). []: no trace. The step-time breakdown in metrics.jsonl is always on."},
+      field(&C::log, &LogSection::dir, "log.dir", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."),
+      field(&C::log, &LogSection::every, "log.every", 1, "Progress line every N steps.", at_least(1)),
+      field(&C::train, &TrainSection::profile_steps, "train.profile_steps", {},
+            "Steps [first, last] (1-based, inclusive) to trace: every rank writes log.dir/trace-rank-<r>.json, a Chrome trace (chrome://tracing, ui.perfetto.dev) with one track per thread (compute, each communicator's thread). Needs log.dir (or checkpoint.dir). []: no trace. The step-time breakdown in metrics.jsonl is always on."),
       // comm
-      {"comm.timeout_s", "float", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3)."},
+      field(&C::comm, &CommSection::timeout_s, "comm.timeout_s", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3).",
+            {0.001, 1e7, false}),
   };
   return schema;
 }
@@ -105,6 +177,22 @@ std::string type_name(const json& v) {
   return v.is_array() ? "array" : "object";
 }
 
+// A bound as people write it: 1, 0.001, 10000000.
+std::string number_text(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e15) return std::to_string(static_cast<int64_t>(x));
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+// "Bounds: >= 0, < 1." for the reference; empty without bounds.
+std::string bounds_text(const ConfigKey& k) {
+  std::string parts;
+  if (k.min) parts += ">= " + number_text(*k.min);
+  if (k.max) parts += (parts.empty() ? "" : ", ") + std::string(k.max_open ? "< " : "<= ") + number_text(*k.max);
+  return parts.empty() ? "" : " Bounds: " + parts + ".";
+}
+
 // Checks one value against its schema entry; returns it normalised (int accepted for float).
 json check_value(const ConfigKey& k, const json& v, const std::string& source) {
   bool ok = (k.type == "int" && v.is_number_integer()) || (k.type == "float" && v.is_number()) ||
@@ -123,6 +211,16 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
       throw TESSERA_INPUT_ERROR(source + ": config key '" + k.key + "' is '" + s + "', expected one of " + list +
                                 (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
     }
+  }
+  if (k.min || k.max) {
+    const double x = v.get<double>();
+    const auto fail = [&](const char* relation, double bound) {
+      throw TESSERA_INPUT_ERROR(source + ": config key '" + k.key + "' must be " + relation + " " + number_text(bound) +
+                                ", got " + v.dump());
+    };
+    if (k.min && !(x >= *k.min)) fail(">=", *k.min);
+    if (k.max && k.max_open && !(x < *k.max)) fail("<", *k.max);
+    if (k.max && !k.max_open && !(x <= *k.max)) fail("<=", *k.max);
   }
   if (k.type == "float") return v.get<double>();
   return v;
@@ -188,7 +286,7 @@ json read_json_file(const std::string& path) {
 }
 
 Config::Config() {
-  for (const auto& k : config_schema()) slot(j_, k.key) = k.default_value;
+  for (const auto& k : config_schema()) k.store(*this, k.default_value);
 }
 
 Config Config::from_json(const nlohmann::json& j, const std::string& source, const std::vector<std::string>& overrides) {
@@ -198,7 +296,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
   for (const auto& [key, value] : flat) {
     const ConfigKey* k = find_key(key);
     if (!k) unknown_key(key, source);
-    slot(c.j_, key) = check_value(*k, value, source);
+    k->store(c, check_value(*k, value, source));
   }
   for (const auto& o : overrides) {
     auto eq = o.find('=');
@@ -224,7 +322,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
     } catch (const nlohmann::json::type_error&) {
       throw TESSERA_INPUT_ERROR("--set " + key + ": the value is not valid UTF-8");
     }
-    slot(c.j_, key) = check_value(*k, v, "--set");
+    k->store(c, check_value(*k, v, "--set"));
   }
   return c;
 }
@@ -237,23 +335,14 @@ Config Config::load(const std::string& path, const std::vector<std::string>& ove
 void Config::set(const std::string& key, const nlohmann::json& v) {
   const ConfigKey* k = find_key(key);
   if (!k) unknown_key(key, "config");
-  slot(j_, key) = check_value(*k, v, "config");
+  k->store(*this, check_value(*k, v, "config"));
 }
 
-const nlohmann::json& Config::at(const std::string& key) const {
-  if (!find_key(key)) throw Error(ErrorKind::Internal, "config key not in schema: " + key, __FILE__, __LINE__);
-  return j_.at(nlohmann::json::json_pointer("/" + [&] {
-    std::string p = key;
-    std::replace(p.begin(), p.end(), '.', '/');
-    return p;
-  }()));
+nlohmann::json Config::json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& k : config_schema()) slot(j, k.key) = k.value(*this);
+  return j;
 }
-
-int64_t Config::get_int(const std::string& key) const { return at(key).get<int64_t>(); }
-double Config::get_float(const std::string& key) const { return at(key).get<double>(); }
-bool Config::get_bool(const std::string& key) const { return at(key).get<bool>(); }
-std::string Config::get_string(const std::string& key) const { return at(key).get<std::string>(); }
-std::vector<int64_t> Config::get_int_list(const std::string& key) const { return at(key).get<std::vector<int64_t>>(); }
 
 std::string Config::reference_markdown() {
   std::ostringstream os;
@@ -265,6 +354,7 @@ std::string Config::reference_markdown() {
       for (const auto& c : k.choices) list += (list.empty() ? "" : ", ") + ("`" + c + "`");
       help += " One of " + list + ".";
     }
+    help += bounds_text(k);
     os << "| `" << k.key << "` | " << k.type << " | `" << k.default_value.dump() << "` | " << help << " |\n";
   }
   return os.str();

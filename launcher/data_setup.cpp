@@ -54,23 +54,23 @@ DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, std::uniqu
   DataSetup d;
   d.tokenizer = std::move(tokenizer);
   const data::Tokenizer& tok = *d.tokenizer;
-  const std::string model_path = cfg.get_string("model.path");
+  const std::string model_path = cfg.model.path;
   TESSERA_CHECK_INPUT(tok.vocab_size() <= mc.vocab_size,
                       "tokenizer " + tok.name() + " has a vocab of " + std::to_string(tok.vocab_size()) +
                           " tokens, more than the model's vocab_size " + std::to_string(mc.vocab_size) + " (" +
-                          (model_path.empty() ? "preset " + cfg.get_string("model.preset") : model_path + "/config.json") +
+                          (model_path.empty() ? "preset " + cfg.model.preset : model_path + "/config.json") +
                           "): its ids would be outside the model's embedding (set data.tokenizer to the model's own)");
-  d.chat = data::make_chat_template(cfg.get_string("data.chat_template"));
+  d.chat = data::make_chat_template(cfg.data.chat_template);
   d.chat->check(tok);
 
   data::PackOptions po;
-  po.seq_len = cfg.get_int("data.seq_len");
-  po.packing = cfg.get_bool("data.packing");
-  po.truncation = data::parse_truncation(cfg.get_string("data.truncation"));
-  po.train_on_all = cfg.get_string("data.train_on") == "all";
+  po.seq_len = cfg.data.seq_len;
+  po.packing = cfg.data.packing;
+  po.truncation = cfg.data.truncation;
+  po.train_on_all = cfg.data.train_on == TrainOn::All;
   po.vocab_limit = mc.vocab_size;
-  const std::string path = cfg.get_string("data.path"), val_path = cfg.get_string("data.val_path");
-  const double fraction = cfg.get_float("data.val_fraction");
+  const std::string path = cfg.data.path, val_path = cfg.data.val_path;
+  const double fraction = cfg.data.val_fraction;
   TESSERA_CHECK_INPUT(fraction >= 0 && fraction < 1, "data.val_fraction must be in [0, 1), got " + std::to_string(fraction));
   TESSERA_CHECK_INPUT(val_path.empty() || fraction == 0,
                       "data.val_path and data.val_fraction are both set: hold out a fraction of data.path or give a "
@@ -105,13 +105,13 @@ DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, std::uniqu
   } else if (fraction > 0) {
     d.val = make(stores, true, "data.val_fraction split of " + path);
   }
-  TESSERA_CHECK_INPUT(d.val || cfg.get_int("eval.every") == 0,
-                      "eval.every is " + std::to_string(cfg.get_int("eval.every")) +
+  TESSERA_CHECK_INPUT(d.val || cfg.eval.every == 0,
+                      "eval.every is " + std::to_string(cfg.eval.every) +
                           " but there is no validation data: set data.val_path or data.val_fraction");
-  TESSERA_CHECK_INPUT(cfg.get_int("eval.every") >= 0, "eval.every must be >= 0");
-  TESSERA_CHECK_INPUT(d.val || !cfg.get_bool("checkpoint.keep_best"),
+  TESSERA_CHECK_INPUT(cfg.eval.every >= 0, "eval.every must be >= 0");
+  TESSERA_CHECK_INPUT(d.val || !cfg.checkpoint.keep_best,
                       "checkpoint.keep_best needs validation data: set data.val_path or data.val_fraction");
-  TESSERA_CHECK_INPUT(!cfg.get_bool("checkpoint.keep_best") || !cfg.get_string("checkpoint.dir").empty(),
+  TESSERA_CHECK_INPUT(!cfg.checkpoint.keep_best || !cfg.checkpoint.dir.empty(),
                       "checkpoint.keep_best needs checkpoint.dir");
   return d;
 }

@@ -36,7 +36,7 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
   const fsdp::Options fo = fsdp_options_from(cfg, mc);
   const train::TrainOptions to = train_options_from(cfg);
   memory::RunShape r;
-  r.strategy = fsdp::to_string(fo.strategy);
+  r.strategy = fo.strategy;
   r.world = req.world;
   r.ranks_per_node = req.ranks_per_node;
   r.param_bytes = static_cast<int>(c10::elementSize(fo.param_dtype));
@@ -49,9 +49,7 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
   r.accumulate_unsharded = fo.accumulate == fsdp::Accumulate::Unsharded;
   r.grad_accum = to.grad_accum;
   r.checkpoint_async = to.checkpoint_async;
-  const std::string load = cfg.get_string("model.load");
-  r.load = load == "parallel" ? memory::LoadMode::Parallel : load == "naive" ? memory::LoadMode::Naive : memory::LoadMode::Rank0;
-  if (cfg.get_string("model.path").empty()) r.load = memory::LoadMode::Parallel;  // initialised in place
+  r.load = cfg.model.path.empty() ? fsdp::LoadMode::Parallel : cfg.model.load;  // a preset is initialised in place
   r.gpu = req.gpu;
   r.align = fo.align;
   return r;
@@ -161,30 +159,30 @@ std::vector<Knob> knobs(const Config& cfg, const model::ModelConfig& mc) {
   const fsdp::Options fo = fsdp_options_from(cfg, mc);
   const train::TrainOptions to = train_options_from(cfg);
   if (!fo.activation_checkpointing)
-    k.push_back({"fsdp.activation_checkpointing=true", [](Config& c, PlanRequest&) { c.set("fsdp.activation_checkpointing", "true"); }});
+    k.push_back({"fsdp.activation_checkpointing=true", [](Config& c, PlanRequest&) { c.fsdp.activation_checkpointing = Recompute::True; }});
   if (fo.strategy != fsdp::Strategy::FullShard && fo.strategy != fsdp::Strategy::HybridShard)
-    k.push_back({"fsdp.strategy=full_shard", [](Config& c, PlanRequest&) { c.set("fsdp.strategy", "full_shard"); }});
+    k.push_back({"fsdp.strategy=full_shard", [](Config& c, PlanRequest&) { c.fsdp.strategy = fsdp::Strategy::FullShard; }});
   if (fo.limit_all_gathers > 1)
-    k.push_back({"fsdp.limit_all_gathers=1", [](Config& c, PlanRequest&) { c.set("fsdp.limit_all_gathers", 1); }});
+    k.push_back({"fsdp.limit_all_gathers=1", [](Config& c, PlanRequest&) { c.fsdp.limit_all_gathers = 1; }});
   if (to.micro_batch > 1) {
     const int64_t mb = std::max<int64_t>(1, to.micro_batch / 2), ga = to.grad_accum * to.micro_batch / mb;
     k.push_back({"train.micro_batch=" + std::to_string(mb) + " train.grad_accum=" + std::to_string(ga) + " (same global batch)",
                  [mb, ga](Config& c, PlanRequest&) {
-                   c.set("train.micro_batch", mb);
-                   c.set("train.grad_accum", ga);
+                   c.train.micro_batch = mb;
+                   c.train.grad_accum = ga;
                  }});
   }
   if (to.optimizer_state_dtype == at::kFloat)
-    k.push_back({"optim.state_dtype=bf16", [](Config& c, PlanRequest&) { c.set("optim.state_dtype", "bf16"); }});
+    k.push_back({"optim.state_dtype=bf16", [](Config& c, PlanRequest&) { c.optim.state_dtype = util::FloatType::BF16; }});
   if (fo.accumulate == fsdp::Accumulate::Unsharded && to.grad_accum > 1)
-    k.push_back({"fsdp.accumulate=sharded", [](Config& c, PlanRequest&) { c.set("fsdp.accumulate", "sharded"); }});
+    k.push_back({"fsdp.accumulate=sharded", [](Config& c, PlanRequest&) { c.fsdp.accumulate = fsdp::Accumulate::Sharded; }});
   if (fo.reduce_dtype == at::kFloat && fo.param_dtype != at::kFloat)
-    k.push_back({"fsdp.reduce_dtype=" + cfg.get_string("fsdp.mixed_precision"),
-                 [m = cfg.get_string("fsdp.mixed_precision")](Config& c, PlanRequest&) { c.set("fsdp.reduce_dtype", m); }});
-  if (cfg.get_bool("checkpoint.async"))
-    k.push_back({"checkpoint.async=false", [](Config& c, PlanRequest&) { c.set("checkpoint.async", false); }});
-  if (cfg.get_string("model.load") == "naive")
-    k.push_back({"model.load=rank0", [](Config& c, PlanRequest&) { c.set("model.load", "rank0"); }});
+    k.push_back({"fsdp.reduce_dtype=" + std::string(util::short_name(cfg.fsdp.mixed_precision)),
+                 [m = cfg.fsdp.mixed_precision](Config& c, PlanRequest&) { c.fsdp.reduce_dtype = m; }});
+  if (cfg.checkpoint.async)
+    k.push_back({"checkpoint.async=false", [](Config& c, PlanRequest&) { c.checkpoint.async = false; }});
+  if (cfg.model.load == fsdp::LoadMode::Naive)
+    k.push_back({"model.load=rank0", [](Config& c, PlanRequest&) { c.model.load = fsdp::LoadMode::Rank0; }});
   return k;
 }
 
@@ -287,7 +285,7 @@ int run_plan(const std::vector<std::string>& args) {
   }
   const std::string device = vm->count("device") ? (*vm)["device"].as<std::string>()
                              : (by_nodes || vm->count("gpu-mem")) ? "cuda"
-                             : cfg.get_string("train.device") == "cpu" || cfg.get_string("train.device") == "auto" ? "cpu"
+                             : cfg.train.device == "cpu" || cfg.train.device == "auto" ? "cpu"
                                                                                                                    : "cuda";
   TESSERA_CHECK_INPUT(device == "cuda" || device == "cpu", "plan: --device '" + device + "' must be cuda or cpu");
   req.gpu = device == "cuda";
@@ -297,20 +295,20 @@ int run_plan(const std::vector<std::string>& args) {
   }
   if (vm->count("host-mem")) req.host_mem = static_cast<int64_t>(parse_byte_size((*vm)["host-mem"].as<std::string>(), "--host-mem"));
   const int nodes = req.world / req.ranks_per_node;
-  TESSERA_CHECK_INPUT(!(cfg.get_string("fsdp.strategy") == "hybrid_shard" && nodes == 1),
+  TESSERA_CHECK_INPUT(!(cfg.fsdp.strategy == fsdp::Strategy::HybridShard && nodes == 1),
                       "plan: fsdp.strategy hybrid_shard on one node is full_shard with extra steps; use full_shard or more nodes");
-  TESSERA_CHECK_INPUT(!(cfg.get_string("fsdp.strategy") == "hybrid_shard" && req.ranks_per_node == 1),
+  TESSERA_CHECK_INPUT(!(cfg.fsdp.strategy == fsdp::Strategy::HybridShard && req.ranks_per_node == 1),
                       "plan: fsdp.strategy hybrid_shard with one rank per node shards nothing; use no_shard or more ranks per node");
 
   // The model: a preset, or the config.json of model.path (the weights need not be there).
   model::ModelConfig mc;
   std::string model_name;
-  if (cfg.get_string("model.path").empty()) {
-    model_name = cfg.get_string("model.preset");
+  if (cfg.model.path.empty()) {
+    model_name = cfg.model.preset;
     mc = model::ModelConfig::preset(model_name);
     req.stored_bytes = 4;
   } else {
-    model_name = cfg.get_string("model.path");
+    model_name = cfg.model.path;
     const std::string path = model_name + "/config.json";
     std::ifstream in(path);
     TESSERA_CHECK_INPUT(static_cast<bool>(in), path + ": cannot open (tessera plan reads the model's config.json)");
@@ -331,7 +329,7 @@ int run_plan(const std::vector<std::string>& args) {
   if (vm->count("json")) {
     nlohmann::json j = {{"model", {{"name", model_name}, {"parameters", mc.num_parameters()}}},
                         {"layout", {{"world", req.world}, {"ranks_per_node", req.ranks_per_node}, {"nodes", nodes},
-                                    {"device", device}, {"strategy", run.strategy}, {"shard_group", plan.shard_size},
+                                    {"device", device}, {"strategy", fsdp::to_string(run.strategy)}, {"shard_group", plan.shard_size},
                                     {"replicate_group", plan.replicate_size}}},
                         {"phases", plan_json(plan, req)},
                         {"peak_host_bytes_per_rank", plan.peak_host()},
@@ -346,7 +344,7 @@ int run_plan(const std::vector<std::string>& args) {
     return why.empty() ? 0 : 1;
   }
   const train::TrainOptions to = train_options_from(cfg);
-  std::cout << "tessera plan: " << model_name << " (" << mc.num_parameters() << " parameters), " << run.strategy << " over "
+  std::cout << "tessera plan: " << model_name << " (" << mc.num_parameters() << " parameters), " << fsdp::to_string(run.strategy) << " over "
             << req.world << " rank(s) (" << nodes << " node(s) x " << req.ranks_per_node << "), shard group "
             << plan.shard_size << ", " << (req.gpu ? "GPU" : "CPU") << ", compute " << run.param_bytes * 8
             << "-bit, reduce " << run.reduce_bytes * 8 << "-bit, moments " << run.state_bytes * 8 << "-bit, "

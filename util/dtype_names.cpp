@@ -9,13 +9,6 @@ std::optional<FloatType> float_type_named(const std::string& s) {
   return std::nullopt;
 }
 
-const char* short_name(FloatType t) {
-  switch (t) {
-    case FloatType::F32: return "fp32";
-    case FloatType::BF16: return "bf16";
-    case FloatType::F16: return "fp16";
-  }
-  return "?";
-}
+const char* short_name(FloatType t) { return name_of(float_type_names(), t).c_str(); }
 
 }  // namespace tessera::util

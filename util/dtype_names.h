@@ -6,15 +6,24 @@
 #include <optional>
 #include <string>
 
+#include "util/enum_names.h"
+
 namespace tessera::util {
 
 enum class FloatType { F32, BF16, F16 };
+
+// The short names, in FloatType order: "fp32", "bf16", "fp16" (what configuration keys accept; a key
+// that allows 32 and 16-bit brain float only takes the first two).
+inline const Names& float_type_names() {
+  static const Names names = {"fp32", "bf16", "fp16"};
+  return names;
+}
 
 // fp32 | float32 | float | F32, bf16 | bfloat16 | BF16, fp16 | float16 | half | F16; nullopt for
 // anything else.
 std::optional<FloatType> float_type_named(const std::string& s);
 
-// "fp32", "bf16", "fp16": the names messages and the configuration reference use.
+// float_type_names()'s name of t: what messages and the configuration reference use.
 const char* short_name(FloatType t);
 
 }  // namespace tessera::util

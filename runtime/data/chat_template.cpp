@@ -161,16 +161,19 @@ void check_conversation(const std::vector<Message>& messages) {
   if (!any_assistant) throw BadExample("no target tokens", "no target tokens: the conversation has no assistant message");
 }
 
-const std::vector<std::string>& chat_template_names() {
-  static const std::vector<std::string> names = {"llama2", "llama3", "none"};
-  return names;
+std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind) {
+  switch (kind) {
+    case ChatTemplateKind::Llama2: return std::make_unique<Llama2Template>();
+    case ChatTemplateKind::Llama3: return std::make_unique<Llama3Template>();
+    case ChatTemplateKind::None: return std::make_unique<NoTemplate>();
+  }
+  TESSERA_CHECK(false, "chat template kind " + std::to_string(static_cast<int>(kind)));
+  return nullptr;
 }
 
 std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name) {
-  if (name == "llama2") return std::make_unique<Llama2Template>();
-  if (name == "llama3") return std::make_unique<Llama3Template>();
-  if (name == "none") return std::make_unique<NoTemplate>();
-  throw TESSERA_INPUT_ERROR("data.chat_template '" + name + "' is not one of llama2, llama3, none");
+  if (const auto kind = util::enum_named<ChatTemplateKind>(chat_template_names(), name)) return make_chat_template(*kind);
+  throw TESSERA_INPUT_ERROR("data.chat_template '" + name + "' is not one of " + util::join_names(chat_template_names()));
 }
 
 Example render_record(const nlohmann::json& record, const Tokenizer& tok, const ChatTemplate& chat) {

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/data/names.h"
 #include "runtime/data/tokenizer.h"
 
 namespace tessera::data {
@@ -86,8 +87,8 @@ class ChatTemplate {
   virtual Example render(const std::vector<Message>& messages, const Tokenizer& tok) const = 0;
 };
 
-const std::vector<std::string>& chat_template_names();  // llama2, llama3, none
-// Throws Error(Input) naming data.chat_template for an unknown name.
+std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind);
+// A name of chat_template_names() (names.h); throws Error(Input) naming data.chat_template for any other.
 std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name);
 
 // One parsed JSONL record as an example (see RECORD FORMATS). Throws BadExample for a record that

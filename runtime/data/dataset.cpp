@@ -31,10 +31,8 @@ double split_hash(int64_t store, int64_t doc, int64_t piece) {
 }  // namespace
 
 Truncation parse_truncation(const std::string& s) {
-  if (s == "drop") return Truncation::Drop;
-  if (s == "left") return Truncation::Left;
-  if (s == "error") return Truncation::Error;
-  throw TESSERA_INPUT_ERROR("data.truncation '" + s + "' is not one of drop, left, error");
+  if (const auto t = util::enum_named<Truncation>(truncation_names(), s)) return *t;
+  throw TESSERA_INPUT_ERROR("data.truncation '" + s + "' is not one of " + util::join_names(truncation_names()));
 }
 
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,

@@ -33,12 +33,13 @@
 
 #include "runtime/data/chat_template.h"
 #include "runtime/data/docs.h"
+#include "runtime/data/names.h"
 #include "runtime/data/reader.h"
 #include "runtime/data/tokenizer.h"
 
 namespace tessera::data {
 
-enum class Truncation { Drop, Left, Error };
+// Truncation and its names: names.h.
 Truncation parse_truncation(const std::string& s);  // drop | left | error; Error(Input) otherwise
 
 struct PackOptions {

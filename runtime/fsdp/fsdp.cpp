@@ -14,28 +14,28 @@
 namespace tessera::fsdp {
 
 namespace {
-// The position of `s` in `names` (names.h), or an input error naming the key and the choices.
-size_t index_of(const std::string& s, const std::vector<std::string>& names, const std::string& key) {
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == s) return i;
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw TESSERA_INPUT_ERROR(key + " '" + s + "' is not one of " + list);
+// The enum named `s` in `names` (names.h), or an input error naming the key and the choices.
+template <class E>
+E named(const std::string& s, const util::Names& names, const std::string& key) {
+  if (const auto e = util::enum_named<E>(names, s)) return *e;
+  throw TESSERA_INPUT_ERROR(key + " '" + s + "' is not one of " + util::join_names(names));
 }
 }  // namespace
 
 Strategy parse_strategy(const std::string& s) {
-  return static_cast<Strategy>(index_of(s, strategy_names(), "fsdp.strategy"));
+  return named<Strategy>(s, strategy_names(), "fsdp.strategy");
 }
 std::string to_string(Strategy s) { return strategy_names().at(static_cast<size_t>(s)); }
+at::ScalarType scalar_type(util::FloatType t) {
+  return t == util::FloatType::F32 ? at::kFloat : t == util::FloatType::BF16 ? at::kBFloat16 : at::kHalf;
+}
 at::ScalarType parse_dtype(const std::string& s) {  // the one table of names: util/dtype_names.h
-  if (const auto t = util::float_type_named(s))
-    return *t == util::FloatType::F32 ? at::kFloat : *t == util::FloatType::BF16 ? at::kBFloat16 : at::kHalf;
-  throw TESSERA_INPUT_ERROR("dtype '" + s + "' is not one of fp32, bf16, fp16");
+  if (const auto t = util::float_type_named(s)) return scalar_type(*t);
+  throw TESSERA_INPUT_ERROR("dtype '" + s + "' is not one of " + util::join_names(util::float_type_names()));
 }
 
 Accumulate parse_accumulate(const std::string& s) {
-  return static_cast<Accumulate>(index_of(s, accumulate_names(), "fsdp.accumulate"));
+  return named<Accumulate>(s, accumulate_names(), "fsdp.accumulate");
 }
 std::string to_string(Accumulate a) { return accumulate_names().at(static_cast<size_t>(a)); }
 

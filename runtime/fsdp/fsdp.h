@@ -86,18 +86,19 @@
 #include "runtime/named_shards.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/fsdp/shard_plan.h"
+#include "util/dtype_names.h"
 
 namespace tessera::fsdp {
 
-enum class Strategy { FullShard, ShardGradOp, NoShard, HybridShard };
+// Strategy and Accumulate, and their names: names.h.
 Strategy parse_strategy(const std::string& s);
 std::string to_string(Strategy s);
-enum class Accumulate { Sharded, Unsharded };
 Accumulate parse_accumulate(const std::string& s);  // sharded | unsharded
 std::string to_string(Accumulate a);
 // Gradient reductions (flat buffers) in flight at once; see the header comment.
 constexpr int kMaxReductionsInFlight = 2;
 at::ScalarType parse_dtype(const std::string& s);  // fp32 | bf16 | fp16
+at::ScalarType scalar_type(util::FloatType t);
 
 // The groups a strategy shards over and replicates across, taken from `groups` (a size-1 self
 // communicator where the strategy has none): full_shard / shard_grad_op (world, self), no_shard

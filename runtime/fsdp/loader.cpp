@@ -17,20 +17,11 @@
 namespace tessera::fsdp {
 
 LoadMode parse_load_mode(const std::string& s) {
-  if (s == "rank0") return LoadMode::Rank0;
-  if (s == "parallel") return LoadMode::Parallel;
-  if (s == "naive") return LoadMode::Naive;
-  throw TESSERA_INPUT_ERROR("model.load '" + s + "' is not one of rank0, parallel, naive");
+  if (const auto m = util::enum_named<LoadMode>(load_mode_names(), s)) return *m;
+  throw TESSERA_INPUT_ERROR("model.load '" + s + "' is not one of " + util::join_names(load_mode_names()));
 }
 
-std::string to_string(LoadMode m) {
-  switch (m) {
-    case LoadMode::Rank0: return "rank0";
-    case LoadMode::Parallel: return "parallel";
-    case LoadMode::Naive: return "naive";
-  }
-  return "?";
-}
+std::string to_string(LoadMode m) { return util::name_of(load_mode_names(), m); }
 
 PlanSizes plan_sizes(const std::vector<UnitDef>& units, int world, int64_t align) {
   PlanSizes s;

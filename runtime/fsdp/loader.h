@@ -36,7 +36,7 @@
 
 namespace tessera::fsdp {
 
-enum class LoadMode { Rank0, Parallel, Naive };
+// LoadMode and its names: names.h.
 LoadMode parse_load_mode(const std::string& s);  // rank0 | parallel | naive; Error(Input) otherwise
 std::string to_string(LoadMode m);
 

@@ -1,22 +1,28 @@
-// The configuration names of the FSDP enums (fsdp.h's Strategy and Accumulate), in enum order: one
-// list that the parsers (fsdp.cpp), the configuration schema's choices (launcher/config.cpp) and
-// `bench step --peer` all read. Header-only and dependency-free (the config fuzz harness compiles
-// config.cpp without the runtime).
+// The FSDP enums that configuration names (fsdp.strategy, fsdp.accumulate, model.load) and their
+// names, in enum order (util/enum_names.h): one list each that the parsers (fsdp.cpp, loader.cpp),
+// the configuration schema (launcher/config.cpp), the memory model and `bench step --peer` read.
+// Header-only and dependency-free (the config fuzz harness compiles config.cpp without the runtime).
 #pragma once
-#include <string>
-#include <vector>
+#include "util/enum_names.h"
 
 namespace tessera::fsdp {
 
-// Index i is Strategy(i): full_shard, shard_grad_op, no_shard, hybrid_shard.
-inline const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"};
+enum class Strategy { FullShard, ShardGradOp, NoShard, HybridShard };
+inline const util::Names& strategy_names() {
+  static const util::Names names = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"};
   return names;
 }
 
-// Index i is Accumulate(i): sharded, unsharded.
-inline const std::vector<std::string>& accumulate_names() {
-  static const std::vector<std::string> names = {"sharded", "unsharded"};
+enum class Accumulate { Sharded, Unsharded };
+inline const util::Names& accumulate_names() {
+  static const util::Names names = {"sharded", "unsharded"};
+  return names;
+}
+
+// How weights reach the shards (loader.h).
+enum class LoadMode { Rank0, Parallel, Naive };
+inline const util::Names& load_mode_names() {
+  static const util::Names names = {"rank0", "parallel", "naive"};
   return names;
 }
 

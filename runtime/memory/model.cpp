@@ -58,8 +58,7 @@ Sizes sizes_of(const ModelShape& model, const RunShape& run) {
   TESSERA_CHECK_INPUT(!model.units.empty(), "memory model: no units");
   TESSERA_CHECK_INPUT(run.world >= 1 && run.ranks_per_node >= 1, "memory model: world and ranks per node must be >= 1");
   Sizes z;
-  const fsdp::Strategy st = fsdp::parse_strategy(run.strategy);
-  switch (st) {
+  switch (run.strategy) {
     case fsdp::Strategy::FullShard:
     case fsdp::Strategy::ShardGradOp: z.S = run.world; z.R = 1; break;
     case fsdp::Strategy::NoShard: z.S = 1; z.R = run.world; break;
@@ -98,8 +97,8 @@ Sizes sizes_of(const ModelShape& model, const RunShape& run) {
   return z;
 }
 
-bool reshards_after_forward(const std::string& strategy) {
-  return strategy == "full_shard" || strategy == "hybrid_shard";
+bool reshards_after_forward(fsdp::Strategy strategy) {
+  return strategy == fsdp::Strategy::FullShard || strategy == fsdp::Strategy::HybridShard;
 }
 
 // Decoder layers gathered while layer i runs forward (0-based) and while it runs backward.

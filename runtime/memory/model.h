@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
 
 namespace tessera::memory {
@@ -81,10 +82,10 @@ struct ModelShape {
   int64_t parameters = 0;
 };
 
-enum class LoadMode { Rank0, Parallel, Naive };
+using fsdp::LoadMode;
 
 struct RunShape {
-  std::string strategy = "full_shard";  // full_shard | shard_grad_op | no_shard | hybrid_shard
+  fsdp::Strategy strategy = fsdp::Strategy::FullShard;
   int world = 1, ranks_per_node = 1;    // hybrid_shard shards over a node
   int param_bytes = 4, reduce_bytes = 4, state_bytes = 4;  // compute dtype, reduce dtype, one moment
   int stored_bytes = 2;                  // the checkpoint's dtype on disk (loading)

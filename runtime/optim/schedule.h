@@ -1,13 +1,15 @@
 // Learning-rate schedules. Steps are 0-based optimizer steps.
 //   warmup (step < warmup_steps): lr * (step + 1) / warmup_steps   (reaches lr at the last warmup step)
 //   then, with progress = (step - warmup_steps) / (total_steps - warmup_steps) clamped to [0, 1]:
-//     "cosine":   min_lr + 0.5 * (lr - min_lr) * (1 + cos(pi * progress))
-//     "linear":   min_lr + (lr - min_lr) * (1 - progress)
-//     "constant": lr
+//     cosine:   min_lr + 0.5 * (lr - min_lr) * (1 + cos(pi * progress))
+//     linear:   min_lr + (lr - min_lr) * (1 - progress)
+//     constant: lr
 //   If total_steps <= warmup_steps the decay phase is empty: cosine/linear give min_lr after warmup.
 #pragma once
 #include <cstdint>
 #include <string>
+
+#include "runtime/optim/names.h"
 
 namespace tessera::optim {
 
@@ -16,10 +18,10 @@ struct LrSchedule {
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;
-  std::string kind = "cosine";  // "cosine", "linear" or "constant"
+  Schedule kind = Schedule::Cosine;  // names.h
 };
 
-// Throws Error(Input) for an unknown kind, negative steps or lr, or min_lr > lr.
+// Throws Error(Input) for negative steps or lr, or min_lr > lr.
 void validate(const LrSchedule& schedule);
 
 double lr_at(int64_t step, const LrSchedule& schedule);

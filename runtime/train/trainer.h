@@ -39,6 +39,7 @@
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/optim/names.h"
 #include "runtime/profile/step_profile.h"
 
 namespace tessera::data {
@@ -73,7 +74,7 @@ struct TrainOptions {
   int64_t steps = 20, micro_batch = 2, grad_accum = 1, seq_len = 128;
   double lr = 3e-4, min_lr = 3e-5;
   int64_t warmup_steps = 5;
-  std::string schedule = "cosine";
+  optim::Schedule schedule = optim::Schedule::Cosine;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
   at::ScalarType optimizer_state_dtype = at::kFloat;  // AdamW moments (optim.state_dtype)
   uint64_t seed = 42;

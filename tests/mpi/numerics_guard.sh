@@ -61,7 +61,7 @@ cmp -s "$T/lim/step-3/rank-00001.bin" "$T/lim/step-4/rank-00001.bin" || fail "st
 expect_error 2 "fsdp.mixed_precision fp16: .*Half.*; use fsdp.mixed_precision bf16" \
   "${MPI2[@]}" "$BIN" train "${COMMON[@]}" --set train.steps=2 --set fsdp.mixed_precision=fp16 --set checkpoint.dir="$T/fp16"
 [[ ! -e $T/fp16/step-2 ]] || fail "the refused fp16 run saved a checkpoint"
-expect_error 2 "train.max_skipped_steps must be >= 0" "${MPI2[@]}" "$BIN" train "${COMMON[@]}" --set train.max_skipped_steps=-1
+expect_error 2 "config key 'train.max_skipped_steps' must be >= 0, got -1" "${MPI2[@]}" "$BIN" train "${COMMON[@]}" --set train.max_skipped_steps=-1
 
 # ---- 4. fp16 gradient reduction: the loss scale ------------------------------------------------------
 train inf-grad@0:2 --set train.steps=4 --set fsdp.reduce_dtype=fp16 --set log.dir="$T/rd" >"$T/rd.out"

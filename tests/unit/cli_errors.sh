@@ -44,7 +44,7 @@ else
   echo "skipped bad-tokenizer: TESSERA_TEST_NO_SENTENCEPIECE (sanitizer build)"
 fi
 expect_error seq-too-long "max_position_embeddings" $BIN train --set data.seq_len=100000
-expect_error bad-timeout "comm.timeout_s must be a number of seconds between 0.001 and 1e7 (got 0" $BIN train --set comm.timeout_s=0
+expect_error bad-timeout "--set: config key 'comm.timeout_s' must be >= 0.001, got 0" $BIN train --set comm.timeout_s=0
 expect_error diagnose-nothing "no flight records" $BIN diagnose "$T/nothing-here"
 expect_error batch-too-big "fewer than one global batch" $BIN train --set data.path="$T/short.txt" --set data.seq_len=2 --set train.micro_batch=100000
 expect_error bad-ranks-per-node "must be a positive integer" $BIN topo --ranks-per-node zero

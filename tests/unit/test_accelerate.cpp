@@ -255,11 +255,11 @@ checkpoint.dir: ""                  # dotted keys work as in JSON
   const Config from_yaml = Config::load(yaml), from_json = Config::load(json_path);
   EXPECT_EQ(from_yaml.json(), from_json.json());
   EXPECT_NE(from_yaml.json(), Config().json());
-  EXPECT_EQ(from_yaml.get_string("fsdp.activation_checkpointing"), "true");
-  EXPECT_FALSE(from_yaml.get_bool("fsdp.prefetch"));
-  EXPECT_DOUBLE_EQ(from_yaml.get_float("train.lr"), 3e-4);
+  EXPECT_EQ(from_yaml.fsdp.activation_checkpointing, Recompute::True);
+  EXPECT_FALSE(from_yaml.fsdp.prefetch);
+  EXPECT_DOUBLE_EQ(from_yaml.train.lr, 3e-4);
   // --set applies to YAML configs the same way.
-  EXPECT_EQ(Config::load(yaml, {"train.steps=9"}).get_int("train.steps"), 9);
+  EXPECT_EQ(Config::load(yaml, {"train.steps=9"}).train.steps, 9);
   // An empty YAML file (or comments only) is the defaults, as `{}` is in JSON.
   EXPECT_EQ(Config::load(d.write("empty.yml", "# nothing yet\n")).json(), Config().json());
   // A .json file is still JSON, even when its text would be valid YAML.

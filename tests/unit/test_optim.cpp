@@ -205,7 +205,7 @@ TEST(DtypeNames, OneTableOfNames) {
 }
 
 TEST(LrSchedule, WarmupCosineLinearConstant) {
-  LrSchedule s{1.0, 0.1, 4, 14, "cosine"};
+  LrSchedule s{1.0, 0.1, 4, 14, Schedule::Cosine};
   EXPECT_DOUBLE_EQ(lr_at(0, s), 0.25);
   EXPECT_DOUBLE_EQ(lr_at(1, s), 0.5);
   EXPECT_DOUBLE_EQ(lr_at(3, s), 1.0);
@@ -216,22 +216,20 @@ TEST(LrSchedule, WarmupCosineLinearConstant) {
   EXPECT_NEAR(lr_at(100, s), 0.1, 1e-12);                    // stays at min_lr
   EXPECT_GT(lr_at(6, s), lr_at(7, s));
 
-  s.kind = "linear";
+  s.kind = Schedule::Linear;
   EXPECT_NEAR(lr_at(9, s), 0.55, 1e-12);
   EXPECT_NEAR(lr_at(6, s), 1.0 - 0.9 * 0.2, 1e-12);
-  s.kind = "constant";
+  s.kind = Schedule::Constant;
   EXPECT_DOUBLE_EQ(lr_at(2, s), 0.75);
   EXPECT_DOUBLE_EQ(lr_at(50, s), 1.0);
 
-  LrSchedule no_warmup{2.0, 0.0, 0, 10, "cosine"};
+  LrSchedule no_warmup{2.0, 0.0, 0, 10, Schedule::Cosine};
   EXPECT_DOUBLE_EQ(lr_at(0, no_warmup), 2.0);
   EXPECT_NEAR(lr_at(10, no_warmup), 0.0, 1e-12);
 
-  EXPECT_THROW(validate(LrSchedule{1.0, 0.0, 0, 10, "step"}), Error);
-  EXPECT_THROW(lr_at(5, LrSchedule{1.0, 0.0, 0, 10, "step"}), Error);
-  EXPECT_THROW(validate(LrSchedule{1.0, 2.0, 0, 10, "cosine"}), Error);
-  EXPECT_THROW(validate(LrSchedule{1.0, 0.0, -1, 10, "cosine"}), Error);
-  EXPECT_NO_THROW(validate(LrSchedule{1.0, 0.1, 4, 14, "linear"}));
+  EXPECT_THROW(validate(LrSchedule{1.0, 2.0, 0, 10, Schedule::Cosine}), Error);
+  EXPECT_THROW(validate(LrSchedule{1.0, 0.0, -1, 10, Schedule::Cosine}), Error);
+  EXPECT_NO_THROW(validate(LrSchedule{1.0, 0.1, 4, 14, Schedule::Linear}));
 }
 
 TEST(ClipGradNorm, MatchesTorchClipGradNorm) {

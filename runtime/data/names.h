@@ -1,0 +1,24 @@
+// The data enums that configuration names (data.truncation, data.chat_template) and their names, in
+// enum order (util/enum_names.h): one list each that the parsers (dataset.cpp, chat_template.cpp),
+// the configuration schema (launcher/config.cpp) and `tessera tokenize` read. Header-only and
+// dependency-free.
+#pragma once
+#include "util/enum_names.h"
+
+namespace tessera::data {
+
+// An example longer than a sequence: skip it, keep its end, or stop (dataset.h).
+enum class Truncation { Drop, Left, Error };
+inline const util::Names& truncation_names() {
+  static const util::Names names = {"drop", "left", "error"};
+  return names;
+}
+
+// How `messages` records are rendered (chat_template.h).
+enum class ChatTemplateKind { Llama2, Llama3, None };
+inline const util::Names& chat_template_names() {
+  static const util::Names names = {"llama2", "llama3", "none"};
+  return names;
+}
+
+}  // namespace tessera::data

@@ -1,0 +1,15 @@
+// The learning-rate schedules (schedule.h) and their names, in enum order (util/enum_names.h): one
+// list that the schedule's validation and the configuration schema (train.schedule) read.
+// Header-only and dependency-free.
+#pragma once
+#include "util/enum_names.h"
+
+namespace tessera::optim {
+
+enum class Schedule { Cosine, Linear, Constant };
+inline const util::Names& schedule_names() {
+  static const util::Names names = {"cosine", "linear", "constant"};
+  return names;
+}
+
+}  // namespace tessera::optim
