@@ -11,6 +11,7 @@
 #include <string>
 
 #include "launcher/config.h"
+#include "launcher/run_options.h"
 #include "runtime/data/dataset.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
@@ -142,4 +143,42 @@ TEST(RunConfig, ReferenceShowsBoundsAndChoices) {
   size_t rows = 0;
   for (size_t p = ref.find("\n| `"); p != std::string::npos; p = ref.find("\n| `", p + 1)) ++rows;
   EXPECT_EQ(rows, config_schema().size());
+}
+
+// TrainOptions{} and fsdp::Options{} are what the runtime does when a library caller sets nothing;
+// `tessera train` with no configuration must do the same.
+TEST(RunConfig, RuntimeDefaultsAreTheSchemaDefaults) {
+  const Config c;
+  const train::TrainOptions t = train_options_from(c), lib;
+  EXPECT_EQ(t.steps, lib.steps);
+  EXPECT_EQ(t.micro_batch, lib.micro_batch);
+  EXPECT_EQ(t.grad_accum, lib.grad_accum);
+  EXPECT_EQ(t.seq_len, lib.seq_len);
+  EXPECT_EQ(t.lr, lib.lr);
+  EXPECT_EQ(t.min_lr, lib.min_lr);
+  EXPECT_EQ(t.warmup_steps, lib.warmup_steps);
+  EXPECT_EQ(t.schedule, lib.schedule);
+  EXPECT_EQ(t.weight_decay, lib.weight_decay);
+  EXPECT_EQ(t.beta1, lib.beta1);
+  EXPECT_EQ(t.beta2, lib.beta2);
+  EXPECT_EQ(t.eps, lib.eps);
+  EXPECT_EQ(t.clip, lib.clip);
+  EXPECT_EQ(t.optimizer_state_dtype, lib.optimizer_state_dtype);
+  EXPECT_EQ(t.seed, lib.seed);
+  EXPECT_EQ(t.checkpoint_every, lib.checkpoint_every);
+  EXPECT_EQ(t.checkpoint_keep, lib.checkpoint_keep);
+  EXPECT_EQ(t.checkpoint_async, lib.checkpoint_async);
+  EXPECT_EQ(t.keep_best, lib.keep_best);
+  EXPECT_EQ(t.eval_every, lib.eval_every);
+  EXPECT_EQ(t.log_every, lib.log_every);
+  EXPECT_EQ(t.max_skipped_steps, lib.max_skipped_steps);
+  EXPECT_EQ(t.loss_scaling, lib.loss_scaling);
+  const fsdp::Options f = fsdp_options_from(c, model::ModelConfig::preset("tiny")), flib;
+  EXPECT_EQ(f.strategy, flib.strategy);
+  EXPECT_EQ(f.param_dtype, flib.param_dtype);
+  EXPECT_EQ(f.reduce_dtype, flib.reduce_dtype);
+  EXPECT_EQ(f.activation_checkpointing, flib.activation_checkpointing);  // auto: off below hidden 4096
+  EXPECT_EQ(f.prefetch, flib.prefetch);
+  EXPECT_EQ(f.limit_all_gathers, flib.limit_all_gathers);
+  EXPECT_EQ(f.accumulate, flib.accumulate);
 }
