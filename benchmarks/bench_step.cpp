@@ -315,7 +315,7 @@ struct Driver {
             "--nproc", std::to_string(r.ranks), "--threads", std::to_string(threads), "--dtype", r.dtype,
             "--warmup", std::to_string(warmup), "--steps", std::to_string(steps),
             "--total-steps", std::to_string(warmup + steps), "--lr", num(d.lr), "--min-lr", num(d.min_lr),
-            "--warmup-steps", std::to_string(d.warmup_steps), "--schedule", d.schedule,
+            "--warmup-steps", std::to_string(d.warmup_steps), "--schedule", util::name_of(optim::schedule_names(), d.schedule),
             "--weight-decay", num(d.weight_decay), "--beta1", num(d.beta1), "--beta2", num(d.beta2),
             "--eps", num(d.eps), "--clip", num(d.clip)};
   }

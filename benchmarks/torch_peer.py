@@ -262,6 +262,8 @@ def lr_at(step, a):  # runtime/optim/schedule.h, 0-based optimizer steps
         return a.lr
     span = a.total_steps - a.warmup_steps
     progress = 1.0 if span <= 0 else min(1.0, max(0.0, (step - a.warmup_steps) / span))
+    if a.schedule == "linear":
+        return a.min_lr + (a.lr - a.min_lr) * (1 - progress)
     return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1 + math.cos(math.pi * progress))
 
 
@@ -439,7 +441,7 @@ def main():
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--min-lr", type=float, default=3e-5)
     p.add_argument("--warmup-steps", type=int, default=5, help="LR warmup steps")
-    p.add_argument("--schedule", default="cosine", choices=["cosine", "constant"])
+    p.add_argument("--schedule", default="cosine", choices=["cosine", "linear", "constant"])
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--beta1", type=float, default=0.9)
     p.add_argument("--beta2", type=float, default=0.95)

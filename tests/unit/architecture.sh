@@ -24,7 +24,7 @@ while IFS= read -r name; do
       compgen -G "$SRC/${name%/}" > /dev/null || { echo "not in the tree: $name"; bad=1; } ;;  # globs too
     [a-z]*.[a-z]*)
       keys=$((keys + 1))
-      grep -qF "{\"$name\"," "$SRC/launcher/config.cpp" || { echo "not a configuration key: $name"; bad=1; } ;;
+      grep -qF "\"$name\"," "$SRC/launcher/config.cpp" || { echo "not a configuration key: $name"; bad=1; } ;;
     *)
       id=${name%()}
       [[ $id =~ ^[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*$ ]] || { echo "cannot check: $name"; bad=1; continue; }
