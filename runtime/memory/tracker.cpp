@@ -52,11 +52,44 @@ struct Entry {
   Category cat;
 };
 
+// Blocks of at least this size are the ones glibc maps and unmaps (the fixed mmap threshold of
+// configure_process_allocators): the ones the cache keeps.
+constexpr size_t kCachedMin = 1 << 20;
+
 struct State {
   std::mutex mu;
   std::unordered_map<void*, Entry> entries;
   Snapshot live, peak;
   int64_t live_total = 0, peak_total = 0;
+  // Freed large blocks by exact size, handed out again for the same size (see reuse_large_blocks).
+  // Invariant: live_total + cached <= peak_total.
+  bool caching = false;
+  std::unordered_map<size_t, std::vector<void*>> cache;
+  int64_t cached = 0;
+  CacheStats stats;
+
+  // Takes cached blocks out until the invariant holds again (largest first); the caller frees
+  // them after unlocking.
+  void evict_over_budget(std::vector<void*>& out) {
+    while (cached > 0 && live_total + cached > peak_total) {
+      auto largest = cache.end();
+      for (auto it = cache.begin(); it != cache.end(); ++it)
+        if (!it->second.empty() && (largest == cache.end() || it->first > largest->first)) largest = it;
+      out.push_back(largest->second.back());
+      largest->second.pop_back();
+      cached -= static_cast<int64_t>(largest->first);
+      ++stats.evicted;
+      if (largest->second.empty()) cache.erase(largest);
+    }
+  }
+  void evict_all(std::vector<void*>& out) {
+    for (auto& [size, blocks] : cache) {
+      out.insert(out.end(), blocks.begin(), blocks.end());
+      stats.evicted += static_cast<int64_t>(blocks.size());
+    }
+    cache.clear();
+    cached = 0;
+  }
 
   void add(int c, int64_t n) {
     live.bytes[c] += n;
@@ -78,6 +111,10 @@ State& state() {
   return *s;
 }
 
+void free_blocks(const std::vector<void*>& blocks) {
+  for (void* p : blocks) c10::free_cpu(p);
+}
+
 void tracked_free(void* p) {
   if (p == nullptr) return;
   State& s = state();
@@ -85,11 +122,29 @@ void tracked_free(void* p) {
     std::lock_guard<std::mutex> lock(s.mu);
     auto it = s.entries.find(p);
     if (it != s.entries.end()) {
-      s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(it->second.bytes));
+      const size_t bytes = it->second.bytes;
+      s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(bytes));
       s.entries.erase(it);
+      // It was live a moment ago, so keeping it cannot break the invariant.
+      if (s.caching && bytes >= kCachedMin) {
+        s.cache[bytes].push_back(p);
+        s.cached += static_cast<int64_t>(bytes);
+        return;
+      }
     }
   }
   c10::free_cpu(p);
+}
+
+// A cached block of exactly n bytes, or nullptr.
+void* take_cached(State& s, size_t n) {
+  auto it = s.cache.find(n);
+  if (it == s.cache.end()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  if (it->second.empty()) s.cache.erase(it);
+  s.cached -= static_cast<int64_t>(n);
+  return p;
 }
 
 // Same memory as LibTorch's default CPU allocator (c10::alloc_cpu: aligned, zero-size safe), plus
@@ -97,14 +152,28 @@ void tracked_free(void* p) {
 class TrackingAllocator final : public at::Allocator {
  public:
   at::DataPtr allocate(size_t n) const override {
-    void* p = c10::alloc_cpu(n);
-    if (p != nullptr) {
-      State& s = state();
-      const Category c = current_category();
+    State& s = state();
+    const Category c = current_category();
+    void* p = nullptr;
+    if (n >= kCachedMin) {
       std::lock_guard<std::mutex> lock(s.mu);
+      if (s.caching && (p = take_cached(s, n)) != nullptr) {
+        ++s.stats.hits;
+        s.entries[p] = {n, c};
+        s.add(static_cast<int>(c), static_cast<int64_t>(n));
+        return {p, p, &tracked_free, at::Device(at::DeviceType::CPU)};
+      }
+    }
+    p = c10::alloc_cpu(n);
+    std::vector<void*> evicted;
+    if (p != nullptr) {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (n >= kCachedMin) ++s.stats.misses;
       s.entries[p] = {n, c};
       s.add(static_cast<int>(c), static_cast<int64_t>(n));
+      s.evict_over_budget(evicted);
     }
+    free_blocks(evicted);
     return {p, p, &tracked_free, at::Device(at::DeviceType::CPU)};
   }
   at::DeleterFnPtr raw_deleter() const override { return &tracked_free; }
@@ -147,8 +216,29 @@ void install() {
 }
 void configure_process_allocators() {
   if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
-  if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  const bool own_threshold = !std::getenv("MALLOC_MMAP_THRESHOLD_");
+  if (own_threshold) mallopt(M_MMAP_THRESHOLD, static_cast<int>(kCachedMin));
   install();
+  reuse_large_blocks(own_threshold);
+}
+
+void reuse_large_blocks(bool on) {
+  State& s = state();
+  std::vector<void*> evicted;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.caching = on;
+    if (!on) s.evict_all(evicted);
+  }
+  free_blocks(evicted);
+}
+
+CacheStats cache_stats() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  CacheStats st = s.stats;
+  st.cached_bytes = s.cached;
+  return st;
 }
 
 bool installed() { return g_installed.load(); }
@@ -165,10 +255,15 @@ Snapshot peak() {
 }
 void reset_peak() {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.peak = s.live;
-  s.peak.phase = g_phase.load(std::memory_order_relaxed);
-  s.peak_total = s.live_total;
+  std::vector<void*> evicted;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.peak = s.live;
+    s.peak.phase = g_phase.load(std::memory_order_relaxed);
+    s.peak_total = s.live_total;
+    s.evict_all(evicted);  // the budget is now 0: the next peak starts from what is live
+  }
+  free_blocks(evicted);
 }
 
 void retag(const at::Tensor& t, Category c) {

@@ -75,7 +75,24 @@ void install();
 //   the process once freed: measured on a 220M-parameter Llama at 2 ranks, 389 MiB of resident
 //   memory per rank that no live tensor held, 42 MiB with the fixed threshold (the memory model,
 //   runtime/memory/model.h, counts on it).
+// - Reuse of large blocks (reuse_large_blocks(true)), unless the user set MALLOC_MMAP_THRESHOLD_.
 void configure_process_allocators();
+
+// With the fixed threshold every block of 1 MiB or more is a fresh mmap, whose pages the kernel
+// zeroes on first touch, and a munmap when freed: on the 58M-parameter Llama of bench step at 2
+// ranks, a third of every step was system time. A transformer step allocates the same sizes over and
+// over (every layer has the same shapes), so the tracking allocator keeps freed blocks of 1 MiB or
+// more and hands them out again for an allocation of exactly the same size, under one rule that
+// keeps the memory model true: live + cached bytes never exceed the tracked peak since the last
+// reset_peak() (an allocation that is not a reuse and would break it first frees cached blocks,
+// largest first; reset_peak() frees them all). So resident memory never goes above what the
+// same run without the cache would reach. Calls from any thread (under the tracker's mutex).
+void reuse_large_blocks(bool on);
+struct CacheStats {
+  int64_t hits = 0, misses = 0, evicted = 0;  // allocations of >= 1 MiB served from the cache / not
+  int64_t cached_bytes = 0;                   // held now
+};
+CacheStats cache_stats();
 bool installed();
 
 struct Snapshot {

@@ -126,3 +126,47 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
     check_bound("head bwd", m.head_bwd, f.head_backward_transient);
   }
 }
+
+// The tracking allocator's reuse of large blocks (tracker.h): a freed block of >= 1 MiB serves the
+// next allocation of exactly its size, and live + cached bytes never exceed the peak since
+// reset_peak() (which empties the cache).
+TEST(TrackerCache, ReusesLargeBlocksWithinThePeak) {
+  memory::install();
+  ASSERT_TRUE(memory::installed());
+  memory::reuse_large_blocks(true);
+  memory::reset_peak();
+  const int64_t MiB = 1 << 20;
+  const memory::CacheStats s0 = memory::cache_stats();
+  EXPECT_EQ(s0.cached_bytes, 0);
+  void* first = nullptr;
+  {
+    at::Tensor a = at::empty({2 * MiB}, at::kByte);
+    first = a.data_ptr();
+  }
+  EXPECT_EQ(memory::cache_stats().cached_bytes, 2 * MiB);
+  {
+    at::Tensor b = at::empty({2 * MiB}, at::kByte);  // the same size: the same block
+    EXPECT_EQ(b.data_ptr(), first);
+    EXPECT_EQ(memory::cache_stats().hits, s0.hits + 1);
+    EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+  }
+  {
+    at::Tensor c = at::empty({3 * MiB}, at::kByte);  // a new peak: keeping the 2 MiB would exceed it
+    EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+  }
+  EXPECT_EQ(memory::cache_stats().cached_bytes, 3 * MiB);
+  {
+    at::Tensor d = at::empty({MiB}, at::kByte);  // 1 + 3 cached > the 3 MiB peak: the 3 MiB block goes
+    EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+    at::Tensor e = at::empty({1000}, at::kByte);  // small blocks come from the heap, never cached
+  }
+  EXPECT_EQ(memory::cache_stats().cached_bytes, MiB);
+  EXPECT_EQ(memory::cache_stats().evicted, s0.evicted + 2);
+  memory::reset_peak();
+  EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+  memory::reuse_large_blocks(false);
+  {
+    at::Tensor f = at::empty({2 * MiB}, at::kByte);
+  }
+  EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+}
