@@ -167,13 +167,16 @@ std::vector<Route> share_routes(const std::vector<UnitShard>& units, WeightSourc
   return out;
 }
 
-LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate,
-                     int64_t batch) {
-  LoadStats st;
-  st.root = shard.rank() == 0 && replicate.rank() == 0;
-  const bool reader_replica = replicate.rank() == 0;  // the replica whose shard group the root scatters over
-  auto& units = engine.shards();
+// model.load=rank0: the root (rank 0 of the shard group and of the replicate group) reads every
+// unit and scatters it over its shard group; the other replicas receive the finished shards by
+// broadcast over the replicate group.
+class Rank0Load {
+ public:
+  Rank0Load(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate,
+            int64_t batch);
+  LoadStats run();
 
+ private:
   // A unit whose scatters may still be in flight: the root releases its views once they complete,
   // receivers then zero their shard's gaps.
   struct Pending {
@@ -183,9 +186,6 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     std::vector<at::Tensor> views;
     std::optional<at::ScalarType> wire;  // sent as stored in this dtype; nullopt: staged fp32
   };
-  std::vector<Pending> pending;
-  std::string root_error;  // of the root's own reads during the loop, agreed on at the end
-  std::array<at::Tensor, 2> staging;  // the root's fp32 buffers for staged units (unit u uses u % 2)
   // Replicate-group broadcasts of finished host shards; a receiving replica copies its host shard
   // into the master (on the engine's device) once the broadcast completes.
   struct Broadcast {
@@ -193,133 +193,210 @@ LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& s
     size_t unit = 0;
     at::Tensor host;
   };
-  std::vector<Broadcast> broadcasts;
 
-  auto complete = [&](Pending& p) {
-    const UnitShard& u = units[p.unit];
-    for (auto& w : p.works) w->wait();
-    if (st.root) {
-      for (size_t i = 0; i < p.views.size(); ++i) source->release(u.plan.params[i].name, 0, u.plan.params[i].numel);
-      p.views.clear();
-    } else if (p.wire) {
-      zero_gaps(u.plan, u.shard_rank, p.host.data_ptr<float>());
-    }
-    finish_shard(u, p.host);
-    if (replicate.size() > 1) broadcasts.push_back({replicate.broadcast(p.host, 0), p.unit, at::Tensor()});
-  };
+  void post(size_t ui, Route route);
+  void complete(Pending& p);
+  void post_direct(const UnitShard& u, Pending& p);
+  void send_direct(const UnitShard& u, Pending& p);
+  void receive_direct(const UnitShard& u, Pending& p);
+  std::vector<at::Tensor> receive_targets(const UnitShard& u, const Pending& p, int64_t j,
+                                          const std::vector<ShardSlice>& slices);
+  void widen_direct(const UnitShard& u, const Pending& p, const std::vector<std::vector<ShardSlice>>& slices,
+                    const std::vector<comm::WorkPtr>& works);
+  uint16_t* landing(const UnitShard& u, float* host, int64_t j) const;
+  void post_staged(size_t ui, const UnitShard& u, Pending& p);
+  at::Tensor& staging_buffer(size_t ui);
+
+  WeightSource* source_;
+  comm::Communicator& shard_;
+  comm::Communicator& replicate_;
+  const int64_t batch_;
+  const std::vector<UnitShard>& units_;
+  LoadStats st_;
+  const bool reader_replica_;  // the replica whose shard group the root scatters over
   // Replicas receive finished shards, so with replicas every unit completes before the next.
-  const size_t max_pending = replicate.size() > 1 ? 1 : 2;
+  const size_t max_pending_;
+  std::vector<Pending> pending_;
+  std::string root_error_;  // of the root's own reads during the loop, agreed on at the end
+  std::array<at::Tensor, 2> staging_;  // the root's fp32 buffers for staged units (unit u uses u % 2)
+  std::vector<Broadcast> broadcasts_;
+  std::vector<std::vector<at::Tensor>> all_views_;  // the root's views, per unit, until posted
+};
 
-  // Direct route: each rank's slices straight from the root's views, in batches (see
-  // batch_slices); the root posts every batch of the unit and converts its own slices from the
-  // source while the others receive. Receivers land fp32 slices at their place in their shard and
-  // 16-bit ones inside their shard too, widened in place: no buffer besides the shards.
-  auto post_direct = [&](const UnitShard& u, Pending& p) {
-    const int64_t batches = batch_count(u.plan, batch);
-    if (st.root) {
-      for (int64_t j = 0; j < batches; ++j) {
-        std::vector<std::vector<at::Tensor>> pieces(shard.size());
-        for (int r = 1; r < shard.size(); ++r)
-          for (const auto& s : batch_slices(u.plan, r, j, batch)) {
-            pieces[r].push_back(p.views[s.param].narrow(0, s.param_offset, s.length));
-            st.elements_read += s.length;
-          }
-        p.works.push_back(shard.scatter_pieces({}, std::move(pieces), 0));
-      }
-      try {
-        st.elements_read += read_own_slices(u.plan, 0, *source, p.host.data_ptr<float>());
-      } catch (const std::exception& e) {
-        root_error = encode_error(e);
-      }
-      return;
-    }
-    // Receivers: every batch of the unit is posted at once (each lands in its own part of the
-    // shard), then waited for and widened in order, so batch j+1 arrives while j is widened.
-    // 16-bit slices land in the upper half of their batch's fp32 region: a batch of len elements
-    // spans 2*len 16-bit places, and slice s (offset o, length L) lands at place len + o and widens
-    // to element o. Widening runs forward and every write ends at or before the unread 16-bit data
-    // (4(o+L) <= 2(len+o+L) as o+L <= len), which is the overlap widen_to_f32 allows.
-    const at::ScalarType wire = *p.wire;
-    float* host = p.host.data_ptr<float>();
-    auto landing = [&](int64_t j) {  // batch j's 16-bit landing zone
-      return reinterpret_cast<uint16_t*>(host + j * batch) + std::min(batch, u.plan.chunk - j * batch);
-    };
-    std::vector<std::vector<ShardSlice>> slices(batches);
-    std::vector<comm::WorkPtr> works(batches);
-    for (int64_t j = 0; j < batches; ++j) {
-      slices[j] = batch_slices(u.plan, u.shard_rank, j, batch);
-      std::vector<at::Tensor> out;
-      for (const auto& s : slices[j])
-        out.push_back(wire == at::kFloat  // nothing to widen: straight to the slice's place
-                          ? p.host.narrow(0, j * batch + s.shard_offset, s.length)
-                          : at::from_blob(landing(j) + s.shard_offset, {s.length}, at::TensorOptions().dtype(wire)));
-      works[j] = shard.scatter_pieces(std::move(out), {}, 0);
-    }
-    if (wire == at::kFloat) {  // complete with the unit (the next unit's receives queue up meanwhile)
-      p.works = std::move(works);
-      return;
-    }
-    const auto kind = wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16;
-    for (int64_t j = 0; j < batches; ++j) {
-      works[j]->wait();
-      for (const auto& s : slices[j])
-        util::widen_to_f32(landing(j) + s.shard_offset, kind, host + j * batch + s.shard_offset, s.length);
-    }
-  };
-  // Staged route: the root reads the whole unit into one of its two fp32 buffers and scatters it.
-  auto post_staged = [&](size_t ui, const UnitShard& u, Pending& p) {
-    at::Tensor flat;
-    if (st.root) {
-      at::Tensor& buffer = staging[ui % 2];
-      if (!buffer.defined()) {
-        int64_t largest = 0;
-        for (const auto& x : units) largest = std::max(largest, x.plan.padded_total);
-        buffer = at::empty({largest}, at::TensorOptions().dtype(at::kFloat));
-        st.staging_bytes += largest * static_cast<int64_t>(sizeof(float));
-      }
-      // The previous user of this buffer (unit ui-2) completed before pending had room for ui.
-      flat = buffer.narrow(0, 0, u.plan.padded_total);
-      try {
-        st.elements_read += read_flat_unit(u.plan, *source, flat.data_ptr<float>());
-      } catch (const std::exception& e) {
-        root_error = encode_error(e);  // the scatter still runs (garbage), the final agreement throws
-      }
-    }
-    p.works.push_back(shard.scatter_into(p.host, flat, 0));
-  };
+Rank0Load::Rank0Load(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate,
+                     int64_t batch)
+    : source_(source),
+      shard_(shard),
+      replicate_(replicate),
+      batch_(batch),
+      units_(engine.shards()),
+      reader_replica_(replicate.rank() == 0),
+      max_pending_(replicate.size() > 1 ? 1 : 2) {
+  st_.root = shard.rank() == 0 && replicate.rank() == 0;
+}
 
-  std::vector<std::vector<at::Tensor>> all_views;
-  const std::vector<Route> route = share_routes(units, source, st.root, shard, replicate, all_views);
-
-  for (size_t ui = 0; ui < units.size(); ++ui) {
-    const UnitShard& u = units[ui];
-    if (!reader_replica) {  // the other replicas only receive the finished shard by broadcast
-      const at::Tensor host = host_shard(u);
-      broadcasts.push_back({replicate.broadcast(host, 0), ui, host});
+LoadStats Rank0Load::run() {
+  const std::vector<Route> route = share_routes(units_, source_, st_.root, shard_, replicate_, all_views_);
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    if (!reader_replica_) {  // the other replicas only receive the finished shard by broadcast
+      const at::Tensor host = host_shard(units_[ui]);
+      broadcasts_.push_back({replicate_.broadcast(host, 0), ui, host});
       continue;
     }
-    Pending p;
-    p.unit = ui;
-    p.host = host_shard(u);
-    p.wire = route_wire(route[ui]);
-    p.views = std::move(all_views[ui]);
-    if (p.wire)
-      post_direct(u, p);
-    else
-      post_staged(ui, u, p);
-    pending.push_back(std::move(p));
-    if (pending.size() >= max_pending) {
-      complete(pending.front());
-      pending.erase(pending.begin());
+    post(ui, route[ui]);
+    if (pending_.size() >= max_pending_) {
+      complete(pending_.front());
+      pending_.erase(pending_.begin());
     }
   }
-  for (auto& p : pending) complete(p);
-  agree_on_read(shard, replicate, root_error);  // errors of the root's reads during the loop
-  for (auto& b : broadcasts) {
+  for (auto& p : pending_) complete(p);
+  agree_on_read(shard_, replicate_, root_error_);  // errors of the root's reads during the loop
+  for (auto& b : broadcasts_) {
     b.work->wait();
-    if (b.host.defined()) finish_shard(units[b.unit], b.host);
+    if (b.host.defined()) finish_shard(units_[b.unit], b.host);
   }
-  return st;
+  return st_;
+}
+
+// Posts unit ui's scatters on the reader replica and queues it as pending.
+void Rank0Load::post(size_t ui, Route route) {
+  const UnitShard& u = units_[ui];
+  Pending p;
+  p.unit = ui;
+  p.host = host_shard(u);
+  p.wire = route_wire(route);
+  p.views = std::move(all_views_[ui]);
+  if (p.wire)
+    post_direct(u, p);
+  else
+    post_staged(ui, u, p);
+  pending_.push_back(std::move(p));
+}
+
+// Waits for a pending unit's scatters and finishes its shard; with replicas, broadcasts it to them.
+void Rank0Load::complete(Pending& p) {
+  const UnitShard& u = units_[p.unit];
+  for (auto& w : p.works) w->wait();
+  if (st_.root) {
+    for (size_t i = 0; i < p.views.size(); ++i) source_->release(u.plan.params[i].name, 0, u.plan.params[i].numel);
+    p.views.clear();
+  } else if (p.wire) {
+    zero_gaps(u.plan, u.shard_rank, p.host.data_ptr<float>());
+  }
+  finish_shard(u, p.host);
+  if (replicate_.size() > 1) broadcasts_.push_back({replicate_.broadcast(p.host, 0), p.unit, at::Tensor()});
+}
+
+// Direct route: each rank's slices straight from the root's views, in batches (see
+// batch_slices); the root posts every batch of the unit and converts its own slices from the
+// source while the others receive. Receivers land fp32 slices at their place in their shard and
+// 16-bit ones inside their shard too, widened in place: no buffer besides the shards.
+void Rank0Load::post_direct(const UnitShard& u, Pending& p) {
+  if (st_.root)
+    send_direct(u, p);
+  else
+    receive_direct(u, p);
+}
+
+void Rank0Load::send_direct(const UnitShard& u, Pending& p) {
+  const int64_t batches = batch_count(u.plan, batch_);
+  for (int64_t j = 0; j < batches; ++j) {
+    std::vector<std::vector<at::Tensor>> pieces(shard_.size());
+    for (int r = 1; r < shard_.size(); ++r)
+      for (const auto& s : batch_slices(u.plan, r, j, batch_)) {
+        pieces[r].push_back(p.views[s.param].narrow(0, s.param_offset, s.length));
+        st_.elements_read += s.length;
+      }
+    p.works.push_back(shard_.scatter_pieces({}, std::move(pieces), 0));
+  }
+  try {
+    st_.elements_read += read_own_slices(u.plan, 0, *source_, p.host.data_ptr<float>());
+  } catch (const std::exception& e) {
+    root_error_ = encode_error(e);
+  }
+}
+
+// Receivers: every batch of the unit is posted at once (each lands in its own part of the
+// shard), then waited for and widened in order, so batch j+1 arrives while j is widened.
+void Rank0Load::receive_direct(const UnitShard& u, Pending& p) {
+  const int64_t batches = batch_count(u.plan, batch_);
+  std::vector<std::vector<ShardSlice>> slices(batches);
+  std::vector<comm::WorkPtr> works(batches);
+  for (int64_t j = 0; j < batches; ++j) {
+    slices[j] = batch_slices(u.plan, u.shard_rank, j, batch_);
+    works[j] = shard_.scatter_pieces(receive_targets(u, p, j, slices[j]), {}, 0);
+  }
+  if (*p.wire == at::kFloat) {  // complete with the unit (the next unit's receives queue up meanwhile)
+    p.works = std::move(works);
+    return;
+  }
+  widen_direct(u, p, slices, works);
+}
+
+// Where batch j's slices land on a receiver.
+std::vector<at::Tensor> Rank0Load::receive_targets(const UnitShard& u, const Pending& p, int64_t j,
+                                                   const std::vector<ShardSlice>& slices) {
+  const at::ScalarType wire = *p.wire;
+  float* host = p.host.data_ptr<float>();
+  std::vector<at::Tensor> out;
+  for (const auto& s : slices)
+    out.push_back(wire == at::kFloat  // nothing to widen: straight to the slice's place
+                      ? p.host.narrow(0, j * batch_ + s.shard_offset, s.length)
+                      : at::from_blob(landing(u, host, j) + s.shard_offset, {s.length},
+                                      at::TensorOptions().dtype(wire)));
+  return out;
+}
+
+// 16-bit slices land in the upper half of their batch's fp32 region: a batch of len elements
+// spans 2*len 16-bit places, and slice s (offset o, length L) lands at place len + o and widens
+// to element o. Widening runs forward and every write ends at or before the unread 16-bit data
+// (4(o+L) <= 2(len+o+L) as o+L <= len), which is the overlap widen_to_f32 allows.
+uint16_t* Rank0Load::landing(const UnitShard& u, float* host, int64_t j) const {  // batch j's 16-bit landing zone
+  return reinterpret_cast<uint16_t*>(host + j * batch_) + std::min(batch_, u.plan.chunk - j * batch_);
+}
+
+// Waits for each batch in order and widens its 16-bit slices in place.
+void Rank0Load::widen_direct(const UnitShard& u, const Pending& p, const std::vector<std::vector<ShardSlice>>& slices,
+                             const std::vector<comm::WorkPtr>& works) {
+  const auto kind = *p.wire == at::kBFloat16 ? util::Float16Kind::BF16 : util::Float16Kind::F16;
+  float* host = p.host.data_ptr<float>();
+  for (int64_t j = 0; j < static_cast<int64_t>(slices.size()); ++j) {
+    works[j]->wait();
+    for (const auto& s : slices[j])
+      util::widen_to_f32(landing(u, host, j) + s.shard_offset, kind, host + j * batch_ + s.shard_offset, s.length);
+  }
+}
+
+// Staged route: the root reads the whole unit into one of its two fp32 buffers and scatters it.
+void Rank0Load::post_staged(size_t ui, const UnitShard& u, Pending& p) {
+  at::Tensor flat;
+  if (st_.root) {
+    // The previous user of this buffer (unit ui-2) completed before pending had room for ui.
+    flat = staging_buffer(ui).narrow(0, 0, u.plan.padded_total);
+    try {
+      st_.elements_read += read_flat_unit(u.plan, *source_, flat.data_ptr<float>());
+    } catch (const std::exception& e) {
+      root_error_ = encode_error(e);  // the scatter still runs (garbage), the final agreement throws
+    }
+  }
+  p.works.push_back(shard_.scatter_into(p.host, flat, 0));
+}
+
+// The root's staging buffer for unit ui, allocated at the largest unit's size on first use.
+at::Tensor& Rank0Load::staging_buffer(size_t ui) {
+  at::Tensor& buffer = staging_[ui % 2];
+  if (!buffer.defined()) {
+    int64_t largest = 0;
+    for (const auto& x : units_) largest = std::max(largest, x.plan.padded_total);
+    buffer = at::empty({largest}, at::TensorOptions().dtype(at::kFloat));
+    st_.staging_bytes += largest * static_cast<int64_t>(sizeof(float));
+  }
+  return buffer;
+}
+
+LoadStats load_rank0(Engine& engine, WeightSource* source, comm::Communicator& shard, comm::Communicator& replicate,
+                     int64_t batch) {
+  return Rank0Load(engine, source, shard, replicate, batch).run();
 }
 
 LoadStats load_parallel(Engine& engine, WeightSource& source) {
