@@ -29,22 +29,13 @@ namespace tessera::launcher {
 
 // fsdp.activation_checkpointing.
 enum class Recompute { Auto, True, False };
-inline const util::Names& recompute_names() {
-  static const util::Names names = {"auto", "true", "false"};
-  return names;
-}
+TESSERA_ENUM_NAMES(recompute_names, "auto", "true", "false")
 // data.train_on.
 enum class TrainOn { Completion, All };
-inline const util::Names& train_on_names() {
-  static const util::Names names = {"completion", "all"};
-  return names;
-}
+TESSERA_ENUM_NAMES(train_on_names, "completion", "all")
 // train.preempt_signal.
 enum class PreemptSignal { USR1, USR2 };
-inline const util::Names& preempt_signal_names() {
-  static const util::Names names = {"USR1", "USR2"};
-  return names;
-}
+TESSERA_ENUM_NAMES(preempt_signal_names, "USR1", "USR2")
 
 struct ModelSection {
   std::string path, preset;

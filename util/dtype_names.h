@@ -14,10 +14,7 @@ enum class FloatType { F32, BF16, F16 };
 
 // The short names, in FloatType order: "fp32", "bf16", "fp16" (what configuration keys accept; a key
 // that allows 32 and 16-bit brain float only takes the first two).
-inline const Names& float_type_names() {
-  static const Names names = {"fp32", "bf16", "fp16"};
-  return names;
-}
+TESSERA_ENUM_NAMES(float_type_names, "fp32", "bf16", "fp16")
 
 // fp32 | float32 | float | F32, bf16 | bfloat16 | BF16, fp16 | float16 | half | F16; nullopt for
 // anything else.

@@ -33,3 +33,10 @@ inline std::string join_names(const Names& names) {
 }
 
 }  // namespace tessera::util
+
+// Defines `const util::Names& fn()`, the names of an enum in enum order, as one static list.
+#define TESSERA_ENUM_NAMES(fn, ...)                                      \
+  inline const ::tessera::util::Names& fn() {                            \
+    static const ::tessera::util::Names names = {__VA_ARGS__};           \
+    return names;                                                        \
+  }

@@ -9,16 +9,10 @@ namespace tessera::data {
 
 // An example longer than a sequence: skip it, keep its end, or stop (dataset.h).
 enum class Truncation { Drop, Left, Error };
-inline const util::Names& truncation_names() {
-  static const util::Names names = {"drop", "left", "error"};
-  return names;
-}
+TESSERA_ENUM_NAMES(truncation_names, "drop", "left", "error")
 
 // How `messages` records are rendered (chat_template.h).
 enum class ChatTemplateKind { Llama2, Llama3, None };
-inline const util::Names& chat_template_names() {
-  static const util::Names names = {"llama2", "llama3", "none"};
-  return names;
-}
+TESSERA_ENUM_NAMES(chat_template_names, "llama2", "llama3", "none")
 
 }  // namespace tessera::data

@@ -8,22 +8,13 @@
 namespace tessera::fsdp {
 
 enum class Strategy { FullShard, ShardGradOp, NoShard, HybridShard };
-inline const util::Names& strategy_names() {
-  static const util::Names names = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"};
-  return names;
-}
+TESSERA_ENUM_NAMES(strategy_names, "full_shard", "shard_grad_op", "no_shard", "hybrid_shard")
 
 enum class Accumulate { Sharded, Unsharded };
-inline const util::Names& accumulate_names() {
-  static const util::Names names = {"sharded", "unsharded"};
-  return names;
-}
+TESSERA_ENUM_NAMES(accumulate_names, "sharded", "unsharded")
 
 // How weights reach the shards (loader.h).
 enum class LoadMode { Rank0, Parallel, Naive };
-inline const util::Names& load_mode_names() {
-  static const util::Names names = {"rank0", "parallel", "naive"};
-  return names;
-}
+TESSERA_ENUM_NAMES(load_mode_names, "rank0", "parallel", "naive")
 
 }  // namespace tessera::fsdp

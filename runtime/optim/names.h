@@ -7,9 +7,6 @@
 namespace tessera::optim {
 
 enum class Schedule { Cosine, Linear, Constant };
-inline const util::Names& schedule_names() {
-  static const util::Names names = {"cosine", "linear", "constant"};
-  return names;
-}
+TESSERA_ENUM_NAMES(schedule_names, "cosine", "linear", "constant")
 
 }  // namespace tessera::optim

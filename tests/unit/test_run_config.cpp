@@ -15,23 +15,14 @@
 #include "runtime/data/dataset.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
+#include "tests/unit/test_checkpoint_util.h"  // error_of
 
 using namespace tessera;
 using namespace tessera::launcher;
 using nlohmann::json;
+using ckpt_test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
 
 // A valid value of `k` other than its default.
 json other_value(const ConfigKey& k) {
