@@ -65,8 +65,11 @@ TEST(RunConfig, EveryKeyHasAFieldOfItsOwn) {
     c.set(k.key, v);
     const json written = c.json();
     EXPECT_EQ(at_key(written, k.key), v) << k.key;
-    for (const auto& other : config_schema())
-      if (other.key != k.key) EXPECT_EQ(at_key(written, other.key), at_key(defaults, other.key)) << k.key << " changed " << other.key;
+    for (const auto& other : config_schema()) {
+      if (other.key != k.key) {
+        EXPECT_EQ(at_key(written, other.key), at_key(defaults, other.key)) << k.key << " changed " << other.key;
+      }
+    }
     EXPECT_EQ(Config::from_json(written, "written").json(), written) << k.key;
     EXPECT_EQ(Config::load("", {k.key + "=" + (v.is_string() ? v.get<std::string>() : v.dump())}).json(), written) << k.key;
   }
