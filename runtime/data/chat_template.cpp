@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "runtime/error.h"
+#include "runtime/parse_named.h"
 
 namespace tessera::data {
 
@@ -172,8 +173,7 @@ std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind) {
 }
 
 std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name) {
-  if (const auto kind = util::enum_named<ChatTemplateKind>(chat_template_names(), name)) return make_chat_template(*kind);
-  throw TESSERA_INPUT_ERROR("data.chat_template '" + name + "' is not one of " + util::join_names(chat_template_names()));
+  return make_chat_template(parse_named<ChatTemplateKind>(chat_template_names(), name, "data.chat_template"));
 }
 
 Example render_record(const nlohmann::json& record, const Tokenizer& tok, const ChatTemplate& chat) {

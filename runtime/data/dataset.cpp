@@ -7,6 +7,7 @@
 
 #include "runtime/data/token_file.h"
 #include "runtime/error.h"
+#include "runtime/parse_named.h"
 
 namespace tessera::data {
 
@@ -31,8 +32,7 @@ double split_hash(int64_t store, int64_t doc, int64_t piece) {
 }  // namespace
 
 Truncation parse_truncation(const std::string& s) {
-  if (const auto t = util::enum_named<Truncation>(truncation_names(), s)) return *t;
-  throw TESSERA_INPUT_ERROR("data.truncation '" + s + "' is not one of " + util::join_names(truncation_names()));
+  return parse_named<Truncation>(truncation_names(), s, "data.truncation");
 }
 
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,

@@ -9,21 +9,13 @@
 #include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/step_profile.h"
+#include "runtime/parse_named.h"
 #include "util/dtype_names.h"
 
 namespace tessera::fsdp {
 
-namespace {
-// The enum named `s` in `names` (names.h), or an input error naming the key and the choices.
-template <class E>
-E named(const std::string& s, const util::Names& names, const std::string& key) {
-  if (const auto e = util::enum_named<E>(names, s)) return *e;
-  throw TESSERA_INPUT_ERROR(key + " '" + s + "' is not one of " + util::join_names(names));
-}
-}  // namespace
-
 Strategy parse_strategy(const std::string& s) {
-  return named<Strategy>(s, strategy_names(), "fsdp.strategy");
+  return parse_named<Strategy>(strategy_names(), s, "fsdp.strategy");
 }
 std::string to_string(Strategy s) { return strategy_names().at(static_cast<size_t>(s)); }
 at::ScalarType scalar_type(util::FloatType t) {
@@ -35,7 +27,7 @@ at::ScalarType parse_dtype(const std::string& s) {  // the one table of names: u
 }
 
 Accumulate parse_accumulate(const std::string& s) {
-  return named<Accumulate>(s, accumulate_names(), "fsdp.accumulate");
+  return parse_named<Accumulate>(accumulate_names(), s, "fsdp.accumulate");
 }
 std::string to_string(Accumulate a) { return accumulate_names().at(static_cast<size_t>(a)); }
 

@@ -12,13 +12,13 @@
 #include "runtime/agree.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/parse_named.h"
 #include "util/widen.h"
 
 namespace tessera::fsdp {
 
 LoadMode parse_load_mode(const std::string& s) {
-  if (const auto m = util::enum_named<LoadMode>(load_mode_names(), s)) return *m;
-  throw TESSERA_INPUT_ERROR("model.load '" + s + "' is not one of " + util::join_names(load_mode_names()));
+  return parse_named<LoadMode>(load_mode_names(), s, "model.load");
 }
 
 std::string to_string(LoadMode m) { return util::name_of(load_mode_names(), m); }
