@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 #include <torch/torch.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/memory/tracker.h"
 #include "runtime/profile/step_profile.h"
 #include "runtime/train/trainer.h"
 
@@ -60,6 +62,14 @@ void idle_barrier() {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (!done) usleep(2000);
   }
+}
+
+// This process's minor page faults so far (every thread): each is a page the kernel zeroed and
+// mapped on first touch.
+int64_t minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -153,12 +163,18 @@ int run_in_process(const launcher::po::variables_map& vm) {
   double fsdp_tps = 0;
   std::vector<double> step_times;
   std::vector<profile::Breakdown> times;  // where each timed step's time went (rank 0)
+  // rank 0's page faults per timed step, and its allocations of >= 1 MiB served again from the
+  // allocator's cache / mapped anew (memory::reuse_large_blocks)
+  double faults_per_step = 0;
+  int64_t cache_hits = 0, cache_misses = 0;
   {
     train::Trainer trainer(make_causal_lm(cfg), b.groups, fopts, topts, dataset, {});
     InitWeightSource src(cfg, 1);
     trainer.load_weights(src);
     for (int i = 0; i < warmup; ++i) trainer.train_step();
     MPI_Barrier(MPI_COMM_WORLD);
+    const int64_t faults0 = minor_faults();
+    const memory::CacheStats cache0 = memory::cache_stats();
     auto t0 = Clock::now();
     for (int i = 0; i < steps; ++i) {
       const train::StepRecord r = trainer.train_step();
@@ -167,6 +183,10 @@ int run_in_process(const launcher::po::variables_map& vm) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     fsdp_tps = global_tokens * steps / std::chrono::duration<double>(Clock::now() - t0).count();
+    faults_per_step = static_cast<double>(minor_faults() - faults0) / steps;
+    const memory::CacheStats cache1 = memory::cache_stats();
+    cache_hits = cache1.hits - cache0.hits;
+    cache_misses = cache1.misses - cache0.misses;
   }
 
   // ---- one plain process, same global batch, all the threads -------------------------------
@@ -208,7 +228,8 @@ int run_in_process(const launcher::po::variables_map& vm) {
            {"nodes", b.num_nodes}, {"seq_len", T}, {"global_batch", W * M}, {"threads_per_rank", b.threads},
            {"threads_total", total_threads}, {"strategy", strategy}, {"dtype", dtype}, {"warmup", warmup},
            {"steps", steps}, {"fsdp_tokens_per_s", fsdp_tps}, {"step_time_s", step_times},
-           {"time", profile::median(times).to_json()}};
+           {"time", profile::median(times).to_json()}, {"page_faults_per_step", faults_per_step},
+           {"large_allocations", {{"reused", cache_hits}, {"mapped", cache_misses}}}};
     if (baseline == "single") {
       const double ratio = fsdp_tps / single_tps;
       j.update({{"single_tokens_per_s", single_tps}, {"ratio", ratio}, {"goal", 0.85}, {"goal_met", ratio >= 0.85}});
@@ -220,6 +241,8 @@ int run_in_process(const launcher::po::variables_map& vm) {
     printf("%-34s %12.1f tokens/s\n", ("FSDP " + strategy + ", W=" + std::to_string(W)).c_str(), fsdp_tps);
     const profile::Breakdown m = profile::median(times);
     printf("FSDP step time (median of %d, rank 0): %.3f s: %s\n", steps, m.step_s, m.summary().c_str());
+    printf("rank 0 per timed step: %.0f page faults; allocations of >= 1 MiB: %ld reused, %ld mapped anew\n",
+           faults_per_step, static_cast<long>(cache_hits), static_cast<long>(cache_misses));
     if (baseline == "single") {
       const double ratio = fsdp_tps / single_tps;
       printf("%-34s %12.1f tokens/s\n", "single process (plain LibTorch)", single_tps);

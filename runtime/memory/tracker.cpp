@@ -62,24 +62,36 @@ struct State {
   Snapshot live, peak;
   int64_t live_total = 0, peak_total = 0;
   // Freed large blocks by exact size, handed out again for the same size (see reuse_large_blocks).
-  // Invariant: live_total + cached <= peak_total.
+  // Invariant: live_total + cached <= budget(): the higher of the peak since reset_peak() and the
+  // peak of the window before it (a training step's window: the next step repeats the same sizes).
   bool caching = false;
   std::unordered_map<size_t, std::vector<void*>> cache;
   int64_t cached = 0;
+  int64_t previous_peak_total = 0;
   CacheStats stats;
 
-  // Takes cached blocks out until the invariant holds again (largest first); the caller frees
-  // them after unlocking.
+  int64_t budget() const { return std::max(peak_total, previous_peak_total); }
+  // Takes cached blocks out until the invariant holds again, as few bytes as it can: the smallest
+  // block that covers the excess, else the largest and again. (Largest first would throw out the
+  // head's vocabulary-sized blocks for every small miss, and the next step maps them anew.) The
+  // caller frees them after unlocking.
   void evict_over_budget(std::vector<void*>& out) {
-    while (cached > 0 && live_total + cached > peak_total) {
-      auto largest = cache.end();
-      for (auto it = cache.begin(); it != cache.end(); ++it)
-        if (!it->second.empty() && (largest == cache.end() || it->first > largest->first)) largest = it;
-      out.push_back(largest->second.back());
-      largest->second.pop_back();
-      cached -= static_cast<int64_t>(largest->first);
+    while (cached > 0 && live_total + cached > budget()) {
+      const size_t excess = static_cast<size_t>(live_total + cached - budget());
+      auto pick = cache.end();
+      for (auto it = cache.begin(); it != cache.end(); ++it) {
+        if (pick == cache.end()) {
+          pick = it;
+          continue;
+        }
+        const bool covers = it->first >= excess, pick_covers = pick->first >= excess;
+        if (covers ? (!pick_covers || it->first < pick->first) : (!pick_covers && it->first > pick->first)) pick = it;
+      }
+      out.push_back(pick->second.back());
+      pick->second.pop_back();
+      cached -= static_cast<int64_t>(pick->first);
       ++stats.evicted;
-      if (largest->second.empty()) cache.erase(largest);
+      if (pick->second.empty()) cache.erase(pick);
     }
   }
   void evict_all(std::vector<void*>& out) {
@@ -258,10 +270,11 @@ void reset_peak() {
   std::vector<void*> evicted;
   {
     std::lock_guard<std::mutex> lock(s.mu);
+    s.previous_peak_total = s.peak_total;
     s.peak = s.live;
     s.peak.phase = g_phase.load(std::memory_order_relaxed);
     s.peak_total = s.live_total;
-    s.evict_all(evicted);  // the budget is now 0: the next peak starts from what is live
+    s.evict_over_budget(evicted);  // the budget is now the window that just ended
   }
   free_blocks(evicted);
 }

@@ -128,13 +128,14 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
 }
 
 // The tracking allocator's reuse of large blocks (tracker.h): a freed block of >= 1 MiB serves the
-// next allocation of exactly its size, and live + cached bytes never exceed the peak since
-// reset_peak() (which empties the cache).
+// next allocation of exactly its size, and live + cached bytes never exceed the higher of the
+// peak since reset_peak() and the peak of the window before it.
 TEST(TrackerCache, ReusesLargeBlocksWithinThePeak) {
   memory::install();
   ASSERT_TRUE(memory::installed());
   memory::reuse_large_blocks(true);
   memory::reset_peak();
+  memory::reset_peak();  // two empty windows: nothing may stay cached
   const int64_t MiB = 1 << 20;
   const memory::CacheStats s0 = memory::cache_stats();
   EXPECT_EQ(s0.cached_bytes, 0);
@@ -162,6 +163,19 @@ TEST(TrackerCache, ReusesLargeBlocksWithinThePeak) {
   }
   EXPECT_EQ(memory::cache_stats().cached_bytes, MiB);
   EXPECT_EQ(memory::cache_stats().evicted, s0.evicted + 2);
+  // A new window (the next training step) keeps what the last one's peak covers ...
+  memory::reset_peak();
+  EXPECT_EQ(memory::cache_stats().cached_bytes, MiB);
+  {
+    at::Tensor g = at::empty({MiB}, at::kByte);  // ... and serves its first allocation of that size
+    EXPECT_EQ(memory::cache_stats().hits, s0.hits + 2);
+    EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+  }
+  EXPECT_EQ(memory::cache_stats().cached_bytes, MiB);
+  // This window's peak was the 1 MiB alone above what was live: the next window keeps it; a window
+  // that ends with nothing above what is live lets the one after it keep nothing.
+  memory::reset_peak();
+  EXPECT_EQ(memory::cache_stats().cached_bytes, MiB);
   memory::reset_peak();
   EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
   memory::reuse_large_blocks(false);
