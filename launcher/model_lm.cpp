@@ -5,6 +5,7 @@
 #include "model/activations.h"
 #include "model/registry.h"
 #include "model/safetensors.h"
+#include "runtime/data/dataset.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -27,6 +28,9 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
     layout->document_ids = c.document_ids;
   };
   lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
+  lm.head_loss = [impl](const at::Tensor& h, const at::Tensor& labels) {
+    return impl->head_loss(h, labels, data::Batch::kIgnore);
+  };
   lm.decay = [spec](const std::string& name) { return spec->decays(name); };
   lm.flops_per_token = [cfg, spec](int64_t seq_len) { return spec->train_flops_per_token(cfg, seq_len); };
   lm.keep_alive = m;

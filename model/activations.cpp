@@ -1,5 +1,7 @@
 #include "model/activations.h"
 
+#include "model/linear_cross_entropy.h"
+
 #include <torch/version.h>
 
 #include <algorithm>
@@ -35,8 +37,14 @@ bool build_has_fused_attention() { return TORCH_VERSION_MAJOR >= 2; }
 // The layer's output is the next layer's input (or the head's), counted there.
 //
 // head: final norm as post_attention_layernorm (its input's fp32 form is the input itself when
-// p = 4), log-softmax of the fp32 logits 4 BT V. The logits (p BT V) and their fp32 copy live only
-// while the loss is formed.
+// p = 4) less the norm's output (the fused head and loss, ops::linear_cross_entropy, does not keep
+// it), plus the gradients that op computes in forward and backward only scales: x's (p BT H, as the
+// norm's output it replaces) and the head weight's (p V H). No logits-sized tensor is saved. While
+// it runs: one fp32 chunk of logits (c rows of V, c = linear_cross_entropy_chunk_rows(V) or BT), the
+// norm's output, the kept rows and their gradient before it is spread back to BT rows (2 p BT H),
+// and with p != 4 the chunk's product in p, x's rows widened, the weight gradient's fp32
+// accumulator (4 V H, less the p V H it becomes) and the head's input (alive where autograd does not
+// keep it). Evaluation's logits (p BT V) are the `logits` term.
 //
 // The transient terms are upper bounds (the test checks that the tracker never sees more): the
 // forward's excess is bounded by the softmax's working set (or two [BT, H] tensors when fused), the
@@ -67,11 +75,12 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   a.layer_backward_transient = (fused_attention ? 0 : (8 + p) * scores) + 3 * p * BT * I + 4 * BT * H;
 
   a.logits = p * BT * V;
-  a.head_saved = (p == 4 ? 4 * BT * H : f32_copy) + norm + 4 * BT * V;
-  // The head's input is alive while it runs even where autograd does not keep it (p != 4).
-  a.head_forward_transient = a.logits + (p == 4 ? 0 : 4 * BT * V + p * BT * H);
-  // The gradient of the fp32 log-softmax output and of its input (and its cast to p when p != 4).
-  a.head_backward_transient = 8 * BT * V + (p == 4 ? 0 : a.logits);
+  a.head_saved = (p == 4 ? 4 * BT * H : f32_copy) + norm + p * V * H;
+  const int64_t c = std::min(BT, ops::linear_cross_entropy_chunk_rows(V));
+  a.head_forward_transient = 4 * c * V + p * BT * H + 2 * p * BT * H + 32 * c + 16 * BT;
+  if (p != 4) a.head_forward_transient += p * c * V + 4 * c * H + (4 - p) * V * H + p * BT * H;
+  // The gradients are scaled in place; what is left is the final norm's backward.
+  a.head_backward_transient = 4 * BT * H;
   return a;
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "model/errors.h"
+#include "model/linear_cross_entropy.h"
 
 namespace tessera::model {
 
@@ -226,6 +227,12 @@ DecoderLayer& LlamaImpl::layer(int64_t i) {
 torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
   auto x = model->norm(h);
   return cfg_.tie_word_embeddings ? torch::linear(x, model->embed_tokens->weight) : lm_head(x);
+}
+
+torch::Tensor LlamaImpl::head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index) {
+  const torch::Tensor x = model->norm(h);
+  const torch::Tensor& w = cfg_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
+  return ops::linear_cross_entropy(x.reshape({-1, x.size(-1)}), w, labels.reshape({-1}), ignore_index);
 }
 
 namespace {

@@ -148,6 +148,8 @@ class LlamaImpl : public CausalLmModule {
     return layer(i)->forward(h, layout);
   }
   torch::Tensor head(const torch::Tensor& h) override;  // final norm + lm_head -> logits [B, T, V]
+  // Final norm, then ops::linear_cross_entropy with the head's (or the tied embedding's) weight.
+  torch::Tensor head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index) override;
 
   // HF-named parameters. Roots: model.embed_tokens.weight, model.norm.weight and lm_head.weight
   // (absent when tie_word_embeddings: the head then multiplies by the embedding weight, which is

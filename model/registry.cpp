@@ -43,6 +43,13 @@ torch::Tensor CausalLmModule::forward(const torch::Tensor& tokens, const TokenLa
   return head(h);
 }
 
+torch::Tensor CausalLmModule::head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index) {
+  const torch::Tensor logits = head(h);
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), labels.reshape({-1}),
+                          F::CrossEntropyFuncOptions().ignore_index(ignore_index).reduction(torch::kSum));
+}
+
 NamedTensors CausalLmModule::named_hf_parameters() {
   NamedTensors out;
   for (const auto& item : named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());

@@ -59,6 +59,10 @@ class CausalLmModule : public torch::nn::Module {
   // Decoder layer i, [B, T, H] -> [B, T, H], RoPE and attention per `layout` (TokenLayout).
   virtual torch::Tensor layer_forward(int64_t i, const torch::Tensor& h, const TokenLayout& layout) = 0;
   virtual torch::Tensor head(const torch::Tensor& h) = 0;                       // -> logits [B, T, V]
+  // The summed cross entropy of head(h) against labels [B, T] (int64; ignore_index rows skipped),
+  // 0-dim fp32. This one forms the logits and calls cross_entropy; a family may fuse the two
+  // (Llama: ops::linear_cross_entropy, without the logits).
+  virtual torch::Tensor head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index);
   virtual NamedTensors root_parameters() = 0;                                   // unit 0
   virtual NamedTensors layer_parameters(int64_t i) = 0;                         // unit 1 + i
   torch::Tensor forward(const torch::Tensor& tokens, const TokenLayout& layout = {});  // head(layers(embed(tokens)))

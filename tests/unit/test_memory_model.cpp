@@ -64,9 +64,7 @@ Measured measure(const model::ModelConfig& cfg, int64_t B, int64_t T, torch::Dty
     torch::Tensor loss;
     {
       torch::Tensor x = noise + leaf;
-      torch::Tensor logits = m->head(x);
-      loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                                  targets.reshape({-1}));
+      loss = m->head_loss(x, targets, -100);  // what the trainer runs: the fused head and loss
     }
     const int64_t after = memory::live().total();
     r.head_fwd = memory::peak().total() - after;
