@@ -422,9 +422,10 @@ TEST(FsdpMemory, Bf16OptimizerStateTracksFp32) {
     for (int s = 0; s < t.steps; ++s) {
       const auto r = trainer.train_step();
       losses[bf16].push_back(r.loss);
-      if (s == t.steps - 1)
+      if (s == t.steps - 1) {
         EXPECT_EQ(r.memory.tracked.bytes[static_cast<int>(memory::Category::Optimizer)],
                   (bf16 ? 4 : 8) * r.memory.tracked.bytes[static_cast<int>(memory::Category::Master)] / 4);
+      }
     }
     params[bf16] = gather_all(trainer.engine());
   }

@@ -176,6 +176,38 @@ TEST(TrackerCache, ReusesLargeBlocksWithinThePeak) {
   EXPECT_EQ(memory::cache_stats().cached_bytes, MiB);
   memory::reset_peak();
   EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+  // A block up to 1/8 larger serves an allocation, charged whole; the shard state takes exact sizes.
+  const int64_t asked = 2 * MiB - 64 * 1024;
+  { at::Tensor big = at::empty({2 * MiB}, at::kByte); }
+  EXPECT_EQ(memory::cache_stats().cached_bytes, 2 * MiB);
+  {
+    const memory::CacheStats before = memory::cache_stats();
+    const int64_t live = memory::live().total();
+    at::Tensor a = at::empty({asked}, at::kByte);  // activations: the larger block, charged whole
+    EXPECT_EQ(memory::cache_stats().hits, before.hits + 1);
+    EXPECT_EQ(memory::live().total() - live, 2 * MiB);
+    EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
+  }
+  EXPECT_EQ(memory::cache_stats().cached_bytes, 2 * MiB);
+  {  // with the 2 MiB block cached
+    memory::Scope master(memory::Category::Master);
+    const memory::CacheStats before = memory::cache_stats();
+    const int64_t live = memory::live().total();
+    at::Tensor m = at::empty({asked}, at::kByte);
+    EXPECT_EQ(memory::cache_stats().hits, before.hits);
+    EXPECT_EQ(memory::live().total() - live, asked);
+  }
+  memory::reset_peak();
+  memory::reset_peak();
+  { at::Tensor big = at::empty({2 * MiB}, at::kByte); }
+  {
+    const memory::CacheStats before = memory::cache_stats();
+    at::Tensor b = at::empty({MiB + 1}, at::kByte);  // the 2 MiB block is more than 1/8 above
+    EXPECT_EQ(memory::cache_stats().hits, before.hits);
+    EXPECT_EQ(memory::cache_stats().misses, before.misses + 1);
+  }
+  memory::reset_peak();
+  memory::reset_peak();
   memory::reuse_large_blocks(false);
   {
     at::Tensor f = at::empty({2 * MiB}, at::kByte);
