@@ -82,10 +82,11 @@ void configure_process_allocators();
 // zeroes on first touch, and a munmap when freed: on the 58M-parameter Llama of bench step at 2
 // ranks, a third of every step was system time. A transformer step allocates the same sizes over and
 // over (every layer has the same shapes), so the tracking allocator keeps freed blocks of 1 MiB or
-// more and hands them out again for an allocation of exactly the same size, under one rule that
-// keeps the memory model true: live + cached bytes never exceed the budget, the higher of the
-// tracked peak since the last reset_peak() and the peak of the window before it (an allocation
-// that is not a reuse and would break it first frees cached blocks, largest first; reset_peak()
+// more and hands them out again for an allocation of the same size (or, outside the shard state,
+// of up to 1/8 less, the block charged whole), under one rule that keeps the memory model true:
+// live + cached bytes never exceed the budget, the higher of the tracked peak since the last
+// reset_peak() and the peak of the window before it (an allocation that is not a reuse and would
+// break it first frees cached blocks, as few bytes as cover the excess; reset_peak()
 // frees what the window that just ended does not cover). The trainer resets the peak at every
 // step, so a step may keep what the previous step freed, up to that step's peak: without this the
 // cache starts every step empty and a third of the large allocations were fresh mappings again
