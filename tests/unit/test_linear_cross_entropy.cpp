@@ -126,13 +126,7 @@ TEST(LinearCrossEntropy, NeverHoldsTheLogits) {
 // cross_entropy, gradients of every parameter included.
 TEST(LinearCrossEntropy, LlamaHeadLossMatchesHeadThenCrossEntropy) {
   for (bool tied : {false, true}) {
-    model::ModelConfig c = model::ModelConfig::preset("tiny");
-    c.vocab_size = 53;
-    c.hidden_size = 24;
-    c.intermediate_size = 40;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
+    model::ModelConfig c = model::ModelConfig::preset("tiny");  // GQA: 2 KV heads for 4 query heads
     c.tie_word_embeddings = tied;
     model::Llama a(c), b(c);
     model::init_weights(a, 11);
