@@ -1,5 +1,7 @@
 #include "model/registry.h"
 
+#include <torch/torch.h>
+
 #include "model/errors.h"
 
 namespace tessera::model {
