@@ -1,10 +1,10 @@
 #include "model/activations.h"
 
-#include "model/linear_cross_entropy.h"
-
 #include <torch/version.h>
 
 #include <algorithm>
+
+#include "model/linear_cross_entropy.h"
 
 namespace tessera::model {
 

@@ -56,14 +56,12 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     if (want_w && !w_fp32) gw = gw.to(weight.scalar_type());
     ctx->saved_data["gx"] = gx;
     ctx->saved_data["gw"] = gw;
-    ctx->saved_data["used"] = false;
     return loss.to(torch::kFloat);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    TORCH_CHECK(!ctx->saved_data["used"].toBool(),
+    TORCH_CHECK(ctx->saved_data.count("gx"),
                 "linear_cross_entropy: backward ran twice through the same graph (its gradients are scaled in place)");
-    ctx->saved_data["used"] = true;
     torch::Tensor gx = ctx->saved_data["gx"].toTensor(), gw = ctx->saved_data["gw"].toTensor();
     ctx->saved_data.erase("gx");
     ctx->saved_data.erase("gw");

@@ -11,8 +11,9 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
-#include <string>
+#include <iterator>
 #include <map>
+#include <string>
 #include <unordered_map>
 
 namespace tessera::memory {
@@ -62,7 +63,7 @@ struct State {
   std::unordered_map<void*, Entry> entries;
   Snapshot live, peak;
   int64_t live_total = 0, peak_total = 0;
-  // Freed large blocks by exact size, handed out again for the same size (see reuse_large_blocks).
+  // Freed large blocks by size, handed out again for the same size or a little less (take_cached).
   // Invariant: live_total + cached <= budget(): the higher of the peak since reset_peak() and the
   // peak of the window before it (a training step's window: the next step repeats the same sizes).
   bool caching = false;
@@ -78,16 +79,8 @@ struct State {
   // caller frees them after unlocking.
   void evict_over_budget(std::vector<void*>& out) {
     while (cached > 0 && live_total + cached > budget()) {
-      const size_t excess = static_cast<size_t>(live_total + cached - budget());
-      auto pick = cache.end();
-      for (auto it = cache.begin(); it != cache.end(); ++it) {
-        if (pick == cache.end()) {
-          pick = it;
-          continue;
-        }
-        const bool covers = it->first >= excess, pick_covers = pick->first >= excess;
-        if (covers ? (!pick_covers || it->first < pick->first) : (!pick_covers && it->first > pick->first)) pick = it;
-      }
+      auto pick = cache.lower_bound(static_cast<size_t>(live_total + cached - budget()));
+      if (pick == cache.end()) pick = std::prev(cache.end());
       out.push_back(pick->second.back());
       pick->second.pop_back();
       cached -= static_cast<int64_t>(pick->first);

@@ -271,11 +271,7 @@ at::Tensor Trainer::Impl::summed_loss(const data::Batch& b) {
   at::Tensor h = lm.embed(b.inputs.to(device));
   for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
   memory::set_phase("head and loss");
-  if (lm.head_loss) return lm.head_loss(h, b.labels.to(device));
-  at::Tensor logits = lm.head(h);
-  namespace F = torch::nn::functional;
-  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), b.labels.to(device).reshape({-1}),
-                          F::CrossEntropyFuncOptions().ignore_index(data::Batch::kIgnore).reduction(torch::kSum));
+  return lm.head_loss(h, b.labels.to(device));
 }
 
 QueuedStep Trainer::Impl::queue_step() {

@@ -62,7 +62,8 @@ struct CausalLm {
   fsdp::Engine::LayerFn layer;
   std::function<at::Tensor(const at::Tensor& h)> head;
   // The summed cross entropy of head(h) against labels (Batch::kIgnore rows skipped), 0-dim fp32;
-  // the model may fuse it so that the logits never exist. Empty: head + cross_entropy.
+  // the model may fuse it so that the logits never exist (CausalLmModule::head_loss: its default
+  // is head + cross_entropy). Training and validation call it.
   std::function<at::Tensor(const at::Tensor& h, const at::Tensor& labels)> head_loss;
   // Called before every forward with that batch's layout; the model keeps it for the layer calls of
   // the micro-batch (activation-checkpointing recompute in its backward included). Empty: the model
