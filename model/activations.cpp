@@ -1,14 +1,14 @@
 #include "model/activations.h"
 
-#include <torch/version.h>
 
 #include <algorithm>
 
 #include "model/linear_cross_entropy.h"
+#include "util/torch_compat.h"
 
 namespace tessera::model {
 
-bool build_has_fused_attention() { return TORCH_VERSION_MAJOR >= 2; }
+bool build_has_fused_attention() { return compat::kHasSdpa; }
 
 // Counted from what autograd keeps for the ops of model/llama.cpp on LibTorch 1.13 (listed with
 // torch.autograd's saved-tensor attributes on the same ops, and measured by

@@ -2,13 +2,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
 
 #include "model/errors.h"
 #include "model/linear_cross_entropy.h"
+#include "util/torch_compat.h"
 
 namespace tessera::model {
 
@@ -86,15 +86,11 @@ torch::Tensor hidden_keys(int64_t T, int64_t S, int64_t window, torch::Device de
 // against [B, H, T, S].
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& hidden) {
-#if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/hidden.logical_not(), /*dropout_p=*/0.0,
-                                          /*is_causal=*/false);
-#else
+  if constexpr (compat::kHasSdpa) return compat::sdpa(q, k, v, /*attn_mask=*/hidden.logical_not(), /*is_causal=*/false);
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt((double)q.size(-1)));
   scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
   return torch::matmul(probs, v);
-#endif
 }
 }  // namespace
 
@@ -108,10 +104,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
     auto other_doc = document_ids.unsqueeze(2) != document_ids.unsqueeze(1);  // [B, T, S]
     return masked_attention(q, k, v, hidden_keys(T, S, window, q.device()).logical_or(other_doc).unsqueeze(1));
   }
-#if TORCH_VERSION_MAJOR >= 2
-  if (window == 0)
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
-#endif
+  if (compat::kHasSdpa && window == 0) return compat::sdpa(q, k, v, /*attn_mask=*/{}, /*is_causal=*/true);
   return masked_attention(q, k, v, hidden_keys(T, S, window, q.device()));
 }
 

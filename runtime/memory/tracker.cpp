@@ -16,6 +16,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "util/torch_compat.h"
+
 namespace tessera::memory {
 
 const char* name(Category c) {
@@ -164,9 +166,9 @@ void* take_cached(State& s, size_t n, Category c, size_t* size) {
 
 // Same memory as LibTorch's default CPU allocator (c10::alloc_cpu: aligned, zero-size safe), plus
 // the bookkeeping. The context is the data pointer itself, so raw_allocate/raw_deleter work too.
-class TrackingAllocator final : public at::Allocator {
+class TrackingAllocator final : public compat::CpuAllocator {
  public:
-  at::DataPtr allocate(size_t n) const override {
+  at::DataPtr allocate_bytes(size_t n) override {
     State& s = state();
     const Category c = current_category();
     void* p = nullptr;

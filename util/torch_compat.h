@@ -1,0 +1,52 @@
+#pragma once
+// The one place where LibTorch versions differ (1.13, Debian 12 and CI; 2.x, every GPU user's
+// wheel, the LibTorch archive, Debian 13's 2.6). Code elsewhere calls what is here and has no #if on
+// TORCH_VERSION_*. Each difference, and the version it appeared in:
+//   - c10::Allocator (2.3): allocate(size_t) lost its const, and copy_data(dst, src, n) const became
+//     pure virtual. Derive from compat::CpuAllocator and implement allocate_bytes().
+//   - scaled_dot_product_attention (2.0): the fused attention kernels; 1.13 has none, and the model
+//     then computes attention with explicit ops (kHasSdpa false).
+// Header-only; includes only LibTorch headers, so model/, runtime/ and the tests can all use it.
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <torch/version.h>
+
+#define TESSERA_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace tessera::compat {
+
+inline constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
+inline constexpr int kTorchMinor = TORCH_VERSION_MINOR;
+
+// A CPU allocator whose allocation is one non-virtual-override-free function on every version.
+class CpuAllocator : public at::Allocator {
+ public:
+  virtual at::DataPtr allocate_bytes(size_t n) = 0;
+#if TESSERA_TORCH_AT_LEAST(2, 3)
+  at::DataPtr allocate(size_t n) override { return allocate_bytes(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  // 1.13's allocate is const; the allocators here keep their state outside the object.
+  at::DataPtr allocate(size_t n) const override { return const_cast<CpuAllocator*>(this)->allocate_bytes(n); }
+#endif
+};
+
+// LibTorch's fused attention (SDPA, 2.0 and later); absent on 1.13 (kHasSdpa false: callers take
+// their explicit path and never call this there).
+inline constexpr bool kHasSdpa = TORCH_VERSION_MAJOR >= 2;
+inline at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& attn_mask,
+                       bool is_causal) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, attn_mask.defined() ? c10::optional<at::Tensor>(attn_mask)
+                                                                       : c10::optional<at::Tensor>(),
+                                          /*dropout_p=*/0.0, is_causal);
+#else
+  (void)q, (void)k, (void)v, (void)attn_mask, (void)is_causal;
+  TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch >= 2.0");
+#endif
+}
+
+}  // namespace tessera::compat
