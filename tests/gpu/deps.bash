@@ -8,6 +8,9 @@
 #                               Open MPI, Boost, yaml-cpp, nlohmann-json, GTest and PCRE2 there
 #   deps_glibc_ok [VERSION]     true when glibc (this machine's, or VERSION) is new enough for the
 #                               carried Debian 12 packages (>= 2.36); else says so on stderr
+#   deps_choice DEBS_DIR        which C++ dependencies a GPU run uses, one line: the carried packages
+#                               of DEBS_DIR (true) where they can load here, else why not and that the
+#                               machine's own are used (false); TESSERA_GPU_GLIBC=X.Y pretends a glibc
 #   mpi_local_env               exports what every MPI start on one machine without ssh needs
 #   hide_remote_shells          (root, inside a private mount namespace) hides every ssh and rsh on
 #                               PATH under /dev/null, as on a machine that has neither
@@ -54,6 +57,19 @@ deps_glibc_ok() {
     echo "deps_glibc_ok: glibc $v is older than 2.36, which the carried Debian 12 packages need" >&2
     return 1
   fi
+}
+
+deps_choice() {
+  local debs=$1 why
+  if ! compgen -G "$debs/*.deb" >/dev/null; then
+    echo "no carried C++ dependencies ($debs/*.deb): using this machine's own"
+    return 1
+  fi
+  if ! why=$(deps_glibc_ok ${TESSERA_GPU_GLIBC:-} 2>&1); then
+    echo "${why#deps_glibc_ok: }: using this machine's own C++ dependencies instead"
+    return 1
+  fi
+  echo "the carried C++ dependencies, $(ls "$debs"/*.deb | wc -l) packages from $debs"
 }
 
 # Open MPI 4.1 starts even `mpirun -np 1`, and a singleton MPI_Init (a daemon is forked), through

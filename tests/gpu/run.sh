@@ -1,84 +1,219 @@
 #!/usr/bin/env bash
-# Tessera on NVIDIA GPUs, in one command, offline, inside one 9-minute call on 16 cores. Not
+# Tessera on NVIDIA GPUs, in one command, offline, inside one ~540 s device call on 16 cores. Not
 # registered with ctest (tests/CMakeLists.txt skips tests/gpu); run by hand or through the device
 # tool (carry [".gpu-deps"], timeout_s >= 540):
 #
 #   bash tests/gpu/run.sh                      # results in $OUT (else ./): gpu_results.txt, gpu_logs.tar.gz
 #   TESSERA_GPU_STEPS=conformance,tessera_train bash tests/gpu/run.sh    # a rerun of some steps
+#   bash tests/gpu/run.sh --plan [LEFT_S [GPUS]]   # the step order and limits only; nothing runs
 #
 # Needs: nvidia-smi, python3 with a CUDA PyTorch 2.x (its LibTorch is what Tessera builds against)
-# and the pip NCCL (nvidia-nccl-*), nvcc, cmake, a C++17 compiler (C++20 for PyTorch >= 2.14), and
-# Tessera's C++ dependencies (Open MPI, nlohmann-json, Boost.Program_options, yaml-cpp, GTest, PCRE2). Where the
+# and NCCL (pip's nvidia-nccl-*, or the CUDA toolkit's or the system's: CMake finds it, see
+# cmake/cuda_nccl.cmake), nvcc, cmake, a C++17 compiler (C++20 for PyTorch >= 2.14), and Tessera's C++
+# dependencies (Open MPI, nlohmann-json, Boost.Program_options, yaml-cpp, GTest, PCRE2). Where the
 # machine lacks those, make the folder .gpu-deps here first with `bash tests/gpu/pack_deps.sh`
-# (Debian 12 packages, ~18 MB, need glibc >= 2.36) and carry it (or point TESSERA_GPU_DEBS at such
+# (Debian 12 packages, ~20 MB, need glibc >= 2.36) and carry it (or point TESSERA_GPU_DEBS at such
 # a folder): its packages are unpacked into a private root under the work folder, never into /, and
 # the build, mpirun and the runs use that root (OPAL_PREFIX, LD_LIBRARY_PATH, CMake package folders).
-# Every MPI start runs with OMPI_MCA_plm=isolated (tests/gpu/deps.bash: mpi_local_env): without ssh
-# or rsh, Open MPI 4.1 aborts even `mpirun -np 1` and a singleton start otherwise.
+# On a machine whose glibc is older than 2.36 the script says so and builds against the machine's
+# own packages instead. Every MPI start runs with OMPI_MCA_plm=isolated (tests/gpu/deps.bash:
+# mpi_local_env): without ssh or rsh, Open MPI 4.1 aborts even `mpirun -np 1` and a singleton start.
 #
 # Rehearsal on a machine without a GPU (checks this script, the carried dependencies and the build
 # plumbing, nothing about CUDA): TESSERA_GPU_REHEARSAL=1 bash tests/gpu/run.sh builds against the
 # CPU LibTorch found by CMake (TESSERA_WITH_CUDA=AUTO, so the NCCL backend only compiles and links),
-# runs the test steps on the CPU (each step's limit x TESSERA_GPU_STEP_SCALE, default 5, for shared
-# machines), and skips the GPU-only steps, saying so. tests/gpu/rehearse.sh does that with this
-# machine's own copies of the carried packages, and ssh and rsh, hidden.
+# runs the probe and the test steps on the CPU (each step's limit x TESSERA_GPU_STEP_SCALE, default
+# 5, against a budget of 4 h, for shared machines), skips the GPU-only steps, saying so, and at the
+# end checks that the steps ran in the GPU order and that the GPU-mode limits after the build fit
+# the budget (the --plan check). tests/gpu/rehearse.sh does that with this machine's own copies of
+# the carried packages, and ssh and rsh, hidden.
 #
-# Steps, each under its own `timeout` and a global deadline (TESSERA_GPU_BUDGET_S, default 500 s).
-# Each is reported PASS, FAIL, TIMEOUT or SKIPPED (with the reason) the moment it ends, and
-# gpu_results.txt and gpu_logs.tar.gz in $OUT are rewritten then: whatever ends the call, what ran
-# is there. Nothing is claimed that did not run.
+# Steps, in this order (by value: what a short call must not miss comes first), each under its own
+# `timeout`, each limit computed from what is left of the global budget (TESSERA_GPU_BUDGET_S, 500 s
+# of the 540 s call; 10 s stay for the report): a step gets min(its nominal limit, budget left - 10)
+# and is SKIPPED, saying so, when that is less than the least it needs. Each is reported PASS, FAIL,
+# TIMEOUT or SKIPPED (with the reason) the moment it ends, and gpu_results.txt and gpu_logs.tar.gz in
+# $OUT are rewritten then: whatever ends the call, what ran is there. Nothing is claimed that did
+# not run.
 #   env            GPU, driver, torch, CUDA, NCCL from pip
-#   deps           the carried C++ dependencies unpacked (glibc checked first)
-#   configure      toolchain (ssh, glibc, nvcc, cmake, compiler, LibTorch, NCCL) printed, CMake configure
-#                  of the CUDA variant (TESSERA_WITH_CUDA=ON, CMAKE_CUDA_COMPILER)
+#   deps           the carried C++ dependencies unpacked (glibc checked first; too old: the machine's own)
+#   configure      toolchain (ssh, glibc, nvcc, cmake, compiler, LibTorch) printed, CMake configure of
+#                  the CUDA variant (TESSERA_WITH_CUDA=ON) through scripts/build.sh --configure; CMake's
+#                  one status line says which LibTorch, ABI, NCCL, cudart and nvcc it found
 #   build          tessera and the test binaries, niced, while
 #   eager          the PyTorch eager reference runs on the GPU: the ~1.1B Llama step (bf16 autocast,
 #                  seq 2048) -> tokens/s, MFU, memory
-#   conformance    communicator conformance at world size 1 (the NCCL backend on the GPU included;
-#                  NCCL_DEBUG=VERSION's line shows NCCL initialised)
-#   fsdp_train     FSDP equivalence at world size 1, FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost
+#   probe          a 2-step run of the tiny preset that must report a CUDA device, then
+#   init_model     the 1.1B model written once (bf16), and
+#   tessera_train  the same 1.1B step as eager -> tokens/s, MFU, memory (the throughput measurement)
+#   fp16_bf16      the tiny preset 60 steps in bf16 and in fp16 (dynamic loss scaling): the fp16 losses
+#                  track bf16's within a stated tolerance (see the step)
+#   conformance    communicator conformance at world size 1, the test cases that run on the NCCL
+#                  communicator only (--gtest_filter; NCCL_DEBUG=VERSION's line shows NCCL initialised)
+#   fsdp_train     FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost only (FSDP on the GPU vs the CPU)
 #   nccl_timeout   NCCL watchdog: a collective that cannot start ends in a one-line Timeout error
 #                  within its timeout + slack (test_nccl_timeout)
 #   nccl_stall     with >= 2 GPUs: `tessera train` on 2 GPUs, rank 1 SIGSTOPped; every rank ends
 #                  within comm.timeout_s + 10 s with one line naming rank, host, device (stall.sh)
-#   tessera_train  a 2-step probe must report a CUDA device, then the same 1.1B step as eager
-#   fp16_bf16      the tiny preset 60 steps in bf16 and in fp16 (dynamic loss scaling): the fp16 losses
-#                  track bf16's within a stated tolerance (see the step)
 #   report         tokens/s, MFU, peak memory, Tessera / eager
-# TESSERA_GPU_STEPS (comma-separated names from this list; default: all) selects steps for a rerun;
-# deps, configure and build run whenever a selected step needs the binaries.
+# TESSERA_GPU_STEPS (comma-separated names from this list, probe and init_model coming with
+# tessera_train; default: all) selects steps for a rerun; deps, configure and build run whenever a
+# selected step needs the binaries.
 set -uo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+REHEARSAL=${TESSERA_GPU_REHEARSAL:-0}
+GPU_BUDGET=500  # seconds for all steps of a GPU run (the report follows: a 540 s call)
+DEADLINE=${TESSERA_GPU_BUDGET_S:-$GPU_BUDGET}
+RESERVE=10      # seconds of the budget kept for the report and the summary
+KILL_GRACE=5    # a step gets SIGTERM at limit - KILL_GRACE and SIGKILL at its limit
+BUILD_CAP=0     # 0: the build may use what is left of the budget
+BUILD_NICE=(nice -n 10)  # the build yields to the eager reference, which runs meanwhile
+STEP_SCALE=1
+# A rehearsal builds on whatever CPU it finds, maybe shared (about 10 minutes on 2 idle cores from
+# nothing, over an hour when other builds share them): a 4 h budget, and no eager to yield to. Every
+# step's nominal limit is sized for the GPU machine; a rehearsal on a loaded shared machine multiplies
+# them (a niced rehearsal there once spent over 60 s unpacking the 3-second deps step).
+if ((REHEARSAL)); then
+  DEADLINE=${TESSERA_GPU_BUDGET_S:-14400}
+  BUILD_CAP=12000
+  BUILD_NICE=()
+  STEP_SCALE=${TESSERA_GPU_STEP_SCALE:-5}
+fi
+
+# ---- the plan: order, nominal limits, least worth starting (seconds, GPU mode) --------------------
+# Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
+PLAN_AFTER_BUILD=(probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall)
+ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
+declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
+  [probe]=45 [init_model]=45 [tessera_train]=120 [fp16_bf16]=60 [conformance]=60 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60)
+declare -A LEAST=([env]=5 [deps]=5 [configure]=20 [build]=30 [eager]=45
+  [probe]=15 [init_model]=15 [tessera_train]=45 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30)
+# Which step a selection name brings (tessera_train brings its probe and the model it trains).
+declare -A SELECTED_BY=([probe]=tessera_train [init_model]=tessera_train)
+# What the rest of a chain needs at least: the probe and the model are only worth their time when
+# tessera_train can still run after them.
+declare -A FOLLOW=([probe]=$((LEAST[init_model] + LEAST[tessera_train])) [init_model]=${LEAST[tessera_train]})
+declare -A DEPENDS=([init_model]=probe [tessera_train]=init_model)  # runs only after that one
+
+# step_limit NAME LEFT: the limit NAME gets with LEFT seconds of the budget left: its nominal limit
+# (x STEP_SCALE) capped by LEFT - RESERVE - what the rest of its chain needs (FOLLOW); empty when
+# that is below its least (x STEP_SCALE).
+step_limit() {
+  local name=$1 left=$(($2 - RESERVE - ${FOLLOW[$1]:-0} * STEP_SCALE)) limit least
+  if [[ $name == build ]]; then
+    limit=$left
+    ((BUILD_CAP > 0 && BUILD_CAP < limit)) && limit=$BUILD_CAP
+  else
+    limit=$((NOMINAL[$name] * STEP_SCALE))
+    ((limit > left)) && limit=$left
+  fi
+  least=$((LEAST[$name] * STEP_SCALE))
+  ((limit >= least)) && echo "$limit"
+}
+
+# applies NAME GPUS MODE: whether NAME is part of a run in MODE (gpu or rehearsal) with GPUS GPUs;
+# else prints why not.
+applies() {
+  local name=$1 gpus=$2 mode=$3
+  if [[ $name == nccl_stall ]] && ((gpus < 2)); then
+    echo "needs 2 GPUs (NCCL refuses two ranks on one GPU); $gpus visible"
+    return 1
+  fi
+  if [[ $mode == rehearsal ]]; then
+    case $name in
+      env | eager | init_model | tessera_train | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
+      fp16_bf16) echo "rehearsal (no GPU; fp16 compute is refused on CPU)"; return 1 ;;
+    esac
+  fi
+  return 0
+}
+
+# plan LEFT GPUS MODE [NAME...]: the steps after the build in order, each as the script would limit
+# it if every earlier one used its whole limit; "NAME LIMIT" or "NAME SKIP reason" per line, then
+# "sum S of LEFT". NAMEs: the selected steps (default: all).
+plan() {
+  local left=$1 gpus=$2 mode=$3 name limit sum=0 why skipped=" "
+  shift 3
+  local sel=" ${*:-${PLAN_AFTER_BUILD[*]}} "
+  for name in "${PLAN_AFTER_BUILD[@]}"; do
+    [[ $sel == *" $name "* ]] || continue
+    if ! why=$(applies "$name" "$gpus" "$mode"); then
+      echo "$name SKIP $why"
+      skipped+="$name "
+      continue
+    fi
+    if [[ -n ${DEPENDS[$name]:-} && $skipped == *" ${DEPENDS[$name]} "* ]]; then
+      echo "$name SKIP ${DEPENDS[$name]} is skipped"
+      skipped+="$name "
+      continue
+    fi
+    limit=$(step_limit "$name" $((left - sum)))
+    if [[ -z $limit ]]; then
+      echo "$name SKIP $((left - sum - RESERVE))s left after the report's ${RESERVE}s, needs at least $(((LEAST[$name] + ${FOLLOW[$name]:-0}) * STEP_SCALE))s"
+      skipped+="$name "
+      continue
+    fi
+    echo "$name $limit"
+    sum=$((sum + limit))
+  done
+  echo "sum $sum of $left"
+}
+
+# print_plan LEFT GPUS MODE [NAME...]: the plan, readable, and whether it fits (the return code).
+print_plan() {
+  local left=$1 gpus=$2 mode=$3 name what rest
+  shift 3
+  echo "plan after the build ($mode mode, ${left}s of the budget left, $gpus GPU(s), limits x$STEP_SCALE):"
+  while read -r name what rest; do
+    if [[ $name == sum ]]; then
+      if ((what <= left - RESERVE)); then
+        echo "  limits sum to ${what}s <= ${left}s - ${RESERVE}s for the report: fits"
+      else
+        echo "  limits sum to ${what}s > ${left}s - ${RESERVE}s for the report: DOES NOT FIT"
+        return 1
+      fi
+    elif [[ $what == SKIP ]]; then
+      printf '  %-14s skipped: %s\n' "$name" "$rest"
+    else
+      printf '  %-14s limit %4ss\n' "$name" "$what"
+    fi
+  done < <(plan "$left" "$gpus" "$mode" "$@")
+}
+
+if [[ ${1:-} == --plan ]]; then
+  # The order and the GPU-mode limits, without running anything: the whole order, then the plan
+  # after the build for LEFT seconds left (default: a few cases) and GPUS GPUs (default 1).
+  STEP_SCALE=1
+  echo "order: ${ORDER_ALL[*]} report"
+  echo "before the build (GPU mode, ${GPU_BUDGET}s budget): env ${NOMINAL[env]}s, deps ${NOMINAL[deps]}s, configure ${NOMINAL[configure]}s; build: what is left - ${RESERVE}s, with eager ${NOMINAL[eager]}s beside it"
+  rc=0
+  for left in ${2:-350 250 150 60}; do
+    print_plan "$left" "${3:-1}" gpu || rc=1
+  done
+  exit $rc
+fi
+
 RESULTS_DIR=${OUT:-$PWD}
 RES=$RESULTS_DIR/gpu_results.txt
 WORK=${TESSERA_GPU_WORK:-/tmp/tessera-gpu}
 BUILD=$WORK/build
 LOGS=$WORK/logs
 STATUS_DIR=$WORK/status
-REHEARSAL=${TESSERA_GPU_REHEARSAL:-0}
-DEADLINE=${TESSERA_GPU_BUDGET_S:-500}  # seconds for all steps; the report follows (a 540 s call)
-BUILD_LIMIT=300
-BUILD_NICE=(nice -n 10)  # the build yields to the eager reference, which runs meanwhile
-# A rehearsal builds on whatever CPU it finds, maybe shared (about 5 minutes on 2 idle cores from
-# nothing, over an hour when other builds share them): practically no limits, and no eager to yield to.
-((REHEARSAL)) && DEADLINE=${TESSERA_GPU_BUDGET_S:-14400} && BUILD_LIMIT=12000 && BUILD_NICE=()
-# Every step's own limit is sized for the GPU machine; a rehearsal on a loaded shared machine
-# multiplies them (a niced rehearsal there once spent over 60 s unpacking the 3-second deps step).
-STEP_SCALE=1
-((REHEARSAL)) && STEP_SCALE=${TESSERA_GPU_STEP_SCALE:-5}
 SEQ=2048
 BATCH=${TESSERA_GPU_BATCH:-4}
 JOBS=$(nproc 2>/dev/null || echo 4)
+MODE=gpu
+((REHEARSAL)) && MODE=rehearsal
 
-ALL_STEPS="env deps configure build eager conformance fsdp_train nccl_timeout nccl_stall tessera_train fp16_bf16"
+SELECTABLE="env deps configure build eager tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall"
 STEPS=${TESSERA_GPU_STEPS:-all}
 if [[ $STEPS != all ]]; then
   for s in ${STEPS//,/ }; do
-    [[ " $ALL_STEPS " == *" $s "* ]] || { echo "run.sh: TESSERA_GPU_STEPS: unknown step '$s' (steps: ${ALL_STEPS// /,})" >&2; exit 2; }
+    [[ " $SELECTABLE " == *" $s "* ]] || { echo "run.sh: TESSERA_GPU_STEPS: unknown step '$s' (steps: ${SELECTABLE// /,})" >&2; exit 2; }
   done
 fi
-wanted() { [[ $STEPS == all || ",$STEPS," == *",$1,"* ]]; }
+wanted() { local s=${SELECTED_BY[$1]:-$1}; [[ $STEPS == all || ",$STEPS," == *",$s,"* ]]; }
 BUILD_TARGETS=()
 wanted conformance && BUILD_TARGETS+=(test_comm_conformance)
 wanted fsdp_train && BUILD_TARGETS+=(test_fsdp_train)
@@ -86,6 +221,15 @@ wanted nccl_timeout && BUILD_TARGETS+=(test_nccl_timeout)
 { wanted nccl_stall || wanted tessera_train || wanted fp16_bf16 || wanted build; } && BUILD_TARGETS+=(tessera)
 wanted build && BUILD_TARGETS=(tessera test_comm_conformance test_fsdp_train test_nccl_timeout)
 NEED_BUILD=$((${#BUILD_TARGETS[@]} > 0))
+SELECTED_AFTER_BUILD=()
+for s in "${PLAN_AFTER_BUILD[@]}"; do wanted "$s" && SELECTED_AFTER_BUILD+=("$s"); done
+
+# The device test cases (gtest names; tests/unit/gpu_deps.sh checks they exist): the conformance
+# cases that run on the NCCL communicator too (the others are MPI-only or skip NCCL), the CUDA FSDP
+# test, the NCCL watchdog test.
+CONFORMANCE_TESTS=CommConformance.AllGatherUnevenAllDtypesInAndOutOfPlace:CommConformance.ReduceScatterPadsUnevenSizes:CommConformance.AllReduceAllDtypesAndOps:CommConformance.BroadcastFromFirstAndLastRank:CommConformance.WidenedReduceScatterInSegments:CommConformance.LargeUnevenMessagesEveryOp:CommConformance.AsyncOperationsCompleteInIssueOrder:CommConformance.SynchronousHelpers:CommConformance.BadArgumentsAreInputErrors:CommConformance.HostDuplicateHasTheSameRanksOnTheHost
+FSDP_TESTS=FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost
+NCCL_TIMEOUT_TESTS=NcclWatchdog.StalledCollectiveTimesOutWithOneLineError
 
 mkdir -p "$RESULTS_DIR" "$LOGS" "$WORK/run"
 rm -rf "$STATUS_DIR" && mkdir -p "$STATUS_DIR"
@@ -110,24 +254,25 @@ trap 'publish' EXIT
 
 ORDER=()
 status_of() { cat "$STATUS_DIR/$1" 2>/dev/null || echo "NOT FINISHED"; }
-# run_step NAME LIMIT_S CMD...: runs CMD under timeout (capped by the global deadline), logs to
-# $LOGS/NAME.log; records PASS / FAIL (rc) / TIMEOUT in $STATUS_DIR/NAME and publishes.
+# run_step NAME CMD...: runs CMD under timeout with the limit step_limit gives NAME now (SIGTERM at
+# limit - KILL_GRACE, SIGKILL at the limit), logs to $LOGS/NAME.log; records PASS / FAIL (rc) /
+# TIMEOUT / SKIPPED in $STATUS_DIR/NAME and publishes. Returns CMD's code (99 when skipped).
 run_step() {
-  local name=$1 limit=$2
-  shift 2
-  local left
+  local name=$1 left limit
+  shift
   left=$(remaining)
-  if ((left < 15)); then
-    echo "SKIPPED (global deadline of ${DEADLINE}s reached)" >"$STATUS_DIR/$name"
+  limit=$(step_limit "$name" "$left")
+  if [[ -z $limit ]]; then
+    echo "SKIPPED ($((left - RESERVE))s of the ${DEADLINE}s budget left after the report's ${RESERVE}s; the step needs at least $(((LEAST[$name] + ${FOLLOW[$name]:-0}) * STEP_SCALE))s)" >"$STATUS_DIR/$name"
     say "[$name] $(status_of "$name")"
     publish
     return 99
   fi
-  limit=$((limit * STEP_SCALE))
-  ((limit > left)) && limit=$left
   local t=$SECONDS rc
-  say "[$name] running (limit ${limit}s): $*"
-  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  say "[$name] running (limit ${limit}s of ${left}s left): $*"
+  local term=$((limit - KILL_GRACE))
+  ((term < 1)) && term=1
+  timeout --kill-after=$KILL_GRACE $term "$@" >"$LOGS/$name.log" 2>&1
   rc=$?
   case $rc in
     0) echo "PASS" ;;
@@ -153,7 +298,7 @@ skip() {
   publish
 }
 
-say "tessera GPU run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), source $SRC, steps: $STEPS"
+say "tessera GPU run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), source $SRC, steps: $STEPS, budget ${DEADLINE}s"
 ((REHEARSAL)) && say "REHEARSAL (TESSERA_GPU_REHEARSAL=1): CPU LibTorch, no GPU steps; nothing here measures the GPU path"
 
 source "$SRC/tests/gpu/deps.bash"
@@ -164,8 +309,8 @@ export NCCL_DEBUG=${NCCL_DEBUG:-VERSION}  # NCCL prints its version line once it
 if ((REHEARSAL)); then
   skip env "rehearsal"
 else
-  step env 45 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader &&
-    python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"nccl\", torch.cuda.nccl.version() if torch.cuda.is_available() else None, \"gpu\", torch.cuda.is_available() and torch.cuda.get_device_name())"'
+  step env bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader &&
+    python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"nccl\", torch.cuda.nccl.version() if torch.cuda.is_available() else None, \"gpu\", torch.cuda.is_available() and torch.cuda.get_device_name(), \"cxx11 abi\", torch.compiled_with_cxx11_abi())"'
   say_lines <"$LOGS/env.log"
 fi
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -198,76 +343,37 @@ CORPUS=$WORK/run/corpus.txt
 python3 -c 'import random, sys; random.seed(0); w=[random.choice(["tessera","shard","gather","reduce","scatter","llama","token","layer"]) for _ in range(400000)]; open(sys.argv[1],"w").write(" ".join(w))' "$CORPUS"
 
 # ---- deps: C++ dependencies carried as Debian packages (tests/gpu/pack_deps.sh) ------------------
+# The carried packages where they can load here (glibc >= 2.36), else this machine's own, saying so.
 DEPS_DIR=${TESSERA_GPU_DEBS:-$SRC/.gpu-deps}
 DEPS_ROOT=$WORK/deps
 CMAKE_DEPS=()
-DEPS_OK=1
 if ((!NEED_BUILD)); then
   skip deps "no selected step needs a build"
-elif compgen -G "$DEPS_DIR/*.deb" >/dev/null; then
-  if step deps 60 bash -c 'source "$0" && deps_glibc_ok && deps_unpack "$1" "$2"' "$SRC/tests/gpu/deps.bash" "$DEPS_DIR" "$DEPS_ROOT" &&
-    deps_use "$DEPS_ROOT"; then
-    say "  C++ dependencies from $DEPS_DIR ($(ls "$DEPS_DIR"/*.deb | wc -l) packages) unpacked into $DEPS_ROOT"
-  else
-    DEPS_OK=0
-  fi
+elif ! why=$(deps_choice "$DEPS_DIR" 2>&1); then
+  skip deps "$why"
+elif step deps bash -c 'source "$0" && deps_unpack "$1" "$2"' "$SRC/tests/gpu/deps.bash" "$DEPS_DIR" "$DEPS_ROOT" &&
+  deps_use "$DEPS_ROOT"; then
+  say "  C++ dependencies: $why, unpacked into $DEPS_ROOT"
 else
-  say "  no carried C++ dependencies ($DEPS_DIR/*.deb): using the machine's own"
+  CMAKE_DEPS=()
+  say "  the carried C++ dependencies could not be used (see deps above): trying this machine's own instead"
 fi
 
-# ---- configure: toolchain, LibTorch, NCCL, CMake ------------------------------------------------
-NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-[[ -n $NVCC && -z ${CUDA_HOME:-} ]] && export CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
+# ---- configure: toolchain, LibTorch, CMake (which finds NCCL, cudart and nvcc itself) -------------
 if ((REHEARSAL)); then
-  # This machine's CPU LibTorch and the NCCL of its CUDA toolkit: the NCCL backend compiles and links.
+  # This machine's CPU LibTorch; the NCCL of its CUDA toolkit: the NCCL backend compiles and links.
   WITH_CUDA=AUTO
   TORCH_PREFIX=${TESSERA_GPU_TORCH_PREFIX:-/usr/lib/x86_64-linux-gnu/cmake}
-  NCCL_HOME=${TESSERA_GPU_NCCL_HOME:-/usr/local/cuda}
-  NCCL_FOUND=$([[ -f $NCCL_HOME/include/nccl.h ]] && echo "$NCCL_HOME/include")
 else
   WITH_CUDA=ON
   TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
-  # The pip wheel ships libnccl.so.2 (no libnccl.so) under nvidia/nccl or nvidia/cu13; give CMake a
-  # conventional NCCL_HOME with include/ and lib/ pointing at it.
-  NCCL_HOME=$WORK/nccl
-  NCCL_FOUND=$(python3 - "$NCCL_HOME" <<'PY' 2>/dev/null
-import glob, os, sys
-home = sys.argv[1]
-try:
-    import nvidia
-except ImportError:
-    sys.exit(1)
-roots = list(getattr(nvidia, "__path__", []))
-hdr = [h for r in roots for h in glob.glob(os.path.join(r, "**", "nccl.h"), recursive=True)]
-lib = [l for r in roots for l in glob.glob(os.path.join(r, "**", "libnccl.so*"), recursive=True)]
-if not hdr or not lib:
-    sys.exit(1)
-os.makedirs(os.path.join(home, "lib"), exist_ok=True)
-link_inc = os.path.join(home, "include")
-if not os.path.lexists(link_inc):
-    os.symlink(os.path.dirname(hdr[0]), link_inc)
-for name in ("libnccl.so", "libnccl.so.2"):
-    dst = os.path.join(home, "lib", name)
-    if not os.path.lexists(dst):
-        os.symlink(sorted(lib)[0], dst)
-print(os.path.dirname(hdr[0]))
-PY
-  )
 fi
-NCCL_LIB=$NCCL_HOME/lib/libnccl.so
-[[ -e $NCCL_LIB ]] || NCCL_LIB=$NCCL_HOME/lib64/libnccl.so
 BUILT=0
 if ((!NEED_BUILD)); then
   skip configure "no selected step needs a build"
   skip build "no selected step needs a build"
-elif ((!DEPS_OK)); then
-  skip configure "the carried dependencies could not be used (see deps above)"
-  skip build "not configured"
 elif [[ -z $TORCH_PREFIX ]]; then
   skip configure "python3 has no importable torch: no LibTorch to build against"
-  skip build "not configured"
-elif [[ -z $NCCL_FOUND ]]; then
-  skip configure "no NCCL from pip (nvidia-nccl-*: nccl.h and libnccl.so* under the nvidia package)"
   skip build "not configured"
 else
   say "  toolchain:"
@@ -276,34 +382,29 @@ else
     echo "command -v ssh: ${p:-(none)}$([[ -n $p && ! -x $p ]] && echo ' (not executable)')"
     echo "MPI starts: OMPI_MCA_plm=${OMPI_MCA_plm:-(unset)} ($(command -v mpirun || echo 'no mpirun: singleton starts'))"
     ldd --version 2>&1 | head -1
-    if [[ -n $NVCC ]]; then "$NVCC" --version 2>&1 | tail -2; else echo "nvcc: not found"; fi
-    echo "CUDA_HOME: ${CUDA_HOME:-(unset)}"
+    nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+    if [[ -n $nvcc ]]; then echo "nvcc $nvcc: $("$nvcc" --version 2>&1 | tail -1)"; else echo "nvcc: not on PATH nor in /usr/local/cuda/bin (CMake looks further)"; fi
     cmake --version | head -1
     c++ --version 2>&1 | head -1
     tv=$(python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)
     echo "LibTorch: $TORCH_PREFIX${tv:+ ($tv)}"
-    echo "NCCL: $NCCL_FOUND, version $(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$NCCL_FOUND/nccl.h"), library $(readlink -f "$NCCL_LIB")"
   } 2>&1 | say_lines
   GEN=()
   command -v ninja >/dev/null && GEN=(-G Ninja)
-  CUDA_COMPILER=()
-  [[ -n $NVCC ]] && CUDA_COMPILER=(-DCMAKE_CUDA_COMPILER="$NVCC")
-  export NCCL_HOME LD_LIBRARY_PATH=$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}
-  if step configure 90 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTESSERA_WITH_CUDA=$WITH_CUDA -DNCCL_HOME="$NCCL_HOME" \
-    -DNCCL_INCLUDE_DIR="$NCCL_HOME/include" -DNCCL_LIBRARY="$NCCL_LIB" "${CMAKE_DEPS[@]}" "${CUDA_COMPILER[@]}" \
-    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DTESSERA_GLOO_BASELINE=OFF; then
-    grep -E 'CMake Error|Could NOT find|TESSERA_WITH_CUDA' "$LOGS/configure.log" | say_lines
+  # scripts/build.sh --configure: a refused configure is one line (in the log's last lines below),
+  # exit code 2, and no build system left in $BUILD.
+  if step configure bash "$SRC/scripts/build.sh" --configure "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTESSERA_WITH_CUDA=$WITH_CUDA "${CMAKE_DEPS[@]}" \
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90 -DTESSERA_GLOO_BASELINE=OFF; then
+    grep -E '^-- Tessera: LibTorch .* -> TESSERA_WITH_CUDA=|Could NOT find' "$LOGS/configure.log" | say_lines
     # Which copies of the dependencies the build took (the carried root or the machine's own).
-    grep -E '^(MPI_C_HEADER_DIR|MPI_mpi_LIBRARY|Boost_DIR|yaml-cpp_DIR|nlohmann_json_DIR|GTest_DIR|Torch_DIR|NCCL_LIBRARY|CUDART_LIBRARY|CMAKE_CUDA_COMPILER):' \
+    grep -E '^(MPI_C_HEADER_DIR|MPI_mpi_LIBRARY|Boost_DIR|yaml-cpp_DIR|nlohmann_json_DIR|GTest_DIR|Torch_DIR|CMAKE_CUDA_COMPILER):' \
       "$BUILD/CMakeCache.txt" | say_lines
     ORDER+=(build)
-    (run_step build "$BUILD_LIMIT" "${BUILD_NICE[@]}" cmake --build "$BUILD" -j "$JOBS" --target "${BUILD_TARGETS[@]}") &
+    (run_step build "${BUILD_NICE[@]}" cmake --build "$BUILD" -j "$JOBS" --target "${BUILD_TARGETS[@]}") &
     BUILD_PID=$!
   else
-    say "  configure failed; missing packages named above (CMake Error / Could NOT find)"
-    grep -E 'CMake Error|Could NOT find' "$LOGS/configure.log" | head -5 | say_lines
+    say "  configure failed: what is missing is named above (tessera: configure: ... / CMake Error / Could NOT find)"
     skip build "not configured"
   fi
 fi
@@ -312,10 +413,10 @@ fi
 EAGER_JSON=$WORK/run/eager.json
 if ! wanted eager; then
   skip eager "not selected (TESSERA_GPU_STEPS)"
-elif ((REHEARSAL)); then
-  skip eager "rehearsal (no GPU)"
+elif ! why=$(applies eager "$GPUS" "$MODE"); then
+  skip eager "$why"
 else
-  step eager 150 env PYTHONUNBUFFERED=1 python3 "$SRC/tests/gpu/bench_gpu.py" eager --config "$MODEL_CFG" \
+  step eager env PYTHONUNBUFFERED=1 python3 "$SRC/tests/gpu/bench_gpu.py" eager --config "$MODEL_CFG" \
     --seq "$SEQ" --batch "$BATCH" --warmup 3 --steps 10 --out "$EAGER_JSON"
   [[ -n ${BUILD_PID:-} ]] && say "  (measured while the build ran, niced, on the CPUs)"
   publish
@@ -328,7 +429,9 @@ if [[ -n ${BUILD_PID:-} ]]; then
   fi
 fi
 
-# ---- conformance, fsdp_train, nccl_timeout at world size 1 ---------------------------------------
+# ---- the plan for what is left ---------------------------------------------------------------------
+print_plan "$(remaining)" "$GPUS" "$MODE" "${SELECTED_AFTER_BUILD[@]}" | say_lines
+
 # One rank, not bound to a core (mpirun binds a single rank to one core by default: LibTorch would
 # then run one host thread); a singleton start where there is no mpirun.
 NP1=(env)
@@ -339,12 +442,16 @@ fi
 export TESSERA_TEST_SRC=$SRC
 nccl_line() { grep -m1 -E 'NCCL version [0-9]' "$LOGS/$1.log" | sed 's/^.*NCCL version/NCCL version/'; }
 
-# can_run NAME: true when step NAME is selected and the binaries exist; else records why it is skipped.
+# can_run NAME: true when step NAME is selected, part of this mode and the binaries exist; else
+# records why it is skipped.
 can_run() {
+  local why
   if ! wanted "$1"; then
     skip "$1" "not selected (TESSERA_GPU_STEPS)"
   elif ((!BUILT)); then
     skip "$1" "not built"
+  elif ! why=$(applies "$1" "$GPUS" "$MODE"); then
+    skip "$1" "$why"
   else
     return 0
   fi
@@ -364,73 +471,62 @@ gtest_verdict() {
     say "  NOTE: $2 did not pass: $why"
   fi
 }
-
-if can_run conformance; then
-  step conformance 60 "${NP1[@]}" "$BUILD/bin/test_comm_conformance"
-  if [[ -n $(nccl_line conformance) ]]; then
-    say "  NCCL initialised ($(nccl_line conformance)): the nccl communicator is part of the conformance suite"
-  else
-    say "  NOTE: no 'NCCL version' line (NCCL_DEBUG=VERSION) in the conformance log: NCCL was not exercised"
+# gtest_ran STEP FILTER: every test of FILTER ran (a renamed test would leave the filter matching
+# nothing, and gtest passes an empty run); else the step's status becomes FAIL, saying so.
+gtest_ran() {
+  local plain n want
+  plain=$(sed 's/\x1b\[[0-9;]*m//g' "$LOGS/$1.log")
+  n=$(grep -c '^\[ RUN      \] ' <<<"$plain")
+  want=$(tr ':' '\n' <<<"$2" | grep -c .)
+  if ((n != want)) && [[ $(status_of "$1") == PASS ]]; then
+    echo "FAIL (ran $n of the $want filtered tests)" >"$STATUS_DIR/$1"
+    say "[$1] $(status_of "$1"): --gtest_filter=$2"
   fi
-fi
-if can_run fsdp_train; then
-  step fsdp_train 90 "${NP1[@]}" "$BUILD/bin/test_fsdp_train"
-  say "  NOTE: test_fsdp_train checks FSDP against a single-process LibTorch reference on CPU tensors;"
-  gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
-fi
-if can_run nccl_timeout; then
-  step nccl_timeout 60 "${NP1[@]}" "$BUILD/bin/test_nccl_timeout"
-  gtest_verdict nccl_timeout NcclWatchdog.StalledCollectiveTimesOutWithOneLineError \
-    "a stalled NCCL collective ended in a one-line Timeout within 2 s + slack"
-fi
+}
 
-# ---- nccl_stall: one of two GPU ranks stopped ------------------------------------------------------
-if ! can_run nccl_stall; then
-  :
-elif ((GPUS < 2)); then
-  skip nccl_stall "needs 2 GPUs (NCCL refuses two ranks on one GPU); $GPUS visible"
-else
-  step nccl_stall 90 bash "$SRC/tests/gpu/stall.sh" "$BUILD/bin/tessera" "$CORPUS" "$WORK/run/stall" cuda 10
-  grep '^stall:' "$LOGS/nccl_stall.log" | say_lines
-fi
-
-# ---- tessera_train: Tessera's throughput on the GPU ------------------------------------------------
+# ---- probe, init_model, tessera_train: Tessera's throughput on the GPU ----------------------------
 TESSERA_METRICS=$WORK/run/tessera-log/metrics.jsonl
 SKIP_REASON=""
 if ! wanted tessera_train; then
   SKIP_REASON="not selected (TESSERA_GPU_STEPS)"
 elif ((!BUILT)); then
   SKIP_REASON="tessera was not built (see configure/build above)"
-elif ((REHEARSAL)); then
-  SKIP_REASON="rehearsal (no GPU)"
 else
-  # Capability probe: a 2-step run of the tiny preset; the trainer must say it ran on CUDA.
+  # Capability probe: a 2-step run of the tiny preset; the trainer must say it ran on CUDA. (In a
+  # rehearsal on the CPU, saying so: it proves the launch, and tessera_train is skipped as on a
+  # machine whose GPU does not work.)
   PROBE=$WORK/run/probe
+  PROBE_DEVICE=cuda
+  ((REHEARSAL)) && PROBE_DEVICE=cpu && say "  (rehearsal: the probe runs with train.device=cpu)"
   rm -rf "$PROBE" && mkdir -p "$PROBE"
-  step probe 60 "${NP1[@]}" "$BUILD/bin/tessera" train \
-    --set train.device=cuda --set model.preset=tiny --set train.steps=2 \
+  step probe "${NP1[@]}" "$BUILD/bin/tessera" train \
+    --set train.device=$PROBE_DEVICE --set model.preset=tiny --set train.steps=2 \
     --set data.path="$CORPUS" --set data.tokenizer=bytes --set log.dir="$PROBE" --set fsdp.mixed_precision=bf16
   DEVICE=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; print(r[-1].get("device","")) if r else print("")' \
     "$PROBE/metrics.jsonl" 2>/dev/null || true)
-  if [[ $DEVICE != cuda* ]]; then
+  if [[ $(status_of probe) != PASS ]]; then
+    SKIP_REASON="the probe did not pass: $(status_of probe)"
+  elif ((REHEARSAL)); then
+    SKIP_REASON="rehearsal (no GPU): the probe trained on '${DEVICE:-nothing}', as asked"
+  elif [[ $DEVICE != cuda* ]]; then
     SKIP_REASON="the probe did not train on CUDA: its metrics.jsonl says '${DEVICE:-nothing (no record; see the probe log)}' - a 1B bf16 run on the CPU would not finish in the time box"
   else
     MODEL_DIR=$WORK/run/model-1b
     rm -rf "$MODEL_DIR" "$(dirname "$TESSERA_METRICS")"
-    if step init_model 60 "$BUILD/bin/tessera" init-model --config "$MODEL_CFG" --out "$MODEL_DIR" --dtype bf16; then
-      step tessera_train 150 "${NP1[@]}" "$BUILD/bin/tessera" train \
+    if step init_model "$BUILD/bin/tessera" init-model --config "$MODEL_CFG" --out "$MODEL_DIR" --dtype bf16; then
+      step tessera_train "${NP1[@]}" "$BUILD/bin/tessera" train \
         --set train.device=cuda --set model.path="$MODEL_DIR" \
         --set data.path="$CORPUS" --set data.tokenizer=bytes --set data.seq_len=$SEQ --set train.micro_batch="$BATCH" \
         --set train.steps=12 --set train.warmup_steps=2 --set train.lr=1e-4 \
         --set fsdp.mixed_precision=bf16 --set fsdp.activation_checkpointing=false \
         --set log.dir="$(dirname "$TESSERA_METRICS")" ||
-        SKIP_REASON="tessera train failed (see its log above)"
+        SKIP_REASON="tessera train did not pass: $(status_of tessera_train) (see its log above)"
     else
-      SKIP_REASON="init-model failed (see its log above)"
+      SKIP_REASON="init-model did not pass: $(status_of init_model) (see its log above)"
     fi
   fi
 fi
-[[ -n $SKIP_REASON ]] && skip tessera_train "$SKIP_REASON"
+[[ -n $SKIP_REASON && ! -f $STATUS_DIR/tessera_train ]] && skip tessera_train "$SKIP_REASON"
 
 # ---- fp16_bf16: fp16 with dynamic loss scaling tracks bf16 on the tiny model -----------------------
 # The same 60 steps of the tiny preset (same seed, data and batches) on one GPU in bf16 and in fp16
@@ -440,18 +536,14 @@ fi
 # bits, fp16 11: the two runs differ by rounding, not by method); the fp16 run skipped at most 8
 # steps (only the initial scale's overflow backoffs are expected), each with the scale halved, and
 # every record says loss_scale. (CPU builds refuse fp16 compute: LibTorch 1.13 has no Half matmul.)
-if ! can_run fp16_bf16; then
-  :
-elif ((REHEARSAL)); then
-  skip fp16_bf16 "rehearsal (no GPU; fp16 compute is refused on CPU)"
-else
+if can_run fp16_bf16; then
   for dt in bf16 fp16; do
     rm -rf "$WORK/run/mp-$dt" && mkdir -p "$WORK/run/mp-$dt"
   done
   MP_COMMON=(--set train.device=cuda --set model.preset=tiny --set train.steps=60 --set train.warmup_steps=5
              --set train.lr=1e-3 --set data.path="$CORPUS" --set data.tokenizer=bytes --set data.seq_len=128
              --set train.micro_batch=8 --set log.every=20)
-  step fp16_bf16 120 bash -c '
+  step fp16_bf16 bash -c '
     set -e
     bin=$1; work=$2; shift 2
     for dt in bf16 fp16; do
@@ -478,6 +570,34 @@ PY
   grep '^fp16_bf16:' "$LOGS/fp16_bf16.log" | say_lines
 fi
 
+# ---- conformance, fsdp_train, nccl_timeout at world size 1: the device test cases only -------------
+if can_run conformance; then
+  step conformance "${NP1[@]}" "$BUILD/bin/test_comm_conformance" --gtest_color=no --gtest_filter="$CONFORMANCE_TESTS"
+  gtest_ran conformance "$CONFORMANCE_TESTS"
+  if [[ -n $(nccl_line conformance) ]]; then
+    say "  NCCL initialised ($(nccl_line conformance)): the nccl communicator is part of the conformance suite"
+  else
+    say "  NOTE: no 'NCCL version' line (NCCL_DEBUG=VERSION) in the conformance log: NCCL was not exercised"
+  fi
+fi
+if can_run fsdp_train; then
+  step fsdp_train "${NP1[@]}" "$BUILD/bin/test_fsdp_train" --gtest_color=no --gtest_filter="$FSDP_TESTS"
+  gtest_ran fsdp_train "$FSDP_TESTS"
+  gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
+fi
+if can_run nccl_timeout; then
+  step nccl_timeout "${NP1[@]}" "$BUILD/bin/test_nccl_timeout" --gtest_color=no --gtest_filter="$NCCL_TIMEOUT_TESTS"
+  gtest_ran nccl_timeout "$NCCL_TIMEOUT_TESTS"
+  gtest_verdict nccl_timeout NcclWatchdog.StalledCollectiveTimesOutWithOneLineError \
+    "a stalled NCCL collective ended in a one-line Timeout within 2 s + slack"
+fi
+
+# ---- nccl_stall: one of two GPU ranks stopped ------------------------------------------------------
+if can_run nccl_stall; then
+  step nccl_stall bash "$SRC/tests/gpu/stall.sh" "$BUILD/bin/tessera" "$CORPUS" "$WORK/run/stall" cuda 10
+  grep '^stall:' "$LOGS/nccl_stall.log" | say_lines
+fi
+
 # ---- report ---------------------------------------------------------------------------------------
 say ""
 say "== throughput (${SEQ}-token sequences, micro-batch $BATCH, one GPU) =="
@@ -485,10 +605,29 @@ python3 "$SRC/tests/gpu/bench_gpu.py" report --config "$MODEL_CFG" --seq "$SEQ" 
   --eager "$EAGER_JSON" --tessera-metrics "$([[ -z $SKIP_REASON ]] && echo "$TESSERA_METRICS")" \
   --skip-reason "$SKIP_REASON" 2>&1 | tee -a "$RES"
 say ""
-say "== summary ($((SECONDS - T0))s) =="
+say "== summary ($((SECONDS - T0))s of the ${DEADLINE}s budget) =="
 FAILED=0
 for name in "${ORDER[@]}"; do
   say "$(printf '  %-14s %s' "$name" "$(status_of "$name")")"
   [[ $(status_of "$name") == FAIL* || $(status_of "$name") == TIMEOUT* || $(status_of "$name") == NOT* ]] && FAILED=1
 done
+
+# The steps ran in the GPU order (ORDER is a subsequence of ORDER_ALL), and, in a rehearsal, the
+# GPU-mode limits after the build fit the GPU budget (the same plan as `run.sh --plan`).
+i=0
+for name in "${ORDER[@]}"; do
+  while ((i < ${#ORDER_ALL[@]})) && [[ ${ORDER_ALL[i]} != "$name" ]]; do i=$((i + 1)); done
+  if ((i == ${#ORDER_ALL[@]})); then
+    say "ORDER: the steps ran as ${ORDER[*]}, not in the order ${ORDER_ALL[*]}"
+    FAILED=1
+    break
+  fi
+done
+((i < ${#ORDER_ALL[@]})) && say "order: ${ORDER[*]} (the GPU order: ${ORDER_ALL[*]})"
+if ((REHEARSAL)); then
+  say "GPU-mode plan (what a GPU run with the ${GPU_BUDGET}s budget would give the steps after the build):"
+  for left in 350 250 150 60; do
+    (STEP_SCALE=1 && print_plan "$left" 1 gpu) | say_lines || FAILED=1
+  done
+fi
 exit $FAILED

@@ -2,8 +2,11 @@
 # The GPU script's carried dependencies (tests/gpu/pack_deps.sh + tests/gpu/deps.bash) work from a
 # private root: the packages download, unpack outside /, an MPI program built with the carried
 # wrapper runs under the carried mpirun on 2 ranks with the carried libmpi, also on a machine
-# without ssh (mpi_local_env), the glibc check refuses C libraries older than the packages', and
-# Tessera's CMake configure takes Open MPI, Boost, nlohmann-json and GTest from that root, not /usr.
+# without ssh (mpi_local_env), the glibc check refuses C libraries older than the packages' (and
+# run.sh then uses the machine's own packages), and Tessera's CMake configure takes Open MPI, Boost,
+# nlohmann-json and GTest from that root, not /usr. Also tests/gpu/run.sh's plan (`run.sh --plan`,
+# nothing runs): the GPU step order, every limit after the build within the budget left, and the
+# --gtest_filter names it runs naming tests that exist.
 set -uo pipefail
 SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -56,6 +59,51 @@ deps_glibc_ok 2.35 2>/dev/null
 check "glibc 2.35 refused for the carried packages" $?
 deps_glibc_ok 2.36 && deps_glibc_ok 2.39 && deps_glibc_ok
 check "glibc 2.36, 2.39 and this machine's own accepted" $?
+# What tests/gpu/run.sh decides from that (deps_choice): an older glibc means the machine's own packages.
+why=$(TESSERA_GPU_GLIBC=2.31 deps_choice "$T/debs")
+rc=$?
+[[ $rc -ne 0 && $why == "glibc 2.31 is older than 2.36, which the carried Debian 12 packages need: using this machine's own C++ dependencies instead" ]]
+check "run.sh with glibc 2.31: says so and uses the machine's own packages" $? "(rc $rc: $why)"
+why=$(deps_choice "$T/debs") && [[ $why == "the carried C++ dependencies, "*" packages from $T/debs" ]]
+check "run.sh with this machine's glibc: the carried packages" $? "($why)"
+why=$(deps_choice "$T/none")
+[[ $? -ne 0 && $why == *"no carried C++ dependencies"*"using this machine's own" ]]
+check "run.sh without carried packages: the machine's own" $? "($why)"
+
+# tests/gpu/run.sh's plan (--plan: nothing runs): the GPU order, and for any time left after the
+# build every step's limit fits what is left (the sum of the limits after the build <= left - the
+# report's reserve), for one GPU and for two.
+plan_out=$(bash "$SRC/tests/gpu/run.sh" --plan 2>&1)
+check "run.sh --plan" $? "$(tail -3 <<<"$plan_out")"
+[[ $(head -1 <<<"$plan_out") == "order: env deps configure build eager probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall report" ]]
+check "the GPU order: build (eager beside it), probe + tessera_train, fp16_bf16, conformance, fsdp_train, nccl_timeout, nccl_stall" $? "$(head -1 <<<"$plan_out")"
+plan_ok=0
+for gpus in 1 2; do
+  for left in 600 490 400 300 200 120 75 40 10; do
+    out=$(bash "$SRC/tests/gpu/run.sh" --plan "$left" "$gpus" 2>&1) || { plan_ok=1; echo "  --plan $left $gpus: $(tail -1 <<<"$out")"; }
+    names=$(sed -n 's/^  \([a-z0-9_]\+\) \+\(limit \|skipped:\).*/\1/p' <<<"$out" | tr '\n' ' ')
+    [[ $names == "probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall " ]] ||
+      { plan_ok=1; echo "  --plan $left $gpus: steps $names"; }
+    sum=$(sed -n 's/^  [a-z0-9_]* *limit *\([0-9]*\)s$/\1/p' <<<"$out" | awk '{s += $1} END {print s + 0}')
+    ((${sum:-0} <= left - 10)) || { plan_ok=1; echo "  --plan $left $gpus: limits sum to $sum"; }
+    if ((left >= 300)); then
+      grep -q '^  tessera_train  limit  120s$' <<<"$out" || { plan_ok=1; echo "  --plan $left $gpus: tessera_train without its full limit"; }
+    fi
+  done
+done
+[[ $plan_ok -eq 0 ]]
+check "the limits after the build fit the budget left (10 cases x 1 and 2 GPUs), tessera_train gets its full limit from 300 s left" $?
+# The device test cases run.sh filters on exist (a renamed test would leave a filter matching nothing).
+filters_ok=0
+for var in CONFORMANCE_TESTS FSDP_TESTS NCCL_TIMEOUT_TESTS; do
+  list=$(sed -n "s/^$var=//p" "$SRC/tests/gpu/run.sh")
+  [[ -n $list ]] || { filters_ok=1; echo "  no $var in run.sh"; }
+  for t in ${list//:/ }; do
+    grep -qE "^TEST(_F)?\(${t%%.*}, ${t#*.}\)" "$SRC"/tests/mpi/test_*.cpp || { filters_ok=1; echo "  $t: no such test in tests/mpi"; }
+  done
+done
+[[ $filters_ok -eq 0 ]]
+check "every test case run.sh's --gtest_filter names exists in tests/mpi" $?
 
 # A machine without ssh or rsh (as a bare GPU machine): the carried mpirun, even with one rank, and
 # a singleton start abort unless mpi_local_env is in force; with it both work (tests/gpu/run.sh uses
