@@ -5,7 +5,9 @@
 # hidden -- directories under empty tmpfs mounts, files under /dev/null -- so any silent fallback to
 # /usr fails the build or the runs, and so are ssh and rsh, so an MPI start that needs them (Open
 # MPI's default launcher, even for one rank) fails the MPI steps. Needs root (unshare -m) and the
-# packed folder (bash tests/gpu/pack_deps.sh).
+# packed folder (bash tests/gpu/pack_deps.sh). At its end run.sh checks that the steps ran in the GPU
+# order and prints the GPU-mode limits after the build for several budgets left, each checked to fit
+# (the same plan as `bash tests/gpu/run.sh --plan`, which computes it in a second without running).
 #
 #   bash tests/gpu/rehearse.sh        # results in $OUT/gpu_results.txt, else ./gpu_results.txt
 #   TESSERA_GPU_STEPS=conformance bash tests/gpu/rehearse.sh     # some steps only (see run.sh)
