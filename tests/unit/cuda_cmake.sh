@@ -18,8 +18,12 @@
 #   with mode ONLY re-roots every search (the module's /usr/local/cuda, /usr/include, PATH, python's
 #   nvidia folders), so this machine's own CUDA, NCCL and nvcc are not seen. Cases: pip's NCCL and
 #   cudart preferred to the toolkit's, NCCL as NGC-style images have it (/usr/include,
-#   /usr/lib/x86_64-linux-gnu/libnccl.so.2 only), no NCCL with ON (refused) and AUTO (off), no nvcc
-#   anywhere (refused), a CUDA 12 toolkit with a CUDA 13 LibTorch (refused).
+#   /usr/lib/x86_64-linux-gnu/libnccl.so.2 only), the LibTorch archive's bundled hash-named cudart,
+#   LibTorch's own cudart missing (the toolkit's, said so), no NCCL with ON (refused) and AUTO (off),
+#   no nvcc anywhere (refused), a CUDA 12 toolkit with a CUDA 13 LibTorch (refused);
+# - the real top-level once more with a CUDA LibTorch config as torch's is (Debian's LibTorch plus
+#   enable_language(CUDA) with this machine's nvcc, FindCUDAToolkit's CUDA::cudart and a torch_cuda
+#   target): the tessera binary's link line names LibTorch's own cudart only.
 set -uo pipefail
 SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 T=$(mktemp -d)
@@ -176,6 +180,22 @@ touch "$R/usr/lib/x86_64-linux-gnu/libnccl.so.2"
 out=$(probe "$T/p-ngc" "$R" ON 13.0.88 2>&1)
 found "NCCL where NGC-style images have it: /usr/include and /usr/lib/x86_64-linux-gnu/libnccl.so.2 (no libnccl.so)" "$out" \
   "NCCL 2.26.2 ($R/usr/include/nccl.h, $R/usr/lib/x86_64-linux-gnu/libnccl.so.2)" "-> TESSERA_WITH_CUDA=ON"
+
+# The LibTorch archive's layout: a bundled, hash-named runtime beside libtorch_cuda.so (RUNPATH $ORIGIN).
+R=$(variant archive)
+rm -f "$R/site/torch/lib/libtorch_cuda.so"
+gcc -shared -fPIC -Wl,-soname,libcudart-0a1b2c3d.so.13 -o "$R/site/torch/lib/libcudart-0a1b2c3d.so.13" "$T/empty.c"
+gcc -shared -fPIC -Wl,--no-as-needed -Wl,--enable-new-dtags -Wl,-rpath,'$ORIGIN' -o "$R/site/torch/lib/libtorch_cuda.so" \
+  "$T/empty.c" "$R/site/torch/lib/libcudart-0a1b2c3d.so.13"
+out=$(probe "$T/p-archive" "$R" ON 13.0.88 2>&1)
+found "the LibTorch archive's bundled libcudart-<hash>.so.13 is the one linked" "$out" \
+  "cudart $R/site/torch/lib/libcudart-0a1b2c3d.so.13 (LibTorch's own, libtorch_cuda.so's libcudart-0a1b2c3d.so.13; replaces" \
+  "-- probe: torch::cudart links $R/site/torch/lib/libcudart-0a1b2c3d.so.13;"
+rm -f "$R/site/torch/lib/libcudart-0a1b2c3d.so.13"
+out=$(probe "$T/p-archive-gone" "$R" ON 13.0.88 2>&1)
+found "LibTorch's own runtime nowhere to be found: the toolkit's is linked, and the status line says two may load" "$out" \
+  "cudart $R/usr/local/cuda/lib64/libcudart.so (the CUDA toolkit's: LibTorch's own libcudart-0a1b2c3d.so.13 is in none of " \
+  "ldconfig -p, so two runtimes may load)" "-> TESSERA_WITH_CUDA=ON"
 
 R=$(variant nonccl)
 rm -rf "$R/site/nvidia/nccl" "$R/usr/local/cuda/include/nccl.h" "$R/usr/local/cuda/lib64/libnccl.so"
