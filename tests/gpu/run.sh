@@ -430,7 +430,7 @@ if [[ -n ${BUILD_PID:-} ]]; then
 fi
 
 # ---- the plan for what is left ---------------------------------------------------------------------
-((${#SELECTED_AFTER_BUILD[@]})) && print_plan "$(remaining)" "$GPUS" "$MODE" "${SELECTED_AFTER_BUILD[@]}" | say_lines
+((BUILT && ${#SELECTED_AFTER_BUILD[@]})) && print_plan "$(remaining)" "$GPUS" "$MODE" "${SELECTED_AFTER_BUILD[@]}" | say_lines
 
 # One rank, not bound to a core (mpirun binds a single rank to one core by default: LibTorch would
 # then run one host thread); a singleton start where there is no mpirun.
