@@ -37,6 +37,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/profile/op_count.h"
 #include "runtime/profile/step_profile.h"
 #include "runtime/train/trainer.h"
 
@@ -96,6 +97,8 @@ launcher::po::options_description step_options() {
       // in process
       ("micro-batch", po::value<int64_t>()->default_value(2), "in process: sequences per rank per step")  //
       ("strategy", po::value<std::string>()->default_value("full_shard"), "in process: FSDP strategy")  //
+      ("op-counts", po::value<bool>()->default_value(true),
+       "in process: also count operators and host syncs per step (the CPU step, the step as on a GPU, eager)")  //
       ("baseline", po::value<std::string>()->default_value("single"),
        "in process: single (also time one plain LibTorch process with the same global batch) or none")
       // peer driver
@@ -126,6 +129,127 @@ std::string model_name(const launcher::po::variables_map& vm) {
 // ------------------------------------------------------------------------------------------------
 // In process: FSDP at W ranks (and optionally one plain LibTorch process)
 // ------------------------------------------------------------------------------------------------
+
+// ---- operators and host synchronisations per step (runtime/profile/op_count.h) ------------------
+
+// One counted run of `step` after one uncounted (warm caches, built tables): this rank's counts.
+profile::ops::Counts count_ops(const std::function<void()>& step) {
+  step();
+  profile::ops::start();
+  step();
+  profile::ops::stop();
+  return profile::ops::snapshot();
+}
+
+json counts_json(const profile::ops::Counts& c, int64_t layers, int64_t units) {
+  json sites = json::object();
+  for (const auto& [site, n] : c.sync_sites) sites[site] = n;
+  return {{"layer_forward", c.layer_forward},     {"layer_backward", c.layer_backward},
+          {"per_layer", layers ? double(c.layer_forward + c.layer_backward) / double(layers) : 0.0},
+          {"forward_other", c.forward_other},     {"backward_other", c.backward_other},
+          {"optimizer", c.optimizer},             {"optimizer_per_unit", units ? double(c.optimizer) / double(units) : 0.0},
+          {"other", c.other},                     {"step_thread_total", c.step_thread_total()},
+          {"comm_threads", c.comm_threads},       {"syncs_forward_backward", c.syncs_forward_backward},
+          {"syncs_per_step", c.syncs_total},      {"sync_sites", sites}};
+}
+
+// The goals of issue 34 on the step as a GPU runs it.
+bool op_goals_met(const json& device) {
+  return device["optimizer_per_unit"].get<double>() <= 10 && device["syncs_forward_backward"].get<int64_t>() == 0 &&
+         device["syncs_per_step"].get<int64_t>() <= 2;
+}
+
+std::string fmt(const char* f, double x);  // below
+
+void print_op_counts(const json& ops) {
+  printf("operators dispatched per step (rank 0; ATen top-level calls, each >= 1 kernel launch on a GPU) and host syncs:\n");
+  printf("  %-44s %9s %9s %9s %10s %9s %7s %7s %9s %9s\n", "", "per layer", "fwd rest", "bwd rest", "optim+norm",
+         "per unit", "other", "total", "syncs f/b", "syncs");
+  for (const char* k : {"cpu_step", "device_step", "eager"}) {
+    if (!ops.contains(k)) continue;
+    const json& c = ops[k];
+    const std::string per_layer = c["layer_forward"].get<int64_t>() + c["layer_backward"].get<int64_t>() > 0
+                                      ? fmt("%.1f", c["per_layer"].get<double>())
+                                      : "-";  // eager: its layers are not marked
+    printf("  %-44s %9s %9ld %9ld %10ld %9.1f %7ld %7ld %9ld %9ld\n", c["label"].get<std::string>().c_str(),
+           per_layer.c_str(), (long)c["forward_other"].get<int64_t>(), (long)c["backward_other"].get<int64_t>(),
+           (long)c["optimizer"].get<int64_t>(), c["optimizer_per_unit"].get<double>(), (long)c["other"].get<int64_t>(),
+           (long)c["step_thread_total"].get<int64_t>(), (long)c["syncs_forward_backward"].get<int64_t>(),
+           (long)c["syncs_per_step"].get<int64_t>());
+  }
+  const json& d = ops["device_step"];
+  printf("  device step's syncs at: %s\n", d["sync_sites"].dump().c_str());
+  printf("  goals (device step): optimizer + norm <= 10 per FSDP unit, 0 syncs in forward/backward, <= 2 per step: %s\n",
+         op_goals_met(d) ? "met" : "NOT met");
+}
+
+// The FSDP step's operator counts as configured (the CPU's fused AdamW loop and host-side norm) and
+// as a GPU runs it (train.device_step: tensor-op AdamW and norm, clipping on the device).
+json fsdp_op_counts(const model::ModelConfig& cfg, const comm::ProcessGroups& groups, const fsdp::Options& fopts,
+                    train::TrainOptions topts, const std::shared_ptr<data::TokenDataset>& dataset) {
+  json out;
+  for (bool device_step : {false, true}) {
+    topts.device_step = device_step;
+    topts.steps = 3;
+    train::Trainer trainer(launcher::make_causal_lm(cfg), groups, fopts, topts, dataset, {});
+    launcher::InitWeightSource src(cfg, 1);
+    trainer.load_weights(src);
+    const profile::ops::Counts c = count_ops([&] { trainer.train_step(); });
+    json j = counts_json(c, cfg.num_hidden_layers, cfg.num_hidden_layers + 1);
+    j["label"] = device_step ? "Tessera FSDP, device step (as on a GPU)" : "Tessera FSDP, CPU step (fused AdamW loop)";
+    out[device_step ? "device_step" : "cpu_step"] = j;
+  }
+  return out;
+}
+
+// The baseline: one plain LibTorch process (torch::optim::AdamW, clip_grad_norm_) on the same global
+// batch with all the threads; its tokens/s, and its operator counts (eager) into (*ops)["eager"] (ops
+// non-null).
+double single_process_tps(const model::ModelConfig& cfg, at::ScalarType dtype, const train::TrainOptions& topts,
+                          data::TokenDataset& dataset, int64_t global_batch, int warmup, int steps, int threads,
+                          json* ops) {
+  const int saved = torch::get_num_threads();
+  torch::set_num_threads(threads);
+  std::shared_ptr<model::CausalLmModule> m = cfg.spec().build(cfg, torch::kCPU);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, t] : m->named_hf_parameters()) t.copy_(cfg.spec().init_tensor({name, t.sizes().vec()}, 1));
+  }
+  if (dtype != at::kFloat) m->to(dtype);
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(topts.lr));
+  std::vector<int64_t> idx(global_batch);
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i % dataset.num_sequences());
+  const data::Batch batch = dataset.batch(idx);
+  namespace F = torch::nn::functional;
+  auto one_step = [&] {
+    opt.zero_grad();
+    torch::Tensor loss;
+    {
+      profile::Scope forward(profile::Part::Forward);
+      auto logits = m->forward(batch.inputs).to(torch::kFloat32);
+      loss = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch.labels.reshape({-1}),
+                              F::CrossEntropyFuncOptions().ignore_index(data::Batch::kIgnore));
+    }
+    {
+      profile::Scope backward(profile::Part::Backward);
+      loss.backward();
+    }
+    profile::Scope optimizer(profile::Part::Optimizer);
+    torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
+    opt.step();
+  };
+  for (int i = 0; i < std::max(warmup, 1); ++i) one_step();
+  auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) one_step();
+  const double tps = double(global_batch * topts.seq_len) * steps / std::chrono::duration<double>(Clock::now() - t0).count();
+  if (ops != nullptr) {
+    json eager = counts_json(count_ops(one_step), 0, cfg.num_hidden_layers + 1);
+    eager["label"] = "plain LibTorch eager (torch::optim::AdamW)";
+    (*ops)["eager"] = eager;
+  }
+  torch::set_num_threads(saved);
+  return tps;
+}
 
 int run_in_process(const launcher::po::variables_map& vm) {
   using namespace tessera::launcher;
@@ -189,37 +313,15 @@ int run_in_process(const launcher::po::variables_map& vm) {
     cache_misses = cache1.misses - cache0.misses;
   }
 
+  // ---- operators and host syncs per step --------------------------------------------------------
+  const bool counted = vm["op-counts"].as<bool>();
+  json ops = counted ? fsdp_op_counts(cfg, b.groups, fopts, topts, dataset) : json();
+
   // ---- one plain process, same global batch, all the threads -------------------------------
   double single_tps = 0;
-  if (baseline == "single" && b.world_rank == 0) {
-    const int saved = torch::get_num_threads();
-    torch::set_num_threads(total_threads);
-    std::shared_ptr<model::CausalLmModule> m = cfg.spec().build(cfg, torch::kCPU);
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& [name, t] : m->named_hf_parameters()) t.copy_(cfg.spec().init_tensor({name, t.sizes().vec()}, 1));
-    }
-    if (fopts.param_dtype != at::kFloat) m->to(fopts.param_dtype);
-    torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(topts.lr));
-    std::vector<int64_t> idx(W * M);
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i % dataset->num_sequences());
-    const data::Batch batch = dataset->batch(idx);
-    namespace F = torch::nn::functional;
-    auto one_step = [&] {
-      opt.zero_grad();
-      auto logits = m->forward(batch.inputs).to(torch::kFloat32);
-      auto loss = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch.labels.reshape({-1}),
-                                   F::CrossEntropyFuncOptions().ignore_index(data::Batch::kIgnore));
-      loss.backward();
-      torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
-      opt.step();
-    };
-    for (int i = 0; i < std::max(warmup, 1); ++i) one_step();
-    auto t0 = Clock::now();
-    for (int i = 0; i < steps; ++i) one_step();
-    single_tps = global_tokens * steps / std::chrono::duration<double>(Clock::now() - t0).count();
-    torch::set_num_threads(saved);
-  }
+  if (baseline == "single" && b.world_rank == 0)
+    single_tps = single_process_tps(cfg, fopts.param_dtype, topts, *dataset, W * M, warmup, steps, total_threads,
+                                    counted ? &ops : nullptr);
   idle_barrier();
   if (b.world_rank != 0) return 0;
   const std::string strategy = vm["strategy"].as<std::string>();
@@ -234,6 +336,7 @@ int run_in_process(const launcher::po::variables_map& vm) {
       const double ratio = fsdp_tps / single_tps;
       j.update({{"single_tokens_per_s", single_tps}, {"ratio", ratio}, {"goal", 0.85}, {"goal_met", ratio >= 0.85}});
     }
+    if (counted) j["ops"] = ops;
     std::cout << j.dump() << std::endl;
   } else {
     printf("# bench step: %s, seq_len %ld, global batch %d x %ld sequences, %s, %d threads in total\n",
@@ -248,6 +351,7 @@ int run_in_process(const launcher::po::variables_map& vm) {
       printf("%-34s %12.1f tokens/s\n", "single process (plain LibTorch)", single_tps);
       printf("ratio FSDP / single: %.3f (goal >= 0.85: %s)\n", ratio, ratio >= 0.85 ? "met" : "NOT met");
     }
+    if (counted) print_op_counts(ops);
   }
   return 0;
 }
@@ -319,7 +423,7 @@ struct Driver {
     auto add = [&c](std::initializer_list<std::string> more) { c.insert(c.end(), more); };
     if (geteuid() == 0) add({"--allow-run-as-root"});
     if (r.nodes > 1) add({"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"});
-    add({self_exe, "bench", "step", "--baseline", "none", "--json", "--strategy", r.strategy, "--dtype", r.dtype,
+    add({self_exe, "bench", "step", "--baseline", "none", "--op-counts", "false", "--json", "--strategy", r.strategy, "--dtype", r.dtype,
          "--model-config", config_path, "--data", tokens_path, "--seq-len", std::to_string(T), "--micro-batch",
          std::to_string(global_batch / r.ranks), "--steps", std::to_string(steps), "--warmup", std::to_string(warmup),
          "--threads", std::to_string(threads)});
@@ -678,7 +782,8 @@ int run_bench_step(const std::vector<std::string>& args) {
   const bool peer = vm->count("peer") > 0;
   // Options of the other mode are errors, not silently ignored (with the option to use instead).
   const std::vector<std::pair<const char*, const char*>> in_process_only = {
-      {"micro-batch", "--global-batch"}, {"strategy", "--strategies"}, {"dtype", "--dtypes"}, {"baseline", nullptr}};
+      {"micro-batch", "--global-batch"}, {"strategy", "--strategies"}, {"dtype", "--dtypes"}, {"baseline", nullptr},
+      {"op-counts", nullptr}};
   const char* const driver_only[] = {"np", "global-batch", "rounds", "strategies", "dtypes", "python",
                                      "peer-script", "mpirun", "timeout", "verbose"};
   auto given = [&](const char* o) { return vm->count(o) && !(*vm)[o].defaulted(); };

@@ -377,7 +377,7 @@ void announce_run(const TrainSetup& s, const Bootstrap& b) {
               << fsdp::to_string(s.fopts.strategy) << ", " << util::short_name(s.cfg.fsdp.mixed_precision) << " on "
               << (s.device.is_cpu() ? std::string("cpu") : "cuda (rank 0: " + device::describe(s.device) + ", NCCL)")
               << ", model "
-              << s.ms.source << " (" << s.ms.config.num_parameters() << " parameters), s.data "
+              << s.ms.source << " (" << s.ms.config.num_parameters() << " parameters), data "
               << s.cfg.data.path << " (" << describe_dataset(*s.data.train, s.data.tokenizer->name()) << ")";
     if (s.data.val) std::cout << ", validation " << describe_dataset(*s.data.val, "");
     std::cout << std::endl;

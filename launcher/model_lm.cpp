@@ -28,8 +28,12 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
     layout->document_ids = c.document_ids;
   };
   lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
-  lm.head_loss = [impl](const at::Tensor& h, const at::Tensor& labels) {
-    return impl->head_loss(h, labels, data::Batch::kIgnore);
+  lm.head_loss = [impl](const at::Tensor& h, const at::Tensor& labels, double grad_scale, bool device_rows) {
+    model::HeadLoss how;
+    how.ignore_index = data::Batch::kIgnore;
+    how.grad_scale = grad_scale;
+    how.device_rows = device_rows;
+    return impl->head_loss(h, labels, how);
   };
   lm.decay = [spec](const std::string& name) { return spec->decays(name); };
   lm.flops_per_token = [cfg, spec](int64_t seq_len) { return spec->train_flops_per_token(cfg, seq_len); };

@@ -10,7 +10,16 @@
 // (softmax - one-hot), which is multiplied into the gradients of x and W at once, while the chunk is
 // hot (as Liger-Kernel's fused linear cross entropy does). So the forward computes the gradients;
 // backward scales them by the incoming gradient. Rows whose label is `ignore_index` (prompt tokens,
-// padding) are dropped before the multiply: they cost nothing.
+// padding) are dropped before the multiply on the CPU (they cost nothing); on a device they are
+// computed with a weight of 0 instead, since finding them (nonzero) would synchronise the host with
+// the device once per micro-step (LceRows picks; both give the same loss and gradients to rounding).
+//
+// On a GPU with a bf16/fp16 compute dtype the weight-gradient GEMM (fp32 accumulation) runs with
+// TF32; fp32 runs stay full fp32. grad_scale: the loss scale the caller will backpropagate with
+// (fp16's dynamic loss scaling; 1 otherwise). The gradients computed in forward are multiplied by
+// it before they are rounded to the compute dtype, and backward divides it out of the incoming
+// gradient, so small fp16 gradients are not flushed to zero before the scale applies. With fp16 the
+// two gradients are kept in fp32 until backward has scaled them, then rounded once.
 //
 // x [N, H] and weight [V, H] in the compute dtype (fp32 or bf16); labels [N] int64. The logits are
 // upcast to fp32 for the softmax, as the unfused path does (.to(kFloat) before cross_entropy); the
@@ -23,9 +32,13 @@
 
 namespace tessera::model::ops {
 
+// How ignored rows are skipped: Auto = Compact on the CPU, Weighted elsewhere.
+enum class LceRows { Auto, Compact, Weighted };
+
 // chunk_rows: rows per chunk, 0 = linear_cross_entropy_chunk_rows(V).
 torch::Tensor linear_cross_entropy(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& labels,
-                                   int64_t ignore_index, int64_t chunk_rows = 0);
+                                   int64_t ignore_index, int64_t chunk_rows = 0, LceRows rows = LceRows::Auto,
+                                   double grad_scale = 1.0);
 
 // Rows per chunk for a vocabulary of V words (64 MiB of fp32 logits, at least 256 rows).
 int64_t linear_cross_entropy_chunk_rows(int64_t V);

@@ -61,6 +61,30 @@ std::pair<torch::Tensor, torch::Tensor> rotary_tables_at(const torch::Tensor& po
   return {cos.index_select(0, flat).view({B, 1, T, head_dim}), sin.index_select(0, flat).view({B, 1, T, head_dim})};
 }
 
+}  // namespace ops
+
+RotaryCache::RotaryCache(int64_t head_dim, double theta, RopeScaling scaling)
+    : head_dim_(head_dim), theta_(theta), scaling_(std::move(scaling)) {}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryCache::tables(int64_t T, torch::Dtype dtype, torch::Device device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Entry& e : entries_)
+    if (e.T == T && e.dtype == dtype && e.device == device) return {e.cos, e.sin};
+  torch::NoGradGuard no_grad;
+  auto [cos, sin] = ops::rotary_tables(T, head_dim_, theta_, dtype, device, scaling_);
+  entries_.push_back({T, dtype, device, cos, sin});
+  return {cos, sin};
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryCache::at(const torch::Tensor& position_ids, torch::Dtype dtype) {
+  const int64_t B = position_ids.size(0), T = position_ids.size(1);
+  auto [cos, sin] = tables(T, dtype, position_ids.device());
+  auto flat = position_ids.reshape({-1});
+  return {cos.index_select(0, flat).view({B, 1, T, head_dim_}), sin.index_select(0, flat).view({B, 1, T, head_dim_})};
+}
+
+namespace ops {
+
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
@@ -134,13 +158,14 @@ RMSNormImpl::RMSNormImpl(int64_t hidden, double eps_, const torch::TensorOptions
 }
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
-AttentionImpl::AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts)
+AttentionImpl::AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts, std::shared_ptr<RotaryCache> rope_)
     : num_heads(cfg.num_attention_heads),
       num_kv_heads(cfg.num_key_value_heads),
       head_dim(cfg.head_dim()),
       rope_theta(cfg.rope_theta),
       rope_scaling(cfg.rope_scaling),
-      sliding_window(cfg.sliding_window) {
+      sliding_window(cfg.sliding_window),
+      rope(rope_ ? std::move(rope_) : std::make_shared<RotaryCache>(head_dim, rope_theta, rope_scaling)) {
   const int64_t h = cfg.hidden_size;
   q_proj = register_module("q_proj", Linear(h, num_heads * head_dim, opts));
   k_proj = register_module("k_proj", Linear(h, num_kv_heads * head_dim, opts));
@@ -153,9 +178,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& 
   auto q = q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2);  // [B, nh, T, D]
   auto k = k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
-  auto [cos, sin] = layout.position_ids.defined()
-                        ? ops::rotary_tables_at(layout.position_ids, head_dim, rope_theta, q.scalar_type(), rope_scaling)
-                        : ops::rotary_tables(T, head_dim, rope_theta, q.scalar_type(), q.device(), rope_scaling);
+  auto [cos, sin] = layout.position_ids.defined() ? rope->at(layout.position_ids, q.scalar_type())
+                                                  : rope->tables(T, q.scalar_type(), q.device());
   q = ops::apply_rotary(q, cos, sin);
   k = ops::apply_rotary(k, cos, sin);
   const int64_t n_rep = num_heads / num_kv_heads;
@@ -174,9 +198,10 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return ops::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOptions& opts,
+                                   std::shared_ptr<RotaryCache> rope) {
   // Registration order = HF module order = file order of the layer's tensors.
-  self_attn = register_module("self_attn", Attention(cfg, opts));
+  self_attn = register_module("self_attn", Attention(cfg, opts, std::move(rope)));
   mlp = register_module("mlp", Mlp(cfg, opts));
   input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
   post_attention_layernorm =
@@ -191,8 +216,9 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const TokenLayou
 LlamaModelImpl::LlamaModelImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {
   embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, opts));
   layers = register_module("layers", torch::nn::ModuleList());
+  auto rope = std::make_shared<RotaryCache>(cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling);  // one for all layers
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    layer_list.emplace_back(cfg, opts);
+    layer_list.emplace_back(cfg, opts, rope);
     layers->push_back(layer_list.back());
   }
   norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
@@ -222,10 +248,12 @@ torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
   return cfg_.tie_word_embeddings ? torch::linear(x, model->embed_tokens->weight) : lm_head(x);
 }
 
-torch::Tensor LlamaImpl::head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index) {
+torch::Tensor LlamaImpl::head_loss(const torch::Tensor& h, const torch::Tensor& labels, const HeadLoss& how) {
   const torch::Tensor x = model->norm(h);
   const torch::Tensor& w = cfg_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
-  return ops::linear_cross_entropy(x.reshape({-1, x.size(-1)}), w, labels.reshape({-1}), ignore_index);
+  return ops::linear_cross_entropy(x.reshape({-1, x.size(-1)}), w, labels.reshape({-1}), how.ignore_index,
+                                   /*chunk_rows=*/0, how.device_rows ? ops::LceRows::Weighted : ops::LceRows::Auto,
+                                   how.grad_scale);
 }
 
 namespace {

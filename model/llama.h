@@ -92,9 +92,37 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// The cos/sin tables of one model's layers (ops::rotary_tables), built once per (length, dtype,
+// device) and shared by them: after the first layer call of a shape, a layer's RoPE does no host
+// work, no host -> device copy and no allocation (activation checkpointing's recompute included).
+// Packed rows read the rows of the length-T table at their positions, which restart per document
+// and so are < T: no max() read back to the host. Thread-safe (the recompute of backward may run on
+// autograd's device thread).
+class RotaryCache {
+ public:
+  RotaryCache(int64_t head_dim, double theta, RopeScaling scaling);
+  std::pair<torch::Tensor, torch::Tensor> tables(int64_t T, torch::Dtype dtype, torch::Device device);
+  // position_ids [B, T] int64, each < T -> cos/sin [B, 1, T, head_dim] (rows of tables(T)).
+  std::pair<torch::Tensor, torch::Tensor> at(const torch::Tensor& position_ids, torch::Dtype dtype);
+
+ private:
+  struct Entry {
+    int64_t T;
+    torch::Dtype dtype;
+    torch::Device device;
+    torch::Tensor cos, sin;
+  };
+  int64_t head_dim_;
+  double theta_;
+  RopeScaling scaling_;
+  std::mutex mu_;
+  std::vector<Entry> entries_;
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts);
+  // rope: the model's shared tables (null: this module keeps its own).
+  AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts, std::shared_ptr<RotaryCache> rope = nullptr);
   // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1 (or at layout's positions, within its documents).
   torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -102,6 +130,7 @@ class AttentionImpl : public torch::nn::Module {
   double rope_theta;
   RopeScaling rope_scaling;
   int64_t sliding_window;  // 0: plain causal
+  std::shared_ptr<RotaryCache> rope;
 };
 TORCH_MODULE(Attention);
 
@@ -115,7 +144,7 @@ TORCH_MODULE(Mlp);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOptions& opts);
+  DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOptions& opts, std::shared_ptr<RotaryCache> rope = nullptr);
   // h + attn(norm1(h)), then + mlp(norm2(.)): the whole decoder layer, [B, T, H] -> [B, T, H].
   torch::Tensor forward(const torch::Tensor& h, const TokenLayout& layout = {});
   Attention self_attn{nullptr};
@@ -149,7 +178,8 @@ class LlamaImpl : public CausalLmModule {
   }
   torch::Tensor head(const torch::Tensor& h) override;  // final norm + lm_head -> logits [B, T, V]
   // Final norm, then ops::linear_cross_entropy with the head's (or the tied embedding's) weight.
-  torch::Tensor head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index) override;
+  using CausalLmModule::head_loss;
+  torch::Tensor head_loss(const torch::Tensor& h, const torch::Tensor& labels, const HeadLoss& how) override;
 
   // HF-named parameters. Roots: model.embed_tokens.weight, model.norm.weight and lm_head.weight
   // (absent when tie_word_embeddings: the head then multiplies by the embedding weight, which is

@@ -45,7 +45,8 @@ torch::Tensor CausalLmModule::forward(const torch::Tensor& tokens, const TokenLa
   return head(h);
 }
 
-torch::Tensor CausalLmModule::head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index) {
+torch::Tensor CausalLmModule::head_loss(const torch::Tensor& h, const torch::Tensor& labels, const HeadLoss& how) {
+  const int64_t ignore_index = how.ignore_index;
   const torch::Tensor logits = head(h);
   namespace F = torch::nn::functional;
   return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), labels.reshape({-1}),

@@ -52,6 +52,17 @@ struct TokenLayout {
 // Built on torch::kMeta it allocates nothing; a runtime swaps parameter storage (set_data) per unit.
 // No module caches anything derived from its parameters or buffers (RoPE tables are computed per
 // call), so nothing has to be recomputed after a meta-device build.
+// How a model's head computes its loss (CausalLmModule::head_loss).
+struct HeadLoss {
+  int64_t ignore_index = -100;
+  // The loss scale backward will carry (fp16 loss scaling; see linear_cross_entropy.h): a hint a
+  // fused head uses to keep small gradients. The result is the same whatever it is.
+  double grad_scale = 1.0;
+  // Skip ignored rows as on a GPU (by weight, without nonzero()) even on the CPU: the trainer's
+  // device_step, which runs the GPU's step on a CPU.
+  bool device_rows = false;
+};
+
 class CausalLmModule : public torch::nn::Module {
  public:
   virtual int64_t num_layers() const = 0;
@@ -61,8 +72,14 @@ class CausalLmModule : public torch::nn::Module {
   virtual torch::Tensor head(const torch::Tensor& h) = 0;                       // -> logits [B, T, V]
   // The summed cross entropy of head(h) against labels [B, T] (int64; ignore_index rows skipped),
   // 0-dim fp32. This one forms the logits and calls cross_entropy; a family may fuse the two
-  // (Llama: ops::linear_cross_entropy, without the logits).
-  virtual torch::Tensor head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index);
+  // (Llama: ops::linear_cross_entropy, without the logits). HeadLoss says how (its defaults: -100
+  // ignored, no loss scale, the device's own way of skipping ignored rows).
+  virtual torch::Tensor head_loss(const torch::Tensor& h, const torch::Tensor& labels, const HeadLoss& how);
+  torch::Tensor head_loss(const torch::Tensor& h, const torch::Tensor& labels, int64_t ignore_index) {
+    HeadLoss how;
+    how.ignore_index = ignore_index;
+    return head_loss(h, labels, how);
+  }
   virtual NamedTensors root_parameters() = 0;                                   // unit 0
   virtual NamedTensors layer_parameters(int64_t i) = 0;                         // unit 1 + i
   torch::Tensor forward(const torch::Tensor& tokens, const TokenLayout& layout = {});  // head(layers(embed(tokens)))

@@ -27,6 +27,7 @@
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
 #include "runtime/comm/flight_recorder.h"
+#include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 
@@ -183,8 +184,8 @@ void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& s
       const at::Tensor& live = kinds[k].per_unit[u];
       TESSERA_CHECK(live.numel() == sh.plan.chunk, "checkpoint kind " + kinds[k].kind + " of unit " + sh.name +
                                                        " is not shaped like its shard");
-      // Shards on a device are always snapshot to host memory (the writer reads through data_ptr);
-      // the copy waits for the device work that produced them.
+      // Shards on a device are always snapshot to host memory (the writer reads through data_ptr),
+      // pinned (DMA); the copy waits for the device work that produced them.
       const bool on_host = live.is_cpu();
       if (!async && on_host) {
         job.data.back().push_back(live);
@@ -192,7 +193,7 @@ void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& s
       }
       at::Tensor& s = snap[u][k];
       if (!s.defined() || s.numel() != live.numel() || s.scalar_type() != live.scalar_type())
-        s = at::empty({live.numel()}, live.options().device(at::kCPU));
+        s = device::host_buffer({live.numel()}, live.scalar_type(), live.device());
       s.copy_(live);
       job.data.back().push_back(s);
     }

@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
+#include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "util/json.h"
@@ -315,7 +316,7 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
     for (const NamedShards& k : kinds) {
       at::Tensor dst = k.per_unit[ui];
       if (!dst.is_cpu() || dst.scalar_type() != at::kFloat) {
-        at::Tensor host = at::empty({dst.numel()}, at::TensorOptions().dtype(at::kFloat));
+        at::Tensor host = device::host_buffer({dst.numel()}, at::kFloat, dst.device());  // pinned for a GPU
         staged.emplace_back(host, dst);
         dst = host;
       }
@@ -339,7 +340,7 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
       }
     }
   }));
-  for (auto& [host, dev] : staged) dev.copy_(host.view(dev.sizes()));
+  for (auto& [host, dev] : staged) dev.copy_(host.view(dev.sizes()), /*non_blocking=*/dev.is_cuda());
   return reader->state();
 }
 

@@ -16,8 +16,8 @@ inline int64_t chunk_of(int64_t n, int size) { return (n + size - 1) / size; }
 
 const char* op_name(ReduceOp op);
 
-// Reductions of 16-bit floats run in fp32 and are rounded once (communicator.h), in every backend:
-// MPI has no bf16, and summing raw bits would be wrong.
+// The MPI backend's reductions of 16-bit floats run in fp32 and are rounded once (communicator.h):
+// MPI has no bf16, and summing raw bits would be wrong. (NCCL reduces them natively.)
 inline bool reduce_in_fp32(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 // "comm 'world' (rank 1 of 4, host h)": how every message names a communicator member.

@@ -18,7 +18,9 @@
 //    avoid the extra copy where they can, and an in-place reduce_scatter_into may overwrite the rest
 //    of `in` (MPI's in-place form uses it). Otherwise out and in must not overlap, and `in` is kept.
 // Supported dtypes: float32, bfloat16, float16 (plus int32/int64/uint8 for bookkeeping). Reductions
-// of bf16/fp16 are computed in fp32 and rounded once (never on raw bits).
+// of bf16/fp16 are never on raw bits: the MPI backend computes them in fp32 and rounds once; NCCL
+// reduces them natively (half the traffic of widening; rounded at each step of its ring, as
+// PyTorch's NCCL reductions are). An fp32 reduction is the caller's choice (fsdp.reduce_dtype).
 //
 // THREADS. Who calls what:
 //  - Issuing (every collective, scatter_*, barrier, and the synchronous helpers any /

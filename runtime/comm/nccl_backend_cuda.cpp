@@ -357,7 +357,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     return issue(who, flight::op_info(flight::Op::ReduceScatter, in, static_cast<int>(op)), {out, in},
                  [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
       const int64_t n = in.numel(), padded = chunk * size_;
-      const at::ScalarType red = detail::reduce_in_fp32(in.scalar_type()) ? at::kFloat : in.scalar_type();
+      const at::ScalarType red = in.scalar_type();  // bf16/fp16 natively (communicator.h)
       at::Tensor src = in;
       if (red != in.scalar_type() || n != padded) {
         src = at::empty({padded}, in.options().dtype(red));
@@ -385,16 +385,11 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     check_device_tensor(t, who);
     return issue(who, flight::op_info(flight::Op::AllReduce, t, static_cast<int>(op)), {t},
                  [&](ncclComm_t comm, std::vector<at::Tensor>& keep) {
-      at::Tensor buf = t;
-      if (detail::reduce_in_fp32(t.scalar_type())) {
-        buf = at::empty(t.sizes(), t.options().dtype(at::kFloat));
-        keep.push_back(buf);
-        copy_on_stream(buf, t, who);
-      }
-      NCCL_OK(ncclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), nccl_type(buf.scalar_type()), nccl_op(op),
-                            comm, stream_),
+      // bf16/fp16 natively (communicator.h); `keep` needs nothing: t is the buffer
+      (void)keep;
+      NCCL_OK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()), nccl_op(op), comm,
+                            stream_),
               who);
-      if (!buf.is_same(t)) copy_on_stream(t, buf, who);
     });
   }
 

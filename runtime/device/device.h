@@ -3,6 +3,7 @@
 // LibTorch (every CUDA query answers "none" there). What needs c10/cuda headers (the caching
 // allocator's statistics) lives in device_cuda.cpp, compiled only with TESSERA_WITH_CUDA.
 #pragma once
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
@@ -22,6 +23,18 @@ std::string describe(const c10::Device& d);
 void set_current(const c10::Device& d);
 // Blocks the host until the work queued on `d` is done (no-op for CPU). Not for the training step.
 void synchronize(const c10::Device& d);
+// A host tensor on `d` for the step, without synchronising the host: on a CPU the tensor itself; on a
+// GPU a pinned copy of it and an asynchronous copy on the current stream (a pageable copy would
+// block the host until the stream drained). The pinned staging buffer stays alive until the copy is
+// done (LibTorch's host caching allocator records the stream).
+at::Tensor to_device(const at::Tensor& host, const c10::Device& d);
+// `t` on the host, readable at once: on a GPU through a pinned buffer with one synchronisation,
+// counted as a host synchronisation point (profile::ops::note_sync(site)); on a CPU the tensor
+// itself, and counted all the same, so a CPU run reports what a GPU run would wait for.
+at::Tensor to_host(const at::Tensor& t, const char* site);
+// An empty host tensor to stage copies to or from `d`: pinned when `d` is a GPU.
+at::Tensor host_buffer(at::IntArrayRef sizes, at::ScalarType dtype, const c10::Device& d);
+
 // Peak bytes held by LibTorch's caching allocator on `d` since the last reset (0 for CPU).
 int64_t peak_memory_bytes(const c10::Device& d);
 void reset_peak_memory(const c10::Device& d);

@@ -4,10 +4,12 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <optional>
 
 #include "runtime/error.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/profile/op_count.h"
 #include "runtime/profile/step_profile.h"
 #include "runtime/parse_named.h"
 #include "util/dtype_names.h"
@@ -295,6 +297,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     ctx->saved_data["layer"] = layer;
     ctx->saved_data["engine"] = c10::IValue::make_capsule(c10::make_intrusive<EngineRef>(impl));
     torch::Tensor y;
+    std::optional<profile::ops::InLayer> in_layer(std::in_place);  // the layer's own operators (bench step)
     if (impl->opts.activation_checkpointing) {
       torch::NoGradGuard no_grad;
       y = impl->layer_fn(layer, x);
@@ -311,6 +314,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
       ctx->saved_data["y"] = y;
       y = y.detach();
     }
+    in_layer.reset();
     if (impl->reshard_after_forward()) impl->reshard(ui);
     if (ui + 1 == static_cast<int>(impl->units.size())) impl->prefetch(ui);  // first unit of backward
     return y;
@@ -325,6 +329,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     impl->wait_gathered(ui);
     impl->prefetch(ui - 1);
     torch::Tensor x_in, y;
+    std::optional<profile::ops::InLayer> in_layer(std::in_place);  // until the layer's gradients exist
     if (impl->opts.activation_checkpointing) {
       x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
       torch::AutoGradMode grad_on(true);
@@ -339,6 +344,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     inputs.insert(inputs.end(), unit.params.begin(), unit.params.end());
     auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
+    in_layer.reset();
     ctx->saved_data.erase("x_in");
     ctx->saved_data.erase("y");
     x_in = y = torch::Tensor();

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "runtime/agree.h"
+#include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/parse_named.h"
@@ -38,13 +39,14 @@ PlanSizes plan_sizes(const std::vector<UnitDef>& units, int world, int64_t align
 
 namespace {
 
-// Host memory the loader fills for a unit's shard: the master itself on CPU, else a CPU buffer
-// that is copied to the master's device once complete.
+// Host memory the loader fills for a unit's shard: the master itself on CPU, else a pinned host
+// buffer that is copied to the master's device once complete (asynchronously: DMA from pinned
+// memory, which the host caching allocator keeps until the copy is done).
 at::Tensor host_shard(const UnitShard& u) {
-  return u.master.device().is_cpu() ? u.master : at::empty({u.plan.chunk}, at::TensorOptions().dtype(at::kFloat));
+  return u.master.device().is_cpu() ? u.master : device::host_buffer({u.plan.chunk}, at::kFloat, u.master.device());
 }
 void finish_shard(const UnitShard& u, const at::Tensor& host) {
-  if (!host.is_same(u.master)) u.master.copy_(host);
+  if (!host.is_same(u.master)) u.master.copy_(host, /*non_blocking=*/true);
 }
 
 // Zeroes the elements of rank's shard that hold no parameter (alignment gaps, end padding).

@@ -44,25 +44,22 @@ double cpu_square_sum(const std::vector<at::Tensor>& grads) {
   return total;
 }
 
-// The same on a device, as tensor ops into `local` ([1] double): blocks, so that the widened copy
-// is never larger than kSquareSumBlock elements (a whole-shard double temporary would be 2x the
-// fp32 gradient shard).
+// The same on a device, as tensor ops into `local` ([1] double): one norm per gradient shard,
+// reduced in double inside the kernel (no widened copy), then squared and summed together -- a
+// launch per shard and three per step instead of four per 1M-element block.
 void device_square_sum(const std::vector<at::Tensor>& grads, at::Tensor& local) {
-  constexpr int64_t kSquareSumBlock = int64_t(1) << 20;
-  for (const at::Tensor& g : grads) {
-    if (!g.defined() || g.numel() == 0) continue;
-    const at::Tensor flat = g.reshape(-1);
-    for (int64_t b = 0; b < flat.numel(); b += kSquareSumBlock) {
-      const at::Tensor g64 = flat.narrow(0, b, std::min(kSquareSumBlock, flat.numel() - b)).to(at::kDouble);
-      local.add_((g64 * g64).sum());
-    }
-  }
+  std::vector<at::Tensor> norms;
+  for (const at::Tensor& g : grads)
+    if (g.defined() && g.numel() > 0)
+      norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, /*keepdim=*/false, at::kDouble));  // of all elements
+  if (!norms.empty()) local.add_(at::stack(norms).square().sum());
 }
 
 // Every rank's sum of squares of its gradient shards, in double on the gradients' device, as a
 // [size] tensor in rank order (the raw bits are all-gathered, so every rank adds the same numbers
 // in the same order and gets the same norm); [1] without a group.
-at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Communicator* shard_group) {
+// tensor_ops: the device path even for CPU tensors (the trainer's device_step).
+at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Communicator* shard_group, bool tensor_ops) {
   at::NoGradGuard no_grad;
   at::Device device = at::kCPU;
   for (const at::Tensor& g : grads)
@@ -71,7 +68,7 @@ at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Commu
       break;
     }
   at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
-  if (device.is_cpu()) local.data_ptr<double>()[0] = cpu_square_sum(grads);
+  if (device.is_cpu() && !tensor_ops) local.data_ptr<double>()[0] = cpu_square_sum(grads);
   else device_square_sum(grads, local);
   if (shard_group == nullptr || shard_group->size() == 1) return local;
   const at::Tensor bits_in = local.view(at::kLong);
@@ -91,7 +88,7 @@ double clip_coefficient(double norm, double max_norm) {
 }
 
 double global_grad_norm(const std::vector<at::Tensor>& local_grad_shards, comm::Communicator* shard_group) {
-  const at::Tensor partial = partial_square_sums(local_grad_shards, shard_group).cpu();
+  const at::Tensor partial = partial_square_sums(local_grad_shards, shard_group, /*tensor_ops=*/false).cpu();
   const double* p = partial.data_ptr<double>();
   double total = 0;
   for (int64_t r = 0; r < partial.numel(); ++r) total += p[r];
@@ -112,12 +109,11 @@ double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Com
 
 at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group) {
   at::NoGradGuard no_grad;
-  const at::Tensor partial = partial_square_sums(grads, shard_group);
-  at::Tensor total = partial.narrow(0, 0, 1).clone();
-  for (int64_t r = 1; r < partial.numel(); ++r) total.add_(partial.narrow(0, r, 1));  // rank order
-  at::Tensor norm = total.sqrt().reshape({});
+  const at::Tensor partial = partial_square_sums(grads, shard_group, /*tensor_ops=*/true);
+  // Every rank holds the same partial sums: one deterministic sum gives every rank the same norm.
+  at::Tensor norm = partial.sum().sqrt_();
   if (max_norm > 0) {
-    at::Tensor coef = at::full_like(norm, max_norm).div(norm + 1e-6).clamp_max(1.0);
+    at::Tensor coef = at::full_like(norm, max_norm).div_(norm + 1e-6).clamp_max_(1.0);
     coef = at::where(at::isfinite(norm), coef, at::ones_like(coef)).to(at::kFloat);
     for (at::Tensor& g : grads)
       if (g.defined()) g.mul_(coef);

@@ -30,9 +30,11 @@ double clip_coefficient(double norm, double max_norm);
 double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
 
 // The same two operations without synchronising the host with the device (for gradients on a GPU):
-// the norm stays a 0-dim double tensor on the gradients' device (same partial sums, same rank-order
-// addition, so the same value on every rank), and clipping multiplies by a device-side coefficient
-// (1 where no clipping applies or the norm is not finite). max_norm <= 0: norm only.
+// the norm stays a 0-dim double tensor on the gradients' device (the same partial sums summed by
+// the same kernel, so the same value on every rank), and clipping multiplies by a device-side coefficient
+// (1 where no clipping applies or the norm is not finite). max_norm <= 0: norm only. Tensor
+// operations whatever the device: one norm per shard and a few per step (on CPU tensors too, which
+// is how the trainer's device_step runs the GPU's step on a CPU).
 at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
 
 }  // namespace tessera::optim

@@ -79,6 +79,7 @@ struct QueuedStep {
   at::Tensor loss_sum;   // [1] double on the device: cross entropy summed over the step's targets, all ranks
   int64_t targets = 0;   // target tokens of the step, all ranks and micro-steps
   at::Tensor grad_norm;  // 0-dim double on the device
+  double loss = 0, norm = 0;  // on the host after the step's one synchronisation (skip_step): loss per target
   double lr = 0;
   bool skipped = false;       // the numerics guard skipped the optimizer (numerics.h)
   int64_t skipped_total = 0;  // skipped steps of the run so far
@@ -131,12 +132,15 @@ struct Trainer::Impl {
       return;
     }
     TESSERA_CHECK(lm.set_context, "this model cannot take packed batches (CausalLm::set_context is empty)");
-    lm.set_context({b.position_ids.to(device), b.document_ids.to(device)});
+    lm.set_context({device::to_device(b.position_ids, device), device::to_device(b.document_ids, device)});
   }
   // Forward of one batch: cross entropy summed over its targets (a 0-dim fp32 tensor on the device).
-  at::Tensor summed_loss(const data::Batch& b);
+  // grad_scale: the loss scale backward will carry (fp16), a hint for the fused head.
+  at::Tensor summed_loss(const data::Batch& b, double grad_scale = 1.0);
 
   QueuedStep queue_step();
+  // The norm on the host and clipping folded into AdamW's CPU loop (a CPU, unless device_step).
+  bool host_math() const { return device.is_cpu() && !opts.device_step; }
 
   // The engine's shards as the optimizer sees them (masters, gradients, decay ranges).
   std::vector<optim::ParamShard> param_shards() const {
@@ -150,7 +154,7 @@ struct Trainer::Impl {
     for (auto& k : adamw->state(param_shards())) kinds.push_back(std::move(k));
     return kinds;
   }
-  StepRecord record(const QueuedStep& q, bool materialise);
+  StepRecord record(const QueuedStep& q);
   // The numerics guard's agreed decision for the queued step (host sync on a device; numerics.h).
   bool skip_step(QueuedStep& q);
   // train.max_skipped_steps reached: the same CollectiveError on every rank.
@@ -185,6 +189,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   ao.eps = opts.eps;
   ao.weight_decay = opts.weight_decay;
   ao.state_dtype = opts.optimizer_state_dtype;
+  ao.fused_cpu = !opts.device_step;
   im.adamw = std::make_unique<optim::AdamW>(ao);
   TESSERA_CHECK_INPUT(opts.max_skipped_steps >= 0, "train.max_skipped_steps must be >= 0 (got " +
                                                         std::to_string(opts.max_skipped_steps) + ")");
@@ -265,13 +270,13 @@ int64_t Trainer::resume(const std::string& ckpt_dir) {
   return im.step;
 }
 
-at::Tensor Trainer::Impl::summed_loss(const data::Batch& b) {
+at::Tensor Trainer::Impl::summed_loss(const data::Batch& b, double grad_scale) {
   set_context(b);
   fsdp::Engine& eng = *engine;
-  at::Tensor h = lm.embed(b.inputs.to(device));
+  at::Tensor h = lm.embed(device::to_device(b.inputs, device));
   for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
   memory::set_phase("head and loss");
-  return lm.head_loss(h, b.labels.to(device));
+  return lm.head_loss(h, device::to_device(b.labels, device), grad_scale, opts.device_step);
 }
 
 QueuedStep Trainer::Impl::queue_step() {
@@ -316,7 +321,7 @@ QueuedStep Trainer::Impl::queue_step() {
       {
         profile::Scope forward(profile::Part::Forward);
         eng.begin_forward(/*sync=*/a == accum - 1);
-        loss = im.summed_loss(batches[a]);
+        loss = im.summed_loss(batches[a], scale * q.loss_scale);
       }
       // the logits (B x T x vocab) are not kept through backward: autograd keeps what it needs
       memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
@@ -346,7 +351,7 @@ QueuedStep Trainer::Impl::queue_step() {
   if (test_fault("nan-loss", rank, im.step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
   im.scaler.unscale(grads);  // before the norm and clipping see them
   float grad_scale = 1.0f;
-  if (im.device.is_cpu()) {  // host-side norm; clipping folded into AdamW's one pass over the shard
+  if (im.host_math()) {  // host-side norm; clipping folded into AdamW's one pass over the shard
     const double norm = optim::global_grad_norm(grads, &eng.shard_group());
     q.grad_norm = at::scalar_tensor(norm, at::kDouble);
     grad_scale = static_cast<float>(optim::clip_coefficient(norm, im.opts.clip));
@@ -370,15 +375,16 @@ QueuedStep Trainer::Impl::queue_step() {
 bool Trainer::Impl::skip_step(QueuedStep& q) {
   Impl& im = *this;
   double loss = 0, norm = 0;
-  if (im.device.is_cpu()) {
-    loss = q.loss_sum.item<double>();
-    norm = q.grad_norm.item<double>();
-  } else {  // the step's one host synchronisation
-    const at::Tensor both = at::stack({q.loss_sum.reshape({}), q.grad_norm.to(at::kDouble).reshape({})}).cpu();
+  {
+    profile::Scope sync(profile::Part::SyncWait);  // on a GPU: the device's queue drains here
+    const at::Tensor both = device::to_host(
+        at::stack({q.loss_sum.reshape({}), q.grad_norm.to(at::kDouble).reshape({})}), "step: loss and gradient norm");
     loss = both.data_ptr<double>()[0];
     norm = both.data_ptr<double>()[1];
   }
   loss /= static_cast<double>(std::max<int64_t>(q.targets, 1));
+  q.loss = loss;
+  q.norm = norm;
   // Every rank computed the same global values; the vote makes the decision one all the same.
   {
     profile::Scope sync(profile::Part::SyncWait);
@@ -390,20 +396,15 @@ bool Trainer::Impl::skip_step(QueuedStep& q) {
   return q.skipped;
 }
 
-StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
+StepRecord Trainer::Impl::record(const QueuedStep& q) {
   Impl& im = *this;
   const int64_t T = im.opts.seq_len, accum = im.opts.grad_accum;
   StepRecord r;
   r.step = im.step;
   r.device = device::describe(im.device);
-  r.materialised = materialise || im.device.is_cpu();
   r.target_tokens = q.targets;
-  if (r.materialised) {  // on a device: the one host synchronisation of the step
-    r.loss = q.loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(q.targets, 1));
-    r.grad_norm = q.grad_norm.item<double>();
-  } else {
-    r.loss = r.grad_norm = std::numeric_limits<double>::quiet_NaN();
-  }
+  r.loss = q.loss;  // read back by skip_step, the step's one host synchronisation
+  r.grad_norm = q.norm;
   r.lr = q.lr;
   r.skipped = q.skipped;
   r.skipped_steps = q.skipped_total;
@@ -424,7 +425,7 @@ StepRecord Trainer::Impl::record(const QueuedStep& q, bool materialise) {
 }
 
 StepRecord Trainer::train_step() {
-  StepRecord r = impl_->record(impl_->queue_step(), /*materialise=*/true);
+  StepRecord r = impl_->record(impl_->queue_step());
   impl_->check_skip_limit();
   return r;
 }
@@ -459,15 +460,12 @@ RunResult Trainer::run() {
   }
   auto t_start = Clock::now();
   while (im.step < im.opts.steps) {
-    // Only a logged record is read back from the device (CPU records always are).
     const int64_t next = im.step + 1;
-    const bool progress_due = rank0 && !im.opts.quiet && (next % im.opts.log_every == 0 || next == im.opts.steps);
-    const bool read_back = metrics.is_open() || progress_due || next == res.start_step + 1 || next == im.opts.steps;
     // train.profile_steps: the trace starts with its first step (or the first step of a resumed run
     // inside the window) and is written after its last.
     const bool traced = im.opts.profile_last > 0 && next >= im.opts.profile_first && next <= im.opts.profile_last;
     if (traced && !profile::tracing()) profile::start_trace();
-    StepRecord r = impl_->record(impl_->queue_step(), read_back || traced);
+    StepRecord r = impl_->record(impl_->queue_step());
     const bool trace_done = traced && (next == im.opts.profile_last || next == im.opts.steps);
     if (trace_done)
       profile::write_trace(im.opts.log_dir + "/trace-rank-" + std::to_string(im.groups.world->rank()) + ".json",

@@ -63,8 +63,10 @@ struct CausalLm {
   std::function<at::Tensor(const at::Tensor& h)> head;
   // The summed cross entropy of head(h) against labels (Batch::kIgnore rows skipped), 0-dim fp32;
   // the model may fuse it so that the logits never exist (CausalLmModule::head_loss: its default
-  // is head + cross_entropy). Training and validation call it.
-  std::function<at::Tensor(const at::Tensor& h, const at::Tensor& labels)> head_loss;
+  // is head + cross_entropy). Training and validation call it. grad_scale: the loss scale backward
+  // will carry (fp16), a hint for a fused head; device_rows: skip ignored rows as a GPU does, on any
+  // device (TrainOptions::device_step) -- model::HeadLoss.
+  std::function<at::Tensor(const at::Tensor& h, const at::Tensor& labels, double grad_scale, bool device_rows)> head_loss;
   // Called before every forward with that batch's layout; the model keeps it for the layer calls of
   // the micro-batch (activation-checkpointing recompute in its backward included). Empty: the model
   // cannot pack documents, and the trainer refuses packed batches.
@@ -92,6 +94,9 @@ struct TrainOptions {
   int64_t eval_every = 0;  // validation every N steps (0: only at the end); needs set_validation()
   int preempt_signal = 0;  // SIGUSR1 / SIGUSR2 (SIGTERM is always handled)
   bool quiet = false;      // no progress lines (tests)
+  // The step as a GPU runs it, on any device: AdamW and the gradient norm as tensor operations,
+  // clipping on the device (bench step counts that step's operators; tests check it trains the same).
+  bool device_step = false;
   // Numerics (numerics.h): skipped steps in a row that end the run (0: never), and fp16 dynamic
   // loss scaling (the launcher turns it on when fp16 is the compute or the reduction dtype).
   int64_t max_skipped_steps = 10;
@@ -114,7 +119,6 @@ struct StepRecord {
   memory::Breakdown memory;       // host memory of this step: measured breakdown at its peak
   int64_t peak_gpu_mem_bytes = 0;  // LibTorch caching allocator peak on the device (0 on CPU)
   std::string device = "cpu";      // "cpu" or "cuda:N"
-  bool materialised = true;        // false: loss/grad_norm/step time not read back (nothing logged)
   bool skipped = false;       // non-finite loss or gradient norm: the optimizer did not run (every rank)
   int64_t skipped_steps = 0;  // skipped steps of the run so far (this one included)
   double loss_scale = 0;      // the fp16 loss scale this step ran with (0: no loss scaling)
@@ -148,7 +152,7 @@ class Trainer {
   void load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode);
   // Restores shards, optimizer and sampler from a checkpoint directory; returns its step.
   int64_t resume(const std::string& ckpt_dir);
-  StepRecord train_step();  // one optimizer step (grad_accum micro-batches); always materialised
+  StepRecord train_step();  // one optimizer step (grad_accum micro-batches)
   RunResult run();          // from the current step to opts.steps, with logging/checkpoints/signals
   std::string save_checkpoint();  // returns the directory written
   int64_t step() const;

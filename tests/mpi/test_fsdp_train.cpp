@@ -22,6 +22,7 @@
 #include "runtime/device/device.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/schedule.h"
+#include "runtime/profile/op_count.h"
 #include "runtime/train/trainer.h"
 
 using namespace tessera;
@@ -256,6 +257,53 @@ TEST(FsdpSft, MaskedPackedDataMatchesSingleProcessReference) {
     for (size_t i = 0; i < losses.size(); ++i)
       EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
     expect_close(gather_all(trainer.engine()), ref.params, 1e-5, what);
+  }
+}
+
+// The step as a GPU runs it (TrainOptions::device_step: AdamW and the gradient norm as tensor
+// operations, clipping on the device, the head's ignored rows skipped by weight) trains like the
+// single-process reference on masked, packed data, and stays within the GPU's launch and sync
+// budget of issue 34, counted by profile::ops as bench step does: no host synchronisation inside
+// forward and backward, at most 2 per step, at most 10 operators per FSDP unit for the optimizer
+// and the norm.
+TEST(FsdpDeviceStep, TrainsLikeTheReferenceWithinTheGpuBudget) {
+  const auto cfg = test_config();
+  const int W = world_groups().world->size();
+  auto t = test_train_options();
+  t.micro_batch = 1;
+  t.grad_accum = 2;
+  t.device_step = true;
+  auto ds = sft_dataset(t.seq_len);
+  const Reference ref = reference_run(cfg, t, W, ds);
+  for (bool ac : {false, true}) {
+    fsdp::Options fo;
+    fo.activation_checkpointing = ac;
+    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, ds, {});
+    launcher::InitWeightSource src(cfg, 1234);
+    trainer.load_weights(src);
+    std::vector<double> losses;
+    profile::ops::Counts counted;
+    for (int s = 0; s < t.steps; ++s) {
+      if (s == 1) profile::ops::start();  // step 2: caches built, moments allocated
+      losses.push_back(trainer.train_step().loss);
+      if (s == 1) {
+        profile::ops::stop();
+        counted = profile::ops::snapshot();
+      }
+    }
+    const std::string what = std::string("device step") + (ac ? " +AC" : "") + " W=" + std::to_string(W);
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
+    expect_close(gather_all(trainer.engine()), ref.params, 1e-5, what);
+    const int64_t units = cfg.num_hidden_layers + 1;
+    std::string sites;
+    for (const auto& [site, n] : counted.sync_sites) sites += site + " x" + std::to_string(n) + "; ";
+    EXPECT_EQ(counted.syncs_forward_backward, 0) << what << ": " << sites;
+    EXPECT_LE(counted.syncs_total, 2) << what << ": " << sites;
+    EXPECT_GE(counted.syncs_total, 1) << what << ": the step's one read-back is counted";
+    EXPECT_GT(counted.optimizer, 0) << what;
+    EXPECT_LE(counted.optimizer, 10 * units) << what << ": " << counted.optimizer << " operators for " << units << " units";
+    EXPECT_GT(counted.layer_forward, 0) << what;
   }
 }
 

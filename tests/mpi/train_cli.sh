@@ -34,6 +34,9 @@ accum() { echo "--set train.grad_accum=$((8 / $1))"; }
 # The run that never stops, at W=4, saving step-3 on the way.
 "${MPIRUN[@]}" -np 4 $BIN train "${COMMON[@]}" $(accum 4) --set checkpoint.dir="$T/ck4" --set checkpoint.every=3 --set checkpoint.keep=5 > "$T/train4.log"
 check "verify step-3" $BIN ckpt verify "$T/ck4/step-3"
+# The run's first line says what it trains: ranks, strategy, precision, device, model and data.
+first=$(grep -m1 '^tessera train:' "$T/train4.log")
+check "first line: $first" grep -qE "^tessera train: 4 rank\(s\) on 1 node\(s\), full_shard, fp32 on cpu, model $T/model \([0-9]+ parameters\), data [^ ]+ \(" <<<"$first"
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
 close() {  # close REF GOT: the last 3 losses of GOT equal REF's steps 4..6
   python3 - "$1" "$2" <<'PY'

@@ -12,6 +12,8 @@
 #include "model/config.h"
 #include "model/errors.h"
 #include "model/llama.h"
+#include "runtime/profile/op_count.h"
+#include "runtime/profile/step_profile.h"
 #include "model/registry.h"
 
 using namespace tessera::model;
@@ -551,6 +553,41 @@ TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {
       EXPECT_TRUE(cos[b][0][t].equal(tc[pos[b][t].item<int64_t>()]));
       EXPECT_TRUE(sin[b][0][t].equal(ts[pos[b][t].item<int64_t>()]));
     }
+}
+
+// The model's shared RoPE tables: equal to ops::rotary_tables (plain rows) and to its rows at the
+// positions (packed rows), built once per shape and then served without any work: the same
+// storage again, no operator that reads a value back to the host (the old path read max() per layer).
+TEST(LlamaRope, CacheServesTheSameTablesWithoutHostReads) {
+  RotaryCache cache(8, 500.0, {});
+  auto [c1, s1] = cache.tables(6, torch::kFloat32, torch::kCPU);
+  auto [tc, ts] = ops::rotary_tables(6, 8, 500.0, torch::kFloat32, torch::kCPU);
+  EXPECT_TRUE(c1.equal(tc));
+  EXPECT_TRUE(s1.equal(ts));
+  auto [c2, s2] = cache.tables(6, torch::kFloat32, torch::kCPU);
+  EXPECT_EQ(c2.data_ptr(), c1.data_ptr());
+  EXPECT_EQ(s2.data_ptr(), s1.data_ptr());
+  EXPECT_NE(cache.tables(6, torch::kBFloat16, torch::kCPU).first.data_ptr(), c1.data_ptr());  // another key
+  auto pos = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 5, 3, 0}, torch::kLong).view({1, 8});
+  tessera::profile::ops::start();
+  std::pair<torch::Tensor, torch::Tensor> at;
+  {
+    tessera::profile::Scope forward(tessera::profile::Part::Forward);
+    at = cache.at(pos, torch::kFloat32);
+  }
+  tessera::profile::ops::stop();
+  EXPECT_EQ(tessera::profile::ops::snapshot().syncs_forward_backward, 0);
+  auto [want_c, want_s] = ops::rotary_tables_at(pos, 8, 500.0, torch::kFloat32);
+  EXPECT_TRUE(at.first.equal(want_c));
+  EXPECT_TRUE(at.second.equal(want_s));
+}
+
+// A model's layers share one cache: a forward builds the tables once, not once per layer.
+TEST(LlamaRope, LayersShareOneCache) {
+  auto cfg = ModelConfig::preset("tiny");
+  Llama m(cfg);
+  ASSERT_GE(m->model->layer_list.size(), 2u);
+  EXPECT_EQ(m->model->layer_list[0]->self_attn->rope.get(), m->model->layer_list[1]->self_attn->rope.get());
 }
 
 namespace {

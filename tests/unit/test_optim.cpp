@@ -132,11 +132,11 @@ TEST(AdamW, ShardedUpdateEqualsUnsharded) {
 TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
   // The one-pass CPU loop and the tensor-op path (used on GPUs) compute the same formula.
   torch::manual_seed(3);
-  const int64_t n = AdamW::kBlockElems + 1000;  // more than one block
+  const int64_t n = (int64_t(1) << 20) + 1000;
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     std::vector<ParamShard> a(1), b(1);
     a[0].param = torch::randn({n});
-    a[0].decay = {{100, AdamW::kBlockElems}};
+    a[0].decay = {{100, int64_t(1) << 20}};
     b[0].param = a[0].param.clone();
     b[0].decay = a[0].decay;
     AdamWOptions oa, ob;
@@ -161,6 +161,41 @@ TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
       EXPECT_LT(diff.gt(1e-5).sum().item<double>(), 0.01 * n);
     }
     EXPECT_EQ(fa.state(a)[0].per_unit[0].scalar_type(), dt);
+  }
+}
+
+TEST(AdamW, TensorOpPathDoesNotDependOnGrouping) {
+  // The tensor-op path (GPUs) groups shard pieces into multi-tensor operations; a shard cut across
+  // groups, several shards in one group, decay ranges across piece boundaries: the same bits as
+  // one group holding everything, for fp32 and bf16 moments, with and without clipping's scale.
+  torch::manual_seed(5);
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    std::vector<ParamShard> a(3), b(3);
+    const int64_t sizes[3] = {5000, 700, 2300};
+    for (int k = 0; k < 3; ++k) {
+      a[k].param = torch::randn({sizes[k]});
+      b[k].param = a[k].param.clone();
+      a[k].decay = b[k].decay = sizes[k] > 1900 ? std::vector<Range>{{10, 900}, {1500, 400}}  // across pieces
+                                                : std::vector<Range>{{10, 300}, {400, 200}};
+    }
+    AdamWOptions small, whole;
+    small.state_dtype = whole.state_dtype = dt;
+    small.fused_cpu = whole.fused_cpu = false;
+    small.group_elems = 1000;  // the 5000-element shard spans five groups; 700 + 2300 share and split
+    AdamW fa(small), fb(whole);
+    for (int i = 0; i < 3; ++i) {
+      for (int k = 0; k < 3; ++k) {
+        a[k].grad = torch::randn({sizes[k]});
+        b[k].grad = a[k].grad.clone();
+      }
+      const float scale = i == 1 ? 0.5f : 1.0f;
+      fa.step(a, 1e-2, scale);
+      fb.step(b, 1e-2, scale);
+    }
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_TRUE(torch::equal(a[k].param, b[k].param)) << "shard " << k;
+      EXPECT_TRUE(torch::equal(fa.state(a)[0].per_unit[k], fb.state(b)[0].per_unit[k])) << "shard " << k;
+    }
   }
 }
 
