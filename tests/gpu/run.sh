@@ -82,11 +82,13 @@ if ((REHEARSAL)); then
 fi
 
 # ---- the plan: order, nominal limits, least worth starting (seconds, GPU mode) --------------------
+# (conformance: its filtered cases ran 48 s on the CPU communicators alone in a rehearsal on 2 loaded
+# cores, 2026-12-01.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
 PLAN_AFTER_BUILD=(probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
 declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
-  [probe]=45 [init_model]=45 [tessera_train]=120 [fp16_bf16]=60 [conformance]=60 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60)
+  [probe]=45 [init_model]=45 [tessera_train]=120 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60)
 declare -A LEAST=([env]=5 [deps]=5 [configure]=20 [build]=30 [eager]=45
   [probe]=15 [init_model]=15 [tessera_train]=45 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30)
 # Which step a selection name brings (tessera_train brings its probe and the model it trains).

@@ -92,7 +92,7 @@ for gpus in 1 2; do
   done
 done
 [[ $plan_ok -eq 0 ]]
-check "the limits after the build fit the budget left (10 cases x 1 and 2 GPUs), tessera_train gets its full limit from 300 s left" $?
+check "the limits after the build fit the budget left (9 budgets left x 1 and 2 GPUs), tessera_train gets its full limit from 300 s left" $?
 # The device test cases run.sh filters on exist (a renamed test would leave a filter matching nothing).
 filters_ok=0
 for var in CONFORMANCE_TESTS FSDP_TESTS NCCL_TIMEOUT_TESTS; do
