@@ -1,7 +1,10 @@
 // The step-time breakdown and the Chrome trace (runtime/profile/step_profile.h): parts are exclusive
 // (a nested part's time is not also its parent's), parts + idle add up to the step, a part opened
 // by another thread while the step's thread waits is not counted twice, and the trace holds one
-// track per thread with the steps and parts as complete events.
+// track per thread with the steps and parts as complete events. With a device clock (a scripted fake
+// here) the parts are the device's intervals between the scopes' stamps, not host time; without one,
+// or when a stamp fails, they are the host clock's.
+#include <c10/core/Device.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,6 +27,22 @@ double sum_of_parts(const profile::Breakdown& b) {
   for (double p : b.part_s) s += p;
   return s;
 }
+
+double sum_of_host_parts(const profile::Breakdown& b) {
+  double s = b.host_idle_s;
+  for (double p : b.host_part_s) s += p;
+  return s;
+}
+
+// Installs a scripted device clock for one test; the tests after it run without one.
+struct ScriptedClock {
+  std::shared_ptr<profile::ScriptedDeviceClock> clock;
+  explicit ScriptedClock(int capacity = 1 << 20) : clock(std::make_shared<profile::ScriptedDeviceClock>(capacity)) {
+    profile::set_device_clock(clock);
+  }
+  ~ScriptedClock() { profile::set_device_clock(nullptr); }
+  void advance_s(double s) { clock->advance(static_cast<int64_t>(s * 1e9)); }
+};
 }  // namespace
 
 TEST(StepProfile, NestedPartsAreExclusiveAndAddUpToTheStep) {
@@ -53,6 +72,11 @@ TEST(StepProfile, NestedPartsAreExclusiveAndAddUpToTheStep) {
                         "optimizer_s", "sync_wait_s", "idle_s", "comm_s", "exposed_comm_s", "overlap"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_NE(b.summary().find("gather wait"), std::string::npos);
+  // No device clock: the host clock's parts, as they always were.
+  EXPECT_EQ(b.clock, "host");
+  EXPECT_EQ(b.part_s, b.host_part_s);
+  EXPECT_EQ(b.step_s, b.host_step_s);
+  EXPECT_FALSE(j.contains("host"));
 }
 
 TEST(StepProfile, APartOpenedByAThreadTheStepWaitsForIsCountedOnce) {
@@ -139,8 +163,156 @@ TEST(StepProfile, TraceHasStepsPartsAndOneTrackPerThread) {
   EXPECT_EQ(compute_tracks, 3);
   EXPECT_EQ(tracks.at(1), "compute");
   // A step event carries its breakdown.
-  for (const auto& e : t.at("traceEvents"))
-    if (e.at("name") == "step 5") EXPECT_TRUE(e.at("args").contains("forward_s"));
+  for (const auto& e : t.at("traceEvents")) {
+    if (e.at("name") == "step 5") {
+      EXPECT_TRUE(e.at("args").contains("forward_s"));
+    }
+  }
   std::remove(path.c_str());
   rmdir(dir);
+}
+
+TEST(StepProfile, DeviceClockPartsAreTheDeviceIntervalsNotHostTime) {
+  // The host scopes take microseconds; the device spends seconds in them (the host ran ahead).
+  ScriptedClock dev;
+  profile::begin_step(9);
+  dev.advance_s(1);  // before any part: idle
+  {
+    profile::Scope forward(Part::Forward);
+    dev.advance_s(20);
+    {
+      profile::Scope wait(Part::GatherWait);  // the compute stream blocked on an all-gather
+      dev.advance_s(30);
+    }
+    dev.advance_s(10);
+  }
+  dev.advance_s(5);  // idle
+  const profile::Breakdown b = profile::end_step();
+  EXPECT_EQ(b.step, 9);
+  EXPECT_EQ(b.clock, "scripted");
+  EXPECT_TRUE(b.device_timed());
+  EXPECT_NEAR(b.step_s, 66.0, 1e-9);
+  EXPECT_NEAR(b.part(Part::Forward), 30.0, 1e-9);     // exclusive of the nested wait
+  EXPECT_NEAR(b.part(Part::GatherWait), 30.0, 1e-9);
+  EXPECT_NEAR(b.idle_s, 6.0, 1e-9);
+  EXPECT_EQ(b.part(Part::Backward), 0.0);
+  EXPECT_NEAR(sum_of_parts(b), b.step_s, 1e-9);
+  EXPECT_NEAR(b.exposed_s, 30.0, 1e-9);  // the device's wait, not the host's ~0
+  // end_step waited for the step's last stamp: begin, 2 per scope, end.
+  EXPECT_EQ(dev.clock->stamps(), 6);
+  EXPECT_EQ(dev.clock->last_waited(), 5);
+  // The host clock's figures are kept beside them, and add up on their own.
+  EXPECT_LT(b.host_step_s, 1.0);
+  EXPECT_LT(b.host_part_s[static_cast<int>(Part::GatherWait)], 1.0);
+  EXPECT_NEAR(sum_of_host_parts(b), b.host_step_s, 1e-9);
+  const nlohmann::json j = b.to_json();
+  EXPECT_EQ(j.at("clock"), "scripted");
+  EXPECT_NEAR(j.at("forward_s").get<double>(), 30.0, 1e-9);
+  EXPECT_NEAR(j.at("host").at("step").get<double>(), b.host_step_s, 1e-12);
+  EXPECT_TRUE(j.at("host").contains("gather_wait"));
+  double parts = 0;  // what tests/mpi/profile_trace.sh checks: a level's "_s" parts add up to step_s
+  for (const auto& [k, v] : j.items())
+    if (k.size() > 2 && k.compare(k.size() - 2, 2, "_s") == 0 && k != "step_s" && k != "comm_s" && k != "exposed_comm_s")
+      parts += v.get<double>();
+  EXPECT_NEAR(parts, j.at("step_s").get<double>(), 1e-9);
+  EXPECT_NE(b.summary().find("| scripted clock | comm"), std::string::npos) << b.summary();
+}
+
+TEST(StepProfile, DeviceClockCountsAPartOfAnotherThreadOnce) {
+  ScriptedClock dev;
+  profile::begin_step(2);
+  {
+    profile::Scope backward(Part::Backward);
+    dev.advance_s(4);
+    std::thread t([&] {
+      profile::Scope wait(Part::ReduceWait);
+      dev.advance_s(3);
+    });
+    t.join();
+    dev.advance_s(2);
+  }
+  const profile::Breakdown b = profile::end_step();
+  EXPECT_NEAR(b.part(Part::Backward), 6.0, 1e-9);
+  EXPECT_NEAR(b.part(Part::ReduceWait), 3.0, 1e-9);
+  EXPECT_NEAR(b.idle_s, 0.0, 1e-9);
+  EXPECT_NEAR(b.step_s, 9.0, 1e-9);
+}
+
+TEST(StepProfile, ClosingAnOuterScopeFirstEndsTheInnerOnesIntervalOnce) {
+  // A scope of another thread that outlives the enclosing one: closing the outer closes both, the
+  // interval since the last stamp going to the innermost.
+  ScriptedClock dev;
+  profile::begin_step(3);
+  auto outer = std::make_unique<profile::Scope>(Part::Optimizer);
+  dev.advance_s(1);
+  auto inner = std::make_unique<profile::Scope>(Part::SyncWait);
+  dev.advance_s(2);
+  outer.reset();
+  dev.advance_s(4);  // idle
+  inner.reset();     // already closed: nothing
+  const profile::Breakdown b = profile::end_step();
+  EXPECT_NEAR(b.part(Part::Optimizer), 1.0, 1e-9);
+  EXPECT_NEAR(b.part(Part::SyncWait), 2.0, 1e-9);
+  EXPECT_NEAR(b.idle_s, 4.0, 1e-9);
+  EXPECT_NEAR(sum_of_parts(b), b.step_s, 1e-9);
+}
+
+TEST(StepProfile, AFailedStampLeavesTheStepOnTheHostClock) {
+  ScriptedClock dev(/*capacity=*/2);  // begin_step's stamp and one more
+  profile::begin_step(4);
+  {
+    profile::Scope forward(Part::Forward);
+    dev.advance_s(10);
+    sleep_ms(5);
+  }
+  const profile::Breakdown b = profile::end_step();
+  EXPECT_EQ(b.clock, "host");
+  EXPECT_FALSE(b.device_timed());
+  EXPECT_EQ(b.part_s, b.host_part_s);
+  EXPECT_EQ(b.step_s, b.host_step_s);
+  EXPECT_GE(b.part(Part::Forward), 0.005);
+  EXPECT_LT(b.part(Part::Forward), 10.0);
+  EXPECT_FALSE(b.to_json().contains("host"));
+  // The next step tries the clock again.
+  profile::begin_step(5);
+  dev.advance_s(1);
+  EXPECT_NEAR(profile::end_step().step_s, 1.0, 1e-9);
+}
+
+TEST(StepProfile, AClockTimesTheStepsThatBeginAfterItAndNoScopeOutsideAStep) {
+  auto clock = std::make_shared<profile::ScriptedDeviceClock>();
+  profile::begin_step(1);
+  profile::set_device_clock(clock);  // mid-step: this step stays on the host clock
+  { profile::Scope forward(Part::Forward); }
+  EXPECT_EQ(profile::end_step().clock, "host");
+  EXPECT_EQ(clock->stamps(), 0);
+  EXPECT_EQ(profile::device_clock(), clock);
+  profile::begin_step(2);
+  EXPECT_EQ(profile::end_step().clock, "scripted");
+  const int stamps = clock->stamps();
+  { profile::Scope eval(Part::Forward); }  // between steps: no stamp
+  EXPECT_EQ(clock->stamps(), stamps);
+  profile::set_device_clock(nullptr);
+  profile::begin_step(3);
+  const profile::Breakdown b = profile::end_step();
+  EXPECT_EQ(b.clock, "host");
+  EXPECT_EQ(b.to_json().at("clock"), "host");
+  EXPECT_EQ(b.summary().find(" clock"), std::string::npos);
+  EXPECT_EQ(profile::device_clock(), nullptr);
+  EXPECT_EQ(profile::device_clock_for(c10::Device(c10::kCPU)), nullptr);
+}
+
+TEST(StepProfile, MedianKeepsTheClockAndTheHostFigures) {
+  std::vector<profile::Breakdown> v(3);
+  for (int i = 0; i < 3; ++i) {
+    v[i].clock = "cuda";
+    v[i].host_step_s = 1.0 + i;
+    v[i].host_part_s[static_cast<int>(Part::SyncWait)] = 3.0 - i;
+  }
+  profile::Breakdown m = profile::median(v);
+  EXPECT_EQ(m.clock, "cuda");
+  EXPECT_EQ(m.host_step_s, 2.0);
+  EXPECT_EQ(m.host_part_s[static_cast<int>(Part::SyncWait)], 2.0);
+  v[1].clock = "host";
+  EXPECT_EQ(profile::median(v).clock, "mixed");
 }
