@@ -11,8 +11,9 @@
 // that never opened a profile::Scope (the communicators' threads) are counted apart.
 //
 // Synchronisation points, two sources:
-//  - note_sync(site): Tessera's own device -> host reads (device::to_host and the like) call it
-//    wherever they run, so a CPU run counts what a GPU run would wait for;
+//  - note_sync(site): Tessera's own device -> host reads (device::to_host and the like) and the
+//    step-time breakdown's wait for the device clock's last event (GPUs only) call it wherever
+//    they run, so a CPU run counts what a GPU run would wait for;
 //  - inside forward, backward, recompute and the optimizer (where every tensor is the device's),
 //    the operators that read device values on the host: aten::_local_scalar_dense (.item()),
 //    aten::nonzero, aten::masked_select, aten::unique family, aten::is_nonzero, aten::equal -- at

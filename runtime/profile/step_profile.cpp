@@ -14,6 +14,7 @@
 
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/error.h"
+#include "runtime/profile/op_count.h"
 
 namespace tessera::profile {
 namespace {
@@ -110,6 +111,7 @@ void stamp_locked(State& s) {
 // offset: the step.
 bool device_parts(DeviceClock& clock, const std::vector<int8_t>& part, Breakdown& b) {
   const int last = static_cast<int>(part.size()) - 1;
+  if (last >= 1) ops::note_sync("profile: end of step (device clock)");  // the host waits for the device
   if (last < 1 || !clock.wait(last)) return false;
   std::array<int64_t, kParts> acc{};
   int64_t reached = 0;

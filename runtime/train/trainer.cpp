@@ -175,6 +175,9 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   TESSERA_CHECK(im.host.world->size() == groups.world->size() && im.host.world->rank() == groups.world->rank(),
                 "host and device groups must span the same ranks");
   device::set_current(im.device);
+  // GPUs: the step-time breakdown from CUDA events on the compute stream (profile/step_profile.h);
+  // null on a CPU (host clocks).
+  profile::set_device_clock(profile::device_clock_for(im.device));
   im.fopts = fsdp_opts;
   im.opts = opts;
   im.dataset = std::move(dataset);
