@@ -419,10 +419,15 @@ struct Driver {
 
   std::vector<std::string> tessera_command(const RunSpec& r) const {
     std::vector<std::string> c = {vm["mpirun"].as<std::string>(), "-np", std::to_string(r.ranks), "--oversubscribe",
-                                  "--bind-to", "none", "--mca", "oob_tcp_if_include", "lo"};
+                                  "--bind-to", "none"};
     auto add = [&c](std::initializer_list<std::string> more) { c.insert(c.end(), more); };
+    // Open MPI 5's launcher (PRRTE) finds no out-of-band interface when limited to "lo", and its TCP
+    // BTL no reachable pairing on "lo" by name: the loopback subnet serves 4.1 and 5; oob on lo for 4.x.
+#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION < 5
+    add({"--mca", "oob_tcp_if_include", "lo"});
+#endif
     if (geteuid() == 0) add({"--allow-run-as-root"});
-    if (r.nodes > 1) add({"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"});
+    if (r.nodes > 1) add({"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "127.0.0.1/8"});
     add({self_exe, "bench", "step", "--baseline", "none", "--op-counts", "false", "--json", "--strategy", r.strategy, "--dtype", r.dtype,
          "--model-config", config_path, "--data", tokens_path, "--seq-len", std::to_string(T), "--micro-batch",
          std::to_string(global_batch / r.ranks), "--steps", std::to_string(steps), "--warmup", std::to_string(warmup),

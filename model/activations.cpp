@@ -19,7 +19,8 @@ bool build_has_fused_attention() { return compat::kHasSdpa; }
 //   layer input x                 p BT H   kept only when p = 4 (the norm's fp32 "copy" is x itself);
 //                                          otherwise only activation checkpointing keeps it
 //   input_layernorm  x.to(fp32)   4 BT H   saved by pow and mul (absent when p = 4: it is x)
-//                    x^2          4 BT H   saved by mean
+//                    x^2          4 BT H   saved by mean on 1.13; LibTorch 2.x's mean keeps only sizes
+//                                          (compat::kMeanSavesInput), and x^2 is then a transient
 //                    rsqrt        4 BT
 //                    normalised   p BT H   cast back, saved by the weight multiply
 //   its output r1                 p BT H   saved by the q/k/v projections
@@ -29,9 +30,11 @@ bool build_has_fused_attention() { return compat::kHasSdpa; }
 //   cos, sin tables               2 p T head_dim
 //   explicit attention: mask T^2 (bool); softmax output in fp32 4 B nh T^2; its cast p B nh T^2
 //                       (when p != 4)
-//   fused attention (LibTorch >= 2): output and logsumexp p BT Hq + 4 B nh T (not measured here)
-//   heads merged (o_proj input)   p BT Hq
-//   post_attention_layernorm      the residual sum's fp32 form 4 BT H, x^2 4 BT H, rsqrt 4 BT,
+//   fused attention (LibTorch >= 2): output and logsumexp p BT Hq + 4 B nh T; the CPU kernel returns
+//                       its output [B, T, nh, D]-major, so merging the heads is a view and o_proj keeps
+//                       that same tensor (measured on 2.6)
+//   heads merged (o_proj input)   p BT Hq  (explicit attention only: a copy)
+//   post_attention_layernorm      the residual sum's fp32 form 4 BT H, x^2 4 BT H (1.13), rsqrt 4 BT,
 //                                 normalised p BT H, output r2 p BT H
 //   mlp: gate, silu(gate), up, product   4 p BT I
 // The layer's output is the next layer's input (or the head's), counted there.
@@ -47,7 +50,8 @@ bool build_has_fused_attention() { return compat::kHasSdpa; }
 // keep it). Evaluation's logits (p BT V) are the `logits` term.
 //
 // The transient terms are upper bounds (the test checks that the tracker never sees more): the
-// forward's excess is bounded by the softmax's working set (or two [BT, H] tensors when fused), the
+// forward's excess is bounded by the softmax's working set (or two [BT, H] tensors when fused, plus
+// the norm's x^2 in fp32 where mean does not keep it), the
 // backward's by the score gradients and the mlp's [BT, I] gradients; the whole-step prediction built
 // from them is checked against measured peaks by tests/mpi/memory_plan.sh.
 ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, bool fused_attention) {
@@ -56,22 +60,23 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   const int64_t Hq = nh * hd, V = cfg.vocab_size;
   const int64_t f32_copy = p == 4 ? 0 : 4 * BT * H;  // x.to(fp32) allocates only when x is not fp32
   const int64_t scores = B * nh * T * T;
-  // A norm's saved tensors beyond its input's fp32 form: x^2, rsqrt, normalised, output.
-  const int64_t norm = 4 * BT * H + 4 * BT + 2 * p * BT * H;
+  // A norm's saved tensors beyond its input's fp32 form: x^2 (LibTorch 1.13), rsqrt, normalised, output.
+  const int64_t norm_sq = 4 * BT * H;
+  const int64_t norm = (compat::kMeanSavesInput ? norm_sq : 0) + 4 * BT + 2 * p * BT * H;
 
   ActivationBytes a;
   a.layer_input = p * BT * H;
   int64_t s = p == 4 ? a.layer_input : 0;
   s += f32_copy + norm;                              // input_layernorm
   s += 3 * p * BT * Hq + 2 * p * T * hd;             // q, k^T, v, cos/sin
-  if (fused_attention) s += p * BT * Hq + 4 * B * nh * T;
-  else s += T * T + 4 * scores + (p == 4 ? 0 : p * scores);
-  s += p * BT * Hq;                                  // merged heads (o_proj input)
+  if (fused_attention) s += p * BT * Hq + 4 * B * nh * T;  // its output is also o_proj's input
+  else s += T * T + 4 * scores + (p == 4 ? 0 : p * scores) + p * BT * Hq;  // + merged heads (o_proj input)
   s += 4 * BT * H + norm;                            // post_attention_layernorm
   s += 4 * p * BT * I;                               // mlp
   a.layer_saved = s;
 
-  a.layer_forward_transient = fused_attention ? 2 * p * BT * H : (p + (p == 4 ? 0 : 4)) * scores;
+  a.layer_forward_transient = fused_attention ? 2 * p * BT * H + (compat::kMeanSavesInput ? 0 : norm_sq)
+                                              : (p + (p == 4 ? 0 : 4)) * scores;
   a.layer_backward_transient = (fused_attention ? 0 : (8 + p) * scores) + 3 * p * BT * I + 4 * BT * H;
 
   a.logits = p * BT * V;

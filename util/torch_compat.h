@@ -6,6 +6,10 @@
 //     pure virtual. Derive from compat::CpuAllocator and implement allocate_bytes().
 //   - scaled_dot_product_attention (2.0): the fused attention kernels; 1.13 has none, and the model
 //     then computes attention with explicit ops (kHasSdpa false).
+//   - mean()'s backward: 1.13 keeps the reduced tensor for it (an RMS norm's x^2, fp32 [B, T, H]);
+//     2.6 keeps only its sizes (kMeanSavesInput; measured on 1.13 and 2.6 with
+//     torch.autograd.graph.saved_tensors_hooks; 2.0 is assumed as the first release without it,
+//     2.0-2.5 are not measured).
 // Header-only; includes only LibTorch headers, so model/, runtime/ and the tests can all use it.
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
@@ -33,6 +37,9 @@ class CpuAllocator : public at::Allocator {
   at::DataPtr allocate(size_t n) const override { return const_cast<CpuAllocator*>(this)->allocate_bytes(n); }
 #endif
 };
+
+// Whether autograd keeps mean()'s input for its backward (what model/activations.cpp counts).
+inline constexpr bool kMeanSavesInput = !TESSERA_TORCH_AT_LEAST(2, 0);
 
 // LibTorch's fused attention (SDPA, 2.0 and later); absent on 1.13 (kHasSdpa false: callers take
 // their explicit path and never call this there).

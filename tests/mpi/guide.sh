@@ -13,7 +13,7 @@ source "$SRC/tests/mpi/lib.bash"   # mpirun as root, one torch thread per rank
 source "$SRC/tests/expect.bash"    # ok, check
 source "$SRC/tests/guide.bash"
 # The guide's plain `mpirun -np N` on this host: oversubscribed, TCP on loopback (as lib.bash's MPIRUN).
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo \
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=127.0.0.1/8 \
        OMPI_MCA_oob_tcp_if_include=lo
 
 guide_model "$T/model"
