@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 cd build
-ctest --output-on-failure --timeout 900 "$@"
+# Two tests at a time on a 2-core machine (CTEST_JOBS to change): tests that start MPI ranks or
+# build take both cores (PROCESSORS in tests/CMakeLists.txt) and run alone.
+ctest --output-on-failure --timeout 900 -j"${CTEST_JOBS:-$(nproc)}" "$@"

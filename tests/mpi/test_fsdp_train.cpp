@@ -222,6 +222,33 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessReference) {
 INSTANTIATE_TEST_SUITE_P(Strategies, FsdpEquivalence,
                          ::testing::Values("full_shard", "shard_grad_op", "no_shard", "hybrid_shard"));
 
+// FSDP over every rank on `ds` from the reference's initial weights (seed 1234), with or without
+// activation checkpointing: losses and parameters equal the single-process reference `ref`.
+// counted (non-null): the operator counts of step 2 (caches built, moments allocated).
+void expect_run_matches(const Reference& ref, const model::ModelConfig& cfg, const train::TrainOptions& t,
+                        const std::shared_ptr<data::TokenDataset>& ds, bool ac, const std::string& name,
+                        profile::ops::Counts* counted = nullptr) {
+  fsdp::Options fo;
+  fo.activation_checkpointing = ac;
+  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, ds, {});
+  launcher::InitWeightSource src(cfg, 1234);
+  trainer.load_weights(src);
+  std::vector<double> losses;
+  for (int s = 0; s < t.steps; ++s) {
+    if (counted && s == 1) profile::ops::start();
+    losses.push_back(trainer.train_step().loss);
+    if (counted && s == 1) {
+      profile::ops::stop();
+      *counted = profile::ops::snapshot();
+    }
+  }
+  const std::string what = name + (ac ? " +AC" : "") + " W=" + std::to_string(world_groups().world->size());
+  ASSERT_EQ(losses.size(), ref.losses.size()) << what;
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
+  expect_close(gather_all(trainer.engine()), ref.params, 1e-5, what);
+}
+
 // Masked, packed data (prompt/completion, several examples per row): the FSDP run's losses and
 // parameters equal the single-process reference, with and without activation checkpointing (whose
 // recompute in backward must see the micro-batch's packed layout).
@@ -245,19 +272,7 @@ TEST(FsdpSft, MaskedPackedDataMatchesSingleProcessReference) {
   ASSERT_TRUE(packed);
   ASSERT_GT(counts.size(), 1u);
   const Reference ref = reference_run(cfg, t, W, ds);
-  for (bool ac : {false, true}) {
-    fsdp::Options fo;
-    fo.activation_checkpointing = ac;
-    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, ds, {});
-    launcher::InitWeightSource src(cfg, 1234);
-    trainer.load_weights(src);
-    std::vector<double> losses;
-    for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
-    const std::string what = std::string("sft") + (ac ? " +AC" : "") + " W=" + std::to_string(W);
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
-    expect_close(gather_all(trainer.engine()), ref.params, 1e-5, what);
-  }
+  for (bool ac : {false, true}) expect_run_matches(ref, cfg, t, ds, ac, "sft");
 }
 
 // The step as a GPU runs it (TrainOptions::device_step: AdamW and the gradient norm as tensor
@@ -276,25 +291,9 @@ TEST(FsdpDeviceStep, TrainsLikeTheReferenceWithinTheGpuBudget) {
   auto ds = sft_dataset(t.seq_len);
   const Reference ref = reference_run(cfg, t, W, ds);
   for (bool ac : {false, true}) {
-    fsdp::Options fo;
-    fo.activation_checkpointing = ac;
-    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, ds, {});
-    launcher::InitWeightSource src(cfg, 1234);
-    trainer.load_weights(src);
-    std::vector<double> losses;
     profile::ops::Counts counted;
-    for (int s = 0; s < t.steps; ++s) {
-      if (s == 1) profile::ops::start();  // step 2: caches built, moments allocated
-      losses.push_back(trainer.train_step().loss);
-      if (s == 1) {
-        profile::ops::stop();
-        counted = profile::ops::snapshot();
-      }
-    }
+    expect_run_matches(ref, cfg, t, ds, ac, "device step", &counted);
     const std::string what = std::string("device step") + (ac ? " +AC" : "") + " W=" + std::to_string(W);
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
-    expect_close(gather_all(trainer.engine()), ref.params, 1e-5, what);
     const int64_t units = cfg.num_hidden_layers + 1;
     std::string sites;
     for (const auto& [site, n] : counted.sync_sites) sites += site + " x" + std::to_string(n) + "; ";
