@@ -48,8 +48,10 @@ APT=(-o Dir::Etc::SourceList="$A/sources.list" -o Dir::Etc::SourceParts=/dev/nul
      -o APT::Sandbox::User=root -o Debug::NoLocking=1 -o Acquire::Retries=3)
 echo "torch26_headers: apt-get update ($MIRROR $SUITE main, private list in $A)"
 apt-get "${APT[@]}" -qq update > "$A/update.log" 2>&1 || { cat "$A/update.log" >&2; die "apt-get update of $SUITE failed"; }
-ver=$(apt-cache "${APT[@]}" show libtorch-dev 2>/dev/null | sed -n 's/^Version: //p' | head -1)
-[ -n "$ver" ] || die "no libtorch-dev in $SUITE"
+# apt-get update exits 0 when a mirror cannot be reached (it only warns): no index is the failure.
+ls "$A"/lists/*_Packages* > /dev/null 2>&1 || { cat "$A/update.log" >&2; die "no package index of $SUITE from $MIRROR"; }
+ver=$(apt-cache "${APT[@]}" show libtorch-dev 2>/dev/null | sed -n 's/^Version: //p' | head -1 || true)
+[ -n "$ver" ] || die "no libtorch-dev in $SUITE ($MIRROR)"
 echo "torch26_headers: apt-get download libtorch-dev=$ver"
 (cd "$A/debs" && apt-get "${APT[@]}" -qq download "libtorch-dev=$ver") > "$A/download.log" 2>&1 ||
   { cat "$A/download.log" >&2; die "apt-get download libtorch-dev=$ver failed"; }
