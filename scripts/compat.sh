@@ -98,6 +98,11 @@ mnt /dev/pts --bind /dev/pts
 mnt /dev/shm -t tmpfs -o mode=1777 shm
 mnt /src --bind "$SRC"
 mount -o remount,bind,ro "$ROOT/src"
+# mpi.guide runs build/bin/tessera from the repository root (as docs/GUIDE.md says): inside the root,
+# /src/build is this build, mounted over the source tree's build/ (which outside stays as it was).
+mkdir -p "$ROOT/build/tessera"
+[ -d "$SRC/build" ] || mkdir "$SRC/build"  # git-ignored; a fresh clone has none
+mnt /src/build --bind "$ROOT/build/tessera"
 cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
 
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

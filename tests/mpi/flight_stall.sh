@@ -77,7 +77,9 @@ timed_out() {
 }
 stopped() { [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) == T ]]; }
 # The flight recorder's line (printed once, by the lowest rank with a record, as its last line).
-flight_line() { grep '^tessera: flight recorder: ' "$1"; }
+# grep -a: Open MPI 5's launcher can leave non-text bytes in the captured stderr, and grep then
+# prints "binary file matches" instead of the lines.
+flight_line() { grep -a '^tessera: flight recorder: ' "$1"; }
 no_cores() { [[ -z $(find "$T" -name 'core*' -type f) ]]; }
 
 # ---- stall: rank 1 stopped from outside ------------------------------------------------------------
@@ -94,12 +96,12 @@ err=$T/stall/err
 grep -E "^tessera: error on rank 0 \(.*\): [a-z_]+(\([a-z]+\))? on comm 'world' \(rank 0 of 2, host [^)]*\), collective #[0-9]+ \([0-9]+ bytes of [a-z0-9]+, step [0-9]+, train step\), did not complete within 10s" "$err" >/dev/null ||
   fail "stall: rank 0's error does not name op, comm, collective number, bytes and step"
 ok "stall: rank 0's error names op, comm, collective number, bytes and step"
-seq=$(grep -oE "^tessera: error on rank 0 .*collective #[0-9]+" "$err" | grep -oE "[0-9]+$")
+seq=$(grep -aoE "^tessera: error on rank 0 .*collective #[0-9]+" "$err" | grep -oE "[0-9]+$")
 line=$(flight_line "$err")
 [[ $line == "tessera: flight recorder: collective #$seq "*"on group 'world' (mpi, ranks 0-1)"*"rank 1 has no flight record"*"rank 0 timed out waiting in it"* ]] ||
   fail "stall: flight recorder line does not name rank 1 at collective #$seq: $line"
 # ... and it is rank 0's last line: nothing of rank 0 after it.
-[[ $(grep -E '^tessera: (error on rank 0|flight recorder)' "$err" | tail -n 1) == "$line" ]] || fail "stall: not rank 0's last line"
+[[ $(grep -aE '^tessera: (error on rank 0|flight recorder)' "$err" | tail -n 1) == "$line" ]] || fail "stall: not rank 0's last line"
 ok "stall: rank 0's last line names rank 1 at collective #$seq"
 [[ -s $T/stall/log/flight/rank-0.json ]] || fail "stall: no flight/rank-0.json"
 "$BIN" diagnose "$T/stall/log" >"$T/stall/diag" || fail "stall: diagnose failed"

@@ -58,9 +58,15 @@ check "step-4 verifies" "$BIN" ckpt verify "$T/lim/step-4"
 cmp -s "$T/lim/step-3/rank-00001.bin" "$T/lim/step-4/rank-00001.bin" || fail "step-4 is not step-3's state"
 
 # ---- 3. fp16 compute on CPU, bad key values ----------------------------------------------------------
-expect_error 2 "fsdp.mixed_precision fp16: .*Half.*; use fsdp.mixed_precision bf16" \
-  "${MPI2[@]}" "$BIN" train "${COMMON[@]}" --set train.steps=2 --set fsdp.mixed_precision=fp16 --set checkpoint.dir="$T/fp16"
-[[ ! -e $T/fp16/step-2 ]] || fail "the refused fp16 run saved a checkpoint"
+# LibTorch 2.x has an fp16 matmul on the CPU (1.13 has none): there the same run trains instead.
+FP16=("${MPI2[@]}" "$BIN" train "${COMMON[@]}" --set train.steps=2 --set fsdp.mixed_precision=fp16 --set checkpoint.dir="$T/fp16")
+if "${FP16[@]}" > "$T/fp16.out" 2>&1; then
+  [[ -e $T/fp16/step-2 ]] || fail "fp16 on CPU exited 0 without its checkpoint: $(cat "$T/fp16.out")"
+  ok "fsdp.mixed_precision fp16 trains on CPU with this LibTorch (it has an fp16 CPU matmul)"
+else
+  expect_error 2 "fsdp.mixed_precision fp16: .*Half.*; use fsdp.mixed_precision bf16" "${FP16[@]}"
+  [[ ! -e $T/fp16/step-2 ]] || fail "the refused fp16 run saved a checkpoint"
+fi
 expect_error 2 "config key 'train.max_skipped_steps' must be >= 0, got -1" "${MPI2[@]}" "$BIN" train "${COMMON[@]}" --set train.max_skipped_steps=-1
 
 # ---- 4. fp16 gradient reduction: the loss scale ------------------------------------------------------

@@ -17,8 +17,9 @@
 # ($TORCH26_DIR/pch-*, reused while nothing changes), and the sources are checked in a few unity
 # translation units (each .cpp #included in turn: gcc's fixed cost per translation unit with a
 # LibTorch precompiled header is ~8 s). Files go into one unit only when the names they define at
-# file scope differ (functions, types, TEST()s, macros); a unit that still fails is re-checked file by
-# file, and only a file that fails alone fails the test. Parallel: $TORCH26_JOBS (default: nproc, at
+# file scope differ (functions, types, TEST()s, macros, with their namespaces and using-directives); a
+# unit that still fails has the files its errors point at re-checked alone and the rest re-checked as
+# one unit, and only a file that fails alone fails the test. Parallel: $TORCH26_JOBS (default: nproc, at
 # most 8). The fixture compiles while the header is being precompiled.
 #
 # Environment (cmake/torch26_check.cmake sets the first two for ctest): TORCH26_DIR (default
@@ -248,16 +249,50 @@ def run(batch):
     with cf.ThreadPoolExecutor(jobs) as ex:
         return list(ex.map(lambda a: compile_(*a), batch))
 
+# A unit that fails: the files its errors point at (the error's own file, or for an error in a header
+# the unit's #include line it came through) are re-checked alone, the rest again as one unit (a fatal
+# error stops a unit, so what followed it is checked too). Only a file that fails alone fails the test.
+ERROR = re.compile(r"^(/[^:]+):\d+(?::\d+)?: (?:fatal )?error:")
+def blamed(tag, files, out):
+    tu, k, hit = f"{W}/{tag}.cpp", None, []
+    for line in out.splitlines():
+        m = re.search(re.escape(tu) + r":(\d+)", line)
+        if m:
+            k = int(m.group(1))
+        m = ERROR.match(line)
+        if m:
+            path = m.group(1)
+            f = next((f for f in files if os.path.abspath(f) == path), None)
+            if f is None and k and 1 <= k <= len(files):
+                f = files[k - 1]
+            if f and f not in hit:
+                hit.append(f)
+    return hit
+
 t0 = time.time()
-first = run([(f"unit{i}", u["files"]) for i, u in enumerate(units)])
-failed_units = [r for r in first if r[2] != 0]
-for tag, files, rc, out, dt in first:
-    print(f"  {tag}: {len(files)} files, {dt:.1f} s, {'ok' if rc == 0 else 'FAILED: re-checked file by file'}")
-alone = run([(f"file{i}_{os.path.basename(f)[:-4]}", [f]) for r in failed_units for i, f in enumerate(r[1])]) if failed_units else []
-bad = [r for r in alone if r[2] != 0]
-collided = [r[0] for r in failed_units if all(a[2] == 0 for a in alone if a[1][0] in r[1])]
-for tag in collided:
-    print(f"  warning: {tag} failed but each of its files passes alone (a unity collision the name heuristic missed: slower, not wrong)")
+pending, done, bad, failed_units, n_alone = [(f"unit{i}", u["files"]) for i, u in enumerate(units)], [], [], [], 0
+while pending:
+    results = run(pending)
+    done += results
+    pending = []
+    for tag, files, rc, out, dt in results:
+        if len(files) > 1 or tag.startswith("unit"):
+            print(f"  {tag}: {len(files)} files, {dt:.1f} s, {'ok' if rc == 0 else 'FAILED'}")
+        if rc == 0:
+            continue
+        if len(files) == 1:
+            bad.append((tag, files, rc, out, dt))
+            continue
+        failed_units.append(tag)
+        hit = blamed(tag, files, out) or files
+        print(f"    re-checked alone: {', '.join(hit)}")
+        pending += [(f"{tag}_{i}_{os.path.basename(f)[:-4]}", [f]) for i, f in enumerate(hit)]
+        n_alone += len(hit)
+        rest = [f for f in files if f not in hit]
+        if rest:
+            pending.append((f"{tag}r", rest))
+if failed_units and not bad:
+    print(f"  warning: {', '.join(failed_units)} failed but no file fails alone (a unity collision the name heuristic missed: slower, not wrong)")
 for tag, files, rc, out, dt in bad:
     errs = [l for l in out.splitlines() if ": error:" in l or "fatal error" in l]
     print(f"  {files[0]}: {len(errs)} error(s) against LibTorch 2.6:")
@@ -266,7 +301,7 @@ for tag, files, rc, out, dt in bad:
 # No header may come from another LibTorch (the host's 1.13 in /usr/include) than the fetched one.
 root = os.path.dirname(os.path.dirname(pch)) + "/"
 leaks = set()
-for d in [os.path.dirname(pch) + "/pch.d"] + [f"{W}/{r[0]}.d" for r in first + alone]:
+for d in [os.path.dirname(pch) + "/pch.d"] + [f"{W}/{r[0]}.d" for r in done]:
     try:
         deps = open(d).read().replace("\\\n", " ").split()
     except FileNotFoundError:
@@ -274,10 +309,10 @@ for d in [os.path.dirname(pch) + "/pch.d"] + [f"{W}/{r[0]}.d" for r in first + a
     leaks |= {d for d in deps if re.search(r"/(ATen|c10|caffe2|torch)/", d) and not d.startswith(root)}
 for d in sorted(leaks)[:10]:
     print(f"  header not from LibTorch 2.6: {d}")
-invalid = [r[0] for r in first + alone if "not using" in r[3] or "invalid-pch" in r[3]]
+invalid = [r[0] for r in done if "not using" in r[3] or "invalid-pch" in r[3]]
 for tag in invalid[:3]:
     print(f"  {tag}: the precompiled header was not used:\n" + open(f"{W}/{tag}.log").read()[:2000])
-print(f"  {len(sources)} files in {len(units)} units, {len(alone)} re-checked alone, {time.time() - t0:.1f} s")
+print(f"  {len(sources)} files in {len(units)} units, {n_alone} re-checked alone, {time.time() - t0:.1f} s")
 sys.exit(1 if bad or leaks else (3 if invalid else 0))
 PY
 case $rc in
