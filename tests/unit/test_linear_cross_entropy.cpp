@@ -231,7 +231,10 @@ TEST(LinearCrossEntropy, Fp16KeepsSmallGradientsUnderTheLossScale) {
   // Peaked logits: most softmax probabilities are ~1e-7, below fp16's smallest normal (6e-5).
   const torch::Tensor x0 = 4 * torch::randn({64, 16}), w0 = torch::randn({50, 16});
   const torch::Tensor labels = torch::randint(0, 50, {64}, torch::kLong);
-  const double S = 65536;  // the loss scaler's initial scale
+  // What the trainer backpropagates: the summed loss times the loss scaler's initial 65536 over the
+  // step's N target tokens (its grad_scale hint is the same product). The scale alone would overflow
+  // fp16 (a softmax gradient of -1 times 65536 > 65504), as a real step of one token would.
+  const double S = 65536.0 / 64;
   torch::Tensor xr = x0.clone().requires_grad_(true);
   (reference_loss(xr, w0, labels) * S).backward();
   const torch::Tensor want = xr.grad() / S;
