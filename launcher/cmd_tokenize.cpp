@@ -13,6 +13,7 @@
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/parse_named.h"
 #include "runtime/train/report.h"
 
 namespace tessera::launcher {
@@ -58,7 +59,10 @@ int run_tokenize(const std::vector<std::string>& args) {
   po::options_description desc("Options");
   desc.add_options()
       ("input", po::value<std::vector<std::string>>()->required()->composing(),
-       "text/JSONL file or directory to tokenise (repeatable; files of a directory in sorted order)")
+       "data file or directory to tokenise, in the formats of data.path (repeatable; files of a directory in sorted "
+       "order)")
+      ("format", po::value<std::string>()->default_value("auto"),
+       "how the input files are read: auto (by content and extension, printed), jsonl, json or text (as data.format)")
       ("out", po::value<std::string>()->required(), "output token file (.bin)")
       ("tokenizer", po::value<std::string>()->default_value("bytes"),
        "SentencePiece tokenizer.model, Hugging Face tokenizer.json (file or its directory), or bytes (byte-level "
@@ -67,7 +71,8 @@ int run_tokenize(const std::vector<std::string>& args) {
        "how chat (messages) records are rendered: llama2, llama3 or none (as data.chat_template)")
       ("force", po::bool_switch(), "replace OUT if it exists");
   const auto vm = parse_command(
-      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template llama2]",
+      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template llama2] "
+      "[--format auto]",
       desc, args);
   if (!vm) return 0;
 
@@ -81,15 +86,19 @@ int run_tokenize(const std::vector<std::string>& args) {
   const auto tokenizer = data::make_tokenizer((*vm)["tokenizer"].as<std::string>());
   const auto chat = data::make_chat_template((*vm)["chat-template"].as<std::string>());
   chat->check(*tokenizer);
-  std::vector<std::string> files;
+  const auto format = parse_named<data::DataFormat>(data::data_format_names(), (*vm)["format"].as<std::string>(), "--format");
+  std::vector<data::DataFile> files;
   int64_t total = 0;
-  for (const auto& in : inputs)
-    for (const auto& f : data::list_data_files(in)) {
-      if (data::is_token_file_name(f))
-        throw TESSERA_INPUT_ERROR("input " + f + " is a token file already (train reads it as it is)");
+  for (const auto& in : inputs) {
+    const data::DataListing listing = data::list_data(in, format);
+    for (const auto& f : listing.files) {
+      if (f.format == data::FileFormat::Tokens)
+        throw TESSERA_INPUT_ERROR("input " + f.path + " is a token file already (train reads it as it is)");
       files.push_back(f);
-      total += static_cast<int64_t>(std::filesystem::file_size(f, ec));
+      total += static_cast<int64_t>(std::filesystem::file_size(f.path, ec));
     }
+    std::cout << "input " << in << ": " << listing.summary() << std::endl;
+  }
 
   data::TokenFileWriter writer(out, static_cast<uint32_t>(tokenizer->vocab_size()));
   data::ReadStats stats;
@@ -98,7 +107,7 @@ int run_tokenize(const std::vector<std::string>& args) {
   for (const auto& f : files) {
     data::read_file(f, *tokenizer, *chat, writer, stats,
                     [&](int64_t done, int64_t) { bar.update(done, writer.num_tokens()); }, base, total);
-    base += static_cast<int64_t>(std::filesystem::file_size(f, ec));
+    base += static_cast<int64_t>(std::filesystem::file_size(f.path, ec));
   }
   bar.update(total, writer.num_tokens(), /*final=*/true);
   for (const auto& w : stats.warnings) std::cerr << "tessera: warning: " << w << "\n";

@@ -72,7 +72,9 @@ const std::vector<ConfigKey>& config_schema() {
              "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only)."),
       // data
       field(&C::data, &DataSection::path, "data.path", "/usr/share/common-licenses",
-            "Training data: a text file, a JSONL file (records `messages` (chat), `prompt`/`completion` or `text`, auto-detected per line), a token file from `tessera tokenize`, or a directory of them."),
+            "Training data: a JSONL file (records `messages` (chat), `prompt`/`completion`, `text`, Alpaca or ShareGPT, auto-detected per record), a JSON array of such records, either gzip-compressed, plain text (*.txt, *.md, *.text or no extension), a token file from `tessera tokenize`, or a directory of them (docs/DATA.md). Anything else is refused."),
+      choice(&C::data, &DataSection::format, "data.format", data::data_format_names(), data::DataFormat::Auto,
+             "How data files are read: auto (decided per file by content and extension, printed at start), or jsonl, json, text for every file whatever its name (token files aside)."),
       field(&C::data, &DataSection::tokenizer, "data.tokenizer", "",
             "SentencePiece tokenizer.model (Llama 2 format), a Hugging Face byte-level BPE tokenizer.json (Llama 3; a *.json file or a directory holding tokenizer.json), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Its vocabulary must fit the model's vocab_size. Empty: the model directory's tokenizer.model, else its tokenizer.json; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny presets); otherwise an error naming the model's vocab size."),
       field(&C::data, &DataSection::seq_len, "data.seq_len", 128, "Tokens per training sequence (<= the model's max_position_embeddings).", at_least(1)),

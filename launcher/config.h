@@ -44,6 +44,7 @@ struct ModelSection {
 };
 struct DataSection {
   std::string path, tokenizer;
+  data::DataFormat format{};
   int64_t seq_len = 0;
   data::ChatTemplateKind chat_template{};
   TrainOn train_on{};

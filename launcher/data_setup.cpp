@@ -79,8 +79,11 @@ DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, std::uniqu
   // Reading: every rank reads and tokenises the text/JSONL files itself (token files are mapped).
   auto load = [&](const std::string& p, const std::string& key) {
     data::ReadStats stats;
-    auto stores = data::load_documents({p}, tok, *d.chat, stats);
-    if (print_warnings) print_read_warnings(stats, key + " " + p);
+    auto stores = data::load_documents({p}, tok, *d.chat, stats, cfg.data.format);
+    if (print_warnings) {
+      for (const auto& in : stats.inputs) std::cout << key << " " << in << std::endl;  // the detected formats
+      print_read_warnings(stats, key + " " + p);
+    }
     if (stats.documents == 0)
       throw TESSERA_INPUT_ERROR(key + " " + p + " holds no trainable example (" +
                                 (stats.dropped ? stats.drop_summary() : std::to_string(stats.files) + " file(s) without text") +

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "runtime/data/records.h"
 #include "runtime/error.h"
 #include "runtime/parse_named.h"
 
@@ -177,6 +178,7 @@ std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name) {
 }
 
 Example render_record(const nlohmann::json& record, const Tokenizer& tok, const ChatTemplate& chat) {
+  if (auto m = to_messages_record(record)) return render_record(*m, tok, chat);  // Alpaca, ShareGPT (records.h)
   if (!record.is_object()) throw BadExample("bad record", "expected a JSON object, got " + std::string(record.type_name()));
   Example ex;
   if (record.contains("messages")) {

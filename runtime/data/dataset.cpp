@@ -37,14 +37,16 @@ Truncation parse_truncation(const std::string& s) {
 
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,
                                                             const Tokenizer& tok, const ChatTemplate& chat,
-                                                            ReadStats& stats) {
+                                                            ReadStats& stats, DataFormat format) {
   std::vector<std::shared_ptr<const DocStore>> stores;
   for (const auto& path : paths) {
-    for (const auto& file : list_data_files(path)) {
-      if (is_token_file_name(file)) {
-        auto store = open_token_file(file);
+    const DataListing listing = list_data(path, format);
+    stats.inputs.push_back(path + ": " + listing.summary());
+    for (const DataFile& file : listing.files) {
+      if (file.format == FileFormat::Tokens) {
+        auto store = open_token_file(file.path);
         if (store->vocab() != tok.vocab_size())
-          throw TESSERA_INPUT_ERROR("token file " + file + " was written with a vocab of " +
+          throw TESSERA_INPUT_ERROR("token file " + file.path + " was written with a vocab of " +
                                     std::to_string(store->vocab()) + ", but the tokenizer " + tok.name() +
                                     " has a vocab of " + std::to_string(tok.vocab_size()));
         ++stats.files;
@@ -53,7 +55,7 @@ std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<st
         stores.push_back(std::move(store));
         continue;
       }
-      MemoryStoreBuilder builder(file, tok.vocab_size());
+      MemoryStoreBuilder builder(file.path, tok.vocab_size());
       read_file(file, tok, chat, builder, stats);
       stores.push_back(builder.finish());
     }

@@ -63,12 +63,13 @@ struct Batch {
   static constexpr int64_t kIgnore = -100;
 };
 
-// Reads the documents of `paths` (reader.h INPUTS): text and JSONL files are tokenised in memory
-// (one store per file), token files are memory-mapped. A token file whose vocab differs from the
-// tokenizer's is an Error(Input) naming both. Dropped records are counted in `stats`.
+// Reads the documents of `paths` (their files and formats: format.h list_data, with data.format
+// `format`): text and JSON files are tokenised in memory (one store per file), token files are
+// memory-mapped. A token file whose vocab differs from the tokenizer's is an Error(Input) naming
+// both. Dropped records are counted in `stats`, and each path's listing in stats.inputs.
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,
                                                             const Tokenizer& tok, const ChatTemplate& chat,
-                                                            ReadStats& stats);
+                                                            ReadStats& stats, DataFormat format = DataFormat::Auto);
 
 class TokenDataset;
 // load_documents + TokenDataset in one call, chat records rendered with the llama2 template (for

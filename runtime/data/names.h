@@ -11,6 +11,10 @@ namespace tessera::data {
 enum class Truncation { Drop, Left, Error };
 TESSERA_ENUM_NAMES(truncation_names, "drop", "left", "error")
 
+// data.format: how data files are read (format.h): decided per file, or forced for every file.
+enum class DataFormat { Auto, Jsonl, Json, Text };
+TESSERA_ENUM_NAMES(data_format_names, "auto", "jsonl", "json", "text")
+
 // How `messages` records are rendered (chat_template.h).
 enum class ChatTemplateKind { Llama2, Llama3, None };
 TESSERA_ENUM_NAMES(chat_template_names, "llama2", "llama3", "none")

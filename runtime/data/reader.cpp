@@ -4,8 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "runtime/error.h"
@@ -13,18 +11,14 @@
 
 namespace tessera::data {
 
-namespace fs = std::filesystem;
 
 namespace {
 
 constexpr size_t kSegmentBytes = size_t(64) << 10;  // text is encoded in ~64 KiB line-aligned segments
 constexpr size_t kBlockBytes = size_t(4) << 20;     // text is read in 4 MiB blocks
-constexpr size_t kBatchLines = 4096;                // JSONL records rendered together
+constexpr size_t kBatchRecords = 4096;              // records rendered together
 constexpr size_t kBatchBytes = size_t(8) << 20;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+constexpr size_t kChunkBytes = size_t(1) << 20;     // records are read in 1 MiB chunks
 
 // Cuts `text` into segments of about kSegmentBytes, each ending after a newline where possible.
 std::vector<std::string_view> segments(std::string_view text) {
@@ -60,10 +54,8 @@ size_t block_cut(const std::string& buf) {
   return cut == 0 ? buf.size() : cut;
 }
 
-void read_text(const std::string& file, const Tokenizer& tok, DocSink& sink, ReadStats& stats,
+void read_text(DataStream& in, const Tokenizer& tok, DocSink& sink, ReadStats& stats,
                const std::function<void(int64_t)>& advanced) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw TESSERA_INPUT_ERROR("cannot open data file " + file);
   std::string buf, carry;
   bool started = false;
   auto emit = [&](const std::vector<int32_t>& ids) {
@@ -76,9 +68,7 @@ void read_text(const std::string& file, const Tokenizer& tok, DocSink& sink, Rea
     carry.clear();
     const size_t have = buf.size();
     buf.resize(have + kBlockBytes);
-    in.read(&buf[have], static_cast<std::streamsize>(kBlockBytes));
-    const size_t got = static_cast<size_t>(in.gcount());
-    if (in.bad()) throw TESSERA_INPUT_ERROR("cannot read data file " + file);
+    const size_t got = in.read(&buf[have], kBlockBytes);
     buf.resize(have + got);
     const bool eof = got < kBlockBytes;
     if (!eof) {
@@ -99,7 +89,7 @@ void read_text(const std::string& file, const Tokenizer& tok, DocSink& sink, Rea
         for (int64_t i = b; i < e; ++i) encoded[i] = tok.encode(std::string(segs[i]));
       });
       for (const auto& ids : encoded) emit(ids);
-      advanced(static_cast<int64_t>(buf.size()));
+      advanced(in.consumed());
     }
     if (eof) break;
   }
@@ -109,72 +99,265 @@ void read_text(const std::string& file, const Tokenizer& tok, DocSink& sink, Rea
   }
 }
 
-struct Rendered {
-  int64_t line = 0;
-  std::optional<Example> example;
-  std::string kind, reason;  // when dropped
+// The lines of a stream, without their '\n'.
+class LineReader {
+ public:
+  explicit LineReader(DataStream& in) : in_(in) {}
+  bool next(std::string& line) {
+    for (;;) {
+      const size_t nl = buf_.find('\n', std::max(pos_, scanned_));
+      if (nl != std::string::npos) {
+        line.assign(buf_, pos_, nl - pos_);
+        pos_ = nl + 1;
+        return true;
+      }
+      if (eof_) {
+        if (pos_ >= buf_.size()) return false;
+        line.assign(buf_, pos_, std::string::npos);
+        pos_ = buf_.size();
+        return true;
+      }
+      buf_.erase(0, pos_);
+      pos_ = 0;
+      scanned_ = buf_.size();
+      buf_.resize(scanned_ + kChunkBytes);
+      buf_.resize(scanned_ + in_.read(&buf_[scanned_], kChunkBytes));
+      eof_ = buf_.size() == scanned_;
+    }
+  }
+
+ private:
+  DataStream& in_;
+  std::string buf_;
+  size_t pos_ = 0, scanned_ = 0;
+  bool eof_ = false;
 };
 
-void read_jsonl(const std::string& file, const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink,
-                ReadStats& stats, const std::function<void(int64_t)>& advanced) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw TESSERA_INPUT_ERROR("cannot open data file " + file);
-  int64_t line_no = 0;
-  std::string line;
-  bool more = true;
-  while (more) {
-    std::vector<std::pair<int64_t, std::string>> batch;
-    size_t bytes = 0, consumed = 0;
-    while (batch.size() < kBatchLines && bytes < kBatchBytes) {
-      if (!std::getline(in, line)) {
-        more = false;
-        break;
-      }
-      ++line_no;
-      consumed += line.size() + 1;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      bytes += line.size();
-      batch.emplace_back(line_no, std::move(line));
+// The records of a JSON array as they stream by: each element's text and where it starts, split by
+// brackets and strings alone (each record is parsed later, on its own). A malformed array is an
+// Error(Input) naming file, line and column.
+class ArrayReader {
+ public:
+  ArrayReader(DataStream& in, const std::string& file) : in_(in), file_(file) {}
+
+  // The next record's text, line, column (1-based) and index; false after the closing ']'.
+  bool next(std::string& text, int64_t& line, int64_t& col, int64_t& index) {
+    if (done_) return false;
+    int c = next_token();
+    if (!started_) {
+      if (c == 0xEF && get() == 0xBB && get() == 0xBF) c = next_token();  // a UTF-8 byte order mark
+      if (c != '[') fail("expected '[' opening an array of records");
+      started_ = true;
+      c = next_token();
+      if (c == ']') return finish();
+    } else {
+      if (c == ']') return finish();
+      if (c != ',') fail(c < 0 ? "the array is not closed (unexpected end of file)"
+                               : "expected ',' or ']' after record " + std::to_string(count_));
+      c = next_token();
+      if (c == ']') fail("a ',' before ']' (JSON has no trailing commas)");
     }
-    if (in.bad()) throw TESSERA_INPUT_ERROR("cannot read data file " + file);
-    std::vector<Rendered> out(batch.size());
-    at::parallel_for(0, static_cast<int64_t>(batch.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        Rendered& r = out[i];
-        r.line = batch[i].first;
-        nlohmann::json record;
-        try {
-          record = util::parse_json(batch[i].second);
-        } catch (const nlohmann::json::exception& ex) {
-          std::string what = ex.what();
-          const size_t p = what.find("parse error");
-          r.kind = "invalid JSON";
-          r.reason = "invalid JSON: " + (p == std::string::npos ? what : what.substr(p));
-          continue;
-        }
-        try {
-          r.example = render_record(record, tok, chat);
-        } catch (const BadExample& ex) {
-          r.kind = ex.kind();
-          r.reason = ex.what();
-        }
-      }
-    });
-    for (const Rendered& r : out) {
-      if (!r.example) {
-        stats.drop(file + ":" + std::to_string(r.line), r.kind, r.reason);
-        continue;
-      }
-      const Example& ex = *r.example;
-      if (ex.tokens.empty()) continue;  // an empty "text"
-      sink.begin_document(ex.text, r.line);
-      sink.append(ex.tokens.data(), ex.target.data(), ex.tokens.size());
-      sink.end_document();
-      ++stats.documents;
-      stats.tokens += static_cast<int64_t>(ex.tokens.size());
-    }
-    advanced(static_cast<int64_t>(consumed));
+    if (c < 0) fail("the array is not closed (unexpected end of file)");
+    line = line_;
+    col = col_;
+    index = ++count_;
+    text.clear();
+    scan_value(c, text);
+    return true;
   }
+
+ private:
+  int get() {
+    if (pos_ == buf_.size()) {
+      buf_.resize(kChunkBytes);
+      buf_.resize(in_.read(buf_.data(), kChunkBytes));
+      pos_ = 0;
+      if (buf_.empty()) return -1;
+    }
+    const int c = static_cast<unsigned char>(buf_[pos_++]);
+    prev_line_ = line_, prev_col_ = col_;
+    if (c == '\n') ++line_, col_ = 0;
+    else ++col_;
+    return c;
+  }
+  void unget() { --pos_, line_ = prev_line_, col_ = prev_col_; }
+  int next_token() {
+    int c;
+    do c = get();
+    while (c == ' ' || c == '\t' || c == '\n' || c == '\r');
+    return c;
+  }
+  bool finish() {
+    if (next_token() >= 0) fail("content after the array's closing ']'");
+    done_ = true;
+    return false;
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw TESSERA_INPUT_ERROR("data file " + file_ + " does not parse as a JSON array (at line " + std::to_string(line_) +
+                              (col_ ? ", column " + std::to_string(col_) : std::string()) + ": " + what +
+                              "): fix it, or give JSON Lines (one record per line)");
+  }
+  void scan_string(std::string& out) {
+    for (int c = get();; c = get()) {
+      if (c < 0) fail("a string of record " + std::to_string(count_) + " is not closed (unexpected end of file)");
+      out.push_back(static_cast<char>(c));
+      if (c == '"') return;
+      if (c == '\\') {
+        const int e = get();
+        if (e >= 0) out.push_back(static_cast<char>(e));
+      }
+    }
+  }
+  void scan_value(int c, std::string& out) {
+    out.push_back(static_cast<char>(c));
+    if (c == '"') return scan_string(out);
+    if (c == '{' || c == '[') {
+      for (int depth = 1; depth > 0;) {
+        const int d = get();
+        if (d < 0) fail("record " + std::to_string(count_) + " is not closed (unexpected end of file)");
+        out.push_back(static_cast<char>(d));
+        if (d == '"') scan_string(out);
+        else if (d == '{' || d == '[') ++depth;
+        else if (d == '}' || d == ']') --depth;
+      }
+      return;
+    }
+    for (int d = get(); d >= 0; d = get()) {  // a scalar: up to the next ',', ']' or space
+      if (d == ',' || d == ']' || d == ' ' || d == '\t' || d == '\n' || d == '\r') return unget();
+      out.push_back(static_cast<char>(d));
+    }
+  }
+
+  DataStream& in_;
+  const std::string& file_;
+  std::string buf_;
+  size_t pos_ = 0;
+  int64_t line_ = 1, col_ = 0, prev_line_ = 1, prev_col_ = 0, count_ = 0;
+  bool started_ = false, done_ = false;
+};
+
+// nlohmann's parse error without its "[json.exception...] parse error at ...: " prefix.
+std::string parse_error_reason(const std::exception& e) {
+  const std::string what = e.what();
+  const size_t p = what.find("parse error");
+  if (p == std::string::npos) return what;
+  const size_t colon = what.find(": ", p);
+  return colon == std::string::npos ? what.substr(p) : what.substr(colon + 2);
+}
+
+// Line and column of byte `k` of `text`, which starts at (line, col).
+std::pair<int64_t, int64_t> position_in(const std::string& text, size_t k, int64_t line, int64_t col) {
+  k = std::min(k, text.empty() ? 0 : text.size() - 1);
+  const size_t nl = text.rfind('\n', k == 0 ? 0 : k - 1);
+  if (nl == std::string::npos || nl >= k) return {line, col + static_cast<int64_t>(k)};
+  return {line + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(k), '\n'),
+          static_cast<int64_t>(k - nl)};
+}
+
+// One record's text and where it is: a JSONL line (col 0) or an element of a JSON array.
+struct Pending {
+  int64_t line = 0, col = 0, index = 0;
+  std::string text;
+};
+
+struct Rendered {
+  std::optional<Example> example;
+  std::string kind, reason;  // when dropped
+  std::string fatal;         // a record of a JSON array that does not parse
+};
+
+Rendered render_one(const Pending& p, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat) {
+  Rendered r;
+  nlohmann::json record;
+  try {
+    record = util::parse_json(p.text);
+  } catch (const nlohmann::json::exception& ex) {
+    if (p.col == 0) {  // a JSONL line: dropped
+      r.kind = "invalid JSON";
+      const std::string what = ex.what();
+      const size_t at = what.find("parse error");
+      r.reason = "invalid JSON: " + (at == std::string::npos ? what : what.substr(at));
+      return r;
+    }
+    const auto* pe = dynamic_cast<const nlohmann::json::parse_error*>(&ex);
+    const auto [line, col] = position_in(p.text, pe && pe->byte > 0 ? pe->byte - 1 : 0, p.line, p.col);
+    r.fatal = "data file " + file + " does not parse as JSON (at line " + std::to_string(line) + ", column " +
+              std::to_string(col) + ", in record " + std::to_string(p.index) + ": " + parse_error_reason(ex) +
+              "): fix it, or give JSON Lines (one record per line)";
+    return r;
+  }
+  try {
+    r.example = render_record(record, tok, chat);
+  } catch (const BadExample& ex) {
+    r.kind = ex.kind();
+    r.reason = ex.what();
+  }
+  return r;
+}
+
+// Renders a batch of records in parallel and writes them to `sink` in order.
+void render_batch(const std::vector<Pending>& batch, const std::string& file, const Tokenizer& tok,
+                  const ChatTemplate& chat, DocSink& sink, ReadStats& stats) {
+  std::vector<Rendered> out(batch.size());
+  at::parallel_for(0, static_cast<int64_t>(batch.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = render_one(batch[i], file, tok, chat);
+  });
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Rendered& r = out[i];
+    const Pending& p = batch[i];
+    if (!r.fatal.empty()) throw TESSERA_INPUT_ERROR(r.fatal);
+    if (!r.example) {
+      stats.drop(file + ":" + std::to_string(p.line) +
+                     (p.col ? ":" + std::to_string(p.col) + " (record " + std::to_string(p.index) + ")" : ""),
+                 r.kind, r.reason);
+      continue;
+    }
+    const Example& ex = *r.example;
+    if (ex.tokens.empty()) continue;  // an empty "text"
+    sink.begin_document(ex.text, p.line);
+    sink.append(ex.tokens.data(), ex.target.data(), ex.tokens.size());
+    sink.end_document();
+    ++stats.documents;
+    stats.tokens += static_cast<int64_t>(ex.tokens.size());
+  }
+}
+
+// Records in batches from `next` (false at the end), rendered and written in order.
+void read_records(DataStream& in, const std::function<bool(Pending&)>& next, const std::string& file,
+                  const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink, ReadStats& stats,
+                  const std::function<void(int64_t)>& advanced) {
+  for (bool more = true; more;) {
+    std::vector<Pending> batch;
+    size_t bytes = 0;
+    Pending p;
+    while (batch.size() < kBatchRecords && bytes < kBatchBytes && (more = next(p))) {
+      bytes += p.text.size();
+      batch.push_back(std::move(p));
+    }
+    render_batch(batch, file, tok, chat, sink, stats);
+    advanced(in.consumed());
+  }
+}
+
+void read_jsonl(DataStream& in, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat,
+                DocSink& sink, ReadStats& stats, const std::function<void(int64_t)>& advanced) {
+  LineReader lines(in);
+  int64_t line_no = 0;
+  auto next = [&](Pending& p) {
+    while (lines.next(p.text)) {
+      p.line = ++line_no;
+      if (p.text.find_first_not_of(" \t\r") != std::string::npos) return true;
+    }
+    return false;
+  };
+  read_records(in, next, file, tok, chat, sink, stats, advanced);
+}
+
+void read_json_array(DataStream& in, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat,
+                     DocSink& sink, ReadStats& stats, const std::function<void(int64_t)>& advanced) {
+  ArrayReader array(in, file);
+  auto next = [&](Pending& p) { return array.next(p.text, p.line, p.col, p.index); };
+  read_records(in, next, file, tok, chat, sink, stats, advanced);
 }
 
 }  // namespace
@@ -194,6 +377,7 @@ void ReadStats::merge(const ReadStats& o) {
   for (const auto& [k, n] : o.dropped_by_kind) dropped_by_kind[k] += n;
   for (const auto& w : o.warnings)
     if (warnings.size() < kMaxWarnings) warnings.push_back(w);
+  inputs.insert(inputs.end(), o.inputs.begin(), o.inputs.end());
 }
 
 std::string ReadStats::drop_summary() const {
@@ -203,40 +387,22 @@ std::string ReadStats::drop_summary() const {
   return std::to_string(dropped) + " of " + std::to_string(dropped + documents) + " examples dropped (" + kinds + ")";
 }
 
-std::vector<std::string> list_data_files(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw TESSERA_INPUT_ERROR("data path " + path + " does not exist");
-  if (!fs::is_directory(path, ec)) return {path};
-  std::vector<std::string> files;
-  for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::follow_directory_symlink, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] == '.') {
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file()) files.push_back(it->path().string());
-  }
-  if (ec) throw TESSERA_INPUT_ERROR("cannot list data directory " + path + ": " + ec.message());
-  if (files.empty()) throw TESSERA_INPUT_ERROR("data directory " + path + " contains no data files");
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-bool is_token_file_name(const std::string& path) { return ends_with(path, ".bin"); }
-
-void read_file(const std::string& file, const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink,
+void read_file(const DataFile& file, const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink,
                ReadStats& stats, const ReadProgress& progress, int64_t progress_base, int64_t progress_total) {
-  TESSERA_CHECK(!is_token_file_name(file), "read_file on a token file");
+  TESSERA_CHECK(file.format != FileFormat::Tokens, "read_file on a token file");
   ++stats.files;
   int64_t done = 0;
-  auto advanced = [&](int64_t n) {
-    done += n;
-    stats.bytes += n;
+  auto advanced = [&](int64_t consumed) {  // bytes of the file consumed so far
+    stats.bytes += consumed - done;
+    done = consumed;
     if (progress) progress(progress_base + done, progress_total);
   };
-  if (ends_with(file, ".jsonl")) read_jsonl(file, tok, chat, sink, stats, advanced);
-  else read_text(file, tok, sink, stats, advanced);
+  DataStream in(file);
+  switch (file.format) {
+    case FileFormat::Jsonl: read_jsonl(in, file.path, tok, chat, sink, stats, advanced); break;
+    case FileFormat::Json: read_json_array(in, file.path, tok, chat, sink, stats, advanced); break;
+    default: read_text(in, tok, sink, stats, advanced); break;
+  }
 }
 
 }  // namespace tessera::data

@@ -1,21 +1,24 @@
-// The streaming reader: text and JSONL files -> rendered documents in a DocSink, in file order,
-// with bounded memory (used by `tessera tokenize` on multi-GB inputs and by training on text/JSONL
+// The streaming reader: data files (format.h) -> rendered documents in a DocSink, in file order,
+// with bounded memory (used by `tessera tokenize` on multi-GB inputs and by training on text/JSON
 // directly).
 //
-// INPUTS. A data path is a file or a directory. A directory is walked recursively; regular files
-// whose name does not start with '.' are used in sorted path order (deterministic on every rank).
-// The kind of each file follows its extension:
-//   *.jsonl  one JSON record per line (formats: chat_template.h); blank lines are skipped.
-//   *.bin    a token file (token_file.h): not read here (train maps it; tokenize refuses it).
-//   other    plain UTF-8 text; the whole file is one plain-text document, BOS + tokens + EOS.
+// INPUTS. Which files a data path stands for, and the format of each, is decided by list_data
+// (format.h): JSON Lines, JSON arrays of records and plain text, any of them gzip-compressed, are
+// read here; token files are not (train maps them; tokenize refuses them).
+//   jsonl  one JSON record per line (formats: chat_template.h, records.h); blank lines are skipped.
+//   json   an array of records, split into records as it streams (each parsed on its own); an array
+//          that is malformed, or a record in it that does not parse, is an Error(Input) naming file,
+//          line and column (the file is broken, not one record).
+//   text   the whole file is one plain-text document, BOS + tokens + EOS.
 //
-// STREAMING. JSONL is read in batches of up to 4096 lines / 8 MiB, whose records are parsed and
-// rendered in parallel (at::parallel_for) and written in order. Text is read in 4 MiB blocks cut
-// after a newline, encoded in ~64 KiB segments cut after newlines, in parallel (SentencePiece is
-// also faster on short inputs); a line longer than a block is cut at a UTF-8 character boundary.
+// STREAMING. Records are read in batches of up to 4096 records / 8 MiB, parsed and rendered in
+// parallel (at::parallel_for) and written in order. Text is read in 4 MiB blocks cut after a
+// newline, encoded in ~64 KiB segments cut after newlines, in parallel (SentencePiece is also
+// faster on short inputs); a line longer than a block is cut at a UTF-8 character boundary.
 //
-// BAD RECORDS. A JSONL line that is not valid JSON or that render_record refuses (BadExample) is
-// DROPPED: ReadStats counts it by kind and keeps a one-line warning "FILE:LINE: reason" for the first
+// BAD RECORDS. A JSONL line that is not valid JSON, or a record that render_record refuses
+// (BadExample), is DROPPED: ReadStats counts it by kind and keeps a one-line warning
+// "FILE:LINE: reason" (a JSON array's records: "FILE:LINE:COLUMN (record N)") for the first
 // kMaxWarnings; reading goes on.
 #pragma once
 #include <cstdint>
@@ -26,16 +29,10 @@
 
 #include "runtime/data/chat_template.h"
 #include "runtime/data/docs.h"
+#include "runtime/data/format.h"
 #include "runtime/data/tokenizer.h"
 
 namespace tessera::data {
-
-// The data files a path stands for (see INPUTS), in the order they are read. Throws Error(Input)
-// if the path does not exist or a directory holds no data files.
-std::vector<std::string> list_data_files(const std::string& path);
-
-// True for files train maps as token files (*.bin).
-bool is_token_file_name(const std::string& path);
 
 struct ReadStats {
   static constexpr size_t kMaxWarnings = 10;
@@ -43,6 +40,7 @@ struct ReadStats {
   int64_t dropped = 0;
   std::map<std::string, int64_t> dropped_by_kind;
   std::vector<std::string> warnings;  // "WHERE: dropped (reason)" of the first kMaxWarnings drops
+  std::vector<std::string> inputs;    // per data path read: "PATH: " + DataListing::summary()
 
   void drop(const std::string& where, const std::string& kind, const std::string& reason);
   void merge(const ReadStats& other);
@@ -53,8 +51,8 @@ struct ReadStats {
 // Progress: bytes of input consumed so far, of `total`.
 using ReadProgress = std::function<void(int64_t done, int64_t total)>;
 
-// Reads one text or JSONL file into `sink`.
-void read_file(const std::string& file, const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink,
+// Reads one jsonl, json or text file into `sink`.
+void read_file(const DataFile& file, const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink,
                ReadStats& stats, const ReadProgress& progress = {}, int64_t progress_base = 0,
                int64_t progress_total = 0);
 

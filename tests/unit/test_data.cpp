@@ -13,7 +13,9 @@
 
 #include "runtime/data/chat_template.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/format.h"
 #include "runtime/data/reader.h"
+#include "runtime/data/records.h"
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
@@ -172,8 +174,9 @@ TEST_F(DataTest, TextFilesAreSortedDocumentsCutIntoPieces) {
   write_file(path("corpus/b.md"), "second\nwith two lines\n");
   write_file(path("corpus/a.txt"), "first");
   write_file(path("corpus/.hidden"), "never read");
-  EXPECT_EQ(list_data_files(path("corpus")),
-            (std::vector<std::string>{path("corpus/a.txt"), path("corpus/b.md"), path("corpus/sub/c.txt")}));
+  std::vector<std::string> listed;
+  for (const DataFile& f : list_data(path("corpus")).files) listed.push_back(f.path);
+  EXPECT_EQ(listed, (std::vector<std::string>{path("corpus/a.txt"), path("corpus/b.md"), path("corpus/sub/c.txt")}));
   ByteTokenizer tok;
   auto stores = load({path("corpus")}, tok);
   ASSERT_EQ(stores.size(), 3u);
@@ -571,4 +574,261 @@ TEST_F(DataTest, EmptyMissingAndShortData) {
   EXPECT_EQ(TokenDataset(load({path("short.txt")}, tok), po).num_sequences(), 1);
   po.seq_len = 0;
   expect_input_error([&] { TokenDataset(load({path("short.txt")}, tok), po); }, {"seq_len"});
+}
+
+// ---- Data formats (format.h): detection, directories, JSON arrays and gzip, Alpaca and ShareGPT.
+
+namespace {
+
+// The formats list_data gives for `p`, by file name: "a.jsonl=jsonl b.json=json".
+std::string formats_of(const std::string& p, DataFormat format = DataFormat::Auto) {
+  std::string out;
+  for (const DataFile& f : list_data(p, format).files)
+    out += (out.empty() ? "" : " ") + fs::path(f.path).filename().string() + "=" + f.name();
+  return out;
+}
+
+// The records every format test writes, as JSONL lines.
+const std::vector<std::string> kRecords = {
+    R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})",
+    R"({"prompt": "2+2=", "completion": "4"})",
+    R"({"text": "plain words"})",
+    R"({"instruction": "Add", "input": "1 and 2", "output": "3"})",
+    R"({"conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "hey"}]})"};
+
+}  // namespace
+
+TEST_F(DataTest, FormatsAreDecidedByContentAndExtension) {
+  const std::string jsonl = kRecords[0] + "\n" + kRecords[1] + "\n";
+  write_file(path("a.jsonl"), jsonl);
+  write_file(path("lines.json"), jsonl);                                    // JSON Lines named .json
+  write_file(path("array.json"), "[\n  " + kRecords[0] + ",\n  " + kRecords[1] + "\n]\n");
+  write_file(path("array.jsonl"), "[" + kRecords[0] + "]");                  // an array named .jsonl
+  write_file(path("b.jsonl.gz.src"), jsonl);
+  run_capture("gzip -c " + path("b.jsonl.gz.src") + " > " + path("b.jsonl.gz"));
+  run_capture("gzip -c " + path("array.json") + " > " + path("c.json.gz"));
+  write_file(path("notes.txt"), "text\n");
+  write_file(path("README.md"), "# title\n");
+  write_file(path("GPL-2"), "licence\n");
+  write_file(path("Apache-2.0"), "licence\n");  // a version number, not an extension
+  write_file(path("t.bin"), "not checked here: train maps it");
+  write_file(path("one.json"), kRecords[2]);  // one record, no newline: JSON Lines of one line
+  for (const auto& [name, want] : std::vector<std::pair<std::string, std::string>>{
+           {"a.jsonl", "jsonl"}, {"lines.json", "jsonl"}, {"array.json", "json"}, {"array.jsonl", "json"},
+           {"b.jsonl.gz", "jsonl.gz"}, {"c.json.gz", "json.gz"}, {"notes.txt", "text"}, {"README.md", "text"},
+           {"GPL-2", "text"}, {"Apache-2.0", "text"}, {"t.bin", "tokens"}, {"one.json", "jsonl"}})
+    EXPECT_EQ(detect_file(path(name)).name(), want) << name;
+  // data.format forces the format, whatever the name.
+  EXPECT_EQ(detect_file(path("a.jsonl"), DataFormat::Text).name(), "text");
+  EXPECT_EQ(detect_file(path("notes.txt"), DataFormat::Jsonl).name(), "jsonl");
+  EXPECT_EQ(detect_file(path("b.jsonl.gz"), DataFormat::Text).name(), "text.gz");
+  expect_input_error([&] { detect_file(path("GPL-2"), DataFormat::Json); },
+                     {path("GPL-2"), "does not parse as JSON", "at line 1, column "});
+}
+
+TEST_F(DataTest, UnreadableFilesAreRefusedNamingTheFileAndWhatToDo) {
+  const std::string bad_json = "{\n  \"messages\": [\n    {\"role\": \"user\" \"content\": \"x\"}\n  ]\n}\n";
+  write_file(path("x.parquet"), std::string("PAR1\x15\x04", 6) + "....PAR1");
+  write_file(path("data.json"), std::string("PAR1", 4) + "rest");  // the magic decides, not the name
+  write_file(path("x.zip"), std::string("PK\x03\x04", 4) + "zipped");
+  write_file(path("nul.jsonl"), std::string("{\"text\": \"a\"}\n\0\0\0", 17));
+  write_file(path("latin1.txt"), "caf\xe9\n");
+  write_file(path("bad.json"), bad_json);
+  write_file(path("object.json"), "{\n  \"features\": {}\n}\n");  // dataset_info.json-like
+  write_file(path("splits.json"), "{\"splits\": [\"train\"]}\n");   // dataset_dict.json-like: no record field
+  write_file(path("corrupt.jsonl.gz"), std::string("\x1f\x8b\x08\x00garbage that is not deflate", 30));
+  write_file(path("plain.jsonl.gz"), "{\"text\": \"a\"}\n");
+  write_file(path("t.csv"), "a,b\n1,2\n");
+  write_file(path("script.py"), "print(1)\n");
+  write_file(path("data.arrow"), std::string("\xff\xff\xff\xff\x10\x00\x00\x00", 8));
+  for (const auto& [name, needles] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"x.parquet", {"Parquet", "read_parquet"}},
+           {"data.json", {"Parquet"}},
+           {"x.zip", {"zip archive", "unzip"}},
+           {"nul.jsonl", {"binary content", "NUL byte at offset 14"}},
+           {"latin1.txt", {"binary content", "byte 0xe9 at offset 3, not UTF-8"}},
+           {"bad.json", {"does not parse as JSON", "at line 3, column "}},
+           {"object.json", {"holds one JSON object, not records"}},
+           {"splits.json", {"holds one JSON object, not records"}},
+           {"corrupt.jsonl.gz", {"corrupt gzip", "gzip -t"}},
+           {"plain.jsonl.gz", {"not gzip"}},
+           {"t.csv", {"table", "read_csv"}},
+           {"script.py", {"unknown extension .py", "data.format"}},
+           {"data.arrow", {"Arrow file", "to_json"}}}) {
+    SCOPED_TRACE(name);
+    try {
+      list_data(path(name));
+      ADD_FAILURE() << "expected an input error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("data file " + path(name)), std::string::npos) << what;
+      for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << what << " lacks " << n;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+    }
+  }
+  // A truncated gzip passes detection (its first 64 KiB are fine) and is refused where it is read.
+  std::string big;
+  for (int i = 0; i < 40000; ++i) big += "{\"text\": \"record " + std::to_string(i * 7919) + "\"}\n";
+  write_file(path("big.jsonl"), big);
+  run_capture("gzip -c " + path("big.jsonl") + " | head -c 100000 > " + path("cut.jsonl.gz"));
+  EXPECT_EQ(detect_file(path("cut.jsonl.gz")).name(), "jsonl.gz");
+  ByteTokenizer tok;
+  expect_input_error([&] { load({path("cut.jsonl.gz")}, tok); }, {path("cut.jsonl.gz"), "corrupt gzip"});
+}
+
+TEST_F(DataTest, DirectoriesTakeTheirDataFilesAndSayWhichWereSkipped) {
+  fs::create_directories(path("mixed/sub"));
+  write_file(path("mixed/a.jsonl"), kRecords[0] + "\n");
+  write_file(path("mixed/sub/b.jsonl"), kRecords[1] + "\n");
+  write_file(path("mixed/c.src"), kRecords[2] + "\n");
+  run_capture("gzip -c " + path("mixed/c.src") + " > " + path("mixed/c.jsonl.gz") + " && rm " + path("mixed/c.src"));
+  write_file(path("mixed/README.md"), "# A data set\n");
+  write_file(path("mixed/dataset_info.json"), "{\n  \"citation\": \"\"\n}\n");
+  write_file(path("mixed/.hidden.jsonl"), "never read");
+  const DataListing l = list_data(path("mixed"));
+  EXPECT_EQ(l.summary(), "3 files (2 jsonl, 1 jsonl.gz); skipped: README.md, dataset_info.json");
+  EXPECT_EQ(formats_of(path("mixed")), "a.jsonl=jsonl c.jsonl.gz=jsonl.gz b.jsonl=jsonl");
+  // Text alone is the data; a file that is refused alone is refused in a directory too.
+  fs::create_directories(path("texts"));
+  write_file(path("texts/GPL-3"), "licence\n");
+  write_file(path("texts/notes.md"), "notes\n");
+  write_file(path("texts/run.sh"), "#!/bin/sh\n");
+  EXPECT_EQ(list_data(path("texts")).summary(), "2 files (text); skipped: run.sh");
+  write_file(path("texts/blob.txt"), std::string("\0\1\2", 3));
+  expect_input_error([&] { list_data(path("texts")); }, {path("texts/blob.txt"), "binary content"});
+  // A Hugging Face save_to_disk folder holds no file Tessera reads: refused with the export to run.
+  fs::create_directories(path("hf/train"));
+  write_file(path("hf/dataset_dict.json"), "{\"splits\": [\"train\"]}");
+  write_file(path("hf/train/data-00000-of-00001.arrow"), std::string("\xff\xff\xff\xff\x78\x00\x00\x00", 8));
+  write_file(path("hf/train/dataset_info.json"), "{\n  \"features\": {}\n}\n");
+  write_file(path("hf/train/state.json"), "{\n  \"_split\": \"train\"\n}\n");
+  expect_input_error([&] { list_data(path("hf")); },
+                     {path("hf/train/data-00000-of-00001.arrow"), "save_to_disk", "load_from_disk('" + path("hf/train")});
+  fs::create_directories(path("nothing"));
+  write_file(path("nothing/config.yaml"), "a: 1\n");
+  expect_input_error([&] { list_data(path("nothing")); }, {path("nothing"), "no data files", "skipped: config.yaml"});
+}
+
+TEST_F(DataTest, JsonArraysAndGzipGiveTheDocumentsOfTheirJsonl) {
+  std::string jsonl, pretty = "\xef\xbb\xbf[\n", compact = "[";  // the pretty one opens with a UTF-8 BOM
+  for (size_t i = 0; i < kRecords.size(); ++i) {
+    jsonl += kRecords[i] + "\n";
+    pretty += "  " + kRecords[i] + (i + 1 < kRecords.size() ? ",\n" : "\n");
+    compact += kRecords[i] + (i + 1 < kRecords.size() ? "," : "]");
+  }
+  write_file(path("r.jsonl"), jsonl);
+  write_file(path("r.json"), pretty + "]\n");
+  write_file(path("compact.json"), compact);
+  run_capture("gzip -k " + path("r.jsonl") + " " + path("r.json"));
+  ByteTokenizer tok;
+  const Docs want = docs_of(*load({path("r.jsonl")}, tok)[0]);
+  ASSERT_EQ(want.ids.size(), kRecords.size());
+  for (const char* name : {"r.json", "compact.json", "r.jsonl.gz", "r.json.gz"}) {
+    ReadStats stats;
+    const Docs d = docs_of(*load({path(name)}, tok, &stats)[0]);
+    EXPECT_EQ(d.ids, want.ids) << name;
+    EXPECT_EQ(d.targets, want.targets) << name;
+    EXPECT_EQ(stats.dropped, 0) << name;
+  }
+  // A record the renderer refuses is dropped, named by line, column and index.
+  write_file(path("drops.json"), "[\n  {\"text\": \"ok\"},\n  {\"messages\": []}, 7\n]");
+  ReadStats stats;
+  load({path("drops.json")}, tok, &stats);
+  EXPECT_EQ(stats.documents, 1);
+  ASSERT_EQ(stats.warnings.size(), 2u);
+  EXPECT_EQ(stats.warnings[0].rfind(path("drops.json") + ":3:3 (record 2): dropped (", 0), 0u) << stats.warnings[0];
+  EXPECT_EQ(stats.warnings[1].rfind(path("drops.json") + ":3:21 (record 3): dropped (expected a JSON object", 0), 0u)
+      << stats.warnings[1];
+  // A broken array is the file's error, with line and column: never a guess at what was meant.
+  for (const auto& [text, needles] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"[{\"text\": \"a\"},]", {"line 1, column 16", "trailing commas"}},
+           {"[{\"text\": \"a\"} {\"text\": \"b\"}]", {"line 1, column 16", "expected ',' or ']' after record 1"}},
+           {"[\n{\"text\": \"a\"}", {"not closed"}},
+           {"[\n  {\"text\": \"a\"},\n  {\"text\": tru}\n]", {"at line 3, column ", "in record 2", "invalid literal"}},
+           {"[1]\n[2]", {"line 2, column 1", "content after the array's closing ']'"}}}) {
+    write_file(path("broken.json"), text);
+    expect_input_error([&] { load({path("broken.json")}, tok); }, {path("broken.json"), "does not parse as"});
+    for (const auto& n : needles) expect_input_error([&] { load({path("broken.json")}, tok); }, {n});
+  }
+}
+
+namespace {
+
+// render_record of `record` has the tokens and targets of the `messages` record `equivalent`.
+void expect_renders_as(const std::string& record, const std::string& equivalent) {
+  ByteTokenizer tok;
+  for (const char* name : {"llama2", "none"}) {
+    const auto chat = make_chat_template(name);
+    const Example a = render_record(nlohmann::json::parse(record), tok, *chat);
+    const Example b = render_record(nlohmann::json::parse(equivalent), tok, *chat);
+    EXPECT_EQ(a.tokens, b.tokens) << name << ": " << record;
+    EXPECT_EQ(a.target, b.target) << name << ": " << record;
+    EXPECT_GT(a.num_targets(), 0) << record;
+  }
+}
+
+// The BadExample render_record throws for `record`.
+std::string refusal_of(const std::string& record) {
+  ByteTokenizer tok;
+  try {
+    render_record(nlohmann::json::parse(record), tok, *make_chat_template("llama2"));
+  } catch (const BadExample& e) {
+    return e.what();
+  }
+  return "(rendered)";
+}
+
+}  // namespace
+
+TEST(Records, AlpacaAndShareGptRenderAsTheirMessages) {
+  const std::string user_hi_assistant_yo =
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})";
+  expect_renders_as(R"({"instruction": "hi", "output": "yo"})", user_hi_assistant_yo);
+  expect_renders_as(R"({"instruction": "hi", "input": "", "output": "yo"})", user_hi_assistant_yo);
+  // tatsu-lab/alpaca's records also carry the whole prompt as "text": the Alpaca fields win (masked).
+  expect_renders_as(R"({"instruction": "hi", "input": "", "output": "yo", "text": "### Instruction: hi"})",
+                    user_hi_assistant_yo);
+  expect_renders_as(R"({"instruction": "Add", "input": "1 and 2", "output": "3", "system": "Be brief."})",
+                    R"({"messages": [{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": "Add\n\n1 and 2"},
+                                     {"role": "assistant", "content": "3"}]})");
+  expect_renders_as(R"({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]})",
+                    user_hi_assistant_yo);
+  expect_renders_as(R"({"conversations": [{"from": "user", "value": "hi"}, {"from": "assistant", "value": "yo"}]})",
+                    user_hi_assistant_yo);
+  expect_renders_as(R"({"conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})",
+                    user_hi_assistant_yo);
+  const std::string with_system = R"({"messages": [{"role": "system", "content": "S"},
+      {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+      {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]})";
+  expect_renders_as(R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "a"},
+      {"from": "gpt", "value": "b"}, {"from": "human", "value": "c"}, {"from": "gpt", "value": "d"}]})",
+                    with_system);
+  expect_renders_as(R"({"system": "S", "conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"},
+      {"from": "human", "value": "c"}, {"from": "gpt", "value": "d"}]})",
+                    with_system);
+  // The documented mapping itself; other records are left alone.
+  EXPECT_EQ(*to_messages_record(nlohmann::json::parse(R"({"instruction": "I", "input": "X", "output": "O"})")),
+            nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "I\n\nX"},
+                                                   {"role": "assistant", "content": "O"}]})"));
+  for (const char* other : {R"({"text": "t"})", R"({"prompt": "p", "completion": "c"})", "[1]",
+                            R"({"messages": [], "instruction": "messages win"})"})
+    EXPECT_FALSE(to_messages_record(nlohmann::json::parse(other)).has_value()) << other;
+}
+
+TEST(Records, BadAlpacaAndShareGptRecordsSayWhatIsWrong) {
+  EXPECT_EQ(refusal_of(R"({"conversations": [{"from": "human", "value": "a"}, {"from": "bot", "value": "b"}]})"),
+            "ShareGPT turn 2: from 'bot' is not human/gpt/system (or user/assistant)");
+  EXPECT_EQ(refusal_of(R"({"conversations": [{"from": "human", "value": 3}]})"),
+            "ShareGPT turn 1: field \"value\" is not a string");
+  EXPECT_EQ(refusal_of(R"({"conversations": [{"value": "a"}]})"), "ShareGPT turn 1: field \"from\" is missing");
+  EXPECT_EQ(refusal_of(R"({"conversations": "a"})"), "ShareGPT record: \"conversations\" is not an array");
+  EXPECT_EQ(refusal_of(R"({"instruction": "a"})"), "Alpaca record: field \"output\" is missing");
+  EXPECT_EQ(refusal_of(R"({"instruction": ["a"], "output": "b"})"), "Alpaca record: field \"instruction\" is not a string");
+  EXPECT_NE(refusal_of(R"({"instruction": "a", "output": "b", "history": [["q", "r"]]})").find("\"history\""),
+            std::string::npos);
+  // The conversation's shape is checked as for `messages`: a ShareGPT record that opens with gpt.
+  EXPECT_NE(refusal_of(R"({"conversations": [{"from": "gpt", "value": "a"}]})").find("roles must alternate"),
+            std::string::npos);
 }
