@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <queue>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/data/bpe_sentencepiece.h"
 #include "runtime/error.h"
 
 namespace tessera::data {
@@ -131,29 +133,65 @@ class Regex {
 }  // namespace
 
 struct BpeTokenizer::Impl {
+  // Added tokens matched leftmost-longest: those written in the text as they are, or (normalized)
+  // in the normalizer's output.
+  struct Matcher {
+    std::vector<std::pair<std::string, int32_t>> tokens;
+    std::array<std::vector<size_t>, 256> by_first{};  // indices into `tokens`, longest first
+    void index() {
+      std::vector<size_t> order(tokens.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t x, size_t y) { return tokens[x].first.size() > tokens[y].first.size(); });
+      for (size_t i : order) by_first[static_cast<unsigned char>(tokens[i].first[0])].push_back(i);
+    }
+    // Cuts `s` at the tokens: their ids go to `ids`, the text between them to gap(begin, end).
+    template <class Gap>
+    void split(const std::string& s, std::vector<int32_t>& ids, Gap&& gap) const {
+      size_t start = 0;
+      for (size_t p = 0; p < s.size(); ++p) {
+        for (size_t idx : by_first[static_cast<unsigned char>(s[p])]) {
+          const auto& [content, id] = tokens[idx];
+          if (s.compare(p, content.size(), content) != 0) continue;
+          if (p > start) gap(start, p);
+          ids.push_back(id);
+          start = p + content.size();
+          p = start - 1;
+          break;
+        }
+      }
+      if (s.size() > start) gap(start, s.size());
+    }
+  };
+
   std::string path;
-  std::unordered_map<std::string, int32_t> vocab;  // raw bytes -> id (model.vocab)
-  std::vector<std::string> id_bytes;               // id -> bytes (added tokens: content)
+  bool byte_level = true;  // a ByteLevel pre-tokenizer; else the SentencePiece-converted kind
+  std::unordered_map<std::string, int32_t> vocab;  // model.vocab: byte-level: raw bytes; else the token -> id
+  std::vector<std::string> id_bytes;               // id -> bytes / token (added tokens: content)
   std::vector<bool> known;                         // id is in model.vocab or added_tokens
-  std::array<int32_t, 256> byte_id{};
+  std::array<int32_t, 256> byte_id{};              // byte-level: the token of each byte
+  std::array<int32_t, 256> fallback_id{};          // byte_fallback: the <0xNN> token of each byte, or -1
+  bool byte_fallback = false, fuse_unk = false;
+  int32_t unk = -1;
   // (left id, right id) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
   bool ignore_merges = false;
+  bpe::Normalizer normalizer;
   std::vector<std::unique_ptr<Regex>> splits;  // Split steps, then ByteLevel's own regex if use_regex
   bool add_prefix_space = false;
+  std::optional<bpe::Metaspace> metaspace;
+  bpe::Decoder decoder;  // SentencePiece kind
   struct Added {
     std::string content;
     int32_t id;
     bool special;
   };
   std::vector<Added> added;
-  std::array<std::vector<size_t>, 256> added_by_first{};  // indices into `added`, longest first
+  Matcher raw_added, normalized_added;
   int32_t bos = -1, eos = -1;
   int64_t vocab_size = 0;
 
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw TESSERA_INPUT_ERROR("tokenizer " + path + ": " + field + " " + what);
-  }
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const { bpe::fail(path, field, what); }
 
   static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
@@ -164,47 +202,100 @@ struct BpeTokenizer::Impl {
   }
 
   void load(const json& j);
+  void load_vocab(const json& model, const std::unordered_map<uint32_t, unsigned char>& inverse);
+  void load_merges(const json& model, const std::unordered_map<uint32_t, unsigned char>& inverse);
+  void load_added(const json& j);
   void load_pre_tokenizer(const json& pt);
   void load_special_ids(const json& j);
+  void sp_symbols(const std::string& piece, std::vector<int32_t>& syms) const;
+  void merge_all(const std::vector<int32_t>& syms, std::vector<int32_t>& out) const;
   void bpe(const std::string& piece, std::vector<int32_t>& out) const;
-  void encode_text(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out) const;
+  void encode_section(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out) const;
+  void encode_text(const std::string& text, size_t begin, size_t end, bool starts_input, std::vector<int32_t>& out) const;
 };
+
+namespace {
+
+bool has_byte_level(const json& pt) {
+  if (!pt.is_object()) return false;
+  if (pt.value("type", std::string()) == "ByteLevel") return true;
+  if (pt.value("type", std::string()) != "Sequence" || !pt.contains("pretokenizers") || !pt["pretokenizers"].is_array())
+    return false;
+  for (const auto& s : pt["pretokenizers"])
+    if (s.is_object() && s.value("type", std::string()) == "ByteLevel") return true;
+  return false;
+}
+
+}  // namespace
 
 void BpeTokenizer::Impl::load(const json& j) {
   if (!j.is_object()) fail("top level", "is not a JSON object");
   const json model = j.value("model", json());
   if (!model.is_object()) fail("model", "is missing");
   const std::string type = model.value("type", std::string("BPE"));
-  if (type != "BPE") fail("model.type", "\"" + type + "\" is not supported (byte-level BPE only)");
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
-    fail("normalizer.type", j["normalizer"].value("type", json("?")).dump() + " is not supported (byte-level BPE has none)");
+  if (type != "BPE") fail("model.type", "\"" + type + "\" is not supported (BPE only)");
   if (model.contains("dropout") && !model["dropout"].is_null()) fail("model.dropout", "is not supported");
-  if (model.value("byte_fallback", false)) fail("model.byte_fallback", "is not supported (byte-level BPE)");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(k) && !model[k].is_null() && model[k] != "") fail(std::string("model.") + k, "is not supported");
+  const json pt = j.value("pre_tokenizer", json());
+  byte_level = has_byte_level(pt);
+  if (model.value("byte_fallback", false)) {
+    if (byte_level) fail("model.byte_fallback", "true is not supported with a ByteLevel pre-tokenizer");
+    byte_fallback = true;
+  }
+  fuse_unk = model.value("fuse_unk", false);
   ignore_merges = model.value("ignore_merges", false);
+  normalizer.load(j.value("normalizer", json()), path);
 
+  std::unordered_map<uint32_t, unsigned char> inverse;  // byte-level spelling -> byte
   const auto cp = byte_to_codepoint();
-  std::unordered_map<uint32_t, unsigned char> inverse;
   for (int b = 0; b < 256; ++b) inverse[cp[b]] = static_cast<unsigned char>(b);
+  load_vocab(model, inverse);
+  load_merges(model, inverse);
+  load_added(j);
+  vocab_size = (int64_t)id_bytes.size();
 
+  load_pre_tokenizer(pt);
+  const json dec = j.value("decoder", json());
+  if (!byte_level) decoder.load(dec, path);
+  else if (!dec.is_null() && dec.value("type", std::string()) != "ByteLevel")
+    fail("decoder.type", dec.value("type", json("?")).dump() + " is not supported with a ByteLevel pre-tokenizer (expected ByteLevel)");
+  load_special_ids(j);
+}
+
+void BpeTokenizer::Impl::load_vocab(const json& model, const std::unordered_map<uint32_t, unsigned char>& inverse) {
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail("model.vocab", "is missing");
   std::string bytes;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
       fail("model.vocab[\"" + it.key() + "\"]", "is not a valid id");
-    if (!unmap_bytes(it.key(), inverse, bytes))
+    if (!byte_level) bytes = it.key();
+    else if (!unmap_bytes(it.key(), inverse, bytes))
       fail("model.vocab[\"" + it.key() + "\"]", "is not spelled in the byte-level alphabet (not a byte-level BPE)");
     const int32_t id = it->get<int32_t>();
     vocab[bytes] = id;
     set_token(id, bytes);
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab.find(std::string(1, static_cast<char>(b)));
-    if (it == vocab.end()) fail("model.vocab", "lacks the token of byte " + std::to_string(b));
-    byte_id[b] = it->second;
+    if (byte_level) {
+      auto it = vocab.find(std::string(1, static_cast<char>(b)));
+      if (it == vocab.end()) fail("model.vocab", "lacks the token of byte " + std::to_string(b));
+      byte_id[b] = it->second;
+    } else {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      auto it = vocab.find(name);
+      fallback_id[b] = it == vocab.end() ? -1 : it->second;
+    }
   }
+  const json u = model.value("unk_token", json());
+  if (!byte_level && !u.is_null()) {
+    if (!u.is_string() || !vocab.count(u.get<std::string>())) fail("model.unk_token", u.dump() + " is not in model.vocab");
+    unk = vocab[u.get<std::string>()];
+  }
+}
 
+void BpeTokenizer::Impl::load_merges(const json& model, const std::unordered_map<uint32_t, unsigned char>& inverse) {
   if (!model.contains("merges") || !model["merges"].is_array()) fail("model.merges", "is missing");
   const json& ms = model["merges"];
   std::string left, right;
@@ -221,46 +312,43 @@ void BpeTokenizer::Impl::load(const json& j) {
     } else {
       fail(field, "is neither \"a b\" nor [\"a\", \"b\"]");
     }
-    if (!unmap_bytes(a, inverse, left) || !unmap_bytes(b, inverse, right)) fail(field, "is not byte-level");
+    if (!byte_level) left = a, right = b;
+    else if (!unmap_bytes(a, inverse, left) || !unmap_bytes(b, inverse, right)) fail(field, "is not byte-level");
     auto l = vocab.find(left), rr = vocab.find(right), m = vocab.find(left + right);
     if (l == vocab.end() || rr == vocab.end() || m == vocab.end())
       fail(field, "\"" + a + " " + b + "\" merges tokens that are not in model.vocab");
     merges.emplace(key(l->second, rr->second), std::make_pair((int32_t)r, m->second));  // first listing wins
   }
+}
 
-  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-    if (!j["added_tokens"].is_array()) fail("added_tokens", "is not a list");
-    const json& at = j["added_tokens"];
-    for (size_t i = 0; i < at.size(); ++i) {
-      const std::string field = "added_tokens[" + std::to_string(i) + "]";
-      if (!at[i].is_object() || !at[i].contains("id") || !at[i]["id"].is_number_integer() ||
-          !at[i].contains("content") || !at[i]["content"].is_string() || at[i]["content"].get<std::string>().empty())
-        fail(field, "needs an integer id and a non-empty content");
-      for (const char* flag : {"lstrip", "rstrip", "single_word"})
-        if (at[i].value(flag, false)) fail(field + "." + flag, "true is not supported");
-      const int64_t id = at[i]["id"].get<int64_t>();
-      if (id < 0 || id > INT32_MAX) fail(field + ".id", "is out of range");
-      const std::string content = at[i]["content"].get<std::string>();
-      added.push_back({content, (int32_t)id, at[i].value("special", false)});
-      set_token((int32_t)id, content);
-    }
-    std::vector<size_t> order(added.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t x, size_t y) { return added[x].content.size() > added[y].content.size(); });
-    for (size_t i : order) added_by_first[static_cast<unsigned char>(added[i].content[0])].push_back(i);
+// Added tokens: those with normalized false (default: special ones) are cut out of the text as
+// written; the others out of each piece's normalizer output (their content normalized too).
+void BpeTokenizer::Impl::load_added(const json& j) {
+  if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return;
+  if (!j["added_tokens"].is_array()) fail("added_tokens", "is not a list");
+  const json& at = j["added_tokens"];
+  for (size_t i = 0; i < at.size(); ++i) {
+    const std::string field = "added_tokens[" + std::to_string(i) + "]";
+    if (!at[i].is_object() || !at[i].contains("id") || !at[i]["id"].is_number_integer() || !at[i].contains("content") ||
+        !at[i]["content"].is_string() || at[i]["content"].get<std::string>().empty())
+      fail(field, "needs an integer id and a non-empty content");
+    for (const char* flag : {"lstrip", "rstrip", "single_word"})
+      if (at[i].value(flag, false)) fail(field + "." + flag, "true is not supported");
+    const int64_t id = at[i]["id"].get<int64_t>();
+    if (id < 0 || id > INT32_MAX) fail(field + ".id", "is out of range");
+    const std::string content = at[i]["content"].get<std::string>();
+    const bool special = at[i].value("special", false);
+    added.push_back({content, (int32_t)id, special});
+    set_token((int32_t)id, content);
+    if (!at[i].value("normalized", !special)) raw_added.tokens.emplace_back(content, (int32_t)id);
+    else if (std::string n = normalizer.apply(content); !n.empty()) normalized_added.tokens.emplace_back(n, (int32_t)id);
   }
-  vocab_size = (int64_t)id_bytes.size();
-
-  if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null())
-    fail("pre_tokenizer", "is missing (byte-level BPE needs a ByteLevel pre-tokenizer)");
-  load_pre_tokenizer(j["pre_tokenizer"]);
-  if (j.contains("decoder") && !j["decoder"].is_null() && j["decoder"].value("type", std::string()) != "ByteLevel")
-    fail("decoder.type", j["decoder"].value("type", json("?")).dump() + " is not supported (expected ByteLevel)");
-  load_special_ids(j);
+  raw_added.index();
+  normalized_added.index();
 }
 
 void BpeTokenizer::Impl::load_pre_tokenizer(const json& pt) {
+  if (pt.is_null()) return;  // the SentencePiece kind without one (Llama 2): each piece is one word
   std::vector<json> steps;
   std::vector<std::string> fields;
   if (pt.value("type", std::string()) == "Sequence") {
@@ -270,12 +358,12 @@ void BpeTokenizer::Impl::load_pre_tokenizer(const json& pt) {
   } else {
     steps.push_back(pt), fields.push_back("pre_tokenizer");
   }
-  bool byte_level = false;
+  bool seen_byte_level = false;
   for (size_t i = 0; i < steps.size(); ++i) {
     const json& s = steps[i];
     const std::string type = s.is_object() ? s.value("type", std::string()) : std::string();
-    if (byte_level) fail(fields[i], "follows ByteLevel (ByteLevel must be the last step)");
-    if (type == "Split") {
+    if (seen_byte_level) fail(fields[i], "follows ByteLevel (ByteLevel must be the last step)");
+    if (type == "Split" && byte_level) {
       if (s.value("behavior", std::string()) != "Isolated")
         fail(fields[i] + ".behavior", s.value("behavior", json("?")).dump() + " is not supported (Isolated)");
       if (s.value("invert", false)) fail(fields[i] + ".invert", "true is not supported");
@@ -289,16 +377,16 @@ void BpeTokenizer::Impl::load_pre_tokenizer(const json& pt) {
         fail(fields[i] + ".pattern", "is neither {\"Regex\": ...} nor {\"String\": ...}");
       }
     } else if (type == "ByteLevel") {
-      byte_level = true;
+      seen_byte_level = true;
       add_prefix_space = s.value("add_prefix_space", false);
       if (s.value("use_regex", true)) splits.push_back(std::make_unique<Regex>(kGpt2Pattern, "GPT-2 pattern"));
+    } else if (type == "Metaspace" && !byte_level && steps.size() == 1) {
+      metaspace = bpe::Metaspace::load(s, fields[i], path);
     } else {
-      fail(fields[i] + ".type", "\"" + type + "\" is not supported (Split or ByteLevel)");
+      fail(fields[i] + ".type", "\"" + type + "\" is not supported (Split and ByteLevel, or Metaspace alone)");
     }
   }
-  if (!byte_level) fail("pre_tokenizer", "has no ByteLevel step (not a byte-level BPE)");
 }
-
 void BpeTokenizer::Impl::load_special_ids(const json& j) {
   auto id_of = [&](const std::string& content) -> int32_t {
     for (const auto& a : added)
@@ -355,19 +443,37 @@ void BpeTokenizer::Impl::load_special_ids(const json& j) {
   }
 }
 
-// BPE of one piece's bytes, as tokenizers' Word::merge_all: lowest merge rank first, leftmost
-// among equal ranks; a queued pair is skipped once either side has changed.
-void BpeTokenizer::Impl::bpe(const std::string& piece, std::vector<int32_t>& out) const {
-  if (ignore_merges) {
-    auto it = vocab.find(piece);
+// The SentencePiece kind's first symbols: each character's token; a character not in the
+// vocabulary becomes its <0xNN> byte tokens (byte_fallback, when all exist), else model.unk_token
+// (consecutive ones fused into one with fuse_unk), else nothing, as `tokenizers`' BPE::merge_word.
+void BpeTokenizer::Impl::sp_symbols(const std::string& piece, std::vector<int32_t>& syms) const {
+  bool pending_unk = false;
+  for (size_t i = 0, len; i < piece.size(); i += len) {
+    len = bpe::utf8_char_len(piece, i);
+    auto it = vocab.find(piece.substr(i, len));
     if (it != vocab.end()) {
-      out.push_back(it->second);
-      return;
+      if (pending_unk) syms.push_back(unk), pending_unk = false;
+      syms.push_back(it->second);
+      continue;
     }
+    if (byte_fallback &&
+        std::all_of(piece.begin() + i, piece.begin() + i + len, [&](char c) { return fallback_id[static_cast<unsigned char>(c)] >= 0; })) {
+      for (size_t k = i; k < i + len; ++k) syms.push_back(fallback_id[static_cast<unsigned char>(piece[k])]);
+      continue;
+    }
+    if (unk < 0) continue;
+    if (pending_unk && !fuse_unk) syms.push_back(unk);
+    pending_unk = true;
   }
-  const int n = (int)piece.size();
-  if (n == 1) {
-    out.push_back(byte_id[static_cast<unsigned char>(piece[0])]);
+  if (pending_unk) syms.push_back(unk);
+}
+
+// BPE of one piece, as tokenizers' Word::merge_all: lowest merge rank first, leftmost among equal
+// ranks; a queued pair is skipped once either side has changed.
+void BpeTokenizer::Impl::merge_all(const std::vector<int32_t>& ids, std::vector<int32_t>& out) const {
+  const int n = (int)ids.size();
+  if (n <= 1) {
+    out.insert(out.end(), ids.begin(), ids.end());
     return;
   }
   struct Sym {
@@ -376,7 +482,7 @@ void BpeTokenizer::Impl::bpe(const std::string& piece, std::vector<int32_t>& out
     bool alive;
   };
   std::vector<Sym> sym(n);
-  for (int i = 0; i < n; ++i) sym[i] = {byte_id[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
+  for (int i = 0; i < n; ++i) sym[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1, true};
   struct Cand {
     int32_t rank;
     int pos;
@@ -409,8 +515,41 @@ void BpeTokenizer::Impl::bpe(const std::string& piece, std::vector<int32_t>& out
   for (int i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
 }
 
-void BpeTokenizer::Impl::encode_text(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out) const {
+void BpeTokenizer::Impl::bpe(const std::string& piece, std::vector<int32_t>& out) const {
+  if (ignore_merges) {
+    auto it = vocab.find(piece);
+    if (it != vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<int32_t> syms;
+  syms.reserve(piece.size());
+  if (byte_level) {
+    for (unsigned char c : piece) syms.push_back(byte_id[c]);
+  } else {
+    sp_symbols(piece, syms);
+  }
+  merge_all(syms, out);
+}
+
+// One stretch of the text between raw added tokens: normalized, cut at the normalized added tokens.
+void BpeTokenizer::Impl::encode_section(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out) const {
+  if (normalizer.empty() && normalized_added.tokens.empty()) return encode_text(text, begin, end, begin == 0, out);
+  const std::string norm = normalizer.apply(text.substr(begin, end - begin));
+  normalized_added.split(norm, out, [&](size_t b, size_t e) { encode_text(norm, b, e, begin == 0 && b == 0, out); });
+}
+
+void BpeTokenizer::Impl::encode_text(const std::string& text, size_t begin, size_t end, bool starts_input,
+                                     std::vector<int32_t>& out) const {
   if (begin >= end) return;
+  if (!byte_level) {
+    std::vector<std::string> pieces;
+    if (metaspace) metaspace->pre_tokenize(text.substr(begin, end - begin), starts_input, pieces);
+    else pieces.push_back(text.substr(begin, end - begin));
+    for (const auto& p : pieces) bpe(p, out);
+    return;
+  }
   std::string buf;
   const std::string* s = &text;
   if (add_prefix_space && text[begin] != ' ') {
@@ -454,31 +593,21 @@ BpeTokenizer::~BpeTokenizer() = default;
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   const Impl& m = *impl_;
   std::vector<int32_t> ids;
-  size_t start = 0;  // first byte not yet encoded
-  for (size_t p = 0; p < text.size(); ++p) {
-    const auto& candidates = m.added_by_first[static_cast<unsigned char>(text[p])];
-    for (size_t idx : candidates) {  // longest first
-      const auto& a = m.added[idx];
-      if (text.compare(p, a.content.size(), a.content) == 0) {
-        m.encode_text(text, start, p, ids);
-        ids.push_back(a.id);
-        start = p + a.content.size();
-        p = start - 1;
-        break;
-      }
-    }
-  }
-  m.encode_text(text, start, text.size(), ids);
+  m.raw_added.split(text, ids, [&](size_t b, size_t e) { m.encode_section(text, b, e, ids); });
   return ids;
 }
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::string out;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     if (id < 0 || id >= (int64_t)impl_->id_bytes.size() || !impl_->known[id])
       throw TESSERA_INPUT_ERROR("tokenizer " + impl_->path + ": id " + std::to_string(id) + " is not in the vocabulary");
-    out += impl_->id_bytes[id];
+    tokens.push_back(impl_->id_bytes[id]);
   }
+  if (!impl_->byte_level) return impl_->decoder.decode(std::move(tokens));
+  std::string out;
+  for (const auto& t : tokens) out += t;
   return out;
 }
 

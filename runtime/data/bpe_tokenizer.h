@@ -1,27 +1,46 @@
-// Hugging Face tokenizer.json, byte-level BPE (the GPT-2 / tiktoken family: Llama 3.x, GPT-2-style
-// models), as a data::Tokenizer. Encoding follows the `tokenizers` library:
-//  1. added tokens (added_tokens[], e.g. <|begin_of_text|>) are cut out of the text first,
-//     leftmost-longest, and become their own ids: special tokens written in the text ARE specials;
-//  2. the pre-tokenizer splits the rest: Split steps with a regex (behaviour Isolated; Llama 3's
-//     pattern with \p{L} / \p{N} classes, run by PCRE2 in UTF + UCP mode) and a final ByteLevel step
-//     (its own GPT-2 regex when use_regex, a leading space when add_prefix_space);
-//  3. each piece's bytes go through the GPT-2 byte-to-unicode map (the vocabulary's spelling) and
-//     BPE: with model.ignore_merges a piece that is a vocabulary entry is that id; otherwise the
+// Hugging Face tokenizer.json with a BPE model, as a data::Tokenizer, following the `tokenizers`
+// library. Two kinds:
+//  - byte-level BPE (the GPT-2 / tiktoken family: Llama 3.x, GPT-2-style models): a pre-tokenizer
+//    with a ByteLevel step; vocabulary spelled in GPT-2's byte-to-unicode alphabet;
+//  - the SentencePiece-converted kind (Llama 2, Mistral and most Llama-2-derived models): no
+//    pre-tokenizer or Metaspace, normalizers such as Prepend("▁") + Replace(" " -> "▁"), the
+//    vocabulary as plain text, model.byte_fallback, unk_token / fuse_unk (bpe_sentencepiece.h).
+// Encoding:
+//  1. added tokens (added_tokens[]) with normalized false (by default: special ones, e.g. <s>,
+//     <|begin_of_text|>) are cut out of the text first, leftmost-longest, and become their own ids:
+//     special tokens written in the text ARE specials;
+//  2. the normalizer runs on each stretch between them separately (so Prepend prefixes "▁" to the
+//     text after an added token too), then added tokens with normalized true are cut out of its
+//     output (their content normalized the same way);
+//  3. the pre-tokenizer splits each stretch: byte-level: Split steps with a regex (behaviour
+//     Isolated; Llama 3's pattern with \p{L} / \p{N} classes, run by PCRE2 in UTF + UCP mode) and a
+//     final ByteLevel step (its own GPT-2 regex when use_regex, a leading space when
+//     add_prefix_space); SentencePiece kind: Metaspace (prepend_scheme first means the stretch at
+//     the start of the text), or none (the stretch is one word);
+//  4. each piece's first symbols are its bytes (byte-level) or its characters (SentencePiece kind:
+//     an unknown character becomes its <0xNN> tokens with byte_fallback, else unk_token, else
+//     nothing); with model.ignore_merges a piece that is a vocabulary entry is that id; otherwise the
 //     adjacent pair with the lowest merge rank (model.merges order) is merged, leftmost first,
 //     until no pair has a merge.
-// Bytes that are not valid UTF-8 never match the regexes and form pieces of their own.
-// decode() concatenates the ids' bytes (added tokens: their content).
+// Bytes that are not valid UTF-8 never match the regexes and form pieces of their own; in the
+// SentencePiece kind each such byte is a character of its own (so byte_fallback gives <0xNN>).
+// decode(): byte-level: the ids' bytes concatenated (added tokens: their content); SentencePiece
+// kind: the tokens through the file's decoder (Replace "▁" -> " ", ByteFallback, Fuse, Strip or
+// Metaspace), which gives the text back (Llama 2's decoder strips the one leading space).
 //
 // BOS / EOS: tokenizer_config.json beside tokenizer.json (bos_token / eos_token, a string or an
 // {"content": ...} object, null for none) when it exists; else BOS is the special token a
-// TemplateProcessing post_processor puts before the text, and EOS the one after it (none: -1).
+// TemplateProcessing post_processor puts before the text, and EOS the one after it (none: -1). The
+// dataset puts BOS and EOS around every document (add_bos_token / add_eos_token are not read).
 // vocab_size() is the largest id + 1 (model.vocab and added_tokens).
 //
 // Anything else is refused with a one-line error naming the file and the field: a model.type other
-// than BPE (WordPiece, Unigram, WordLevel), a normalizer, a pre-tokenizer or decoder that is not
-// byte-level (e.g. Metaspace, as in SentencePiece-converted files: use their tokenizer.model),
-// dropout, byte_fallback, subword prefixes/suffixes, added tokens with lstrip/rstrip/single_word,
-// merges of unknown tokens, vocabulary entries outside the byte-level alphabet.
+// than BPE (WordPiece, Unigram, WordLevel), a normalizer, pre-tokenizer or decoder not listed here
+// (e.g. NFC, NFKC, Lowercase, Whitespace, a Regex pattern in Replace), Metaspace combined with
+// other pre-tokenizer steps, byte_fallback or a non-ByteLevel decoder with a ByteLevel
+// pre-tokenizer, dropout, subword prefixes/suffixes, added tokens with lstrip/rstrip/single_word,
+// merges of unknown tokens, an unk_token not in the vocabulary, byte-level vocabulary entries
+// outside the byte-level alphabet.
 #pragma once
 #include <memory>
 #include <optional>

