@@ -333,8 +333,8 @@ int run_bench_collectives(const std::vector<std::string>& args) {
   auto vm = launcher::parse_command("tessera bench collectives [-b MIN] [-e MAX] [-f F] [-n N] [-w W] ...", desc, args);
   if (!vm) return 0;
   const auto& v = *vm;
-  const uint64_t minb = launcher::parse_byte_size(v["minbytes"].as<std::string>(), "-b");
-  const uint64_t maxb = launcher::parse_byte_size(v["maxbytes"].as<std::string>(), "-e");
+  const uint64_t minb = launcher::parse_byte_size(v["minbytes"].as<std::string>(), "-b", /*bare_bytes=*/true);
+  const uint64_t maxb = launcher::parse_byte_size(v["maxbytes"].as<std::string>(), "-e", /*bare_bytes=*/true);
   const int factor = v["stepfactor"].as<int>(), iters = v["iters"].as<int>(), warmup = v["warmup_iters"].as<int>();
   TESSERA_CHECK_INPUT(minb > 0 && minb <= maxb, "-b must be positive and at most -e");
   TESSERA_CHECK_INPUT(factor >= 2, "-f must be at least 2");

@@ -43,7 +43,14 @@ std::optional<po::variables_map> parse_command(const std::string& usage, po::opt
     parser.options(desc).style(po::command_line_style::default_style &
                                ~po::command_line_style::allow_guessing);
     if (pos) parser.positional(*pos);
-    po::store(parser.run(), vm);
+    const po::parsed_options parsed = parser.run();
+    // Without a positional description Boost keeps a bare word as an option without a name, which
+    // po::store then drops: `tessera train run.json` would ignore the file. Refused instead.
+    for (const auto& o : parsed.options)
+      if (o.string_key.empty() && !o.original_tokens.empty())
+        throw TESSERA_INPUT_ERROR("unexpected argument '" + o.original_tokens.front() + "' (options are given as " +
+                                  "--name value); see " + usage.substr(0, usage.find(" --")) + " --help");
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << "usage: " << usage << "\n\n" << desc << std::endl;
       return std::nullopt;
@@ -64,7 +71,7 @@ std::optional<po::variables_map> parse_command(const std::string& usage, po::opt
   return vm;
 }
 
-uint64_t parse_byte_size(const std::string& text, const std::string& what) {
+uint64_t parse_byte_size(const std::string& text, const std::string& what, bool bare_bytes) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit((unsigned char)text[i]) || text[i] == '.')) ++i;
   std::string num = text.substr(0, i), unit = text.substr(i);
@@ -87,8 +94,11 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   } catch (...) {
     v = -1;
   }
+  if (unit.empty() && !bare_bytes && v > 0)
+    throw TESSERA_INPUT_ERROR(what + ": '" + text + "' has no unit (it would be " + text +
+                              " bytes); write it with one, e.g. " + num + "GiB, " + num + "GB or " + num + "MiB");
   if (mult == 0 || v <= 0)
-    throw TESSERA_INPUT_ERROR(what + ": '" + text + "' is not a size (examples: 2GB, 500MB, 64MiB, 80GiB, 1TiB, 1048576)");
+    throw TESSERA_INPUT_ERROR(what + ": '" + text + "' is not a size (examples: 2GB, 500MB, 64MiB, 80GiB, 1TiB, 1048576B)");
   return static_cast<uint64_t>(v * mult);
 }
 

@@ -21,7 +21,9 @@ std::optional<po::variables_map> parse_command(const std::string& usage, po::opt
 // Closest string to `key` among `candidates` (Levenshtein), or "" if nothing is reasonably close.
 std::string closest_match(const std::string& key, const std::vector<std::string>& candidates);
 
-// Parses a size like "2GB", "500MB", "64MiB", "1024" into bytes; throws Error(Input) naming `what`.
-uint64_t parse_byte_size(const std::string& text, const std::string& what);
+// Parses a size like "2GB", "500MB", "64MiB", "1024B" into bytes; throws Error(Input) naming `what`.
+// A number without a unit ("80") is refused, naming the sizes it could have meant ("80GiB"), unless
+// `bare_bytes` (nccl-tests' -b/-e convention: "1024" is 1024 bytes).
+uint64_t parse_byte_size(const std::string& text, const std::string& what, bool bare_bytes = false);
 
 }  // namespace tessera::launcher

@@ -1,7 +1,9 @@
 #include "launcher/cmd_ckpt.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "launcher/cli.h"
@@ -41,9 +43,36 @@ std::optional<std::string> dir_argument(const std::string& usage, const std::vec
   return (*vm)["dir"].as<std::string>();
 }
 
+// The complete checkpoints (step-<N> with a manifest.json) directly in `root`, by step.
+std::vector<std::string> step_dirs(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    if (name.size() > 5 && std::filesystem::exists(e.path() / "manifest.json", ec))
+      found.emplace_back(std::stoll(name.substr(5)), e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+// A checkpoint directory, or Error(Input) saying what `dir` is instead (e.g. the checkpoint.dir
+// holding the checkpoints: then it names them).
+void require_checkpoint(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return;
+  const auto steps = step_dirs(dir);
+  TESSERA_CHECK_INPUT(steps.empty(), what + " " + dir + " is a checkpoint.dir holding " + std::to_string(steps.size()) +
+                                         " checkpoint(s), not one checkpoint: name one, e.g. " + steps.back());
+}
+
 int inspect(const std::vector<std::string>& args) {
   const auto dir = dir_argument("tessera ckpt inspect DIR", args);
   if (!dir) return 0;
+  require_checkpoint(*dir, "ckpt inspect:");
   checkpoint::Reader r(*dir);
   const auto& m = r.manifest();
   uint64_t total = 0;
@@ -73,14 +102,29 @@ int inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+void verify_one(const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto rep = checkpoint::verify(dir);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("OK %s: %lld files (%s) match their CRC32C, %lld tensors each stored exactly once (%.2f s)\n",
+              dir.c_str(), (long long)rep.files, human_bytes(double(rep.bytes)).c_str(), (long long)rep.tensors, s);
+}
+
+// One checkpoint, or every complete checkpoint of a checkpoint.dir (the first bad one stops it).
 int verify(const std::vector<std::string>& args) {
   const auto dir = dir_argument("tessera ckpt verify DIR", args);
   if (!dir) return 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto rep = checkpoint::verify(*dir);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("OK %s: %lld files (%s) match their CRC32C, %lld tensors each stored exactly once (%.2f s)\n",
-              dir->c_str(), (long long)rep.files, human_bytes(double(rep.bytes)).c_str(), (long long)rep.tensors, s);
+  std::error_code ec;
+  const auto steps = std::filesystem::exists(std::filesystem::path(*dir) / "manifest.json", ec)
+                         ? std::vector<std::string>{}
+                         : step_dirs(*dir);
+  if (steps.empty()) {
+    verify_one(*dir);
+    return 0;
+  }
+  std::printf("%s is a checkpoint.dir: verifying its %zu checkpoints\n", dir->c_str(), steps.size());
+  for (const auto& d : steps) verify_one(d);
+  std::printf("OK: all %zu checkpoints of %s verified\n", steps.size(), dir->c_str());
   return 0;
 }
 
@@ -96,6 +140,7 @@ int consolidate(const std::vector<std::string>& args) {
   const std::string dir = (*vm)["checkpoint"].as<std::string>(), out = (*vm)["out"].as<std::string>();
   const model::DType dtype = model::dtype_from_cli((*vm)["dtype"].as<std::string>(), "--dtype");
   const uint64_t max_shard = parse_byte_size((*vm)["max-shard-size"].as<std::string>(), "--max-shard-size");
+  require_checkpoint(dir, "--checkpoint");
   const auto t0 = std::chrono::steady_clock::now();
 
   // Checksums first: a corrupted checkpoint must not turn into a plausible model.

@@ -1,8 +1,11 @@
 // `tessera diagnose <log.dir>`: reads the flight records a failed run left in <log.dir>/flight
 // (runtime/comm/flight_recorder.h) and says which collective did not complete, which ranks left no
-// record or were behind, and whether ranks disagreed about a collective (a desync). Single process,
-// no MPI.
+// record or were behind, and whether ranks disagreed about a collective (a desync); and, from the
+// run's metrics.jsonl, when the records are history (the run was resumed past them) or a clean stop
+// (SIGTERM on every rank, nothing pending). Single process, no MPI.
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "launcher/cli.h"
@@ -11,6 +14,48 @@
 #include "runtime/error.h"
 
 namespace tessera::launcher {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The highest step <log_dir>/metrics.jsonl records (-1 without one).
+int64_t last_logged_step(const std::string& log_dir) {
+  std::ifstream in(fs::path(log_dir) / "metrics.jsonl");
+  int64_t last = -1;
+  for (std::string line; std::getline(in, line);) {
+    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer())
+      last = std::max(last, rec["step"].get<int64_t>());
+  }
+  return last;
+}
+
+// What the records mean for the run as a whole, or "" when they are the run's last word:
+//  - "history:" the run went on past them (metrics.jsonl logs later steps: it was resumed);
+//  - "clean stop:" every rank was stopped by SIGTERM (preemption, Ctrl-C under mpirun, scancel)
+//    with no collective left pending: the run checkpointed and stopped, nothing hung.
+std::string run_history(const std::string& log_dir, const comm::flight::Dumps& dumps,
+                        const comm::flight::Diagnosis& dx) {
+  if (dumps.records.empty()) return "";
+  int64_t step = -1;
+  bool all_sigterm = true;
+  for (const auto& r : dumps.records) {
+    if (r.contains("context") && r["context"].value("step", int64_t{-1}) > step) step = r["context"]["step"];
+    all_sigterm &= r.value("reason", "") == "signal SIGTERM";
+  }
+  const int64_t logged = last_logged_step(log_dir);
+  if (step >= 0 && logged > step)
+    return "history: these records are of a run that stopped at step " + std::to_string(step) +
+           "; the run was resumed and has since logged up to step " + std::to_string(logged) +
+           " (metrics.jsonl): nothing has failed since";
+  if (all_sigterm && !dx.pending && !dx.desync)
+    return "clean stop: every rank stopped on SIGTERM at step " + std::to_string(step) +
+           " (preemption, Ctrl-C under mpirun or scancel) with no collective pending: not a hang; resume with "
+           "--resume";
+  return "";
+}
+
+}  // namespace
 
 int run_diagnose(const std::vector<std::string>& args) {
   po::options_description desc("diagnose options");
@@ -22,12 +67,13 @@ int run_diagnose(const std::vector<std::string>& args) {
   if (!vm) return 0;
   const std::string dir = (*vm)["dir"].as<std::string>();
   std::error_code ec;
-  const std::string flight = std::filesystem::is_directory(std::filesystem::path(dir) / "flight", ec)
-                                 ? (std::filesystem::path(dir) / "flight").string()
-                                 : dir;
-  const auto dx = comm::flight::diagnose(comm::flight::read_dumps(flight));
+  const std::string flight = fs::is_directory(fs::path(dir) / "flight", ec) ? (fs::path(dir) / "flight").string() : dir;
+  const auto dumps = comm::flight::read_dumps(flight);
+  const auto dx = comm::flight::diagnose(dumps);
   for (const auto& line : dx.lines) std::cout << line << "\n";
-  std::cout << "summary: " << dx.summary << std::endl;
+  const std::string history = run_history(fs::path(flight).parent_path().string(), dumps, dx);
+  if (!history.empty()) std::cout << history << "\n";
+  std::cout << "summary: " << (history.empty() ? dx.summary : history.substr(history.find(':') + 2)) << std::endl;
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -319,6 +320,36 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
 void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
   const bool rank0 = b.world_rank == 0;
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
+// "train.lr 0.001 -> 0.0005, data.seq_len 256 -> 128": the keys whose values differ ("" if none).
+std::string config_changes(const nlohmann::json& before, const nlohmann::json& now) {
+  std::string out;
+  for (const auto& op : nlohmann::json::diff(before, now)) {
+    std::string key = op.at("path").get<std::string>().substr(1);
+    std::replace(key.begin(), key.end(), '/', '.');
+    const nlohmann::json::json_pointer at(op.at("path").get<std::string>());
+    const std::string was = before.contains(at) ? before.at(at).dump() : "unset";
+    const std::string is = now.contains(at) ? now.at(at).dump() : "unset";
+    out += (out.empty() ? "" : ", ") + key + " " + was + " -> " + is;
+  }
+  return out;
+}
+
+// Resuming from a checkpoint at or past train.steps would train nothing: refused, saying what was
+// found and the ways on (a re-run with a new learning rate must not exit 0 as if it had trained).
+void refuse_finished_run(const std::string& ckpt, const Config& cfg, int64_t steps) {
+  const checkpoint::Reader r(ckpt);
+  if (r.step() < steps) return;
+  std::string changes;
+  if (r.state().contains("config")) changes = config_changes(r.state().at("config"), cfg.json());
+  throw TESSERA_INPUT_ERROR(
+      "checkpoint " + ckpt + " is at step " + std::to_string(r.step()) + ", the end of this run (train.steps " +
+      std::to_string(steps) + "): nothing to train" +
+      (changes.empty() ? std::string() : "; this configuration differs from the checkpoint's in " + changes) +
+      ". To continue, raise train.steps (--set train.steps=" + std::to_string(r.step() + steps) +
+      "); to start over, use another checkpoint.dir or pass --fresh (existing checkpoints are kept: the first "
+      "save moves them to " + cfg.checkpoint.dir + "/retired/)");
+}
+
   // the lowest failing rank's one-line message (rank, host, device).
   s.device = agree_on_device(s.cfg.train.device, b);
   s.run_id = agree_run_id(b);
@@ -358,7 +389,10 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     // The flight recorder dumps to <log.dir>/flight on a timeout, an abort or a fatal signal.
     comm::flight::set_dump_dir(s.topts.log_dir.empty() ? "" : s.topts.log_dir + "/flight", s.run_id, b.world_size);
     comm::flight::install_signal_handlers();
-    std::string resume = vm.count("resume") ? vm["resume"].as<std::string>() : s.cfg.checkpoint.resume;
+    TESSERA_CHECK_INPUT(!(vm.count("fresh") && vm.count("resume")), "--fresh and --resume contradict each other: give one");
+    std::string resume = vm.count("fresh")    ? std::string("never")
+                         : vm.count("resume") ? vm["resume"].as<std::string>()
+                                              : s.cfg.checkpoint.resume;
     if (resume == "latest" || resume == "auto") {
       TESSERA_CHECK_INPUT(!(resume == "latest" && s.topts.checkpoint_dir.empty()),
                           "--resume needs checkpoint.dir (or --resume DIR)");
@@ -372,6 +406,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
 
 // Rank 0: the run's first line and run_info.json.
 void announce_run(const TrainSetup& s, const Bootstrap& b) {
+    if (!s.resume_dir.empty()) refuse_finished_run(s.resume_dir, s.cfg, s.topts.steps);
   {
     std::cout << "tessera train: " << b.world_size << " rank(s) on " << b.num_nodes << " node(s), "
               << fsdp::to_string(s.fopts.strategy) << ", " << util::short_name(s.cfg.fsdp.mixed_precision) << " on "
@@ -391,14 +426,17 @@ void report_outcome(const train::RunResult& res, const TrainSetup& s) {
     if (res.preempted) {
       std::cout << "preempted at step " << res.end_step << ": checkpoint " << res.last_checkpoint << std::endl;
       const Bootstrap& bb = current();
-      if (bb.slurm.present && !bb.slurm.job_id.empty()) {
+      // Ctrl-C (SIGINT) is a person stopping the run: no requeue.
+      if (bb.slurm.present && !bb.slurm.job_id.empty() && train::preemption_signal() != SIGINT) {
         std::string cmd = "scontrol requeue " + bb.slurm.job_id;
         int rc = std::system(cmd.c_str());
         std::cout << cmd << (rc == 0 ? ": requeued" : ": failed (job not requeueable?)") << std::endl;
       }
     }
-    std::string where = res.last_checkpoint.empty() ? std::string("no checkpoint (checkpoint.dir unset)")
-                                                    : "checkpoint " + res.last_checkpoint;
+    std::string where = !res.last_checkpoint.empty() ? "checkpoint " + res.last_checkpoint
+                        : s.topts.checkpoint_dir.empty() ? std::string("no checkpoint (checkpoint.dir unset)")
+                                                         : "no checkpoint written (checkpoint.every " +
+                                                               std::to_string(s.topts.checkpoint_every) + ")";
     std::cout << "done: steps " << res.start_step << " -> " << res.end_step;
     if (!res.records.empty())
       std::cout << ", loss " << res.records.front().loss << " -> " << res.records.back().loss;
@@ -427,15 +465,28 @@ int run_train(const std::vector<std::string>& args) {
       "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory")(
       "host-mem", po::value<std::string>(),
       "host RAM of this node for the job (default: the cgroup or SLURM --mem limit, if any); the run stops "
-      "before loading if the memory model predicts more");
-  auto vm = parse_command("tessera train --config run.json [--set key=value]... [--resume [DIR]] [--host-mem SIZE]", desc,
-                          args);
+      "before loading if the memory model predicts more")(
+      "peak-flops", po::value<std::string>(),
+      "peak FLOP/s of one rank for MFU, e.g. 989e12 (sets train.peak_flops; default: the hardware's)");
+  desc.add_options()("config-file", po::value<std::string>(), "the configuration given without --config");
+  po::positional_options_description config_file;  // `tessera train run.json` is `--config run.json`
+  config_file.add("config-file", 1);
+  auto vm = parse_command("tessera train --config run.json (or: tessera train run.json) [--set key=value]... "
+                          "[--resume [DIR] | --fresh] [--host-mem SIZE]", desc, args, &config_file);
+      "fresh", "start from step 0 even when checkpoint.dir holds checkpoints (they are kept: the first save retires "
+      "them to <checkpoint.dir>/retired/)")(
   if (!vm) return 0;
   const Bootstrap& b = current();
   const bool rank0 = b.world_rank == 0;
   TrainSetup s;
   read_configuration(s, *vm, b);
   prepare_run(s, *vm, b);
+  if (vm->count("config-file")) {
+    const std::string given = (*vm)["config-file"].as<std::string>(), flag = (*vm)["config"].as<std::string>();
+    TESSERA_CHECK_INPUT(flag.empty(), "the configuration is given twice (--config " + flag + " and " + given +
+                                          "); give one");
+    (*vm).at("config").value() = given;
+  }
   nlohmann::json run_state = {{"config", s.cfg.json()}, {"model_config", s.ms.config.to_json()},
                               {"model_source", s.ms.source}};
   if (rank0) announce_run(s, b);

@@ -169,8 +169,47 @@ std::vector<std::string> all_keys() {
   throw TESSERA_INPUT_ERROR(source + ": unknown config key '" + key + "'" +
                             (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
 }
+// Key names of Hugging Face TrainingArguments, Accelerate and torchtune recipes (the last part of
+// the key, any section) and Tessera's key for the same thing, with what differs.
+std::string foreign_key_hint(const std::string& key) {
+  static const std::vector<std::pair<std::string, std::string>> table = {
+      {"learning_rate", "train.lr"},
+      {"lr", "train.lr"},
+      {"per_device_train_batch_size", "train.micro_batch (sequences per rank per micro-step)"},
+      {"batch_size", "train.micro_batch (sequences per rank per micro-step)"},
+      {"gradient_accumulation_steps", "train.grad_accum"},
+      {"max_steps", "train.steps"},
+      {"num_train_epochs", "train.steps (Tessera counts optimizer steps: epochs x sequences / global batch)"},
+      {"epochs", "train.steps (Tessera counts optimizer steps: epochs x sequences / global batch)"},
+      {"warmup_ratio", "train.warmup_steps (a step count: warmup_ratio x train.steps)"},
+      {"num_warmup_steps", "train.warmup_steps"},
+      {"max_grad_norm", "train.clip"},
+      {"clip_grad_norm", "train.clip"},
+      {"dataset", "data.path"},
+      {"dataset_name", "data.path (a local file or directory: Tessera downloads nothing)"},
+      {"train_file", "data.path"},
+      {"validation_file", "data.val_path"},
+      {"max_seq_length", "data.seq_len"},
+      {"max_seq_len", "data.seq_len"},
+      {"output_dir", "checkpoint.dir (and log.dir)"},
+      {"save_steps", "checkpoint.every"},
+      {"logging_steps", "log.every"},
+      {"eval_steps", "eval.every"},
+      {"lr_scheduler_type", "train.schedule"},
+      {"model_name_or_path", "model.path (a local Hugging Face directory)"},
+      {"seed", "train.seed"},
+  };
+  const std::string last = key.substr(key.rfind('.') + 1);
+  for (const auto& [name, ours] : table)
+    if (name == last && ours.rfind(key, 0) != 0) return ours;
+  return "";
+}
+
 
 std::string type_name(const json& v) {
+  const std::string foreign = foreign_key_hint(key);
+  if (!foreign.empty())
+    throw TESSERA_INPUT_ERROR(source + ": unknown config key '" + key + "' (Tessera's key for it: " + foreign + ")");
   if (v.is_boolean()) return "bool";
   if (v.is_number_integer()) return "int";
   if (v.is_number()) return "float";

@@ -6,6 +6,8 @@
 // (the collective that did not complete, the ranks without a record or behind, or a desync) as its
 // last line.
 #include <c10/util/Exception.h>
+#include <mpi.h>
+#include <torch/version.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -45,7 +47,7 @@ const std::vector<CommandInfo>& all_commands() {
 
 void print_usage() {
   std::cout << "tessera - fully sharded data-parallel fine-tuning of Llama 2 (FSDP / ZeRO-3)\n\n"
-               "usage: tessera <command> [options]      (tessera <command> --help for its options)\n\n"
+               "usage: tessera <command> [options]      (tessera <command> --help for its options; tessera --version)\n\n"
                "commands:\n";
   for (const auto& c : all_commands()) {
     std::string name = c.name;
@@ -144,11 +146,31 @@ int report(int code, const std::string& what, bool collective, bool timeout = fa
   return code;
 }
 
+// `tessera --version`: what was built, from what, against what.
+void print_version() {
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_line(mpi, std::min<size_t>(std::strlen(mpi), std::strcspn(mpi, ",\n")));
+#ifdef TESSERA_WITH_CUDA
+  const char* device = "CUDA + NCCL";
+#else
+  const char* device = "CPU only";
+#endif
+  std::cout << "tessera " << TESSERA_VERSION << " (" << (*TESSERA_GIT ? TESSERA_GIT : "unknown commit") << "), LibTorch "
+            << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "." << TORCH_VERSION_PATCH << " (" << device
+            << "), C++" << __cplusplus / 100 % 100 << ", " << mpi_line << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   memory::configure_process_allocators();  // first: before any thread allocates
   std::vector<std::string> all(argv + 1, argv + argc);
+  if (!all.empty() && (all[0] == "--version" || all[0] == "version")) {
+    print_version();
+    return 0;
+  }
   if (all.empty() || all[0] == "--help" || all[0] == "-h" || all[0] == "help") {
     print_usage();
     return all.empty() ? 2 : 0;

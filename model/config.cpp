@@ -160,6 +160,12 @@ ModelConfig ModelConfig::preset(const std::string& name) {
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& src) {
   if (!j.is_object()) throw ModelError(src + ": expected a JSON object");
+  if (const auto* q = config_key(j, "quantization_config")) {
+    const std::string method = q->is_object() ? q->value("quant_method", std::string("unnamed")) : q->dump();
+    throw ModelError(src + ": a quantized checkpoint (quantization_config: quant_method " + method +
+                     "): Tessera fine-tunes full-precision weights (F32/BF16/F16 safetensors); use the unquantized "
+                     "model's directory");
+  }
   std::string type = "llama";
   if (const auto* mt = config_key(j, "model_type")) {
     if (!mt->is_string()) throw ModelError(src + ": model_type " + mt->dump() + " must be a string");

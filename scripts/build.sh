@@ -2,6 +2,7 @@
 # Installs dependencies (idempotent) and builds Tessera into build/ (executables in build/bin/).
 #
 #   bash scripts/build.sh                            # deps, configure build/, build everything
+#   TARGETS=tessera bash scripts/build.sh            # the same, building only the binary
 #   bash scripts/build.sh --configure DIR [ARG...]   # only: cmake -S <repo> -B DIR ARG... (no deps, no build)
 #
 # Configuring goes through configure() below. CMake reports what Tessera's checks refuse
@@ -62,4 +63,6 @@ configure build -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out" || rc=$?
 grep '^-- Tessera: LibTorch .* -> TESSERA_WITH_CUDA=' "$out" || true  # what the build found, one line
 rm -f "$out"
 ((rc == 0)) || exit "$rc"
-cmake --build build -j"$JOBS"
+# TARGETS (e.g. TARGETS=tessera, as scripts/quickstart.sh does): build only those; default: everything.
+read -r -a targets <<<"${TARGETS:-all}"
+cmake --build build -j"$JOBS" --target "${targets[@]}"

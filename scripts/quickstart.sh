@@ -5,7 +5,7 @@
 # has no tokenizer.model), with a checkpoint at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+TARGETS=tessera bash scripts/build.sh  # the binary alone: the tests are built by scripts/test.sh
 RUN=${RUN:-runs/quickstart}
 BIN=build/bin/tessera
 rm -rf "$RUN" && mkdir -p "$RUN"

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <chrono>
 #include <csignal>
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -30,7 +31,20 @@ namespace tessera::train {
 // ---- signals ---------------------------------------------------------------------------------
 namespace {
 std::atomic<bool> g_preempt{false};
-extern "C" void on_preempt_signal(int) { g_preempt.store(true); }
+std::atomic<int> g_preempt_signal{0};  // the first signal that asked to stop
+extern "C" void on_preempt_signal(int sig) {
+  const bool again = g_preempt.exchange(true);
+  if (!again) g_preempt_signal.store(sig);
+  if (sig != SIGINT) return;
+  if (again) {  // a second Ctrl-C: quit at once
+    signal(SIGINT, SIG_DFL);
+    raise(SIGINT);
+    return;
+  }
+  static const char msg[] = "\ntessera: interrupt: stopping after this step with a checkpoint (Ctrl-C again to quit at once)\n";
+  ssize_t n = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  (void)n;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -91,9 +105,11 @@ struct Trainer::Impl {
   comm::ProcessGroups groups;  // the engine's (device) communicators
   comm::ProcessGroups host;    // MPI/self communicators over the same ranks
   at::Device device = at::kCPU;
+  sigaction(SIGINT, &sa, nullptr);  // Ctrl-C, also on a single process without mpirun
   fsdp::Options fopts;
   TrainOptions opts;
   std::shared_ptr<const data::TokenDataset> dataset, val;
+int preemption_signal() { return g_preempt_signal.load(); }
   nlohmann::json run_state;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<optim::AdamW> adamw;

@@ -179,8 +179,11 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Installs handlers: the signal sets a flag the loop checks once per step (all ranks agree).
+// Installs handlers: the signal (SIGTERM, SIGINT, `preempt_signal`) sets a flag the loop checks once
+// per step (all ranks agree); the run stops after that step with a checkpoint. A second SIGINT ends
+// the process at once (the default action).
 void install_preemption_handlers(int preempt_signal);
 bool preemption_requested();
 
 }  // namespace tessera::train
+int preemption_signal();  // the signal behind preemption_requested() on this rank (0: none)

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A CLI that never ignores what it was given (issue 35), on the real binary, one process, no MPI:
+#  - `tessera --version` says what was built;
+#  - `tessera train run.json` (no --config) trains THAT configuration; a stray argument is refused;
+#  - a size without a unit is refused, not read as bytes;
+#  - Hugging Face / Accelerate / torchtune key names get Tessera's key;
+#  - re-running a finished run with a changed configuration is refused (exit 2) saying what it found
+#    and what to do, with nothing on disk changed; --fresh starts over and keeps the old checkpoints;
+#  - the final line names the checkpoint; `ckpt verify` takes a checkpoint.dir;
+#  - Ctrl-C (SIGINT) on a single process stops after the step with a checkpoint, and resumes;
+#  - `diagnose` tells a clean stop and a resumed history from a failure;
+#  - a quantized checkpoint is named as such.
+set -uo pipefail
+BIN=${TESSERA_BIN:?}/tessera
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, check, expect_error
+
+"$BIN" --version > "$T/version" || fail "tessera --version exited $?"
+check "--version names the version, commit and LibTorch" grep -qE '^tessera [0-9]+\.[0-9]+\.[0-9]+ \(.+\), LibTorch [0-9]+\.[0-9]+' "$T/version"
+
+# A small text corpus and a configuration given WITHOUT --config.
+for i in $(seq 1 60); do echo "line $i: the quick brown fox jumps over the lazy dog, again and again."; done > "$T/corpus.txt"
+cat > "$T/run.json" <<JSON
+{"data": {"path": "$T/corpus.txt", "tokenizer": "bytes", "seq_len": 32},
+ "train": {"steps": 3, "micro_batch": 2, "lr": 1e-3, "warmup_steps": 1},
+ "checkpoint": {"dir": "$T/ck", "every": 0}, "log": {"dir": "$T/log"}}
+JSON
+"$BIN" train "$T/run.json" > "$T/out1" 2> "$T/err1" || fail "tessera train run.json exited $?: $(cat "$T/err1")"
+check "the positional configuration is used (its data path in the first line)" grep -q "data $T/corpus.txt" "$T/out1"
+check "its checkpoint.dir got step-3" test -f "$T/ck/step-3/manifest.json"
+check "the final line names the checkpoint" grep -q "done: steps 0 -> 3.*checkpoint $T/ck/step-3" "$T/out1"
+expect_error 2 "the configuration is given twice (--config $T/run.json and extra.json)" "$BIN" train --config "$T/run.json" extra.json
+expect_error 2 "unexpected argument 'stray'" "$BIN" plan --config "$T/run.json" --ranks 8 stray
+
+expect_error 2 "'80' has no unit.*80GiB" "$BIN" plan --config "$T/run.json" --ranks 8 --gpu-mem 80
+expect_error 2 "unknown config key 'train.learning_rate' (Tessera's key for it: train.lr)" \
+  "$BIN" train --config "$T/run.json" --set train.learning_rate=1e-4
+echo '{"per_device_train_batch_size": 4}' > "$T/hf.json"
+expect_error 2 "Tessera's key for it: train.micro_batch" "$BIN" config --check "$T/hf.json"
+echo '{"train": {"warmup_ratio": 0.1}}' > "$T/hf2.json"
+expect_error 2 "warmup_ratio.*train.warmup_steps" "$BIN" config --check "$T/hf2.json"
+
+# The finished run again, with another learning rate: refused, nothing on disk changed.
+snapshot() { find "$T/ck" -type f -exec md5sum {} + | sort; }
+snapshot > "$T/before"
+expect_error 2 "checkpoint $T/ck/step-3 is at step 3, the end of this run (train.steps 3).*train.lr 0.001 -> 0.0005.*raise train.steps.*--fresh" \
+  "$BIN" train "$T/run.json" --set train.lr=5e-4
+snapshot > "$T/after"
+check "the refused re-run changed nothing in checkpoint.dir" cmp -s "$T/before" "$T/after"
+"$BIN" train "$T/run.json" --set train.steps=5 > "$T/out2" 2>&1 || fail "raising train.steps exited $?: $(cat "$T/out2")"
+check "raising train.steps continues from step 3" grep -q "done: steps 3 -> 5" "$T/out2"
+"$BIN" train "$T/run.json" --fresh > "$T/out3" 2>&1 || fail "--fresh exited $?: $(cat "$T/out3")"
+check "--fresh starts at step 0" grep -q "done: steps 0 -> 3" "$T/out3"
+check "--fresh kept the old checkpoints (retired)" test -f "$T/ck/retired/step-5/manifest.json"
+expect_error 2 "--fresh and --resume contradict" "$BIN" train "$T/run.json" --fresh --resume
+
+# ckpt verify on the checkpoint.dir verifies each checkpoint; inspect names them.
+"$BIN" ckpt verify "$T/ck" > "$T/verify" 2>&1 || fail "ckpt verify CHECKPOINT_DIR exited $?: $(cat "$T/verify")"
+check "ckpt verify on a checkpoint.dir verifies its checkpoints" grep -q "^OK: all 1 checkpoints of $T/ck verified" "$T/verify"
+expect_error 2 "is a checkpoint.dir holding 1 checkpoint(s), not one checkpoint: name one, e.g. $T/ck/step-3" "$BIN" ckpt inspect "$T/ck"
+
+# Ctrl-C on one process: stops after the step with a checkpoint; diagnose calls it a clean stop
+# (no records) or history once resumed.
+"$BIN" train "$T/run.json" --fresh --set train.steps=400 --set checkpoint.dir="$T/ck2" --set log.dir="$T/log2" \
+  > "$T/out4" 2> "$T/err4" &
+pid=$!
+for _ in $(seq 1 600); do grep -q '^step' "$T/out4" 2>/dev/null && break; sleep 0.1; done
+kill -INT $pid
+wait $pid; rc=$?
+check "SIGINT on a single process exits 0 after a checkpoint (rc $rc)" test "$rc" = 0
+check "it says it stops with a checkpoint" grep -q "interrupt: stopping after this step with a checkpoint" "$T/err4"
+step=$(sed -n 's/^preempted at step \([0-9]*\): checkpoint .*/\1/p' "$T/out4")
+check "the checkpoint of the interrupted step exists (step $step)" test -n "$step" -a -f "$T/ck2/step-$step/manifest.json"
+"$BIN" train "$T/run.json" --set train.steps=$((step + 2)) --set checkpoint.dir="$T/ck2" --set log.dir="$T/log2" \
+  > "$T/out5" 2>&1 || fail "resume after SIGINT exited $?: $(cat "$T/out5")"
+check "the interrupted run resumes where it stopped" grep -q "resumed from $T/ck2/step-$step at step $step" "$T/out5"
+
+# diagnose: a flight record of a SIGTERM'd step-1 run, then a run that logged later steps: history.
+mkdir -p "$T/log/flight"
+cat > "$T/log/flight/rank-0.json" <<JSON
+{"format": "tessera-flight", "version": 1, "rank": 0, "world_size": 1, "host": "h", "pid": 1, "run_id": "r1",
+ "reason": "signal SIGTERM", "message": "terminated", "context": {"step": 1, "phase": "forward"}, "timeout_ms": 1000,
+ "stops": 0, "groups": []}
+JSON
+"$BIN" diagnose "$T/log" > "$T/dx1" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx1")"
+check "diagnose: a run resumed past the records is history, not a failure" \
+  grep -q "^summary: these records are of a run that stopped at step 1; the run was resumed and has since logged up to step 5" "$T/dx1"
+rm "$T/log/metrics.jsonl"
+"$BIN" diagnose "$T/log" > "$T/dx2" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx2")"
+check "diagnose: SIGTERM on every rank with nothing pending is a clean stop" grep -q "^summary: every rank stopped on SIGTERM at step 1" "$T/dx2"
+
+# A quantized checkpoint is named as such.
+"$BIN" init-model --preset tiny --out "$T/q" > /dev/null || fail "init-model"
+python3 - "$T/q/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_error 2 "a quantized checkpoint (quantization_config: quant_method bitsandbytes)" \
+  "$BIN" train --config "$T/run.json" --set model.path="$T/q" --set checkpoint.dir="$T/ck3"
+check "nothing written for the refused quantized model" test ! -e "$T/ck3/step-3"
+echo "$pass passed, 0 failed"
