@@ -4,6 +4,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/accelerate.h"
+#include "launcher/cmd_chat_template.h"
 #include "launcher/cmd_ckpt.h"
 #include "launcher/cmd_model.h"
 #include "launcher/cmd_tokenize.h"
@@ -55,6 +56,7 @@ const std::vector<CommandInfo>& commands() {
       {"eval", "per-sequence next-token loss of a model on token ids (single process or mpirun, sharded)", true, run_eval},
       {"init-model", "write a Hugging Face model directory with the Llama initialisation", false, run_init_model},
       {"tokenize", "pre-tokenise a corpus (text, JSONL chat/prompt-completion/text) into a token file that train maps", false, run_tokenize},
+      {"chat-template", "render a model's chat template on a conversation, as Hugging Face's apply_chat_template does", false, run_chat_template},
       {"report", "write a run's HTML report (loss, validation, lr, grad norm, tokens/s, MFU, memory, config, topology)", false, run_report},
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
       {"config", "print the configuration reference, validate a config file, or translate an Accelerate FSDP config", false, run_config},

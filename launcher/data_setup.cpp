@@ -37,6 +37,22 @@ TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& mod
       "tokens (ids 0-257)");
 }
 
+std::string tokenizer_config_for(const Config& cfg, const data::Tokenizer& tok) {
+  if (tok.name() == "byte" || cfg.data.chat_template != data::ChatTemplateKind::Auto) return "";
+  const std::string spec = cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer;
+  if (spec.empty()) return "";
+  std::error_code ec;
+  const fs::path p(spec);
+  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  // A rank that cannot see the tokenizer's directory (model.load=rank0 broadcasts a tokenizer.model)
+  // would silently fall back to llama2 while rank 0 renders the model's template.
+  TESSERA_CHECK_INPUT(fs::is_directory(dir.empty() ? fs::path(".") : dir, ec),
+                      "data.chat_template auto: " + dir.string() +
+                          " (beside the tokenizer) is not visible on this rank, so its tokenizer_config.json cannot be "
+                          "read: make it visible to every rank, or set data.chat_template");
+  return (dir / "tokenizer_config.json").string();
+}
+
 namespace {
 
 void print_read_warnings(const data::ReadStats& s, const std::string& what) {
@@ -60,7 +76,9 @@ DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, std::uniqu
                           " tokens, more than the model's vocab_size " + std::to_string(mc.vocab_size) + " (" +
                           (model_path.empty() ? "preset " + cfg.model.preset : model_path + "/config.json") +
                           "): its ids would be outside the model's embedding (set data.tokenizer to the model's own)");
-  d.chat = data::make_chat_template(cfg.data.chat_template);
+  data::ChatTemplateChoice chat = data::choose_chat_template(cfg.data.chat_template, tokenizer_config_for(cfg, tok));
+  if (print_warnings) std::cout << "data: chat template: " << chat.description << std::endl;
+  d.chat = std::move(chat.chat);
   d.chat->check(tok);
 
   data::PackOptions po;

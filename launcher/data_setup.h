@@ -1,5 +1,5 @@
 // The data side of `tessera train`: which tokenizer (data.tokenizer and the model), the chat
-// template, the training and validation datasets, and the messages about dropped examples.
+// template (printed on rank 0), the training and validation datasets, and the messages about dropped examples.
 #pragma once
 #include <memory>
 #include <string>
@@ -29,6 +29,12 @@ struct TokenizerChoice {
 };
 TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& model_dir, const std::string& model_name,
                                  const model::ModelConfig& mc);
+
+// The tokenizer_config.json whose chat_template data.chat_template = auto renders: the one beside
+// data.tokenizer (a file's directory, or the directory given), else in model.path; "" for the byte
+// tokenizer, a preset model, or another data.chat_template. Error(Input) when that directory is not
+// visible on this rank.
+std::string tokenizer_config_for(const Config& cfg, const data::Tokenizer& tok);
 
 struct DataSetup {
   std::unique_ptr<data::Tokenizer> tokenizer;

@@ -42,7 +42,9 @@ void append_split(Example& ex, const Tokenizer& tok, const std::string& prefix, 
 
 class Llama2Template final : public ChatTemplate {
  public:
-  std::string name() const override { return "llama2"; }
+  // "auto" for data.chat_template auto without a model template (it renders as llama2).
+  explicit Llama2Template(std::string name = "llama2") : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   void check(const Tokenizer& tok) const override {
     TESSERA_CHECK_INPUT(tok.bos_id() >= 0 && tok.eos_id() >= 0,
                         "data.chat_template llama2 needs BOS and EOS ids, and tokenizer " + tok.name() + " has none");
@@ -66,6 +68,9 @@ class Llama2Template final : public ChatTemplate {
     }
     return ex;
   }
+
+ private:
+  std::string name_;
 };
 
 class Llama3Template final : public ChatTemplate {
@@ -165,6 +170,7 @@ void check_conversation(const std::vector<Message>& messages) {
 
 std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind) {
   switch (kind) {
+    case ChatTemplateKind::Auto: return std::make_unique<Llama2Template>("auto");
     case ChatTemplateKind::Llama2: return std::make_unique<Llama2Template>();
     case ChatTemplateKind::Llama3: return std::make_unique<Llama3Template>();
     case ChatTemplateKind::None: return std::make_unique<NoTemplate>();

@@ -35,11 +35,35 @@
 //           <|eot_id|>.
 //   none    BOS, each message's content as encoded, EOS; targets: the assistant contents and the
 //           final EOS when the last message is the assistant's.
+//   auto    (the default) the model's own Jinja `chat_template` (read_model_chat_template below),
+//           rendered as transformers' apply_chat_template does (jinja.h), with messages,
+//           bos_token / eos_token (tokenizer_config.json's), add_generation_prompt false and tools /
+//           documents none. When the model has none: llama2, as before (choose_chat_template says
+//           which was taken). make_chat_template(Auto) alone, without a model, is that fallback.
+//
+// THE MODEL'S TEMPLATE, tokenised: the rendered text is cut at the special tokens it contains (the
+// added tokens, bos/eos/unk/pad and additional_special_tokens of tokenizer_config.json that the
+// tokenizer knows as special ids, leftmost and longest first): each becomes its id (a SentencePiece
+// model would encode "<s>" as text), the text between them is encoded piece by piece, as Hugging
+// Face's tokenizers do, without BOS/EOS added (apply_chat_template's add_special_tokens=False).
+//
+// ITS TARGETS, whatever the template: the assistant turns and their end-of-turn.
+//   - A template with {% generation %} ... {% endgeneration %} blocks (Hugging Face's
+//     return_assistant_tokens_mask markers): the text rendered inside them.
+//   - Otherwise, by rendering prefixes, as TRL and torchtune locate turns: for each assistant
+//     message i, P = render(messages[:i], add_generation_prompt=true) and F = render(messages[:i+1]);
+//     the assistant turn is F minus its prefix P (the content and what the template closes the turn
+//     with: <|eot_id|>, " </s>", "<|im_end|>\n", ...). A template for which P is not a prefix of F,
+//     or F not a prefix of the whole conversation's render, makes the record a BadExample ("template
+//     mask") naming the message: such a template needs {% generation %} markers or a built-in.
+//   A token is a target when its text starts inside a target span; a span boundary inside a run of
+//   text is placed as encode_with_prefix places the prompt/completion one.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -88,6 +112,29 @@ class ChatTemplate {
 };
 
 std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind);
+
+// A model's own chat template: tokenizer_config.json's "chat_template" (a string, or a list of
+// {name, template} of which "default" is taken), else a chat_template.jinja beside it; its bos/eos
+// tokens and the special-token strings named above.
+struct ModelChatTemplate {
+  std::string source, origin;  // the Jinja text and where it came from (messages)
+  std::optional<std::string> bos_token, eos_token;
+  std::vector<std::string> special_tokens;
+};
+// nullopt when the file does not exist or names no template; Error(Input) when it does not parse.
+std::optional<ModelChatTemplate> read_model_chat_template(const std::string& tokenizer_config_json);
+// Renders `model`'s template (throws Error(Input) when it does not parse or uses an unsupported
+// construct, naming the construct, file and line).
+std::unique_ptr<ChatTemplate> make_model_chat_template(const ModelChatTemplate& model);
+
+// data.chat_template resolved for a model whose tokenizer has `tokenizer_config_json` beside it
+// ("" for none): the template and a line saying which it is and why ("the model's own (<path>)",
+// "llama2 (auto: <path> has no chat_template)", "llama3 (data.chat_template)").
+struct ChatTemplateChoice {
+  std::unique_ptr<ChatTemplate> chat;
+  std::string description;
+};
+ChatTemplateChoice choose_chat_template(ChatTemplateKind kind, const std::string& tokenizer_config_json);
 // A name of chat_template_names() (names.h); throws Error(Input) naming data.chat_template for any other.
 std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name);
 

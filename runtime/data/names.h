@@ -15,8 +15,8 @@ TESSERA_ENUM_NAMES(truncation_names, "drop", "left", "error")
 enum class DataFormat { Auto, Jsonl, Json, Text };
 TESSERA_ENUM_NAMES(data_format_names, "auto", "jsonl", "json", "text")
 
-// How `messages` records are rendered (chat_template.h).
-enum class ChatTemplateKind { Llama2, Llama3, None };
-TESSERA_ENUM_NAMES(chat_template_names, "llama2", "llama3", "none")
+// How `messages` records are rendered (chat_template.h); Auto (the model's own) is the default.
+enum class ChatTemplateKind { Auto, Llama2, Llama3, None };
+TESSERA_ENUM_NAMES(chat_template_names, "auto", "llama2", "llama3", "none")
 
 }  // namespace tessera::data
