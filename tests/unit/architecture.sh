@@ -2,7 +2,8 @@
 # docs/ARCHITECTURE.md names only things that exist: every backticked path is a file or folder of
 # the tree, every backticked type is declared (class / struct / using / enum) in the sources, every
 # backticked function or member (`f`, `T::f`, `f()`) appears in them, every configuration key
-# (`section.key`) is in the schema. A rename or removal without the map following fails here.
+# (`section.key`) is in the schema. A rename or removal without the map following fails here. Every
+# source that starts a thread or installs a signal handler is named in the map's Threads section.
 set -euo pipefail
 SRC=${TESSERA_SRC:?}
 DOC=${ARCHITECTURE_DOC:-$SRC/docs/ARCHITECTURE.md}  # another file: to test this test
@@ -39,4 +40,16 @@ while IFS= read -r name; do
   esac
 done < "$T/names"
 check "every name exists ($paths paths, $types types, $words identifiers, $keys keys)" test $bad -eq 0
+
+# The threads and signal handlers the map lists are the ones the code starts and installs: every
+# source that starts a thread (std::thread(...)) or installs a handler (sa_handler / sa_sigaction)
+# is named in its "## Threads" section.
+sed -n '/^## Threads/,/^## /p' "$DOC" > "$T/threads"
+unlisted=0 starters=0
+while IFS= read -r f; do
+  starters=$((starters + 1))
+  grep -qF "\`${f#$SRC/}\`" "$T/threads" || { echo "starts a thread or installs a signal handler, not in ## Threads: ${f#$SRC/}"; unlisted=1; }
+done < <(grep -lE 'std::thread\(|\.sa_(handler|sigaction) = ' -r "$SRC/launcher" "$SRC/runtime" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
+           --include='*.cpp' --include='*.h' | sort)
+check "every file that starts a thread or installs a handler is in ## Threads ($starters files)" test $unlisted -eq 0 -a $starters -ge 5
 echo "$pass passed, 0 failed"
