@@ -157,7 +157,7 @@ expect_error 2 "eval.every is 5 but there is no validation data" $BIN train --se
 expect_error 2 "checkpoint.keep_best needs validation data" $BIN train --set checkpoint.keep_best=true
 
 # ---- 6. packing and chat template choices show in the data summary --------------------------------
-summary() { $BIN train --set data.path="$SRC/examples/chat/train.jsonl" --set data.seq_len=256 --set train.steps=1 "$@" > "$T/summary"; head -1 "$T/summary"; }
+summary() { $BIN train --set data.path="$SRC/examples/chat/train.jsonl" --set data.seq_len=256 --set train.steps=1 "$@" > "$T/summary"; grep -m1 '^tessera train:' "$T/summary"; }
 packed=$(summary); padded=$(summary --set data.packing=false); none=$(summary --set data.chat_template=none)
 echo "$packed"; echo "$padded"; echo "$none"
 rows=$(sed -E 's/.*in 600 examples -> ([0-9]+) sequences of 256, packed.*/\1/' <<< "$packed")

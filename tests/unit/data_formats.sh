@@ -5,8 +5,8 @@
 #   read:    a JSON array of chat records and a .jsonl.gz (made by gzip) give the token file of the
 #            same records as JSONL, byte for byte; Alpaca and ShareGPT records give that of their
 #            `messages` records; a directory of mixed files takes its data files and names the
-#            skipped ones; a .txt is text; `train` on such a directory and on the quick start's
-#            extension-less licence texts (2 steps of the tiny preset).
+#            skipped ones; a .txt and the quick start's extension-less licence texts are text;
+#            `train` (2 steps of the tiny preset) on the mixed directory.
 #   refused: a parquet-magic file, a zip (made by zip), a file with NUL bytes, a .json that does not
 #            parse (line and column), a Hugging Face save_to_disk folder (.arrow, state.json), a
 #            corrupt .gz; `train` on one of them writes no log or checkpoint directory.
@@ -40,6 +40,7 @@ cat > alpaca.jsonl <<'EOF'
 {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5", "system": "Be brief."}
 {"instruction": "Say hi.", "output": "hi"}
 {"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}, {"from": "human", "value": "c"}, {"from": "gpt", "value": "d"}]}
+{"conversations": [{"from": "human", "value": "a"}, {"from": "bot", "value": "b"}]}
 EOF
 cat > alpaca_messages.jsonl <<'EOF'
 {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Add the numbers.\n\n2 and 3"}, {"role": "assistant", "content": "5"}]}
@@ -47,11 +48,9 @@ cat > alpaca_messages.jsonl <<'EOF'
 {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]}
 EOF
 tokenize alpaca.bin alpaca.jsonl
+check "a bad ShareGPT record is named" grep -q "alpaca.jsonl:4: dropped (ShareGPT turn 2: from 'bot' is not human/gpt/system" err.txt
 tokenize alpaca_messages.bin alpaca_messages.jsonl
 same alpaca.bin alpaca_messages.bin "Alpaca and ShareGPT read as their messages"
-echo '{"conversations": [{"from": "human", "value": "a"}, {"from": "bot", "value": "b"}]}' > bot.jsonl
-"$BIN" tokenize --input bot.jsonl --out bot.bin > out.txt 2> err.txt
-check "a bad ShareGPT record is named" grep -q "bot.jsonl:1: dropped (ShareGPT turn 2: from 'bot' is not human/gpt/system" err.txt
 
 # A directory of mixed files: its data files are read, the rest named.
 mkdir -p mixed/sub
@@ -61,9 +60,12 @@ printf '{\n  "description": "",\n  "features": {}\n}\n' > mixed/dataset_info.jso
 tokenize mixed.bin mixed
 printed "input mixed: 3 files (1 jsonl, 1 jsonl.gz, 1 json); skipped: README.md, dataset_info.json"
 [ "$(od -An -t u8 -j 24 -N 8 --endian=little mixed.bin | tr -d ' ')" = 72 ] || fail "mixed: not 3 x 24 documents"
+# Text by extension, and the quick start's licence texts, whose names have none (or a version: GPL-2).
 printf 'plain words\n' > notes.txt
-tokenize notes.bin notes.txt
+tokenize notes.bin notes.txt --input /usr/share/common-licenses
 printed "input notes.txt: 1 file (text)"
+n=$(find -L /usr/share/common-licenses -type f | wc -l)
+printed "input /usr/share/common-licenses: $n files (text)"
 
 # Refused: exit 2, one error line naming the file, no output and no temporary file.
 printf 'PAR1\x15\x04\x15\x10binary columnsPAR1' > data.parquet
@@ -89,15 +91,12 @@ refused cut.jsonl.gz "cut.jsonl.gz is corrupt gzip"
 expect_error 2 "--format 'xml' is not one of auto, jsonl, json, text" \
   "$BIN" tokenize --input notes.txt --out refused.bin --format xml
 
-# train: the detected formats in its output (rank 0), and a refusal that writes nothing.
+# train: the detected formats in its output, and a refusal that writes nothing.
 train=(--set model.preset=tiny --set data.tokenizer=bytes --set data.seq_len=64 --set train.steps=2
        --set train.warmup_steps=1 --set log.every=1)
 "$BIN" train "${train[@]}" --set data.path=mixed > out.txt 2> err.txt || fail "train on mixed: $(cat err.txt)"
 printed "data.path mixed: 3 files (1 jsonl, 1 jsonl.gz, 1 json); skipped: README.md, dataset_info.json"
 check "train on mixed ran its 2 steps" grep -q "done: steps 0 -> 2" out.txt
-"$BIN" train "${train[@]}" > out.txt 2> err.txt || fail "the quick start's data: $(cat err.txt)"
-n=$(find -L /usr/share/common-licenses -type f | wc -l)
-printed "data.path /usr/share/common-licenses: $n files (text)"
 expect_error 2 "data file data.parquet is a Parquet file" \
   "$BIN" train "${train[@]}" --set data.path=data.parquet --set log.dir=run/log --set checkpoint.dir=run/ck
 check "a refused train wrote nothing" test ! -e run
