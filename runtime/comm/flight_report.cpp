@@ -136,15 +136,10 @@ Dumps read_dumps(const std::string& flight_dir) {
   return d;
 }
 
-Diagnosis diagnose(const Dumps& dumps) {
-  Diagnosis dx;
-  for (const auto& n : dumps.notes) dx.lines.push_back("note: " + n);
-  if (dumps.records.empty()) {
-    dx.summary = "no flight records";
-    dx.lines.push_back(dx.summary);
-    return dx;
-  }
-  // Ranks with a record and the world.
+namespace {
+
+// The header lines: which ranks left a record, and each record's reason. Fills dx.missing.
+std::map<int, const json*> describe_records(const Dumps& dumps, Diagnosis& dx) {
   int64_t world = 0;
   std::map<int, const json*> by_rank;
   for (const auto& r : dumps.records) {
@@ -165,8 +160,11 @@ Diagnosis diagnose(const Dumps& dumps) {
     dx.lines.push_back("rank " + std::to_string(rank) + " (host " + str(*r, "host") + (where.empty() ? "" : ", " + where) +
                        "): " + str(*r, "reason") + (msg.empty() ? "" : ": " + msg));
   }
+  return by_rank;
+}
 
-  // Groups, matched across ranks by backend, name, instance and members.
+// Groups, matched across ranks by backend, name, instance and members.
+std::map<std::string, Group> match_groups(const std::map<int, const json*>& by_rank) {
   std::map<std::string, Group> groups;
   for (const auto& [rank, r] : by_rank) {
     for (const auto& g : (*r)["groups"]) {
@@ -190,7 +188,163 @@ Diagnosis diagnose(const Dumps& dumps) {
           if (e.is_object()) m.entries[static_cast<uint64_t>(num(e, "seq"))] = &e;
     }
   }
+  return groups;
+}
 
+// The lowest sequence number two members of G recorded differently ("" if none).
+std::string find_desync(const Group& G) {
+  std::map<uint64_t, std::map<std::string, std::vector<int>>> sigs;
+  for (const auto& [rank, m] : G.present)
+    for (const auto& [seq, e] : m.entries) sigs[seq][signature(*e)].push_back(rank);
+  for (const auto& [seq, by_sig] : sigs) {
+    if (by_sig.size() < 2) continue;
+    std::string s = "desync in " + group_text(G) + " at collective #" + std::to_string(seq) + ":";
+    bool first = true;
+    for (const auto& [sig, ranks] : by_sig) {
+      const json& e = *G.present.at(ranks[0]).entries.at(seq);
+      s += std::string(first ? " " : "; ") + rank_word(ranks) + " " + op_text(e);
+      std::string w = where_text(e);
+      if (!w.empty()) s += " at " + w;
+      first = false;
+    }
+    return s;
+  }
+  return "";
+}
+
+// The pending collective of a group and what each member did about it.
+struct Pending {
+  uint64_t stuck = 0;
+  const json* first_entry = nullptr;  // the earliest member's entry of it
+  int64_t t_real = INT64_MAX;         // when that member issued it (wall clock)
+  int first_rank = -1;
+  std::vector<int> timed_out, waiting;
+  std::vector<std::string> behind_text, done_text, not_running;
+};
+
+// A member that completed the pending collective: done, or behind when it issued it later than the
+// timeout after the first member (e.g. stopped before it, and caught up only when it ran again, once
+// the first member had already timed out: its peers' data was buffered for small messages).
+void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std::set<int>& behind) {
+  auto it = m.entries.find(p.stuck);
+  auto now = m.entries.find(lc + 1);
+  const std::string then = now != m.entries.end() ? " (then in #" + std::to_string(lc + 1) + ")" : "";
+  const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
+  const int64_t late = it != m.entries.end() ? realtime_of(*m.record, num(*it->second, "enqueue_ns")) - p.t_real : 0;
+  if (timeout_ns > 0 && late > timeout_ns) {
+    char text[240];
+    std::snprintf(text, sizeof(text),
+                  "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind, and completed it "
+                  "when it ran again%s",
+                  rank, late / 1e9, p.first_rank, timeout_ns / 1e9, then.c_str());
+    p.not_running.push_back(text);
+    behind.insert(rank);
+    return;
+  }
+  p.done_text.push_back("rank " + std::to_string(rank) + " completed it" + then);
+}
+
+// A member in the pending collective: stopped (did not run for seconds) since it issued it; issued it
+// so long after the first member that the first could time out first (behind); in it longer than its
+// timeout without timing out (not running); or waiting (timed out, or ended by its launcher in it).
+void classify_in_it(const Member& m, int rank, Pending& p, std::set<int>& behind) {
+  auto it = m.entries.find(p.stuck);
+  const int64_t enq = it != m.entries.end() ? num(*it->second, "enqueue_ns") : INT64_MAX;
+  const int64_t dumped = num(m.record->value("clock", json::object()), "monotonic_ns");
+  const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
+  const bool timed_out_here = str(*m.record, "reason") == "timeout";
+  const int64_t late = enq == INT64_MAX ? 0 : realtime_of(*m.record, enq) - p.t_real;
+  char text[240] = {0};
+  if (num(*m.record, "stops") > 0 && enq != INT64_MAX && num(*m.record, "stop_end_ns") > enq)
+    std::snprintf(text, sizeof(text), "rank %d was stopped for %.1f s while in it (did not run: SIGSTOP or frozen)", rank,
+                  num(*m.record, "stop_ns") / 1e9);
+  else if (timeout_ns > 0 && late > timeout_ns)
+    std::snprintf(text, sizeof(text), "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind",
+                  rank, late / 1e9, p.first_rank, timeout_ns / 1e9);
+  else if (!timed_out_here && timeout_ns > 0 && enq != INT64_MAX && dumped - enq > timeout_ns)
+    std::snprintf(text, sizeof(text),
+                  "rank %d was in it for %.1f s without timing out (timeout %g s): stopped or not running", rank,
+                  (dumped - enq) / 1e9, timeout_ns / 1e9);
+  if (!text[0]) {
+    (timed_out_here ? p.timed_out : p.waiting).push_back(rank);
+    return;
+  }
+  p.not_running.push_back(text);
+  behind.insert(rank);
+}
+
+// A member that has not issued the pending collective: behind, with what it last issued.
+void classify_behind(const Member& m, int rank, uint64_t le, Pending& p, std::set<int>& behind) {
+  behind.insert(rank);
+  std::string b = "rank " + std::to_string(rank) + " last issued #" + std::to_string(le);
+  auto last = m.entries.find(le);
+  if (last != m.entries.end()) {
+    b += " " + op_text(*last->second);
+    std::string w = where_text(*last->second);
+    if (!w.empty()) b += " at " + w;
+  }
+  p.behind_text.push_back(b);
+}
+
+// Who issued the pending collective first, and when (wall clock, so ranks on several hosts compare);
+// then each member's part in it.
+Pending analyse_pending(const Group& G, uint64_t stuck, std::set<int>& behind) {
+  Pending p;
+  p.stuck = stuck;
+  for (const auto& [rank, m] : G.present) {
+    auto it = m.entries.find(stuck);
+    if (it == m.entries.end()) continue;
+    const int64_t t = realtime_of(*m.record, num(*it->second, "enqueue_ns"));
+    if (t < p.t_real) p.t_real = t, p.first_rank = rank, p.first_entry = it->second;
+  }
+  for (const auto& [rank, m] : G.present) {
+    const uint64_t le = num(*m.group, "last_enqueued"), lc = num(*m.group, "last_completed");
+    if (lc >= stuck)
+      classify_completed(m, rank, lc, p, behind);
+    else if (le >= stuck)
+      classify_in_it(m, rank, p, behind);
+    else
+      classify_behind(m, rank, le, p, behind);
+  }
+  return p;
+}
+
+// "collective #5 all_gather ... on group 'world' (...) at step 3, forward did not complete: ..."
+std::string pending_text(const Group& G, const Pending& p, const std::vector<int>& absent) {
+  const json* e = p.first_entry;
+  std::string s = "collective #" + std::to_string(p.stuck) + (e ? " " + op_text(*e) : std::string()) + " on " +
+                  group_text(G);
+  std::string w = e ? where_text(*e) : "";
+  if (!w.empty()) s += " at " + w;
+  s += " did not complete:";
+  std::string parts;
+  auto add = [&](const std::string& part) { parts += (parts.empty() ? " " : "; ") + part; };
+  if (!absent.empty())
+    add(rank_word(absent) + (absent.size() == 1 ? " has" : " have") +
+        " no flight record (stopped, killed, or stuck where it could not write one)");
+  for (const auto& n : p.not_running) add(n);
+  for (const auto& b : p.behind_text) add(b + " (behind)");
+  if (!p.timed_out.empty()) add(rank_word(p.timed_out) + " timed out waiting in it");
+  std::map<std::string, std::vector<int>> by_reason;  // members in it that did not time out
+  for (int r : p.waiting) by_reason[str(*G.present.at(r).record, "reason")].push_back(r);
+  for (const auto& [reason, ranks] : by_reason)
+    add(rank_word(ranks) + (ranks.size() == 1 ? " was" : " were") + " in it without timing out (record written on " +
+        reason + ")");
+  for (const auto& d : p.done_text) add(d);
+  return s + parts;
+}
+
+}  // namespace
+
+Diagnosis diagnose(const Dumps& dumps) {
+  Diagnosis dx;
+  for (const auto& n : dumps.notes) dx.lines.push_back("note: " + n);
+  if (dumps.records.empty()) {
+    dx.summary = "no flight records";
+    dx.lines.push_back(dx.summary);
+    return dx;
+  }
+  const auto groups = match_groups(describe_records(dumps, dx));
   std::string first_desync, first_pending;
   int64_t first_pending_t = INT64_MAX;
   std::set<int> behind;
@@ -199,25 +353,10 @@ Diagnosis diagnose(const Dumps& dumps) {
     std::vector<int> absent;
     for (int r : G.ranks)
       if (!G.present.count(r)) absent.push_back(r);
-    // Desync: the lowest sequence number two members recorded differently.
-    std::map<uint64_t, std::map<std::string, std::vector<int>>> sigs;
-    for (const auto& [rank, m] : G.present)
-      for (const auto& [seq, e] : m.entries) sigs[seq][signature(*e)].push_back(rank);
-    for (const auto& [seq, by_sig] : sigs) {
-      if (by_sig.size() < 2) continue;
-      std::string s = "desync in " + group_text(G) + " at collective #" + std::to_string(seq) + ":";
-      bool first = true;
-      for (const auto& [sig, ranks] : by_sig) {
-        const json& e = *G.present.at(ranks[0]).entries.at(seq);
-        s += std::string(first ? " " : "; ") + rank_word(ranks) + " " + op_text(e);
-        std::string w = where_text(e);
-        if (!w.empty()) s += " at " + w;
-        first = false;
-      }
+    if (const std::string d = find_desync(G); !d.empty()) {
       dx.desync = true;
-      dx.lines.push_back(s);
-      if (first_desync.empty()) first_desync = s;
-      break;
+      dx.lines.push_back(d);
+      if (first_desync.empty()) first_desync = d;
     }
     // The pending collective: the lowest number some member with a record has not completed.
     uint64_t min_done = UINT64_MAX, frontier = 0;
@@ -225,114 +364,18 @@ Diagnosis diagnose(const Dumps& dumps) {
       min_done = std::min<uint64_t>(min_done, num(*m.group, "last_completed"));
       frontier = std::max<uint64_t>(frontier, num(*m.group, "last_enqueued"));
     }
-    const uint64_t stuck = min_done + 1;
-    if (stuck > frontier) {
+    if (min_done + 1 > frontier) {
       if (frontier == 0) continue;  // never used
       dx.lines.push_back(group_text(G) + ": every member with a record completed collective #" + std::to_string(min_done) +
                          (absent.empty() ? "" : "; no record from " + rank_word(absent)));
       continue;
     }
     dx.pending = true;
-    // Who issued it first, and when (wall clock, so ranks on several hosts compare).
-    const json* e = nullptr;
-    int64_t t_real = INT64_MAX;
-    int first_rank = -1;
-    for (const auto& [rank, m] : G.present) {
-      auto it = m.entries.find(stuck);
-      if (it == m.entries.end()) continue;
-      const int64_t t = realtime_of(*m.record, num(*it->second, "enqueue_ns"));
-      if (t < t_real) t_real = t, first_rank = rank, e = it->second;
-    }
-    std::vector<int> timed_out, waiting;
-    std::vector<std::string> behind_text, done_text, not_running;
-    for (const auto& [rank, m] : G.present) {
-      const uint64_t le = num(*m.group, "last_enqueued"), lc = num(*m.group, "last_completed");
-      auto it = m.entries.find(stuck);
-      if (lc >= stuck) {
-        // Completed it, but issued it later than the timeout after the first member: it was behind
-        // (e.g. stopped before the collective) and caught up only when it ran again, once the
-        // first member had already timed out (its peers' data was buffered: small messages).
-        auto now = m.entries.find(lc + 1);
-        const std::string then = now != m.entries.end() ? " (then in #" + std::to_string(lc + 1) + ")" : "";
-        const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
-        const int64_t late = it != m.entries.end() ? realtime_of(*m.record, num(*it->second, "enqueue_ns")) - t_real : 0;
-        if (timeout_ns > 0 && late > timeout_ns) {
-          char text[200];
-          std::snprintf(text, sizeof(text),
-                        "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind, and completed it "
-                        "when it ran again%s",
-                        rank, late / 1e9, first_rank, timeout_ns / 1e9, then.c_str());
-          not_running.push_back(text);
-          behind.insert(rank);
-          continue;
-        }
-        done_text.push_back("rank " + std::to_string(rank) + " completed it" + then);
-      } else if (le >= stuck) {
-        // In it: stopped (did not run for seconds) since it issued it; issued it so long after the
-        // first member that the first could time out first (it was behind, and caught up only once
-        // it ran again); in it longer than its timeout without timing out (not running); or
-        // waiting (timed out, or ended by its launcher while in it).
-        const int64_t enq = it != m.entries.end() ? num(*it->second, "enqueue_ns") : INT64_MAX;
-        const int64_t dumped = num(m.record->value("clock", json::object()), "monotonic_ns");
-        const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
-        const bool timed_out_here = str(*m.record, "reason") == "timeout";
-        const int64_t late = enq == INT64_MAX ? 0 : realtime_of(*m.record, enq) - t_real;
-        if (num(*m.record, "stops") > 0 && enq != INT64_MAX && num(*m.record, "stop_end_ns") > enq) {
-          char text[160];
-          std::snprintf(text, sizeof(text), "rank %d was stopped for %.1f s while in it (did not run: SIGSTOP or frozen)",
-                        rank, num(*m.record, "stop_ns") / 1e9);
-          not_running.push_back(text);
-          behind.insert(rank);
-        } else if (timeout_ns > 0 && late > timeout_ns) {
-          char text[160];
-          std::snprintf(text, sizeof(text), "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind",
-                        rank, late / 1e9, first_rank, timeout_ns / 1e9);
-          not_running.push_back(text);
-          behind.insert(rank);
-        } else if (!timed_out_here && timeout_ns > 0 && enq != INT64_MAX && dumped - enq > timeout_ns) {
-          char text[160];
-          std::snprintf(text, sizeof(text), "rank %d was in it for %.1f s without timing out (timeout %g s): stopped or not running",
-                        rank, (dumped - enq) / 1e9, timeout_ns / 1e9);
-          not_running.push_back(text);
-          behind.insert(rank);
-        } else {
-          (str(*m.record, "reason") == "timeout" ? timed_out : waiting).push_back(rank);
-        }
-      } else {
-        behind.insert(rank);
-        std::string b = "rank " + std::to_string(rank) + " last issued #" + std::to_string(le);
-        auto last = m.entries.find(le);
-        if (last != m.entries.end()) {
-          b += " " + op_text(*last->second);
-          std::string w = where_text(*last->second);
-          if (!w.empty()) b += " at " + w;
-        }
-        behind_text.push_back(b);
-      }
-    }
-    std::string s = "collective #" + std::to_string(stuck) + (e ? " " + op_text(*e) : std::string()) + " on " +
-                    group_text(G);
-    std::string w = e ? where_text(*e) : "";
-    if (!w.empty()) s += " at " + w;
-    s += " did not complete:";
-    std::string parts;
-    auto add = [&](const std::string& p) { parts += (parts.empty() ? " " : "; ") + p; };
-    if (!absent.empty())
-      add(rank_word(absent) + (absent.size() == 1 ? " has" : " have") +
-          " no flight record (stopped, killed, or stuck where it could not write one)");
-    for (const auto& n : not_running) add(n);
-    for (const auto& b : behind_text) add(b + " (behind)");
-    if (!timed_out.empty()) add(rank_word(timed_out) + " timed out waiting in it");
-    std::map<std::string, std::vector<int>> by_reason;  // members in it that did not time out
-    for (int r : waiting) by_reason[str(*G.present.at(r).record, "reason")].push_back(r);
-    for (const auto& [reason, ranks] : by_reason)
-      add(rank_word(ranks) + (ranks.size() == 1 ? " was" : " were") + " in it without timing out (record written on " +
-          reason + ")");
-    for (const auto& d : done_text) add(d);
-    s += parts;
+    const Pending p = analyse_pending(G, min_done + 1, behind);
+    const std::string s = pending_text(G, p, absent);
     dx.lines.push_back(s);
     for (int r : absent) behind.insert(r);
-    if (t_real < first_pending_t || first_pending.empty()) first_pending_t = t_real, first_pending = s;
+    if (p.t_real < first_pending_t || first_pending.empty()) first_pending_t = p.t_real, first_pending = s;
   }
   dx.behind.assign(behind.begin(), behind.end());
   if (!first_desync.empty())
