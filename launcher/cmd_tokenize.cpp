@@ -137,8 +137,10 @@ int run_report(const std::vector<std::string>& args) {
   pos.add("run-dir", 1);
   const auto vm = parse_command("tessera report RUN_DIR [--out FILE.html]", desc, args, &pos);
   if (!vm) return 0;
-  std::cout << "wrote " << train::write_report((*vm)["run-dir"].as<std::string>(), (*vm)["out"].as<std::string>())
-            << std::endl;
+  // The report first: on an error nothing is printed on stdout (std::cout << "wrote " << f() may
+  // print "wrote " before f() throws).
+  const std::string path = train::write_report((*vm)["run-dir"].as<std::string>(), (*vm)["out"].as<std::string>());
+  std::cout << "wrote " << path << std::endl;
   return 0;
 }
 

@@ -147,6 +147,10 @@ train::TrainOptions train_options_from(const Config& cfg) {
     t.profile_first = profile[0];
     t.profile_last = profile[1];
   }
+  t.peak_flops = cfg.train.peak_flops;
+  t.tensorboard = cfg.log.tensorboard;
+  TESSERA_CHECK_INPUT(!t.tensorboard || !t.log_dir.empty(),
+                      "log.tensorboard needs log.dir (or checkpoint.dir): the event file is written there");
   return t;
 }
 
@@ -289,6 +293,7 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
   collectively([&] {
     std::vector<std::string> sets;
     if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+    if (vm.count("peak-flops")) sets.push_back("train.peak_flops=" + vm["peak-flops"].as<std::string>());
     s.cfg = Config::load(vm["config"].as<std::string>(), sets);
     s.topts = train_options_from(s.cfg);
     apply_comm_timeout(s.cfg);
@@ -512,29 +517,69 @@ int run_train(const std::vector<std::string>& args) {
 }  // namespace tessera::launcher
 
 namespace tessera::launcher {
+namespace {
+
+// eval --data: the dataset `tessera train` builds from PATH with the run configuration's data.*
+// keys (no validation split), its targets as training's (data.train_on), or every token with
+// --all-tokens. Sets *topts to the configuration's micro_batch and seq_len.
+std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, const std::string& model_dir,
+                                                 const model::ModelConfig& mc, train::TrainOptions* topts) {
+  std::vector<std::string> sets;
+  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+  for (const char* s : {"data.val_path=", "data.val_fraction=0"}) sets.push_back(s);
+  sets.push_back("data.path=" + vm["data"].as<std::string>());
+  if (vm.count("all-tokens")) sets.push_back("data.train_on=all");
+  const Config cfg = Config::load(vm["config"].as<std::string>(), sets);
+  const TokenizerChoice tc = choose_tokenizer(cfg.data.tokenizer, model_dir, model_dir, mc);
+  // What the data setup says about the files goes to stderr: stdout is eval's one JSON line.
+  std::streambuf* const out = std::cout.rdbuf(std::cerr.rdbuf());
+  struct Restore {
+    std::streambuf* buf;
+    ~Restore() { std::cout.rdbuf(buf); }
+  } restore{out};
+  DataSetup d = setup_data(cfg, mc, data::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path),
+                           current().world_rank == 0);
+  topts->micro_batch = cfg.train.micro_batch;
+  topts->seq_len = cfg.data.seq_len;
+  return d.train;
+}
+
+}  // namespace
 
 // `tessera eval`: the model sharded with FSDP (full_shard) over every rank, each sequence's forward
 // run by all ranks together; rank 0 prints the same numbers a single process prints.
 int run_eval(const std::vector<std::string>& args) {
   po::options_description desc("eval options");
   desc.add_options()("model", po::value<std::string>()->required(), "Hugging Face model directory (config.json + safetensors)")(
-      "tokens", po::value<std::string>()->required(), "token ids, one sequence per line, whitespace-separated")(
+      "tokens", po::value<std::string>(), "token ids, one sequence per line, whitespace-separated (every token scored)")(
+      "data", po::value<std::string>(), "data as `tessera train` reads it (chat, prompt/completion, text, a token file); "
+      "its target tokens are scored, as training's validation loss")(
+      "config,c", po::value<std::string>()->default_value(""), "with --data: the run configuration whose data.* keys apply")(
+      "set", po::value<std::vector<std::string>>()->composing(), "with --data: override a config key")(
+      "all-tokens", "with --data: score every token, not only the targets")(
       "dtype", po::value<std::string>()->default_value("fp32"), "compute dtype: fp32 or bf16");
-  auto vm = parse_command("tessera eval --model DIR --tokens FILE [--dtype fp32|bf16]", desc, args);
+  auto vm = parse_command("tessera eval --model DIR (--tokens FILE | --data PATH [--config run.json] [--set key=value]... "
+                          "[--all-tokens]) [--dtype fp32|bf16]", desc, args);
   if (!vm) return 0;
   const Bootstrap& b = current();
   std::shared_ptr<model::ModelDir> dir;
   std::vector<std::vector<int64_t>> sequences;
+  std::shared_ptr<data::TokenDataset> dataset;
   fsdp::Options fopts;
+  train::TrainOptions topts;
   collectively([&] {
+    TESSERA_CHECK_INPUT(vm->count("tokens") + vm->count("data") == 1, "tessera eval needs one of --tokens FILE or --data PATH");
+    TESSERA_CHECK_INPUT(vm->count("data") || !(vm->count("all-tokens") || vm->count("set") || !(*vm)["config"].as<std::string>().empty()),
+                        "--all-tokens, --config and --set apply to --data (a --tokens file is scored on every token)");
     std::string dtype = (*vm)["dtype"].as<std::string>();
     TESSERA_CHECK_INPUT(dtype == "fp32" || dtype == "bf16", "--dtype '" + dtype + "' must be fp32 or bf16");
     fopts.param_dtype = fsdp::parse_dtype(dtype);
     dir = std::make_shared<model::ModelDir>((*vm)["model"].as<std::string>());
     dir->validate();
-    sequences = model::read_token_file((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
+    if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &topts);
+    else sequences = model::read_token_file((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
-  train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, train::TrainOptions{}, nullptr, {});
+  train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, topts, nullptr, {});
   collectively([&] {
     HfWeightSource src(dir);
     trainer.load_weights(src);
@@ -544,22 +589,27 @@ int run_eval(const std::vector<std::string>& args) {
   mem.process_base = trainer.process_base_rss();
   memory::reset_peak_rss();
   memory::reset_peak();
-  std::vector<double> losses;
-  int64_t predicted = 0;
-  for (const auto& s : sequences) {
-    at::Tensor t = torch::tensor(s, torch::kLong).unsqueeze(0);
-    losses.push_back(trainer.sequence_losses(t)[0]);
-    predicted += static_cast<int64_t>(s.size()) - 1;
+  nlohmann::json out;
+  if (dataset) {  // training's validation loss over this data
+    trainer.set_validation(dataset);
+    const train::Trainer::EvalResult e = trainer.evaluate();
+    out = {{"mean_loss", e.loss}, {"tokens", e.targets}, {"sequences", dataset->num_sequences()},
+           {"scored", vm->count("all-tokens") ? "all tokens" : "target tokens"}};
+  } else {
+    std::vector<double> losses;
+    int64_t predicted = 0;
+    for (const auto& s : sequences) {
+      at::Tensor t = torch::tensor(s, torch::kLong).unsqueeze(0);
+      losses.push_back(trainer.sequence_losses(t)[0]);
+      predicted += static_cast<int64_t>(s.size()) - 1;
+    }
+    out = {{"per_sequence_loss", losses}, {"mean_loss", model::mean_token_loss(losses, sequences)},
+           {"tokens", predicted}, {"scored", "all tokens"}};
   }
   mem.tracked = memory::peak();
   mem.peak_rss = memory::peak_rss_bytes();
-  if (b.world_rank == 0)
-    std::cout << nlohmann::json{{"per_sequence_loss", losses},
-                                {"mean_loss", model::mean_token_loss(losses, sequences)},
-                                {"tokens", predicted},
-                                {"memory", mem.to_json()}}
-                     .dump()
-              << std::endl;
+  out["memory"] = mem.to_json();
+  if (b.world_rank == 0) std::cout << out.dump() << std::endl;
   return 0;
 }
 

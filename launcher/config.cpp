@@ -141,6 +141,11 @@ const std::vector<ConfigKey>& config_schema() {
       // log
       field(&C::log, &LogSection::dir, "log.dir", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."),
       field(&C::log, &LogSection::every, "log.every", 1, "Progress line every N steps.", at_least(1)),
+      field(&C::log, &LogSection::tensorboard, "log.tensorboard", false,
+            "Also write the scalars of metrics.jsonl (loss, val_loss, lr, grad_norm, tokens_per_s, mfu, peak_rss_bytes, peak_gpu_mem_bytes) to log.dir/events.out.tfevents.<time>.<host> for TensorBoard (rank 0). Needs log.dir (or checkpoint.dir)."),
+      field(&C::train, &TrainSection::peak_flops, "train.peak_flops", 0.0,
+            "Peak FLOP/s of one rank in the compute dtype, the denominator of MFU (`tessera train --peak-flops`). 0: the hardware's, from a table of vendor datasheet peaks by GPU name, or on a CPU cores x FLOP per cycle (AVX-512/AVX2 FMA, AMX/AVX-512 bf16) x the highest clock read from the machine (docs/PERFORMANCE.md#mfu).",
+            at_least(0)),
       field(&C::train, &TrainSection::profile_steps, "train.profile_steps", {},
             "Steps [first, last] (1-based, inclusive) to trace: every rank writes log.dir/trace-rank-<r>.json, a Chrome trace (chrome://tracing, ui.perfetto.dev) with one track per thread (compute, each communicator's thread). Needs log.dir (or checkpoint.dir). []: no trace. The step-time breakdown in metrics.jsonl is always on."),
       // comm

@@ -63,6 +63,7 @@ struct TrainSection {
   std::string device;
   PreemptSignal preempt_signal{};
   std::vector<int64_t> profile_steps;
+  double peak_flops = 0;
 };
 struct FsdpSection {
   fsdp::Strategy strategy{};
@@ -87,6 +88,7 @@ struct EvalSection {
 struct LogSection {
   std::string dir;
   int64_t every = 0;
+  bool tensorboard = false;
 };
 struct CommSection {
   double timeout_s = 0;

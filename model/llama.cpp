@@ -361,7 +361,9 @@ double LlamaArchitecture::train_flops_per_token(const ModelConfig& c, int64_t se
   const int64_t per_layer = 2 * h * q /*q, o*/ + 2 * h * kv /*k, v*/ + 3 * h * c.intermediate_size;
   const double matmul_weights = double(c.num_hidden_layers) * per_layer + double(c.vocab_size) * h /*head*/;
   const int64_t keys = c.sliding_window > 0 ? std::min(seq_len, c.sliding_window) : seq_len;
-  return 6.0 * matmul_weights + 12.0 * double(c.num_hidden_layers) * h * keys;
+  // Attention: QK^T and AV over `keys` keys, 2 x 2 x q FLOPs a key forward, x 3 with backward
+  // (torchtitan's 12 x layers x heads x head_dim x seq; llm-foundry's, with q = hidden).
+  return 6.0 * matmul_weights + 12.0 * double(c.num_hidden_layers) * q * keys;
 }
 
 }  // namespace tessera::model

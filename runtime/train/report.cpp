@@ -66,6 +66,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// "peak 332.8 GFLOP/s per rank, CPU ..." from a metrics record's mfu_peak {flops, source} (with
+// the whole source: "..., CPU ...: 2 core(s) x ..."); records before it existed divided by a timed
+// matmul.
+std::string mfu_peak_label(const json& r, bool whole_source = false) {
+  if (!r.contains("mfu_peak") || !r["mfu_peak"].is_object()) return "a timed matmul (old record)";
+  const json& p = r["mfu_peak"];
+  const double f = p.value("flops", 0.0);
+  const std::string source = p.value("source", std::string());
+  if (f <= 0) return "unknown, MFU not reported: " + source;
+  const std::string value = f >= 1e12 ? num(f / 1e12) + " TFLOP/s" : num(f / 1e9) + " GFLOP/s";
+  return "peak " + value + " per rank, " + (whole_source ? source : source.substr(0, source.find(':')));
+}
+
 // 1-2-5 tick step for a range.
 double nice_step(double range, int target) {
   const double raw = range / std::max(1, target);
@@ -77,8 +90,44 @@ double nice_step(double range, int target) {
 
 const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
+// Splits `text` at spaces into lines of at most `chars` characters (a longer word stays whole).
+std::vector<std::string> wrap(const std::string& text, size_t chars) {
+  std::vector<std::string> lines(1);
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    if (!lines.back().empty() && lines.back().size() + 1 + w.size() > chars) lines.emplace_back();
+    lines.back() += (lines.back().empty() ? "" : " ") + w;
+  }
+  return lines;
+}
+
+// Where the title lines and the legend entries go: the title wraps at the plot's width and the
+// legend entries flow left to right onto as many rows as they need (widths estimated from the
+// character count: 14px bold titles about 8.5px a character, 12px legend text about 7px), so
+// neither is clipped by the chart's edge; the plot starts below them.
+struct Layout {
+  std::vector<std::string> title;
+  std::vector<std::pair<double, double>> legend;  // per series: x of its swatch, baseline y
+  double top = 40;
+};
+Layout layout(const Chart& c, double W, double left, double right) {
+  Layout l;
+  l.title = wrap(c.title + (c.unit.empty() ? "" : " (" + c.unit + ")"), static_cast<size_t>((W - left - right) / 8.5));
+  double x = left + 10, y = 16 + 18.0 * (l.title.size() - 1) + 14;
+  for (const Series& s : c.series) {
+    const double w = 16 + 7.0 * s.name.size() + 14;
+    if (x > left + 10 && x + w > W - right) x = left + 10, y += 16;
+    l.legend.emplace_back(x, y);
+    x += w;
+  }
+  l.top = y + 10;
+  return l;
+}
+
 std::string svg_chart(const Chart& c) {
-  const double W = 560, H = 270, left = 64, right = 16, top = 40, bottom = 36;
+  const double W = 560, left = 64, right = 16, bottom = 36;
+  const Layout l = layout(c, W, left, right);
+  const double top = l.top, H = 230 + top;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const auto& s : c.series)
     for (const auto& [x, y] : s.points) {
@@ -97,8 +146,8 @@ std::string svg_chart(const Chart& c) {
   o << "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
     << "\" viewBox=\"0 0 " << W << " " << H << "\" data-title=\"" << esc(c.title) << "\">\n";
   o << "<rect x=\"0\" y=\"0\" width=\"" << W << "\" height=\"" << H << "\" fill=\"#ffffff\"/>\n";
-  o << "<text x=\"" << left << "\" y=\"16\" class=\"title\">" << esc(c.title) << (c.unit.empty() ? "" : " (" + esc(c.unit) + ")")
-    << "</text>\n";
+  for (size_t i = 0; i < l.title.size(); ++i)
+    o << "<text x=\"" << left << "\" y=\"" << 16 + 18 * i << "\" class=\"title\">" << esc(l.title[i]) << "</text>\n";
   // Grid and y ticks.
   for (double y = y0; y <= y1 + ys * 0.5; y += ys) {
     o << "<line x1=\"" << left << "\" x2=\"" << W - right << "\" y1=\"" << num(py(y), "%.1f") << "\" y2=\"" << num(py(y), "%.1f")
@@ -128,9 +177,9 @@ std::string svg_chart(const Chart& c) {
     if (s.points.size() <= 40)
       for (const auto& [x, y] : s.points)
         o << "<circle cx=\"" << num(px(x), "%.1f") << "\" cy=\"" << num(py(y), "%.1f") << "\" r=\"3\" fill=\"" << color << "\"/>\n";
-    const double lx = left + 10 + 150 * static_cast<double>(i);
-    o << "<rect x=\"" << lx << "\" y=\"24\" width=\"12\" height=\"4\" fill=\"" << color << "\"/>";
-    o << "<text x=\"" << lx + 16 << "\" y=\"30\" class=\"legend\">" << esc(s.name) << "</text>\n";
+    const auto [lx, ly] = l.legend[i];
+    o << "<rect x=\"" << lx << "\" y=\"" << ly - 6 << "\" width=\"12\" height=\"4\" fill=\"" << color << "\"/>";
+    o << "<text x=\"" << lx + 16 << "\" y=\"" << ly << "\" class=\"legend\">" << esc(s.name) << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();
@@ -312,7 +361,13 @@ std::string render_report(const std::string& run_dir) {
   add("Learning rate", "", {take("lr")});
   add("Gradient norm", "", {take("grad_norm")});
   add("Throughput", "tokens/s", {take("tokens_per_s")});
-  add("MFU", "%", {take("mfu", 100.0)});
+  // MFU's axis names its peak (the last record's: runtime/device/peak_flops.h).
+  const json& last_record = by_step.rbegin()->second;
+  const std::string peak = mfu_peak_label(last_record);
+  add("MFU", "% of " + peak, {take("mfu", 100.0)});
+  add("Model FLOP/s over a square matmul timed at the start (not MFU)", "%",
+      {take("mfu_of_measured_gemm", 100.0, "of measured GEMM")});
+  used.insert("mfu_peak.flops");
   {
     std::vector<std::optional<Series>> mem;
     for (const auto& k : order)
@@ -375,6 +430,8 @@ std::string render_report(const std::string& run_dir) {
     for (const auto& p : fields["step_time_s"].points) total_time += p.second;
   if (total_time > 0) summary["training time (sum of steps)"] = num(total_time, "%.1f") + " s";
   if (last.contains("device")) summary["device"] = last["device"];
+  if (last.contains("mfu_peak") && last["mfu_peak"].is_object())
+    summary["MFU peak (per rank)"] = mfu_peak_label(last, true);
   if (bad) summary["unreadable metrics lines"] = bad;
 
   std::ostringstream o;

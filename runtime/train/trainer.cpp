@@ -17,6 +17,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
+#include "runtime/device/peak_flops.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/adamw.h"
@@ -24,6 +25,7 @@
 #include "runtime/profile/step_profile.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/train/numerics.h"
+#include "runtime/train/tensorboard.h"
 #include "runtime/train/test_fault.h"
 
 namespace tessera::train {
@@ -58,9 +60,10 @@ std::string format_duration(double s) {
   return buf;
 }
 
-// Matmul throughput of this rank in the compute dtype on its device, measured once (the MFU
-// denominator of the metrics; tests/gpu compares against the GPU's published peak instead).
-double measure_peak_flops(at::ScalarType dtype, at::Device device) {
+// Matmul throughput of this rank in the compute dtype on its device, measured once: the
+// denominator of metrics' "mfu_of_measured_gemm", a diagnostic. MFU itself divides by the
+// hardware's peak (runtime/device/peak_flops.h).
+double measure_gemm_flops(at::ScalarType dtype, at::Device device) {
   const int64_t n = device.is_cpu() ? 512 : 4096;
   auto a = torch::randn({n, n}).to(device, dtype), b = torch::randn({n, n}).to(device, dtype);
   torch::NoGradGuard ng;
@@ -75,6 +78,26 @@ double measure_peak_flops(at::ScalarType dtype, at::Device device) {
   device::synchronize(device);  // a device queues the matmuls; count them once they have run
   return 2.0 * n * n * n * iters / seconds_since(t0);
 }
+
+// The line rank 0 prints once at the start of run(): which peak MFU divides by.
+std::string describe_peak(const device::Peak& p) {
+  if (p.flops <= 0)
+    return "MFU: not reported (" + p.source + "); set train.peak_flops (--peak-flops) to one rank's peak FLOP/s";
+  char buf[64];
+  if (p.flops >= 1e12) snprintf(buf, sizeof(buf), "%.4g TFLOP/s", p.flops / 1e12);
+  else snprintf(buf, sizeof(buf), "%.4g GFLOP/s", p.flops / 1e9);
+  return std::string("MFU: model FLOPs per token over a peak of ") + buf + " per rank (" + p.source + ")";
+}
+
+// What log.tensorboard writes for a step: metrics.jsonl's numbers of these keys, as they are there.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& rec) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const char* k : {"loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "mfu", "peak_rss_bytes",
+                        "peak_gpu_mem_bytes"})
+    if (rec.contains(k) && rec[k].is_number() && !(std::string(k) == "peak_gpu_mem_bytes" && rec[k] == 0))
+      out.emplace_back(k, rec[k].get<double>());
+  return out;
+}
 }  // namespace
 
 void install_preemption_handlers(int preempt_signal) {
@@ -82,9 +105,11 @@ void install_preemption_handlers(int preempt_signal) {
   sa.sa_handler = on_preempt_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);  // Ctrl-C, also on a single process without mpirun
   if (preempt_signal > 0) sigaction(preempt_signal, &sa, nullptr);
 }
 bool preemption_requested() { return g_preempt.load(); }
+int preemption_signal() { return g_preempt_signal.load(); }
 
 // ---- trainer ---------------------------------------------------------------------------------
 // One optimizer step as queued: what is needed to turn it into a StepRecord.
@@ -105,11 +130,9 @@ struct Trainer::Impl {
   comm::ProcessGroups groups;  // the engine's (device) communicators
   comm::ProcessGroups host;    // MPI/self communicators over the same ranks
   at::Device device = at::kCPU;
-  sigaction(SIGINT, &sa, nullptr);  // Ctrl-C, also on a single process without mpirun
   fsdp::Options fopts;
   TrainOptions opts;
   std::shared_ptr<const data::TokenDataset> dataset, val;
-int preemption_signal() { return g_preempt_signal.load(); }
   nlohmann::json run_state;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<optim::AdamW> adamw;
@@ -117,7 +140,8 @@ int preemption_signal() { return g_preempt_signal.load(); }
   optim::LrSchedule schedule;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer;
   int64_t step = 0;
-  double peak_flops = 0;
+  device::Peak peak;       // MFU's denominator per rank (flops 0: unknown)
+  double gemm_flops = 0;    // a matmul's measured throughput (mfu_of_measured_gemm)
   int64_t base_rss = 0;           // resident set before the engine allocated anything
   int64_t lifetime_peak_rss = 0;  // peak resident set of the phases before the current step
   int64_t best_step = -1;  // lowest validation loss so far (-1: none)
@@ -432,8 +456,12 @@ StepRecord Trainer::Impl::record(const QueuedStep& q) {
   r.step_time_s = seconds_since(q.t0);
   const double tokens = static_cast<double>(im.groups.world->size() * im.opts.micro_batch * accum * T);
   r.tokens_per_s = tokens / r.step_time_s;
-  if (im.peak_flops > 0 && im.lm.flops_per_token)
-    r.mfu = r.tokens_per_s * im.lm.flops_per_token(T) / (im.peak_flops * im.groups.world->size());
+  if (im.lm.flops_per_token) {  // model FLOP/s of all ranks over the peak of all ranks
+    const double model_flops = r.tokens_per_s * im.lm.flops_per_token(T);
+    const double W = static_cast<double>(im.groups.world->size());
+    if (im.peak.flops > 0) r.mfu = model_flops / (im.peak.flops * W);
+    if (im.gemm_flops > 0) r.mfu_of_measured_gemm = model_flops / (im.gemm_flops * W);
+  }
   r.memory.tracked = memory::peak();
   r.memory.process_base = im.base_rss;
   r.memory.peak_rss = memory::peak_rss_bytes();
@@ -470,12 +498,16 @@ RunResult Trainer::run() {
   const bool rank0 = im.groups.world->rank() == 0;
   RunResult res;
   res.start_step = im.step;
-  im.peak_flops = measure_peak_flops(im.fopts.param_dtype, im.device);
+  im.peak = device::peak_flops(im.device, im.fopts.param_dtype, at::get_num_threads(), im.opts.peak_flops);
+  im.gemm_flops = measure_gemm_flops(im.fopts.param_dtype, im.device);
+  if (rank0 && !im.opts.quiet) std::cout << describe_peak(im.peak) << std::endl;
   std::ofstream metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
   if (rank0 && !im.opts.log_dir.empty()) {
     std::string path = im.opts.log_dir + "/metrics.jsonl";
     metrics.open(path, std::ios::app);
     if (!metrics) throw TESSERA_INPUT_ERROR(path + ": cannot open metrics file for writing");
+    if (im.opts.tensorboard) tensorboard = std::make_unique<TensorBoardWriter>(im.opts.log_dir);
   }
   auto t_start = Clock::now();
   while (im.step < im.opts.steps) {
@@ -515,7 +547,9 @@ RunResult Trainer::run() {
                               {"lr", r.lr},
                               {"step_time_s", r.step_time_s},
                               {"tokens_per_s", r.tokens_per_s},
-                              {"mfu", r.mfu},
+                              {"mfu", im.peak.flops > 0 ? nlohmann::json(r.mfu) : nlohmann::json(nullptr)},
+                              {"mfu_peak", {{"flops", im.peak.flops}, {"source", im.peak.source}}},
+                              {"mfu_of_measured_gemm", r.mfu_of_measured_gemm},
                               {"time", r.time.to_json()},
                               {"peak_rss_bytes", r.peak_rss_bytes},
                               {"memory", r.memory.to_json()},
@@ -531,6 +565,7 @@ RunResult Trainer::run() {
         }
         metrics << rec.dump() << "\n";
         metrics.flush();
+        if (tensorboard) tensorboard->add_scalars(r.step, tensorboard_scalars(rec));
       }
       if (!im.opts.quiet && (r.step % im.opts.log_every == 0 || r.step == im.opts.steps || r.evaluated)) {
         double done = static_cast<double>(r.step - res.start_step);
@@ -548,10 +583,12 @@ RunResult Trainer::run() {
         char line[420];
         // mem: host peak RSS on CPU, the caching allocator's peak on a GPU.
         const int64_t mem = im.device.is_cpu() ? r.peak_rss_bytes : r.peak_gpu_mem_bytes;
+        char mfu[32] = "n/a";  // no peak known (the line at the start says why)
+        if (im.peak.flops > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * r.mfu);
         snprintf(line, sizeof(line),
-                 "step %ld/%ld | loss %.4f%s | gnorm %.3f%s | lr %.2e | %.0f tok/s | MFU %.1f%% | mem %.0f MiB | ETA %s",
+                 "step %ld/%ld | loss %.4f%s | gnorm %.3f%s | lr %.2e | %.0f tok/s | MFU %s | mem %.0f MiB | ETA %s",
                  static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, val, r.grad_norm, num, r.lr,
-                 r.tokens_per_s, 100.0 * r.mfu, mem / 1048576.0, format_duration(eta).c_str());
+                 r.tokens_per_s, mfu, mem / 1048576.0, format_duration(eta).c_str());
         std::cout << line << std::endl;
       }
       if (trace_done && !im.opts.quiet)

@@ -104,6 +104,9 @@ struct TrainOptions {
   // train.profile_steps: a Chrome trace of steps [first, last] (1-based, inclusive) into
   // <log_dir>/trace-rank-<r>.json, written by every rank after step `last` (0, 0: none).
   int64_t profile_first = 0, profile_last = 0;
+  // MFU's denominator (runtime/device/peak_flops.h): FLOP/s of one rank; 0: the hardware's peak.
+  double peak_flops = 0;
+  bool tensorboard = false;  // log.tensorboard: <log_dir>/events.out.tfevents.* (rank 0; tensorboard.h)
 };
 
 struct StepRecord {
@@ -113,7 +116,9 @@ struct StepRecord {
   bool evaluated = false;     // validation ran after this step:
   double val_loss = 0;        //   mean cross entropy over the validation targets
   int64_t val_tokens = 0;     //   their number
-  double step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  // mfu: model FLOP/s over the hardware's peak (0: peak unknown); mfu_of_measured_gemm: over the
+  // throughput of a square matmul timed at the start of run() (a diagnostic, not MFU).
+  double step_time_s = 0, tokens_per_s = 0, mfu = 0, mfu_of_measured_gemm = 0;
   profile::Breakdown time;  // where the step's time went (runtime/profile/step_profile.h)
   int64_t peak_rss_bytes = 0;     // the process's peak resident set so far (loading included)
   memory::Breakdown memory;       // host memory of this step: measured breakdown at its peak
@@ -184,6 +189,6 @@ class Trainer {
 // the process at once (the default action).
 void install_preemption_handlers(int preempt_signal);
 bool preemption_requested();
+int preemption_signal();  // the signal behind preemption_requested() on this rank (0: none)
 
 }  // namespace tessera::train
-int preemption_signal();  // the signal behind preemption_requested() on this rank (0: none)

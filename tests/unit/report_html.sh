@@ -3,7 +3,9 @@
 # metric with one polyline per series, the right number of points, all inside the viewBox; fields
 # unknown to the report (a nested object, a new top-level number) get charts of their own; a step
 # logged twice shows its last record; no script, no external reference. Rendering: headless
-# Chromium's screenshot is not blank and shows the loss line's colour.
+# Chromium's screenshot is not blank and shows the loss line's colour, and in Chromium's layout no
+# chart title or legend text reaches past its chart's edge. The MFU chart names its peak (metrics'
+# mfu_peak). A directory without metrics: exit 2, one error line, nothing on stdout.
 set -euo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -19,6 +21,8 @@ with open(d + "/metrics.jsonl", "w") as f:
     for s in range(1, 31):
         r = {"step": s, "loss": 5.0 * math.exp(-s / 10) + 0.5, "target_tokens": 500 + s, "grad_norm": 1.0 / s,
              "lr": 1e-3 * min(1, s / 5), "step_time_s": 0.1, "tokens_per_s": 1000 + 10 * s, "mfu": 0.2,
+             "mfu_peak": {"flops": 989e12, "source": "vendor datasheet: NVIDIA H100 SXM dense bf16 989 TFLOP/s"},
+             "mfu_of_measured_gemm": 0.5,
              "peak_rss_bytes": (300 + s) << 20, "device": "cpu", "peak_gpu_mem_bytes": 0,
              # fields the report does not know: a nested breakdown and a new number
              "memory": {"params_bytes": 10 << 20, "grads_bytes": (5 + s) << 20}, "comm_wait_s": 0.01 * s,
@@ -92,6 +96,12 @@ assert x(events["backward"])[0] < x(events["all_reduce"])[0] < x(events["all_red
 assert float(events["all_reduce"].get("y")) > float(events["backward"].get("y")), "its own lane, below compute"
 assert "peak_gpu_mem_bytes" in html and "Zero throughout" in html
 assert "MiB" in html
+mfu = charts[titles.index("MFU")]
+mfu_title = " ".join(t.text for t in mfu.findall("s:text", ns) if t.get("class") == "title")
+assert mfu_title == "MFU (% of peak 989 TFLOP/s per rank, vendor datasheet)", mfu_title
+assert "mfu_peak.flops" not in titles and "mfu_of_measured_gemm" not in titles
+assert "MFU peak (per rank)" in html and "NVIDIA H100 SXM dense bf16" in html
+assert set(series("Model FLOP/s over a square matmul timed at the start (not MFU)")) == {"of measured GEMM"}
 for t in ("Summary", "Topology", "Model", "Configuration"):
     assert "<h2>%s</h2>" % t in html, t
 assert "full_shard" in html and "chat_template" in html and "unreadable metrics lines" in html
@@ -102,6 +112,7 @@ urls = set(re.findall(r"https?://[^\"' )]+", html))
 assert urls <= {"http://www.w3.org/1999/xhtml", "http://www.w3.org/2000/svg"}, urls
 print("structure ok")
 PY
+ok "structure"
 
 # Render it. Chromium as root needs --no-sandbox; nothing may be fetched from the network.
 timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run \
@@ -152,9 +163,22 @@ assert non_white > total * 0.02, "the screenshot is (nearly) blank"
 assert blue > 300, "the loss line is not drawn"
 PY
 
-# Bad input: a directory without metrics -> exit 2 naming it.
+ok "screenshot"
+
+# Clipping, measured by Chromium's layout: a copy of the report with a script that compares every
+# chart's title and legend text box (getBBox) with its SVG's width, its result dumped with the DOM.
+sed 's|</body>|<script>var bad = []; document.querySelectorAll("svg.chart text.title, svg.chart text.legend").forEach(function (t) { var b = t.getBBox(), w = t.ownerSVGElement.viewBox.baseVal.width; if (b.x < 0 \|\| b.x + b.width > w) bad.push(t.ownerSVGElement.dataset.title + ": " + t.textContent + " [" + Math.round(b.x) + ", " + Math.round(b.x + b.width) + "] of " + w); }); var p = document.createElement("pre"); p.id = "clipped"; p.textContent = "CLIPPED " + document.querySelectorAll("svg.chart text.legend").length + " legends: " + JSON.stringify(bad); document.body.appendChild(p);</script></body>|' \
+  "$T/run/report.html" > "$T/measure.html"
+timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir="$T/profile" \
+  --virtual-time-budget=3000 --dump-dom "file://$T/measure.html" > "$T/dom.html" 2> "$T/chromium.log" || fail "chromium --dump-dom"
+clipped=$(grep -o 'CLIPPED [0-9]* legends: .*\]' "$T/dom.html" || true)
+echo "$clipped"
+[[ "$clipped" =~ ^CLIPPED\ [1-9][0-9]*\ legends:\ \[\]$ ]] || fail "titles or legends reach past the chart's edge: $clipped"
+ok "no title or legend clipped (Chromium's text boxes)"
+
+# Bad input: a directory without metrics -> exit 2 naming it, one error line, nothing on stdout.
 mkdir -p "$T/empty"
-set +e; "$BIN" report "$T/empty" > /dev/null 2> "$T/err"; rc=$?; set -e
-[ $rc -eq 2 ] && grep -q "$T/empty/metrics.jsonl: no metrics file" "$T/err" || fail "missing metrics: rc=$rc $(cat "$T/err")"
+expect_error 2 "$T/empty/metrics.jsonl: no metrics file" "$BIN" report "$T/empty"
+check "nothing on stdout" test ! -s "$T/out"
 [ ! -e "$T/empty/report.html" ] || fail "report written despite the error"
-echo "PASS"
+echo "$pass passed, 0 failed"

@@ -4,6 +4,9 @@
 // track per thread with the steps and parts as complete events. With a device clock (a scripted fake
 // here) the parts are the device's intervals between the scopes' stamps, not host time; without one,
 // or when a stamp fails, they are the host clock's.
+// Also MFU's denominator (runtime/device/peak_flops.h): the GPU table by device name and the CPU
+// formula on given /proc/cpuinfo texts, and the CRC-32C of the TensorBoard writer on its standard
+// check value.
 #include <c10/core/Device.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,7 +17,9 @@
 #include <set>
 #include <thread>
 
+#include "runtime/device/peak_flops.h"
 #include "runtime/profile/step_profile.h"
+#include "runtime/train/tensorboard.h"
 
 using namespace tessera;
 using profile::Part;
@@ -315,4 +320,76 @@ TEST(StepProfile, MedianKeepsTheClockAndTheHostFigures) {
   EXPECT_EQ(m.host_part_s[static_cast<int>(Part::SyncWait)], 2.0);
   v[1].clock = "host";
   EXPECT_EQ(profile::median(v).clock, "mixed");
+}
+
+// ---- MFU's peak -------------------------------------------------------------------------------
+TEST(PeakFlops, GpuTableByDeviceName) {
+  using device::gpu_peak;
+  // Names as cudaGetDeviceProperties reports them; datasheet dense peaks.
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H100 80GB HBM3", at::kBFloat16).flops, 989e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H100 80GB HBM3", at::kFloat).flops, 67e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H100 PCIe", at::kBFloat16).flops, 756e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H100 NVL", at::kHalf).flops, 835e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA H200", at::kBFloat16).flops, 989e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA A100-SXM4-80GB", at::kBFloat16).flops, 312e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA A100-PCIE-40GB", at::kFloat).flops, 19.5e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA L40S", at::kBFloat16).flops, 362e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("NVIDIA A10", at::kBFloat16).flops, 125e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("Tesla V100-SXM2-32GB", at::kHalf).flops, 125e12);
+  EXPECT_DOUBLE_EQ(gpu_peak("Tesla V100-SXM2-32GB", at::kBFloat16).flops, 15.7e12);  // no bf16 tensor cores
+  EXPECT_DOUBLE_EQ(gpu_peak("Tesla V100-PCIE-16GB", at::kFloat).flops, 14e12);
+  EXPECT_NE(gpu_peak("NVIDIA H100 80GB HBM3", at::kBFloat16).source.find("vendor datasheet"), std::string::npos);
+  // Whole words: an A10G is not an A10, an unknown GPU has no peak and says so.
+  EXPECT_EQ(gpu_peak("NVIDIA A10G", at::kBFloat16).flops, 0);
+  const device::Peak unknown = gpu_peak("NVIDIA GeForce RTX 3090", at::kBFloat16);
+  EXPECT_EQ(unknown.flops, 0);
+  EXPECT_NE(unknown.source.find("RTX 3090"), std::string::npos);
+}
+
+namespace {
+// /proc/cpuinfo of `n` logical CPUs on `cores` physical cores with these flags.
+std::string cpuinfo(int n, int cores, const std::string& flags, const char* mhz = "2600.000") {
+  std::string s;
+  for (int i = 0; i < n; ++i)
+    s += "processor\t: " + std::to_string(i) + "\nmodel name\t: Test CPU\ncpu MHz\t\t: " + mhz +
+         "\nphysical id\t: 0\ncore id\t\t: " + std::to_string(i % cores) + "\nflags\t\t: fpu sse sse2 " + flags + "\n\n";
+  return s;
+}
+}  // namespace
+
+TEST(PeakFlops, CpuFormula) {
+  using device::cpu_peak;
+  using device::parse_cpu_info;
+  const auto avx512 = parse_cpu_info(cpuinfo(2, 2, "fma avx2 avx512f"), 0);
+  EXPECT_EQ(avx512.logical_cpus, 2);
+  EXPECT_EQ(avx512.physical_cores, 2);
+  EXPECT_DOUBLE_EQ(avx512.mhz, 2600);
+  // 2 cores x 16 lanes x 2 (FMA) x 2 units x 2.6 GHz
+  EXPECT_DOUBLE_EQ(cpu_peak(avx512, 2, at::kFloat).flops, 2 * 64 * 2.6e9);
+  EXPECT_DOUBLE_EQ(cpu_peak(avx512, 1, at::kFloat).flops, 64 * 2.6e9);
+  EXPECT_DOUBLE_EQ(cpu_peak(avx512, 8, at::kFloat).flops, 2 * 64 * 2.6e9);  // at most the cores there are
+  EXPECT_DOUBLE_EQ(cpu_peak(avx512, 2, at::kBFloat16).flops, 2 * 64 * 2.6e9);  // no bf16 instructions: fp32's
+  const auto bf16 = parse_cpu_info(cpuinfo(2, 2, "fma avx2 avx512f avx512_bf16"), 0);
+  EXPECT_DOUBLE_EQ(cpu_peak(bf16, 2, at::kBFloat16).flops, 2 * 128 * 2.6e9);
+  const auto amx = parse_cpu_info(cpuinfo(2, 2, "fma avx2 avx512f avx512_bf16 amx_bf16 amx_tile"), 0);
+  EXPECT_DOUBLE_EQ(cpu_peak(amx, 2, at::kBFloat16).flops, 2 * 1024 * 2.6e9);
+  EXPECT_DOUBLE_EQ(cpu_peak(amx, 2, at::kFloat).flops, 2 * 64 * 2.6e9);
+  // AVX2 + FMA: 8 lanes; SMT: 4 logical CPUs on 2 cores, 2 threads occupy one core's units.
+  const auto avx2 = parse_cpu_info(cpuinfo(4, 2, "fma avx2"), 0);
+  EXPECT_EQ(avx2.physical_cores, 2);
+  EXPECT_DOUBLE_EQ(cpu_peak(avx2, 2, at::kFloat).flops, 1 * 32 * 2.6e9);
+  EXPECT_DOUBLE_EQ(cpu_peak(avx2, 4, at::kFloat).flops, 2 * 32 * 2.6e9);
+  // sysfs cpuinfo_max_freq (kHz) wins over "cpu MHz".
+  const auto turbo = parse_cpu_info(cpuinfo(2, 2, "fma avx2 avx512f"), 3.5e6);
+  EXPECT_DOUBLE_EQ(cpu_peak(turbo, 2, at::kFloat).flops, 2 * 64 * 3.5e9);
+  EXPECT_NE(cpu_peak(turbo, 2, at::kFloat).source.find("cpuinfo_max_freq"), std::string::npos);
+  // No x86 vector flags (another architecture) or no clock: unknown, not guessed.
+  EXPECT_EQ(cpu_peak(parse_cpu_info("processor\t: 0\nFeatures\t: fp asimd\n", 0), 1, at::kFloat).flops, 0);
+  EXPECT_EQ(cpu_peak(parse_cpu_info(cpuinfo(1, 1, "avx512f", "0"), 0), 1, at::kFloat).flops, 0);
+  // The override wins over everything.
+  EXPECT_DOUBLE_EQ(device::peak_flops(at::kCPU, at::kFloat, 2, 1e15).flops, 1e15);
+}
+
+TEST(TensorBoard, Crc32cCheckValue) {
+  EXPECT_EQ(train::crc32c("123456789", 9), 0xE3069283u);  // CRC-32C's published check value
 }
