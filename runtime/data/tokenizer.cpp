@@ -152,7 +152,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path_or_empty) {
   if (path_or_empty.empty() || path_or_empty == "bytes") return std::make_unique<ByteTokenizer>();
-  {  // Hugging Face tokenizer.json (byte-level BPE)
+  {  // Hugging Face tokenizer.json (BPE: byte-level or SentencePiece-converted)
     namespace fs = std::filesystem;
     const fs::path p(path_or_empty);
     std::error_code ec;

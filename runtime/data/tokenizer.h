@@ -7,7 +7,8 @@
 //    loaded with libsentencepiece. BOS/EOS are the model's own ids (1 and 2 for Llama 2).
 //    libsentencepiece is dlopen()ed in isolation, never linked: its bundled protobuf clashes with
 //    LibTorch's (see tokenizer.cpp). Do not call sentencepiece directly anywhere else.
-//  - BpeTokenizer (bpe_tokenizer.h): a Hugging Face tokenizer.json with a byte-level BPE (Llama 3).
+//  - BpeTokenizer (bpe_tokenizer.h): a Hugging Face tokenizer.json with a BPE model, byte-level
+//    (Llama 3) or SentencePiece-converted (Llama 2, Mistral).
 #pragma once
 #include <cstdint>
 #include <memory>

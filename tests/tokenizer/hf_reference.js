@@ -114,7 +114,7 @@ function sourceDocs(src) {
   let bytes = 0;
   for (const f of files) {
     const text = fs.readFileSync(f, "utf8");
-    if (text.length === 0 || bytes + text.length > 400000) continue;
+    if (text.length === 0 || bytes + text.length > 250000) continue;
     docs.push(text), bytes += text.length;
   }
   return docs;
@@ -164,7 +164,6 @@ function make(dir, src) {
 function compare(dir, name, got) {
   const want = readTokens(path.join(dir, `${name}.bin`));
   const have = readTokens(got);
-  const { tok } = load(name);
   const n = Math.min(want.length, have.length);
   let i = 0;
   while (i < n && want[i] === have[i]) ++i;
@@ -175,6 +174,7 @@ function compare(dir, name, got) {
   const starts = JSON.parse(fs.readFileSync(path.join(dir, `${name}.starts.json`), "utf8"));
   let doc = 0;
   while (doc + 1 < starts.length && starts[doc + 1] <= i) ++doc;
+  const { tok } = load(name);
   const show = (a) => JSON.stringify(a.slice(Math.max(0, i - 6), i + 6).map((t) => [t, tok.id_to_token(t)]));
   console.log(`${name}: FIRST DIFFERENCE at token ${i} (document ${doc}; ${want.length} expected, ${have.length} got)`);
   console.log(`  document: ${JSON.stringify(corpusLine(dir, doc)).slice(0, 300)}`);
