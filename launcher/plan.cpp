@@ -243,109 +243,97 @@ nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, 
   return suggestions;
 }
 
-int run_plan(const std::vector<std::string>& args) {
-  po::options_description desc("plan options");
-  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON or YAML)")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.micro_batch=2")(
-      "ranks", po::value<int>(), "total ranks (one per GPU on a GPU run)")(
-      "ranks-per-node", po::value<int>(), "ranks per node with --ranks (default: all on one node)")(
-      "nodes", po::value<int>(), "nodes (with --gpus-per-node)")(
-      "gpus-per-node", po::value<int>(), "GPUs (= ranks) per node")(
-      "device", po::value<std::string>(), "cuda or cpu (default: cuda with --gpus-per-node or --gpu-mem, else from train.device)")(
-      "gpu-mem", po::value<std::string>(), "memory per GPU, e.g. 80GiB (A100/H100), 141GB (H200)")(
-      "host-mem", po::value<std::string>(), "host RAM per node, e.g. 1TiB")(
-      "json", "print the plan as JSON");
-  auto vm = parse_command(
-      "tessera plan --config run.json (--ranks N [--ranks-per-node R] | --nodes N --gpus-per-node G) [--gpu-mem 80GiB] "
-      "[--host-mem 1TiB] [--device cuda|cpu] [--json]",
-      desc, args);
-  if (!vm) return 0;
-  std::vector<std::string> sets;
-  if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
-  Config cfg = Config::load((*vm)["config"].as<std::string>(), sets);
+namespace {
 
+// The machines of `tessera plan`: --ranks [--ranks-per-node] or --nodes with --gpus-per-node, the
+// device, and the memory per GPU and per node.
+PlanRequest plan_request(const po::variables_map& vm, const Config& cfg, std::string* device_out) {
   PlanRequest req;
-  const bool by_nodes = vm->count("nodes") || vm->count("gpus-per-node");
+  const bool by_nodes = vm.count("nodes") || vm.count("gpus-per-node");
   if (by_nodes) {
-    TESSERA_CHECK_INPUT(vm->count("nodes") && vm->count("gpus-per-node"), "plan: --nodes and --gpus-per-node go together");
-    TESSERA_CHECK_INPUT(!vm->count("ranks") && !vm->count("ranks-per-node"),
+    TESSERA_CHECK_INPUT(vm.count("nodes") && vm.count("gpus-per-node"), "plan: --nodes and --gpus-per-node go together");
+    TESSERA_CHECK_INPUT(!vm.count("ranks") && !vm.count("ranks-per-node"),
                         "plan: give either --ranks [--ranks-per-node] or --nodes with --gpus-per-node, not both");
-    const int nodes = (*vm)["nodes"].as<int>(), g = (*vm)["gpus-per-node"].as<int>();
+    const int nodes = vm["nodes"].as<int>(), g = vm["gpus-per-node"].as<int>();
     TESSERA_CHECK_INPUT(nodes >= 1 && g >= 1, "plan: --nodes and --gpus-per-node must be >= 1");
     req.world = nodes * g;
     req.ranks_per_node = g;
   } else {
-    TESSERA_CHECK_INPUT(vm->count("ranks"), "plan: say how many ranks: --ranks N, or --nodes N --gpus-per-node G");
-    req.world = (*vm)["ranks"].as<int>();
-    req.ranks_per_node = vm->count("ranks-per-node") ? (*vm)["ranks-per-node"].as<int>() : req.world;
+    TESSERA_CHECK_INPUT(vm.count("ranks"), "plan: say how many ranks: --ranks N, or --nodes N --gpus-per-node G");
+    req.world = vm["ranks"].as<int>();
+    req.ranks_per_node = vm.count("ranks-per-node") ? vm["ranks-per-node"].as<int>() : req.world;
     TESSERA_CHECK_INPUT(req.world >= 1 && req.ranks_per_node >= 1, "plan: --ranks and --ranks-per-node must be >= 1");
     TESSERA_CHECK_INPUT(req.world % req.ranks_per_node == 0,
                         "plan: " + std::to_string(req.world) + " ranks do not divide into nodes of " +
                             std::to_string(req.ranks_per_node) + " (--ranks-per-node)");
   }
-  const std::string device = vm->count("device") ? (*vm)["device"].as<std::string>()
-                             : (by_nodes || vm->count("gpu-mem")) ? "cuda"
+  const std::string device = vm.count("device") ? vm["device"].as<std::string>()
+                             : (by_nodes || vm.count("gpu-mem")) ? "cuda"
                              : cfg.train.device == "cpu" || cfg.train.device == "auto" ? "cpu"
-                                                                                                                   : "cuda";
+                                                                                        : "cuda";
   TESSERA_CHECK_INPUT(device == "cuda" || device == "cpu", "plan: --device '" + device + "' must be cuda or cpu");
   req.gpu = device == "cuda";
-  if (vm->count("gpu-mem")) {
+  if (vm.count("gpu-mem")) {
     TESSERA_CHECK_INPUT(req.gpu, "plan: --gpu-mem applies to GPU runs (--device cuda)");
-    req.gpu_mem = static_cast<int64_t>(parse_byte_size((*vm)["gpu-mem"].as<std::string>(), "--gpu-mem"));
+    req.gpu_mem = static_cast<int64_t>(parse_byte_size(vm["gpu-mem"].as<std::string>(), "--gpu-mem"));
   }
-  if (vm->count("host-mem")) req.host_mem = static_cast<int64_t>(parse_byte_size((*vm)["host-mem"].as<std::string>(), "--host-mem"));
+  if (vm.count("host-mem")) req.host_mem = static_cast<int64_t>(parse_byte_size(vm["host-mem"].as<std::string>(), "--host-mem"));
   const int nodes = req.world / req.ranks_per_node;
   TESSERA_CHECK_INPUT(!(cfg.fsdp.strategy == fsdp::Strategy::HybridShard && nodes == 1),
                       "plan: fsdp.strategy hybrid_shard on one node is full_shard with extra steps; use full_shard or more nodes");
   TESSERA_CHECK_INPUT(!(cfg.fsdp.strategy == fsdp::Strategy::HybridShard && req.ranks_per_node == 1),
                       "plan: fsdp.strategy hybrid_shard with one rank per node shards nothing; use no_shard or more ranks per node");
+  *device_out = device;
+  return req;
+}
 
-  // The model: a preset, or the config.json of model.path (the weights need not be there).
-  model::ModelConfig mc;
-  std::string model_name;
+// The model: a preset, or the config.json of model.path (the weights need not be there). Sets the
+// request's stored bytes per parameter.
+model::ModelConfig plan_model(const Config& cfg, PlanRequest& req, std::string* name) {
   if (cfg.model.path.empty()) {
-    model_name = cfg.model.preset;
-    mc = model::ModelConfig::preset(model_name);
+    *name = cfg.model.preset;
     req.stored_bytes = 4;
-  } else {
-    model_name = cfg.model.path;
-    const std::string path = model_name + "/config.json";
-    std::ifstream in(path);
-    TESSERA_CHECK_INPUT(static_cast<bool>(in), path + ": cannot open (tessera plan reads the model's config.json)");
-    nlohmann::json j = parse_json_text(std::string(std::istreambuf_iterator<char>(in), {}), path);
-    mc = model::ModelConfig::from_json(j, path);
-    req.stored_bytes = stored_bytes_of(mc.torch_dtype);
+    return model::ModelConfig::preset(*name);
   }
-  const memory::Plan plan = plan_run(cfg, mc, req);
-  const std::string why = why_not_fit(plan, req);
+  *name = cfg.model.path;
+  const std::string path = *name + "/config.json";
+  std::ifstream in(path);
+  TESSERA_CHECK_INPUT(static_cast<bool>(in), path + ": cannot open (tessera plan reads the model's config.json)");
+  nlohmann::json j = parse_json_text(std::string(std::istreambuf_iterator<char>(in), {}), path);
+  model::ModelConfig mc = model::ModelConfig::from_json(j, path);
+  req.stored_bytes = stored_bytes_of(mc.torch_dtype);
+  return mc;
+}
 
-  // What would make it fit: each knob alone, then all of them, then more ranks.
-  std::string impossible;
-  const nlohmann::json suggestions = why.empty() ? nlohmann::json::array() : fitting_changes(cfg, mc, req, &impossible);
-  if (!impossible.empty()) impossible = "plan: " + model_name + " cannot fit: " + why + ", " + impossible;
-  if (!impossible.empty()) throw TESSERA_INPUT_ERROR(impossible);
+// What plan --json prints.
+struct PlanOutcome {
+  std::string model_name, device, why;  // why: "" when it fits
+  nlohmann::json suggestions;
+};
 
-  const memory::RunShape run = run_shape_from(cfg, mc, req);
-  if (vm->count("json")) {
-    nlohmann::json j = {{"model", {{"name", model_name}, {"parameters", mc.num_parameters()}}},
-                        {"layout", {{"world", req.world}, {"ranks_per_node", req.ranks_per_node}, {"nodes", nodes},
-                                    {"device", device}, {"strategy", fsdp::to_string(run.strategy)}, {"shard_group", plan.shard_size},
-                                    {"replicate_group", plan.replicate_size}}},
-                        {"phases", plan_json(plan, req)},
-                        {"peak_host_bytes_per_rank", plan.peak_host()},
-                        {"peak_gpu_bytes_per_rank", plan.peak_gpu()},
-                        {"host_bytes_per_node", host_bytes_per_node(plan, req)},
-                        {"gpu_mem", req.gpu_mem},
-                        {"host_mem", req.host_mem},
-                        {"fits", why.empty()},
-                        {"why_not", why},
-                        {"suggestions", suggestions}};
-    std::cout << j.dump(2) << std::endl;
-    return why.empty() ? 0 : 1;
-  }
+nlohmann::json plan_as_json(const PlanOutcome& o, const model::ModelConfig& mc, const memory::Plan& plan,
+                            const memory::RunShape& run, const PlanRequest& req) {
+  return {{"model", {{"name", o.model_name}, {"parameters", mc.num_parameters()}}},
+          {"layout", {{"world", req.world}, {"ranks_per_node", req.ranks_per_node}, {"nodes", req.world / req.ranks_per_node},
+                      {"device", o.device}, {"strategy", fsdp::to_string(run.strategy)}, {"shard_group", plan.shard_size},
+                      {"replicate_group", plan.replicate_size}}},
+          {"phases", plan_json(plan, req)},
+          {"peak_host_bytes_per_rank", plan.peak_host()},
+          {"peak_gpu_bytes_per_rank", plan.peak_gpu()},
+          {"host_bytes_per_node", host_bytes_per_node(plan, req)},
+          {"gpu_mem", req.gpu_mem},
+          {"host_mem", req.host_mem},
+          {"fits", o.why.empty()},
+          {"why_not", o.why},
+          {"suggestions", o.suggestions}};
+}
+
+// The human table: one line about the run, a row per phase, the step's categories, host per node.
+void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::ModelConfig& mc, const memory::Plan& plan,
+                      const memory::RunShape& run, const PlanRequest& req) {
   const train::TrainOptions to = train_options_from(cfg);
-  std::cout << "tessera plan: " << model_name << " (" << mc.num_parameters() << " parameters), " << fsdp::to_string(run.strategy) << " over "
-            << req.world << " rank(s) (" << nodes << " node(s) x " << req.ranks_per_node << "), shard group "
+  std::cout << "tessera plan: " << o.model_name << " (" << mc.num_parameters() << " parameters), " << fsdp::to_string(run.strategy) << " over "
+            << req.world << " rank(s) (" << req.world / req.ranks_per_node << " node(s) x " << req.ranks_per_node << "), shard group "
             << plan.shard_size << ", " << (req.gpu ? "GPU" : "CPU") << ", compute " << run.param_bytes * 8
             << "-bit, reduce " << run.reduce_bytes * 8 << "-bit, moments " << run.state_bytes * 8 << "-bit, "
             << (run.activation_checkpointing ? "activation checkpointing" : "no activation checkpointing")
@@ -370,12 +358,16 @@ int run_plan(const std::vector<std::string>& args) {
   std::cout << " " << (req.gpu ? "CUDA context + NCCL " : "process base + untracked ") << human(t.base + t.untracked) << std::endl;
   std::cout << "  host per node: " << human(host_bytes_per_node(plan, req))
             << (req.host_mem ? " of " + human(req.host_mem) : std::string()) << std::endl;
-  if (why.empty()) {
+}
+
+// "fits", or "does not fit: ..." and each change that would make it fit. The exit code.
+int print_verdict(const PlanOutcome& o, const PlanRequest& req) {
+  if (o.why.empty()) {
     std::cout << "fits" << (req.gpu_mem || req.host_mem ? "" : " (no --gpu-mem / --host-mem given: nothing to check)") << std::endl;
     return 0;
   }
-  std::cout << "does not fit: " << why << std::endl;
-  for (const auto& s : suggestions) {
+  std::cout << "does not fit: " << o.why << std::endl;
+  for (const auto& s : o.suggestions) {
     std::cout << "  would fit with " << s["change"].get<std::string>();
     if (s.contains("peak_gpu_bytes_per_rank") && req.gpu)
       std::cout << " (GPU peak " << human(s["peak_gpu_bytes_per_rank"].get<int64_t>()) << ")";
@@ -384,6 +376,46 @@ int run_plan(const std::vector<std::string>& args) {
     std::cout << std::endl;
   }
   return 1;
+}
+
+}  // namespace
+
+int run_plan(const std::vector<std::string>& args) {
+  po::options_description desc("plan options");
+  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "run configuration (JSON or YAML)")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.micro_batch=2")(
+      "ranks", po::value<int>(), "total ranks (one per GPU on a GPU run)")(
+      "ranks-per-node", po::value<int>(), "ranks per node with --ranks (default: all on one node)")(
+      "nodes", po::value<int>(), "nodes (with --gpus-per-node)")(
+      "gpus-per-node", po::value<int>(), "GPUs (= ranks) per node")(
+      "device", po::value<std::string>(), "cuda or cpu (default: cuda with --gpus-per-node or --gpu-mem, else from train.device)")(
+      "gpu-mem", po::value<std::string>(), "memory per GPU, e.g. 80GiB (A100/H100), 141GB (H200)")(
+      "host-mem", po::value<std::string>(), "host RAM per node, e.g. 1TiB")(
+      "json", "print the plan as JSON");
+  auto vm = parse_command(
+      "tessera plan --config run.json (--ranks N [--ranks-per-node R] | --nodes N --gpus-per-node G) [--gpu-mem 80GiB] "
+      "[--host-mem 1TiB] [--device cuda|cpu] [--json]",
+      desc, args);
+  if (!vm) return 0;
+  std::vector<std::string> sets;
+  if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
+  const Config cfg = Config::load((*vm)["config"].as<std::string>(), sets);
+  PlanOutcome o;
+  PlanRequest req = plan_request(*vm, cfg, &o.device);
+  const model::ModelConfig mc = plan_model(cfg, req, &o.model_name);
+  const memory::Plan plan = plan_run(cfg, mc, req);
+  o.why = why_not_fit(plan, req);
+  // What would make it fit: each knob alone, then all of them, then more ranks.
+  std::string impossible;
+  o.suggestions = o.why.empty() ? nlohmann::json::array() : fitting_changes(cfg, mc, req, &impossible);
+  if (!impossible.empty()) throw TESSERA_INPUT_ERROR("plan: " + o.model_name + " cannot fit: " + o.why + ", " + impossible);
+  const memory::RunShape run = run_shape_from(cfg, mc, req);
+  if (vm->count("json")) {
+    std::cout << plan_as_json(o, mc, plan, run, req).dump(2) << std::endl;
+    return o.why.empty() ? 0 : 1;
+  }
+  print_plan_table(o, cfg, mc, plan, run, req);
+  return print_verdict(o, req);
 }
 
 }  // namespace tessera::launcher
