@@ -6,9 +6,9 @@
 // tests/tokenizer/node_modules. Run by tests/unit/bpe_hf.sh and tests/unit/test_bpe_tokenizer.cpp.
 //
 //   node hf_reference.js make DIR SRC      writes DIR/corpus.jsonl (varied documents, below) and,
-//                                          per tokenizer NAME (llama2, llama3_1), DIR/NAME.bin: the
-//                                          reference ids as a token file, per document
-//                                          BOS + encode(text) + EOS (BOS / EOS of tokenizer_config.json)
+//                                          per tokenizer NAME (llama2, llama3_1), DIR/NAME.json: the
+//                                          reference ids, per document BOS + encode(text) + EOS
+//                                          (BOS / EOS of tokenizer_config.json), and where each starts
 //   node hf_reference.js compare DIR NAME GOT.bin
 //                                          exits 1 naming the first differing document and token
 //   node hf_reference.js decode DIR N      writes DIR/NAME.decode.jsonl for N documents:
@@ -24,6 +24,7 @@
 const fs = require("fs");
 const path = require("path");
 const { Tokenizer } = require("@huggingface/tokenizers");
+const { rng, readTokenFile } = require("./make_fixture.js");
 
 const NAMES = ["llama2", "llama3_1"];
 const modelDir = (name) => path.join(__dirname, "node_modules", "@lenml", `tokenizer-${name}`, "models");
@@ -38,14 +39,6 @@ function load(name) {
 }
 
 // ---- corpus ------------------------------------------------------------------------------------
-function rng(seed) {  // xorshift32
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13, x >>>= 0, x ^= x >>> 17, x ^= x << 5, x >>>= 0;
-    return x / 4294967296;
-  };
-}
-
 const FIXED = [
   "Hello world", " Hello world", "  two leading spaces", "trailing space ", "trailing spaces   ", "\tTab first",
   "\n\nNewlines first\n", "line one\r\nline two\r\n", "a  b   c    d", " ", "   ", "\t", "\n", "x",
@@ -88,18 +81,12 @@ function generated(count, rand) {
     () => String(int(0, 10 ** int(1, 9))), () => chars(0x30, 0x39, int(5, 30)), () => pick(specials),
     () => pick(FIXED), () => pick(["👨‍👩‍👧", "🏳️‍⚧️", "👋🏻", "🇺🇦", "✨", "e\u0301", "n\u0303", "\u0915\u094d\u0937"]),
     () => pick(["x+=1;", "a->b", "f(x, y)", "#include <map>", "/* c */", "i++", "!==", "${v}", "λx.x", "::"])]);
-  const docs = [];
-  for (let d = 0; d < count; ++d) {
-    const parts = [];
-    if (rand() < 0.25) parts.push(pick(spaces));
-    for (let i = int(1, 100); i > 0; --i) {
-      parts.push(piece());
-      const r = rand();
-      parts.push(r < 0.65 ? " " : r < 0.8 ? "" : r < 0.97 ? pick(spaces) : pick(spaces).repeat(int(2, 12)));
-    }
-    docs.push(parts.join(""));
-  }
-  return docs;
+  const separator = () => {
+    const r = rand();
+    return r < 0.65 ? " " : r < 0.8 ? "" : r < 0.97 ? pick(spaces) : pick(spaces).repeat(int(2, 12));
+  };
+  const doc = () => (rand() < 0.25 ? pick(spaces) : "") + Array.from({ length: int(1, 100) }, () => piece() + separator()).join("");
+  return Array.from({ length: count }, doc);
 }
 
 function sourceDocs(src) {
@@ -121,27 +108,7 @@ function sourceDocs(src) {
 }
 
 function corpus(src) {
-  return [...FIXED, ...generated(300, rng(35)), ...sourceDocs(src)];
-}
-
-// ---- token files (runtime/data/token_file.h) ---------------------------------------------------
-function writeTokens(file, ids, vocab) {  // version 1
-  const buf = Buffer.alloc(20 + 4 * ids.length);
-  buf.write("TSRTOK1\0", 0, "latin1");
-  buf.writeUInt32LE(vocab, 8);
-  buf.writeBigUInt64LE(BigInt(ids.length), 12);
-  ids.forEach((id, i) => buf.writeInt32LE(id, 20 + 4 * i));
-  fs.writeFileSync(file, buf);
-}
-
-function readTokens(file) {  // version 2 (what `tessera tokenize` writes: id in bits 0-30) or 1
-  const buf = fs.readFileSync(file);
-  const magic = buf.toString("latin1", 0, 8);
-  const v2 = magic === "TSRTOK2\0";
-  if (!v2 && magic !== "TSRTOK1\0") throw new Error(`${file}: not a token file`);
-  const n = Number(buf.readBigUInt64LE(v2 ? 16 : 12));
-  const at = v2 ? 32 : 20;
-  return Array.from({ length: n }, (_, i) => (v2 ? buf.readUInt32LE(at + 4 * i) & 0x7fffffff : buf.readInt32LE(at + 4 * i)));
+  return [...FIXED, ...generated(300, rng(35)), ...sourceDocs(src)];  // rng: make_fixture.js's mulberry32
 }
 
 // ---- modes -------------------------------------------------------------------------------------
@@ -155,15 +122,14 @@ function make(dir, src) {
     if (bos === undefined || eos === undefined) throw new Error(`${name}: no bos_token / eos_token`);
     const ids = [], starts = [];
     for (const text of docs) starts.push(ids.length), ids.push(bos, ...tok.encode(text, { add_special_tokens: false }).ids, eos);
-    writeTokens(path.join(dir, `${name}.bin`), ids, tok.get_vocab().size);
-    fs.writeFileSync(path.join(dir, `${name}.starts.json`), JSON.stringify(starts));
+    fs.writeFileSync(path.join(dir, `${name}.json`), JSON.stringify({ ids, starts }));
     console.log(`${name}: ${docs.length} documents, ${bytes} bytes, ${ids.length} tokens (@huggingface/tokenizers)`);
   }
 }
 
 function compare(dir, name, got) {
-  const want = readTokens(path.join(dir, `${name}.bin`));
-  const have = readTokens(got);
+  const { ids: want, starts } = JSON.parse(fs.readFileSync(path.join(dir, `${name}.json`), "utf8"));
+  const have = readTokenFile(got);
   const n = Math.min(want.length, have.length);
   let i = 0;
   while (i < n && want[i] === have[i]) ++i;
@@ -171,7 +137,6 @@ function compare(dir, name, got) {
     console.log(`${name}: identical, ${want.length} tokens`);
     return 0;
   }
-  const starts = JSON.parse(fs.readFileSync(path.join(dir, `${name}.starts.json`), "utf8"));
   let doc = 0;
   while (doc + 1 < starts.length && starts[doc + 1] <= i) ++doc;
   const { tok } = load(name);

@@ -236,10 +236,14 @@ function compare(dir, got) {
   return 1;
 }
 
-const [mode, dir, arg] = process.argv.slice(2);
-if (mode === "make") make(dir, arg);
-else if (mode === "compare") process.exit(compare(dir, arg));
-else {
-  console.error("usage: node make_fixture.js make DIR SRC | compare DIR GOT.bin");
-  process.exit(2);
+module.exports = { rng, readTokenFile };  // also used by hf_reference.js
+
+if (require.main === module) {
+  const [mode, dir, arg] = process.argv.slice(2);
+  if (mode === "make") make(dir, arg);
+  else if (mode === "compare") process.exit(compare(dir, arg));
+  else {
+    console.error("usage: node make_fixture.js make DIR SRC | compare DIR GOT.bin");
+    process.exit(2);
+  }
 }
