@@ -6,14 +6,15 @@
 // tests/tokenizer/node_modules. Run by tests/unit/bpe_hf.sh and tests/unit/test_bpe_tokenizer.cpp.
 //
 //   node hf_reference.js make DIR SRC      writes DIR/corpus.jsonl (varied documents, below) and,
-//                                          per tokenizer NAME (llama2, llama3_1), DIR/NAME.json: the
+//                                          per tokenizer NAME (llama2, llama3_1, llama2_metaspace:
+//                                          see files()), DIR/NAME.json: the
 //                                          reference ids, per document BOS + encode(text) + EOS
 //                                          (BOS / EOS of tokenizer_config.json), and where each starts
 //   node hf_reference.js compare DIR NAME GOT.bin
 //                                          exits 1 naming the first differing document and token
-//   node hf_reference.js decode DIR N      writes DIR/NAME.decode.jsonl for N documents:
+//   node hf_reference.js decode DIR N      writes DIR/NAME.decode.jsonl (llama2, llama3_1) for N documents:
 //                                          {"text", "ids": encode(text), "decoded": decode(ids)}
-//   node hf_reference.js path NAME         prints the tokenizer.json path of NAME
+//   node hf_reference.js path NAME DIR     prints the tokenizer.json path of NAME
 //
 // The corpus: prose, source code (SRC's docs and sources), numbers and digit runs, emoji with ZWJ
 // sequences, skin tones and flags, CJK, Hangul, accents and combining marks (NFC and NFD), RTL
@@ -26,13 +27,29 @@ const path = require("path");
 const { Tokenizer } = require("@huggingface/tokenizers");
 const { rng, readTokenFile } = require("./make_fixture.js");
 
-const NAMES = ["llama2", "llama3_1"];
+const NAMES = ["llama2", "llama3_1", "llama2_metaspace"];
 const modelDir = (name) => path.join(__dirname, "node_modules", "@lenml", `tokenizer-${name}`, "models");
+const readJson = (file) => JSON.parse(fs.readFileSync(file, "utf8"));
+
+// llama2_metaspace: Llama 2's file as newer conversions (Mistral v0.3, legacy=false) write it: no
+// normalizer, a Metaspace pre-tokenizer and decoder (prepend_scheme first, split false).
+function files(name) {
+  const base = name === "llama2_metaspace" ? "llama2" : name;
+  const json = readJson(path.join(modelDir(base), "tokenizer.json"));
+  const config = readJson(path.join(modelDir(base), "tokenizer_config.json"));
+  if (name === "llama2_metaspace") {
+    const metaspace = { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false };
+    Object.assign(json, { normalizer: null, pre_tokenizer: metaspace, decoder: metaspace });
+  }
+  return { json, config };
+}
+
+// The tokenizer.json tessera reads for NAME (`make DIR` writes the variants into DIR/NAME/).
+const jsonPath = (name, dir) =>
+  name === "llama2_metaspace" ? path.join(dir, name, "tokenizer.json") : path.join(modelDir(name), "tokenizer.json");
 
 function load(name) {
-  const dir = modelDir(name);
-  const json = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
-  const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
+  const { json, config } = files(name);
   const tok = new Tokenizer(json, config);
   const special = (v) => (v === null || v === undefined ? undefined : tok.token_to_id(typeof v === "string" ? v : v.content));
   return { tok, bos: special(config.bos_token), eos: special(config.eos_token) };
@@ -101,7 +118,7 @@ function sourceDocs(src) {
   let bytes = 0;
   for (const f of files) {
     const text = fs.readFileSync(f, "utf8");
-    if (text.length === 0 || bytes + text.length > 250000) continue;
+    if (text.length === 0 || bytes + text.length > 150000) continue;
     docs.push(text), bytes += text.length;
   }
   return docs;
@@ -119,6 +136,12 @@ function make(dir, src) {
   const bytes = docs.reduce((n, t) => n + Buffer.byteLength(t, "utf8"), 0);
   for (const name of NAMES) {
     const { tok, bos, eos } = load(name);
+    if (jsonPath(name, dir).startsWith(dir)) {
+      const { json, config } = files(name);
+      fs.mkdirSync(path.join(dir, name), { recursive: true });
+      fs.writeFileSync(jsonPath(name, dir), JSON.stringify(json));
+      fs.writeFileSync(path.join(dir, name, "tokenizer_config.json"), JSON.stringify(config));
+    }
     if (bos === undefined || eos === undefined) throw new Error(`${name}: no bos_token / eos_token`);
     const ids = [], starts = [];
     for (const text of docs) starts.push(ids.length), ids.push(bos, ...tok.encode(text, { add_special_tokens: false }).ids, eos);
@@ -155,7 +178,7 @@ function corpusLine(dir, doc) {
 function decode(dir, count) {
   fs.mkdirSync(dir, { recursive: true });
   const docs = corpus(path.join(__dirname, "..", "..")).slice(0, count);
-  for (const name of NAMES) {
+  for (const name of NAMES.slice(0, 2)) {
     const { tok } = load(name);
     const lines = docs.map((text) => {
       const ids = tok.encode(text, { add_special_tokens: false }).ids;
@@ -170,8 +193,8 @@ const [mode, a, b, c] = process.argv.slice(2);
 if (mode === "make") make(a, b);
 else if (mode === "compare") process.exit(compare(a, b, c));
 else if (mode === "decode") decode(a, Number(b));
-else if (mode === "path") console.log(path.join(modelDir(a), "tokenizer.json"));
+else if (mode === "path") console.log(jsonPath(a, b));
 else {
-  console.error("usage: node hf_reference.js make DIR SRC | compare DIR NAME GOT.bin | decode DIR N | path NAME");
+  console.error("usage: node hf_reference.js make DIR SRC | compare DIR NAME GOT.bin | decode DIR N | path NAME DIR");
   process.exit(2);
 }
