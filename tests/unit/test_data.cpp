@@ -832,3 +832,30 @@ TEST(Records, BadAlpacaAndShareGptRecordsSayWhatIsWrong) {
   EXPECT_NE(refusal_of(R"({"conversations": [{"from": "gpt", "value": "a"}]})").find("roles must alternate"),
             std::string::npos);
 }
+
+TEST_F(DataTest, LargeArraysAndGzipCrossReadChunksIntact) {
+  // Records with brackets, braces, commas, escaped quotes and backslashes inside their strings, and
+  // nested values, in over 2 MiB: records and lines straddle the reader's 1 MiB chunks.
+  std::string jsonl, compact = "[";
+  for (int i = 0; i < 36000; ++i) {
+    const std::string n = std::to_string(i * 7919 % 100003);
+    const std::string rec = i % 3 == 0 ? R"({"text": "a [b] {c}, \"q\" \\ )" + n + R"(", "meta": {"k": [1, {"x": "]"}]}})"
+                            : i % 3 == 1 ? R"({"prompt": "what is )" + n + R"( ]}?", "completion": " \u00e9 )" + n + "\"}"
+                                         : R"({"instruction": "say \")" + n + R"(\"", "input": "[", "output": "}"})";
+    jsonl += rec + "\n";
+    compact += (i ? ",\n\t" : "") + rec;
+  }
+  write_file(path("big.jsonl"), jsonl);
+  write_file(path("big.json"), compact + "]");
+  run_capture("gzip -k " + path("big.jsonl") + " " + path("big.json"));
+  ByteTokenizer tok;
+  ReadStats want_stats;
+  const Docs want = docs_of(*load({path("big.jsonl")}, tok, &want_stats)[0]);
+  ASSERT_EQ(want.ids.size(), 36000u);
+  ASSERT_GT(jsonl.size(), size_t(2) << 20);
+  ASSERT_EQ(want_stats.dropped, 0);
+  for (const char* name : {"big.json", "big.jsonl.gz", "big.json.gz"}) {
+    const Docs d = docs_of(*load({path(name)}, tok)[0]);
+    EXPECT_TRUE(d.ids == want.ids && d.targets == want.targets) << name;
+  }
+}
