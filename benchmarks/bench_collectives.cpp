@@ -317,6 +317,154 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
+namespace {
+
+struct BenchArgs {
+  uint64_t minb = 0, maxb = 0;
+  int factor = 2, iters = 1, warmup = 0;
+  at::ScalarType dt = at::kFloat;
+  bool json = false, baselines = true;
+  std::vector<const Collective*> ops;
+  std::vector<comm::CommPtr> comms;
+  std::string transport;  // which Open MPI transports carry the MPI traffic
+};
+
+BenchArgs bench_args(const launcher::po::variables_map& v) {
+  BenchArgs a;
+  a.minb = launcher::parse_byte_size(v["minbytes"].as<std::string>(), "-b", /*bare_bytes=*/true);
+  a.maxb = launcher::parse_byte_size(v["maxbytes"].as<std::string>(), "-e", /*bare_bytes=*/true);
+  a.factor = v["stepfactor"].as<int>(), a.iters = v["iters"].as<int>(), a.warmup = v["warmup_iters"].as<int>();
+  TESSERA_CHECK_INPUT(a.minb > 0 && a.minb <= a.maxb, "-b must be positive and at most -e");
+  TESSERA_CHECK_INPUT(a.factor >= 2, "-f must be at least 2");
+  TESSERA_CHECK_INPUT(a.iters >= 1 && a.warmup >= 0, "-n must be >= 1 and -w >= 0");
+  a.dt = parse_dtype(v["dtype"].as<std::string>());
+  a.json = v["json"].as<bool>(), a.baselines = !v["no-baselines"].as<bool>();
+  for (const Collective* o : kCollectives)
+    if (v["op"].as<std::string>() == "all" || v["op"].as<std::string>() == o->name) a.ops.push_back(o);
+  TESSERA_CHECK_INPUT(!a.ops.empty(), "--op '" + v["op"].as<std::string>() +
+                                          "' is not one of all_gather, reduce_scatter, all_reduce, broadcast, all");
+  const auto& groups = launcher::current().groups;
+  for (const auto& g : {groups.world, groups.intra, groups.inter})
+    if (g && (v["group"].as<std::string>() == "all" || v["group"].as<std::string>() == g->name())) a.comms.push_back(g);
+  TESSERA_CHECK_INPUT(!a.comms.empty(), "--group '" + v["group"].as<std::string>() + "' is not one of world, intra, inter, all");
+  // mpirun --mca btl X exports OMPI_MCA_btl to the ranks (figures differ a lot between shared
+  // memory and TCP).
+  const char* btl = std::getenv("OMPI_MCA_btl");
+  a.transport = btl ? std::string("btl ") + btl : "Open MPI's default btl (shared memory within a host)";
+  return a;
+}
+
+using SyncFn = std::function<void(const std::function<void(MPI_Comm)>&)>;
+
+// One size of one collective: Tessera out of place and in place, and its baselines.
+struct Row {
+  double size_bytes = 0;
+  int64_t count = 0;
+  Result t_oop, t_ip, r_oop, r_ip, g_oop;
+  int64_t wrong_all[2] = {0, 0};
+};
+
+// Tessera and its baselines, interleaved round by round (see time_interleaved).
+Row measure_size(const Collective& op, comm::Communicator& c, uint64_t bytes, const BenchArgs& a, const SyncFn& on_sync,
+                 void* gloo_pg) {
+  const int n = c.size(), rank = c.rank();
+  Buffers b = make_buffers(op, bytes, a.dt, n);
+  Row row;
+  row.size_bytes = double(b.count) * c10::elementSize(a.dt);
+  row.count = b.count;
+  Impl tess = tessera_impl(op, c);
+  row.t_oop.wrong = count_wrong(op, tess, b, false, rank, n, a.dt);
+  row.t_ip.wrong = count_wrong(op, tess, b, true, rank, n, a.dt);
+  std::vector<std::pair<Impl, bool>> runs{{tess, false}, {tess, true}};
+  std::vector<Result*> slots{&row.t_oop, &row.t_ip};
+  MPI_Datatype rt = raw_type(a.dt, op.reduces);
+  if (a.baselines && c.backend() == "mpi" && rt != MPI_DATATYPE_NULL) {
+    Impl r = raw_mpi_impl(op, c, rt);
+    runs.push_back({r, false});
+    runs.push_back({r, true});
+    slots.push_back(&row.r_oop);
+    slots.push_back(&row.r_ip);
+  }
+#ifdef TESSERA_HAVE_GLOO
+  if (gloo_pg && op.gloo) {
+    auto* pg = static_cast<c10d::ProcessGroupGloo*>(gloo_pg);
+    runs.push_back({Impl{[o = &op, pg, n](Buffers& b, bool) { o->gloo(*pg, b, n); }, false}, false});
+    slots.push_back(&row.g_oop);
+  }
+#endif
+  const std::vector<double> times = time_interleaved(runs, b, a.warmup, a.iters, on_sync);
+  for (size_t k = 0; k < slots.size(); ++k) slots[k]->time_s = times[k];
+  int64_t wrong[2] = {row.t_oop.wrong, row.t_ip.wrong};
+  on_sync([&](MPI_Comm m) { MPI_Allreduce(wrong, row.wrong_all, 2, MPI_INT64_T, MPI_SUM, m); });
+  return row;
+}
+
+double ratio(const Result& base, const Result& ours) {
+  return base.time_s > 0 ? base.time_s / ours.time_s : -1.0;  // > 1: Tessera faster
+}
+
+nlohmann::json row_json(const Row& r, const Collective& op, const comm::Communicator& c, const BenchArgs& a,
+                        const std::string& algo) {
+  const int n = c.size();
+  auto algbw = [&](double t) { return r.size_bytes / t / 1e9; };
+  auto busbw = [&](double t) { return algbw(t) * op.busbw_factor(n); };
+  auto opt = [](double x) { return x > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  return {{"group", c.name()}, {"ranks", n}, {"op", op.name}, {"dtype", c10::toString(a.dt)}, {"transport", a.transport},
+          {"bytes", int64_t(r.size_bytes)}, {"count", r.count},
+          {"oop", {{"time_us", r.t_oop.time_s * 1e6}, {"algbw", algbw(r.t_oop.time_s)},
+                   {"busbw", busbw(r.t_oop.time_s)}, {"wrong", r.wrong_all[0]}}},
+          {"ip", {{"time_us", r.t_ip.time_s * 1e6}, {"algbw", algbw(r.t_ip.time_s)},
+                  {"busbw", busbw(r.t_ip.time_s)}, {"wrong", r.wrong_all[1]}}},
+          {"raw_mpi_us", {{"oop", opt(r.r_oop.time_s * 1e6)}, {"ip", opt(r.r_ip.time_s * 1e6)}}},
+          {"gloo_us", opt(r.g_oop.time_s * 1e6)},
+          {"ratio_vs_raw", {{"oop", opt(ratio(r.r_oop, r.t_oop))}, {"ip", opt(ratio(r.r_ip, r.t_ip))}}},
+          {"ratio_vs_gloo", opt(ratio(r.g_oop, r.t_oop))}, {"algorithm", algo}};
+}
+
+void print_row(const Row& r, const Collective& op, int n, at::ScalarType dt, const std::string& algo) {
+  auto algbw = [&](double t) { return r.size_bytes / t / 1e9; };
+  auto busbw = [&](double t) { return algbw(t) * op.busbw_factor(n); };
+  auto us = [](const Result& x) { return x.time_s > 0 ? fmt("%9.1f", x.time_s * 1e6) : std::string("      n/a"); };
+  auto x = [](double q) { return q > 0 ? fmt("%6.2fx", q) : std::string("    n/a"); };
+  std::printf("%12lld %12lld %6s | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f %6lld | %9s %9s %7s %7s | %9s %7s | %s\n",
+              (long long)r.size_bytes, (long long)r.count, c10::toString(dt), r.t_oop.time_s * 1e6,
+              algbw(r.t_oop.time_s), busbw(r.t_oop.time_s), (long long)r.wrong_all[0], r.t_ip.time_s * 1e6,
+              algbw(r.t_ip.time_s), busbw(r.t_ip.time_s), (long long)r.wrong_all[1], us(r.r_oop).c_str(),
+              us(r.r_ip).c_str(), x(ratio(r.r_oop, r.t_oop)).c_str(), x(ratio(r.r_ip, r.t_ip)).c_str(),
+              us(r.g_oop).c_str(), x(ratio(r.g_oop, r.t_oop)).c_str(), algo.c_str());
+}
+
+// Every size of one collective on one communicator: a table (or JSON rows into `out`).
+void bench_op(const Collective& op, comm::Communicator& c, const BenchArgs& a, const SyncFn& on_sync, void* gloo_pg,
+              nlohmann::json& out) {
+  const bool root = launcher::current().world_rank == 0;
+  const int n = c.size();
+  if (root && !a.json) {
+    std::printf("#\n# %s on group '%s' (%s, %d ranks), dtype %s, %d iters, %d warm-up; times: median of rounds interleaved with the baselines\n", op.name,
+                c.name().c_str(), c.backend().c_str(), n, c10::toString(a.dt), a.iters, a.warmup);
+    std::printf("#%11s %12s %6s | %10s %8s %8s %6s | %10s %8s %8s %6s | %9s %9s %7s %7s | %9s %7s | %s\n", "size",
+                "count", "type", "oop us", "algbw", "busbw", "#wrong", "ip us", "algbw", "busbw", "#wrong",
+                "raw oop", "raw ip", "x raw", "x rawip", "gloo us", "x gloo", "algo");
+  }
+  double bus_sum = 0;
+  int bus_count = 0;
+  for (uint64_t bytes = a.minb; bytes <= a.maxb; bytes *= a.factor) {
+    const Row r = measure_size(op, c, bytes, a, on_sync, gloo_pg);
+    bus_sum += (r.size_bytes / r.t_oop.time_s + r.size_bytes / r.t_ip.time_s) / 1e9 * op.busbw_factor(n);
+    bus_count += 2;
+    if (!root) continue;
+    // Which algorithm Tessera's backend ran: ring / chain (mpi_ring.h) or MPI's own collective.
+    const std::string algo = c.backend() == "mpi" ? comm::mpi_algorithm(op.name, r.count, a.dt, n) : c.backend();
+    if (a.json)
+      out.push_back(row_json(r, op, c, a, algo));
+    else
+      print_row(r, op, n, a.dt, algo);
+  }
+  if (root && !a.json) std::printf("# Avg bus bandwidth    : %g GB/s\n", bus_count ? bus_sum / bus_count : 0.0);
+}
+
+}  // namespace
+
 int run_bench_collectives(const std::vector<std::string>& args) {
   namespace po = launcher::po;
   po::options_description desc("bench collectives options");
@@ -332,129 +480,33 @@ int run_bench_collectives(const std::vector<std::string>& args) {
       "json", po::bool_switch(), "print one JSON document instead of the table");
   auto vm = launcher::parse_command("tessera bench collectives [-b MIN] [-e MAX] [-f F] [-n N] [-w W] ...", desc, args);
   if (!vm) return 0;
-  const auto& v = *vm;
-  const uint64_t minb = launcher::parse_byte_size(v["minbytes"].as<std::string>(), "-b", /*bare_bytes=*/true);
-  const uint64_t maxb = launcher::parse_byte_size(v["maxbytes"].as<std::string>(), "-e", /*bare_bytes=*/true);
-  const int factor = v["stepfactor"].as<int>(), iters = v["iters"].as<int>(), warmup = v["warmup_iters"].as<int>();
-  TESSERA_CHECK_INPUT(minb > 0 && minb <= maxb, "-b must be positive and at most -e");
-  TESSERA_CHECK_INPUT(factor >= 2, "-f must be at least 2");
-  TESSERA_CHECK_INPUT(iters >= 1 && warmup >= 0, "-n must be >= 1 and -w >= 0");
-  const at::ScalarType dt = parse_dtype(v["dtype"].as<std::string>());
-  const bool json = v["json"].as<bool>(), baselines = !v["no-baselines"].as<bool>();
-
-  std::vector<const Collective*> ops;
-  for (const Collective* o : kCollectives)
-    if (v["op"].as<std::string>() == "all" || v["op"].as<std::string>() == o->name) ops.push_back(o);
-  TESSERA_CHECK_INPUT(!ops.empty(), "--op '" + v["op"].as<std::string>() +
-                                        "' is not one of all_gather, reduce_scatter, all_reduce, broadcast, all");
-  const auto& groups = launcher::current().groups;
-  std::vector<comm::CommPtr> comms;
-  for (const auto& g : {groups.world, groups.intra, groups.inter})
-    if (g && (v["group"].as<std::string>() == "all" || v["group"].as<std::string>() == g->name())) comms.push_back(g);
-  TESSERA_CHECK_INPUT(!comms.empty(), "--group '" + v["group"].as<std::string>() + "' is not one of world, intra, inter, all");
-
+  const BenchArgs a = bench_args(*vm);
   const bool root = launcher::current().world_rank == 0;
-  // Which Open MPI transports carry the MPI traffic (figures differ a lot between shared memory and
-  // TCP): mpirun --mca btl X exports OMPI_MCA_btl to the ranks.
-  const char* btl = std::getenv("OMPI_MCA_btl");
-  const std::string transport = btl ? std::string("btl ") + btl : "Open MPI's default btl (shared memory within a host)";
-  if (root && !json) std::printf("# MPI transport: %s\n", transport.c_str());
+  if (root && !a.json) std::printf("# MPI transport: %s\n", a.transport.c_str());
   nlohmann::json out = nlohmann::json::array();
   at::NoGradGuard no_grad;
-  for (const auto& c : comms) {
-    const int n = c->size(), rank = c->rank();
+  for (const auto& c : a.comms) {
     const bool is_mpi = c->backend() == "mpi";
     // The harness's own barriers and time reductions. For an MPI communicator they run on its
     // communication thread, ordered with the measured calls: over Open MPI's TCP transport, a
     // barrier from another thread between two large transfers made the next 64 MiB transfer 1.5-2x
     // slower (a plain MPI program shows it too; README, performance), an artifact a training run,
     // which calls MPI only from communication threads, never sees.
-    auto on_sync = [&](const std::function<void(MPI_Comm)>& f) {
+    const SyncFn on_sync = [&](const std::function<void(MPI_Comm)>& f) {
       if (is_mpi) comm::mpi_run_ordered(*c, f);
       else f(MPI_COMM_WORLD);
     };
+    void* gloo_pg = nullptr;
 #ifdef TESSERA_HAVE_GLOO
     c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
-    if (baselines && is_mpi) gloo = make_gloo(*c);
+    if (a.baselines && is_mpi) gloo = make_gloo(*c);
+    gloo_pg = gloo.get();
 #else
-    if (root && !json && baselines) std::printf("# Gloo baseline: not built (c10d Gloo needs the libgloo-dev headers)\n");
+    if (root && !a.json && a.baselines) std::printf("# Gloo baseline: not built (c10d Gloo needs the libgloo-dev headers)\n");
 #endif
-    for (const Collective* op : ops) {
-      const std::string opname = op->name;
-      double bus_sum = 0;
-      int bus_count = 0;
-      if (root && !json) {
-        std::printf("#\n# %s on group '%s' (%s, %d ranks), dtype %s, %d iters, %d warm-up; times: median of rounds interleaved with the baselines\n", opname.c_str(),
-                    c->name().c_str(), c->backend().c_str(), n, c10::toString(dt), iters, warmup);
-        std::printf("#%11s %12s %6s | %10s %8s %8s %6s | %10s %8s %8s %6s | %9s %9s %7s %7s | %9s %7s | %s\n", "size",
-                    "count", "type", "oop us", "algbw", "busbw", "#wrong", "ip us", "algbw", "busbw", "#wrong",
-                    "raw oop", "raw ip", "x raw", "x rawip", "gloo us", "x gloo", "algo");
-      }
-      for (uint64_t bytes = minb; bytes <= maxb; bytes *= factor) {
-        Buffers b = make_buffers(*op, bytes, dt, n);
-        const double size_bytes = double(b.count) * c10::elementSize(dt);
-        Impl tess = tessera_impl(*op, *c);
-        Result t_oop, t_ip, r_oop, r_ip, g_oop;
-        t_oop.wrong = count_wrong(*op, tess, b, false, rank, n, dt);
-        t_ip.wrong = count_wrong(*op, tess, b, true, rank, n, dt);
-        // Tessera and its baselines, interleaved round by round (see time_interleaved).
-        std::vector<std::pair<Impl, bool>> runs{{tess, false}, {tess, true}};
-        std::vector<Result*> slots{&t_oop, &t_ip};
-        MPI_Datatype rt = raw_type(dt, op->reduces);
-        if (baselines && is_mpi && rt != MPI_DATATYPE_NULL) {
-          Impl r = raw_mpi_impl(*op, *c, rt);
-          runs.push_back({r, false});
-          runs.push_back({r, true});
-          slots.push_back(&r_oop);
-          slots.push_back(&r_ip);
-        }
-#ifdef TESSERA_HAVE_GLOO
-        if (gloo && op->gloo) {
-          runs.push_back({Impl{[op, pg = gloo.get(), n](Buffers& b, bool) { op->gloo(*pg, b, n); }, false}, false});
-          slots.push_back(&g_oop);
-        }
-#endif
-        const std::vector<double> times = time_interleaved(runs, b, warmup, iters, on_sync);
-        for (size_t k = 0; k < slots.size(); ++k) slots[k]->time_s = times[k];
-        int64_t wrong[2] = {t_oop.wrong, t_ip.wrong}, wrong_all[2] = {0, 0};
-        on_sync([&](MPI_Comm m) { MPI_Allreduce(wrong, wrong_all, 2, MPI_INT64_T, MPI_SUM, m); });
-        auto algbw = [&](double t) { return size_bytes / t / 1e9; };
-        auto busbw = [&](double t) { return algbw(t) * op->busbw_factor(n); };
-        auto ratio = [](const Result& base, const Result& ours) {
-          return base.time_s > 0 ? base.time_s / ours.time_s : -1.0;  // > 1: Tessera faster
-        };
-        bus_sum += busbw(t_oop.time_s) + busbw(t_ip.time_s);
-        bus_count += 2;
-        if (!root) continue;
-        // Which algorithm Tessera's backend ran: ring / chain (mpi_ring.h) or MPI's own collective.
-        const std::string algo = is_mpi ? comm::mpi_algorithm(opname, b.count, dt, n) : c->backend();
-        if (json) {
-          auto opt = [](double x) { return x > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
-          out.push_back({{"group", c->name()}, {"ranks", n}, {"op", opname}, {"dtype", c10::toString(dt)}, {"transport", transport},
-                         {"bytes", int64_t(size_bytes)}, {"count", b.count},
-                         {"oop", {{"time_us", t_oop.time_s * 1e6}, {"algbw", algbw(t_oop.time_s)},
-                                  {"busbw", busbw(t_oop.time_s)}, {"wrong", wrong_all[0]}}},
-                         {"ip", {{"time_us", t_ip.time_s * 1e6}, {"algbw", algbw(t_ip.time_s)},
-                                 {"busbw", busbw(t_ip.time_s)}, {"wrong", wrong_all[1]}}},
-                         {"raw_mpi_us", {{"oop", opt(r_oop.time_s * 1e6)}, {"ip", opt(r_ip.time_s * 1e6)}}},
-                         {"gloo_us", opt(g_oop.time_s * 1e6)},
-                         {"ratio_vs_raw", {{"oop", opt(ratio(r_oop, t_oop))}, {"ip", opt(ratio(r_ip, t_ip))}}},
-                         {"ratio_vs_gloo", opt(ratio(g_oop, t_oop))}, {"algorithm", algo}});
-        } else {
-          auto us = [](const Result& r) { return r.time_s > 0 ? fmt("%9.1f", r.time_s * 1e6) : std::string("      n/a"); };
-          auto x = [](double q) { return q > 0 ? fmt("%6.2fx", q) : std::string("    n/a"); };
-          std::printf("%12lld %12lld %6s | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f %6lld | %9s %9s %7s %7s | %9s %7s | %s\n",
-                      (long long)size_bytes, (long long)b.count, c10::toString(dt), t_oop.time_s * 1e6,
-                      algbw(t_oop.time_s), busbw(t_oop.time_s), (long long)wrong_all[0], t_ip.time_s * 1e6,
-                      algbw(t_ip.time_s), busbw(t_ip.time_s), (long long)wrong_all[1], us(r_oop).c_str(),
-                      us(r_ip).c_str(), x(ratio(r_oop, t_oop)).c_str(), x(ratio(r_ip, t_ip)).c_str(),
-                      us(g_oop).c_str(), x(ratio(g_oop, t_oop)).c_str(), algo.c_str());
-        }
-      }
-      if (root && !json) std::printf("# Avg bus bandwidth    : %g GB/s\n", bus_count ? bus_sum / bus_count : 0.0);
-    }
+    for (const Collective* op : a.ops) bench_op(*op, *c, a, on_sync, gloo_pg, out);
   }
-  if (root && json) std::cout << out.dump(2) << std::endl;
+  if (root && a.json) std::cout << out.dump(2) << std::endl;
   std::fflush(stdout);
   return 0;
 }
