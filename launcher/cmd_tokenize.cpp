@@ -67,11 +67,12 @@ int run_tokenize(const std::vector<std::string>& args) {
       ("tokenizer", po::value<std::string>()->default_value("bytes"),
        "SentencePiece tokenizer.model, Hugging Face tokenizer.json (file or its directory), or bytes (byte-level "
        "tokenizer, vocab 258)")
-      ("chat-template", po::value<std::string>()->default_value("llama2"),
-       "how chat (messages) records are rendered: llama2, llama3 or none (as data.chat_template)")
+      ("chat-template", po::value<std::string>()->default_value("auto"),
+       "how chat (messages) records are rendered: auto (the chat_template of the tokenizer_config.json beside "
+       "--tokenizer, else llama2), llama2, llama3 or none (as data.chat_template)")
       ("force", po::bool_switch(), "replace OUT if it exists");
   const auto vm = parse_command(
-      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template llama2] "
+      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template auto] "
       "[--format auto]",
       desc, args);
   if (!vm) return 0;
@@ -84,7 +85,13 @@ int run_tokenize(const std::vector<std::string>& args) {
 
   const auto start = Clock::now();
   const auto tokenizer = data::make_tokenizer((*vm)["tokenizer"].as<std::string>());
-  const auto chat = data::make_chat_template((*vm)["chat-template"].as<std::string>());
+  const std::string tokenizer_path = (*vm)["tokenizer"].as<std::string>();
+  data::ChatTemplateChoice choice = data::choose_chat_template(
+      parse_named<data::ChatTemplateKind>(data::chat_template_names(), (*vm)["chat-template"].as<std::string>(),
+                                          "--chat-template"),
+      data::tokenizer_config_beside(tokenizer_path));
+  std::cout << "chat template: " << choice.description << std::endl;
+  const auto chat = std::move(choice.chat);
   chat->check(*tokenizer);
   const auto format = parse_named<data::DataFormat>(data::data_format_names(), (*vm)["format"].as<std::string>(), "--format");
   std::vector<data::DataFile> files;

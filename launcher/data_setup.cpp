@@ -41,16 +41,16 @@ std::string tokenizer_config_for(const Config& cfg, const data::Tokenizer& tok) 
   if (tok.name() == "byte" || cfg.data.chat_template != data::ChatTemplateKind::Auto) return "";
   const std::string spec = cfg.data.tokenizer.empty() ? cfg.model.path : cfg.data.tokenizer;
   if (spec.empty()) return "";
-  std::error_code ec;
-  const fs::path p(spec);
-  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  const std::string config = data::tokenizer_config_beside(spec);
   // A rank that cannot see the tokenizer's directory (model.load=rank0 broadcasts a tokenizer.model)
   // would silently fall back to llama2 while rank 0 renders the model's template.
+  std::error_code ec;
+  const fs::path dir = fs::path(config).parent_path();
   TESSERA_CHECK_INPUT(fs::is_directory(dir.empty() ? fs::path(".") : dir, ec),
                       "data.chat_template auto: " + dir.string() +
                           " (beside the tokenizer) is not visible on this rank, so its tokenizer_config.json cannot be "
                           "read: make it visible to every rank, or set data.chat_template");
-  return (dir / "tokenizer_config.json").string();
+  return config;
 }
 
 namespace {

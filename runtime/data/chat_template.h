@@ -135,6 +135,9 @@ struct ChatTemplateChoice {
   std::string description;
 };
 ChatTemplateChoice choose_chat_template(ChatTemplateKind kind, const std::string& tokenizer_config_json);
+// The tokenizer_config.json beside a tokenizer (a tokenizer.model / tokenizer.json file, or a
+// directory holding one); "" for "", "bytes".
+std::string tokenizer_config_beside(const std::string& tokenizer_path);
 // A name of chat_template_names() (names.h); throws Error(Input) naming data.chat_template for any other.
 std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name);
 

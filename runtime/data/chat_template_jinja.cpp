@@ -211,6 +211,13 @@ std::unique_ptr<ChatTemplate> make_model_chat_template(const ModelChatTemplate& 
   return std::make_unique<JinjaTemplate>(model);
 }
 
+std::string tokenizer_config_beside(const std::string& tokenizer_path) {
+  if (tokenizer_path.empty() || tokenizer_path == "bytes") return "";
+  std::error_code ec;
+  const fs::path p(tokenizer_path);
+  return ((fs::is_directory(p, ec) ? p : p.parent_path()) / "tokenizer_config.json").string();
+}
+
 ChatTemplateChoice choose_chat_template(ChatTemplateKind kind, const std::string& tokenizer_config_json) {
   if (kind != ChatTemplateKind::Auto) {
     auto chat = make_chat_template(kind);
