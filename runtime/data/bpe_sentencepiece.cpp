@@ -102,8 +102,11 @@ Metaspace Metaspace::load(const json& j, const std::string& field, const std::st
     else if (s == "first") m.prepend = Prepend::First;
     else if (s == "never") m.prepend = Prepend::Never;
     else fail(path, field + ".prepend_scheme", s.dump() + " is not supported (first, always or never)");
-  } else if (j.contains("add_prefix_space")) {  // files written before prepend_scheme existed
-    m.prepend = j["add_prefix_space"].get<bool>() ? Prepend::Always : Prepend::Never;
+  }
+  if (j.contains("add_prefix_space") && !j["add_prefix_space"].get<bool>()) {  // older files: false = never
+    if (m.prepend != Prepend::Never && j.contains("prepend_scheme") && !j["prepend_scheme"].is_null())
+      fail(path, field + ".add_prefix_space", "false contradicts prepend_scheme " + j["prepend_scheme"].dump());
+    m.prepend = Prepend::Never;
   }
   m.split = j.value("split", true);
   return m;

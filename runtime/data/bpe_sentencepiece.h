@@ -6,9 +6,9 @@
 //    a Regex pattern, ...) is refused naming the file and the field.
 //  - Metaspace pre-tokenizer: spaces become `replacement` (U+2581 by default), which is prepended
 //    unless the text already starts with it, per prepend_scheme: always, first (only to the text
-//    that starts the input, not to one after an added token) or never (legacy files:
-//    add_prefix_space true/false = always/never); with split (the default) the text is cut before
-//    every replacement (MergedWithNext).
+//    that starts the input, not to one after an added token) or never (default always; older
+//    files' add_prefix_space false = never); with split (the default) the text is cut before every
+//    replacement (MergedWithNext).
 //  - Decoder: "decoder" null (tokens joined with a space), Sequence, Replace (String pattern),
 //    ByteFallback (runs of <0xNN> tokens become their bytes; where `tokenizers` writes U+FFFD for a
 //    run that is not valid UTF-8, this gives the bytes), Fuse, Strip (content, start, stop) and

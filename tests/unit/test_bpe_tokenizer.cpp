@@ -467,6 +467,9 @@ TEST_F(BpeTest, UnsupportedSentencePiecePartsNameFileAndField) {
   EXPECT_NE(error_of(j).find("pre_tokenizer.type \"Whitespace\" is not supported"), std::string::npos);
   j = metaspace_tokenizer("sometimes", true);
   EXPECT_NE(error_of(j).find("pre_tokenizer.prepend_scheme \"sometimes\" is not supported"), std::string::npos);
+  j = metaspace_tokenizer("first", true);
+  j["pre_tokenizer"]["add_prefix_space"] = false;
+  EXPECT_NE(error_of(j).find("pre_tokenizer.add_prefix_space false contradicts prepend_scheme \"first\""), std::string::npos);
   j = sp_tokenizer();
   j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({metaspace_tokenizer("first", true)["pre_tokenizer"], step("Digits")})}};
   EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].type \"Metaspace\" is not supported"), std::string::npos);
