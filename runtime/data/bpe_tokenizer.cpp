@@ -246,6 +246,11 @@ void BpeTokenizer::Impl::load(const json& j) {
   fuse_unk = model.value("fuse_unk", false);
   ignore_merges = model.value("ignore_merges", false);
   normalizer.load(j.value("normalizer", json()), path);
+  load_pre_tokenizer(pt);
+  const json dec = j.value("decoder", json());
+  if (!byte_level) decoder.load(dec, path);
+  else if (!dec.is_null() && dec.value("type", std::string()) != "ByteLevel")
+    fail("decoder.type", dec.value("type", json("?")).dump() + " is not supported with a ByteLevel pre-tokenizer (expected ByteLevel)");
 
   std::unordered_map<uint32_t, unsigned char> inverse;  // byte-level spelling -> byte
   const auto cp = byte_to_codepoint();
@@ -254,12 +259,6 @@ void BpeTokenizer::Impl::load(const json& j) {
   load_merges(model, inverse);
   load_added(j);
   vocab_size = (int64_t)id_bytes.size();
-
-  load_pre_tokenizer(pt);
-  const json dec = j.value("decoder", json());
-  if (!byte_level) decoder.load(dec, path);
-  else if (!dec.is_null() && dec.value("type", std::string()) != "ByteLevel")
-    fail("decoder.type", dec.value("type", json("?")).dump() + " is not supported with a ByteLevel pre-tokenizer (expected ByteLevel)");
   load_special_ids(j);
 }
 

@@ -4,7 +4,7 @@
 # a Llama 3 model with it (also a model directory holding its tokenizer.json, found by an empty
 # data.tokenizer and opened by every rank under mpirun), and bad input: a tokenizer whose
 # vocabulary exceeds the model's, and tokenizer.json files of unsupported kinds (WordPiece, a
-# Metaspace pre-tokenizer) -> one line naming the file and the field, exit 2, alone and under mpirun.
+# Whitespace pre-tokenizer) -> one line naming the file and the field, exit 2, alone and under mpirun.
 set -uo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -39,15 +39,15 @@ tok = {
   "model": {"type": "BPE", "dropout": None, "ignore_merges": True, "vocab": vocab,
             "merges": [spell(a) + " " + spell(b) for a, b in merges]},
 }
-for d in ("tok", "big", "wordpiece", "metaspace"): os.mkdir(os.path.join(t, d))
+for d in ("tok", "big", "wordpiece", "whitespace"): os.mkdir(os.path.join(t, d))
 json.dump(tok, open(t + "/tok/tokenizer.json", "w"))
 json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}, open(t + "/tok/tokenizer_config.json", "w"))
 big = json.loads(json.dumps(tok)); big["added_tokens"].append(dict(big["added_tokens"][0], id=128255, content="<|last|>"))
 json.dump(big, open(t + "/big/tokenizer.json", "w"))
 wp = json.loads(json.dumps(tok)); wp["model"] = {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}
 json.dump(wp, open(t + "/wordpiece/tokenizer.json", "w"))
-ms = json.loads(json.dumps(tok)); ms["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581"}
-json.dump(ms, open(t + "/metaspace/tokenizer.json", "w"))
+ms = json.loads(json.dumps(tok)); ms["pre_tokenizer"] = {"type": "Whitespace"}
+json.dump(ms, open(t + "/whitespace/tokenizer.json", "w"))
 json.dump({"text": " the cat<|eot_id|>in"}, open(t + "/doc.jsonl", "w"))
 PY
 
@@ -81,8 +81,8 @@ expect_error 2 "more than the model's vocab_size 320" \
   "${MPIRUN[@]}" -np 2 $BIN train --set model.preset=tiny-llama3 --set data.tokenizer="$T/big/tokenizer.json" --set checkpoint.dir="$T/ck2"
 expect_error 2 "tokenizer $T/wordpiece/tokenizer.json: model.type \"WordPiece\" is not supported" \
   $BIN tokenize --input "$T/doc.jsonl" --tokenizer "$T/wordpiece/tokenizer.json" --out "$T/bad.bin"
-expect_error 2 "tokenizer $T/metaspace/tokenizer.json: pre_tokenizer.type \"Metaspace\" is not supported" \
-  $BIN train --set data.tokenizer="$T/metaspace" --set checkpoint.dir="$T/ck3"
+expect_error 2 "tokenizer $T/whitespace/tokenizer.json: pre_tokenizer.type \"Whitespace\" is not supported" \
+  $BIN train --set data.tokenizer="$T/whitespace" --set checkpoint.dir="$T/ck3"
 [ ! -e "$T/bad.bin" ] && [ ! -e "$T/ck1" ] && [ ! -e "$T/ck2" ] && [ ! -e "$T/ck3" ] || fail "a failed run wrote output"
 ok "nothing written by the failed runs"
 echo "$pass passed, 0 failed"
