@@ -322,11 +322,15 @@ TEST(ChatTemplateAuto, Llama31RealTemplateEqualsTheBuiltInLlama3) {
 TEST(ChatTemplateAuto, Llama2StyleTemplateEqualsTheBuiltInLlama2) {
   const auto tok = make_tokenizer(fixture("llama2-chat-test.model"));
   const auto chat = make_model_chat_template(jinja_fixture("llama2.jinja"));
-  for (const json& rec : kAutoConversations) {
-    const Example got = render_with(*chat, rec, *tok), want = render(rec, *tok, "llama2");
-    EXPECT_EQ(got.tokens, want.tokens) << rec.dump();
-    EXPECT_EQ(got.target, want.target) << rec.dump();
-  }
+  // Also Llama 2's real tokenizer.json (SentencePiece-converted BPE), whose added tokens <s> </s> the
+  // tokenizer cuts out itself.
+  const auto real = make_tokenizer(lenml("llama2", "tokenizer.json"));
+  for (const Tokenizer* t : {tok.get(), real.get()})
+    for (const json& rec : kAutoConversations) {
+      const Example got = render_with(*chat, rec, *t), want = render(rec, *t, "llama2");
+      EXPECT_EQ(got.tokens, want.tokens) << t->name() << " " << rec.dump();
+      EXPECT_EQ(got.target, want.target) << t->name() << " " << rec.dump();
+    }
   const Example ex = render_with(*chat, kConversation, *tok);
   EXPECT_EQ(std::count(ex.tokens.begin(), ex.tokens.end(), 1), 2);  // <s> per turn, never "<", "s", ">"
   EXPECT_EQ(target_runs(ex).size(), 2u);
