@@ -6,11 +6,12 @@
 #include <cmath>
 #include <chrono>
 #include <csignal>
-#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <sstream>
+#include <unistd.h>
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/flight_recorder.h"
@@ -594,11 +595,16 @@ RunResult Trainer::run() {
       if (trace_done && !im.opts.quiet)
         std::cout << "trace of steps " << std::max(im.opts.profile_first, res.start_step + 1) << "-" << next << ": "
                   << im.opts.log_dir << "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)" << std::endl;
-      if (r.skipped && !im.opts.quiet)
-        std::cerr << "tessera: warning: step " << r.step << ": " << im.guard.last_reason()
-                  << "; optimizer step skipped on every rank (" << im.guard.consecutive() << " in a row, "
-                  << r.skipped_steps << " in total; train.max_skipped_steps " << im.opts.max_skipped_steps << ")"
-                  << std::endl;
+      if (r.skipped && !im.opts.quiet) {
+        // One write of the whole line: Open MPI 5's output forwarding can cut a line written in
+        // pieces and deliver a piece on the wrong stream (stderr's "tessera: warning: step " was
+        // seen in front of a progress line on stdout).
+        std::ostringstream w;
+        w << "tessera: warning: step " << r.step << ": " << im.guard.last_reason()
+          << "; optimizer step skipped on every rank (" << im.guard.consecutive() << " in a row, " << r.skipped_steps
+          << " in total; train.max_skipped_steps " << im.opts.max_skipped_steps << ")\n";
+        std::cerr << w.str() << std::flush;
+      }
     }
     im.check_skip_limit();  // before any save of this step: the last checkpoint stays the last good one
     const bool periodic = im.opts.checkpoint_every > 0 && im.step % im.opts.checkpoint_every == 0;

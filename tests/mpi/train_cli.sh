@@ -99,7 +99,7 @@ check "train.device=cpu equals auto on a CPU-only build" test "$(losses "$T/auto
 timeout 60 "${MPIRUN[@]}" -np 2 $BIN train --set data.seq_len=32 --set train.steps=100000 --set comm.timeout_s=3 \
   --set log.dir="$T/hang" > /dev/null 2> "$T/hang.err" & hang=$!
 for ((i = 0; i < 600; i++)); do [[ -s $T/hang/metrics.jsonl ]] && break; sleep 0.1; done
-stopped=$(pgrep -P "$(pgrep -n -P $hang mpirun || echo $hang)" tessera | sed -n 2p)
+stopped=$(rank_pids $hang | sed -n 2p)
 [[ -n $stopped ]] && kill -STOP "$stopped"
 start=$SECONDS rc=0
 wait $hang || rc=$?
