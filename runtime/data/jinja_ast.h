@@ -27,7 +27,7 @@ struct Expr {
     Binary,   // a[0] op a[1]: + - * / // % ** ~ and or
     Compare,  // a[0] ops[0] a[1] ops[1] a[2] ...: == != < <= > >= in "not in"
     Cond,     // a[1] if a[0] else a[2] (a[2] null: undefined)
-    ListLit,  // [a...] and tuples
+    ListLit,  // [a...], and tuples (lit.tuple set)
     DictLit,  // {a[0]: a[1], a[2]: a[3], ...}
   };
   K k = K::Lit;

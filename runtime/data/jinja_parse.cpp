@@ -359,6 +359,7 @@ class ExprParser {
   }
   ExprP primary();
   ExprP postfix(ExprP e);
+  ExprP call(ExprP callee);
   ExprP subscript(ExprP obj);
   ExprP filters(ExprP e);
   ExprP test(ExprP e);
@@ -421,18 +422,18 @@ ExprP ExprParser::primary() {
   fail("expected an expression");
 }
 
+ExprP ExprParser::call(ExprP callee) {
+  auto c = node(Expr::K::Call);
+  c->a.push_back(std::move(callee));
+  call_args(*c);
+  return c;
+}
+
 ExprP ExprParser::postfix(ExprP e) {
   while (true) {
-    if (at_op(".") || at_op("[")) {
-      e = subscript(e);
-    } else if (at_op("(")) {
-      auto c = node(Expr::K::Call);
-      c->a.push_back(e);
-      call_args(*c);
-      e = c;
-    } else {
-      return e;
-    }
+    if (at_op(".") || at_op("[")) e = subscript(e);
+    else if (at_op("(")) e = call(e);
+    else return e;
   }
 }
 
@@ -498,10 +499,7 @@ ExprP ExprParser::filters(ExprP e) {
     } else if (at_name("is")) {
       e = test(e);
     } else if (at_op("(")) {
-      auto c = node(Expr::K::Call);
-      c->a.push_back(e);
-      call_args(*c);
-      e = c;
+      e = call(e);
     } else {
       return e;
     }

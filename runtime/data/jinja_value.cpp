@@ -10,43 +10,42 @@
 
 namespace tessera::data::jinja {
 
+namespace {
+Value of_kind(Value::Kind k) {
+  Value v;
+  v.kind = k;
+  return v;
+}
+}  // namespace
+
 Value Value::undefined(std::string name) {
   Value v;
   v.s = std::move(name);
   return v;
 }
-Value Value::none() {
-  Value v;
-  v.kind = Kind::None;
-  return v;
-}
+Value Value::none() { return of_kind(Kind::None); }
 Value Value::boolean(bool x) {
-  Value v;
-  v.kind = Kind::Bool;
+  Value v = of_kind(Kind::Bool);
   v.b = x;
   return v;
 }
 Value Value::integer(int64_t x) {
-  Value v;
-  v.kind = Kind::Int;
+  Value v = of_kind(Kind::Int);
   v.i = x;
   return v;
 }
 Value Value::number(double x) {
-  Value v;
-  v.kind = Kind::Float;
+  Value v = of_kind(Kind::Float);
   v.f = x;
   return v;
 }
 Value Value::str(std::string x) {
-  Value v;
-  v.kind = Kind::Str;
+  Value v = of_kind(Kind::Str);
   v.s = std::move(x);
   return v;
 }
 Value Value::make_list(List x) {
-  Value v;
-  v.kind = Kind::List;
+  Value v = of_kind(Kind::List);
   v.list = std::make_shared<List>(std::move(x));
   return v;
 }
@@ -56,14 +55,12 @@ Value Value::make_tuple(List x) {
   return v;
 }
 Value Value::make_dict() {
-  Value v;
-  v.kind = Kind::Dict;
+  Value v = of_kind(Kind::Dict);
   v.dict = std::make_shared<Dict>();
   return v;
 }
 Value Value::func(std::string name, Function f) {
-  Value v;
-  v.kind = Kind::Func;
+  Value v = of_kind(Kind::Func);
   v.s = std::move(name);
   v.fn = std::make_shared<Function>(std::move(f));
   return v;
