@@ -2,10 +2,10 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstring>
 
+#include "runtime/checkpoint/crc32c.h"
 #include "runtime/error.h"
 
 namespace tessera::train {
@@ -41,28 +41,13 @@ std::string event_head(int64_t step) {
   return e;
 }
 
-}  // namespace
-
-uint32_t crc32c(const void* data, size_t n) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;  // reflected Castagnoli
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = 0xffffffffu;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xffffffffu;
-}
-
+// TFRecord's mask of the CRC-32C (the checkpoints' checkpoint::crc32c, Castagnoli).
 uint32_t masked_crc32c(const void* data, size_t n) {
-  const uint32_t crc = crc32c(data, n);
+  const uint32_t crc = checkpoint::crc32c(data, n);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
+
+}  // namespace
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   char host[256] = "localhost";

@@ -15,10 +15,6 @@
 
 namespace tessera::train {
 
-// CRC-32C of `data` (exposed for tests) and its TFRecord mask.
-uint32_t crc32c(const void* data, size_t n);
-uint32_t masked_crc32c(const void* data, size_t n);
-
 class TensorBoardWriter {
  public:
   // Creates the event file in `dir` (Error(Input) naming the path when it cannot).

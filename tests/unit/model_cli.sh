@@ -64,7 +64,8 @@ python3 - "$WORK/eval.json" "$WORK/eval_sharded.json" "$WORK/eval_bf16.json" <<'
 import json, math, sys
 def losses(path):  # the memory breakdown ("memory") varies from run to run; the numbers must not
     r = json.loads(open(path).read())
-    assert set(r) == {"per_sequence_loss", "mean_loss", "tokens", "memory"}, r
+    assert set(r) == {"per_sequence_loss", "mean_loss", "tokens", "scored", "memory"}, r
+    assert r.pop("scored") == "all tokens", r  # a token file has no targets
     assert r["memory"]["grad_shard"] == 0 and r["memory"]["optimizer"] == 0, r["memory"]  # no training state
     del r["memory"]
     return r

@@ -16,8 +16,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"
 PY=/usr/bin/python3
 [ -x $PY ] || fail "$PY is missing"
 
-RUN=(train --set data.seq_len=32 --set train.steps=4 --set train.micro_batch=1 --set train.warmup_steps=1
-     --set data.val_fraction=0.05 --set eval.every=2)
+# A small text file (the default data, the licence texts, take seconds to read).
+$PY -c 'import sys; open(sys.argv[1], "w").write("\n\n".join(" ".join("w%d" % ((7 * d + 3 * i) % 50) for i in range(80)) for d in range(40)))' "$T/small.txt"
+RUN=(train --set data.path="$T/small.txt" --set data.seq_len=32 --set train.steps=4 --set train.micro_batch=1 --set train.warmup_steps=1
+     --set data.val_fraction=0.1 --set eval.every=2)
 $BIN "${RUN[@]}" --set log.dir="$T/run" --set log.tensorboard=true > "$T/train.log"
 cat "$T/train.log"
 check "the peak is printed once" test "$(grep -c '^MFU: model FLOPs per token over a peak of .* per rank (CPU ' "$T/train.log")" = 1

@@ -5,8 +5,7 @@
 // here) the parts are the device's intervals between the scopes' stamps, not host time; without one,
 // or when a stamp fails, they are the host clock's.
 // Also MFU's denominator (runtime/device/peak_flops.h): the GPU table by device name and the CPU
-// formula on given /proc/cpuinfo texts, and the CRC-32C of the TensorBoard writer on its standard
-// check value.
+// formula on given /proc/cpuinfo texts.
 #include <c10/core/Device.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,7 +18,6 @@
 
 #include "runtime/device/peak_flops.h"
 #include "runtime/profile/step_profile.h"
-#include "runtime/train/tensorboard.h"
 
 using namespace tessera;
 using profile::Part;
@@ -388,8 +386,4 @@ TEST(PeakFlops, CpuFormula) {
   EXPECT_EQ(cpu_peak(parse_cpu_info(cpuinfo(1, 1, "avx512f", "0"), 0), 1, at::kFloat).flops, 0);
   // The override wins over everything.
   EXPECT_DOUBLE_EQ(device::peak_flops(at::kCPU, at::kFloat, 2, 1e15).flops, 1e15);
-}
-
-TEST(TensorBoard, Crc32cCheckValue) {
-  EXPECT_EQ(train::crc32c("123456789", 9), 0xE3069283u);  // CRC-32C's published check value
 }
