@@ -83,7 +83,10 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   a.head_saved = (p == 4 ? 4 * BT * H : f32_copy) + norm + p * V * H;
   const int64_t c = std::min(BT, ops::linear_cross_entropy_chunk_rows(V));
   a.head_forward_transient = 4 * c * V + p * BT * H + 2 * p * BT * H + 32 * c + 16 * BT;
-  if (p != 4) a.head_forward_transient += p * c * V + 4 * c * H + (4 - p) * V * H + p * BT * H;
+  // A 16-bit head also holds the chunk's logits in p bytes, its fp32 rows, the widened weight, and
+  // oneDNN's packed copy of the chunk's input on CPUs with AMX (bf16 tiles; +26 KB measured there at
+  // B*T = 128, H = 256, one thread: unit.test_memory_model).
+  if (p != 4) a.head_forward_transient += p * c * V + 4 * c * H + (4 - p) * V * H + p * BT * H + p * c * H;
   // The gradients are scaled in place; what is left is the final norm's backward ([BT, H] fp32) and
   // its per-row fp32 temporaries (rsqrt's gradient; LibTorch 2.6 holds up to ~19 BT bytes of them at
   // the peak in unit.test_memory_model's T=256, H=128 case: 8 such rows counted).
