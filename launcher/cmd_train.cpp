@@ -320,11 +320,6 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
   }
 }
 
-// Device, run id, every check that can fail before anything is written, the data, the resume point.
-// Collective: a failure on any rank stops every rank with one line.
-void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
-  const bool rank0 = b.world_rank == 0;
-  // This rank's device, agreed before anything is written: a bad train.device stops every rank with
 // "train.lr 0.001 -> 0.0005, data.seq_len 256 -> 128": the keys whose values differ ("" if none).
 std::string config_changes(const nlohmann::json& before, const nlohmann::json& now) {
   std::string out;
@@ -355,6 +350,11 @@ void refuse_finished_run(const std::string& ckpt, const Config& cfg, int64_t ste
       "save moves them to " + cfg.checkpoint.dir + "/retired/)");
 }
 
+// Device, run id, every check that can fail before anything is written, the data, the resume point.
+// Collective: a failure on any rank stops every rank with one line.
+void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
+  const bool rank0 = b.world_rank == 0;
+  // This rank's device, agreed before anything is written: a bad train.device stops every rank with
   // the lowest failing rank's one-line message (rank, host, device).
   s.device = agree_on_device(s.cfg.train.device, b);
   s.run_id = agree_run_id(b);
@@ -406,12 +406,12 @@ void refuse_finished_run(const std::string& ckpt, const Config& cfg, int64_t ste
       TESSERA_CHECK_INPUT(fs::is_directory(resume), "--resume " + resume + ": no such checkpoint directory");
       s.resume_dir = resume;
     }
+    if (!s.resume_dir.empty()) refuse_finished_run(s.resume_dir, s.cfg, s.topts.steps);
   });
 }
 
 // Rank 0: the run's first line and run_info.json.
 void announce_run(const TrainSetup& s, const Bootstrap& b) {
-    if (!s.resume_dir.empty()) refuse_finished_run(s.resume_dir, s.cfg, s.topts.steps);
   {
     std::cout << "tessera train: " << b.world_size << " rank(s) on " << b.num_nodes << " node(s), "
               << fsdp::to_string(s.fopts.strategy) << ", " << util::short_name(s.cfg.fsdp.mixed_precision) << " on "
@@ -468,6 +468,8 @@ int run_train(const std::vector<std::string>& args) {
       "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.lr=1e-4")(
       "resume", po::value<std::string>()->implicit_value("latest"),
       "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory")(
+      "fresh", "start from step 0 even when checkpoint.dir holds checkpoints (they are kept: the first save retires "
+      "them to <checkpoint.dir>/retired/)")(
       "host-mem", po::value<std::string>(),
       "host RAM of this node for the job (default: the cgroup or SLURM --mem limit, if any); the run stops "
       "before loading if the memory model predicts more")(
@@ -478,20 +480,18 @@ int run_train(const std::vector<std::string>& args) {
   config_file.add("config-file", 1);
   auto vm = parse_command("tessera train --config run.json (or: tessera train run.json) [--set key=value]... "
                           "[--resume [DIR] | --fresh] [--host-mem SIZE]", desc, args, &config_file);
-      "fresh", "start from step 0 even when checkpoint.dir holds checkpoints (they are kept: the first save retires "
-      "them to <checkpoint.dir>/retired/)")(
   if (!vm) return 0;
-  const Bootstrap& b = current();
-  const bool rank0 = b.world_rank == 0;
-  TrainSetup s;
-  read_configuration(s, *vm, b);
-  prepare_run(s, *vm, b);
   if (vm->count("config-file")) {
     const std::string given = (*vm)["config-file"].as<std::string>(), flag = (*vm)["config"].as<std::string>();
     TESSERA_CHECK_INPUT(flag.empty(), "the configuration is given twice (--config " + flag + " and " + given +
                                           "); give one");
     (*vm).at("config").value() = given;
   }
+  const Bootstrap& b = current();
+  const bool rank0 = b.world_rank == 0;
+  TrainSetup s;
+  read_configuration(s, *vm, b);
+  prepare_run(s, *vm, b);
   nlohmann::json run_state = {{"config", s.cfg.json()}, {"model_config", s.ms.config.to_json()},
                               {"model_source", s.ms.source}};
   if (rank0) announce_run(s, b);

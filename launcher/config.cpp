@@ -169,11 +169,6 @@ std::vector<std::string> all_keys() {
   return keys;
 }
 
-[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
-  std::string hint = closest_match(key, all_keys());
-  throw TESSERA_INPUT_ERROR(source + ": unknown config key '" + key + "'" +
-                            (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
-}
 // Key names of Hugging Face TrainingArguments, Accelerate and torchtune recipes (the last part of
 // the key, any section) and Tessera's key for the same thing, with what differs.
 std::string foreign_key_hint(const std::string& key) {
@@ -210,11 +205,16 @@ std::string foreign_key_hint(const std::string& key) {
   return "";
 }
 
-
-std::string type_name(const json& v) {
+[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
+  std::string hint = closest_match(key, all_keys());
   const std::string foreign = foreign_key_hint(key);
   if (!foreign.empty())
     throw TESSERA_INPUT_ERROR(source + ": unknown config key '" + key + "' (Tessera's key for it: " + foreign + ")");
+  throw TESSERA_INPUT_ERROR(source + ": unknown config key '" + key + "'" +
+                            (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+}
+
+std::string type_name(const json& v) {
   if (v.is_boolean()) return "bool";
   if (v.is_number_integer()) return "int";
   if (v.is_number()) return "float";
