@@ -91,19 +91,8 @@ put("fuzz_token_file", "jsonl", '{"text": "one document"}\n\n{"text": "two", "id
 put("fuzz_token_file", "jsonl_bad", '{"text": 5}\n')
 
 # ---- checkpoints -----------------------------------------------------------------------------------
-T = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
-    T.append(c)
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = T[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from crc32c import crc32c  # noqa: E402  (tests/crc32c.py)
 
 
 def checkpoint(tensors, nfiles):

@@ -29,21 +29,12 @@ check "one event file named events.out.tfevents.<time>.<host>" \
   $PY -c 'import re,sys,socket; sys.exit(not (len(sys.argv)==2 and re.fullmatch(r"events\.out\.tfevents\.\d+\."+re.escape(socket.gethostname()), sys.argv[1].rsplit("/",1)[1])))' "${files[@]}"
 
 $PY - "${files[0]}" "$T/run/metrics.jsonl" "$T/run/run_info.json" <<'PY' || fail "event file / MFU check"
-import json, struct, sys
+import json, os, struct, sys
 
-# --- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven, and TFRecord's mask
-TABLE = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    TABLE.append(c)
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = TABLE[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-assert crc32c(b"123456789") == 0xE3069283  # the decoder's own CRC against the published check value
+# --- CRC-32C (tests/crc32c.py: from the definition, checked against the published value) and
+# TFRecord's mask
+sys.path.insert(0, os.path.join(os.environ["TESSERA_SRC"], "tests"))
+from crc32c import crc32c
 def masked(b):
     c = crc32c(b)
     return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
