@@ -2,8 +2,9 @@
 # Resume picks the latest checkpoint of THIS run after a rollback (runtime/checkpoint/checkpoint.h,
 # begin_lineage), end to end through `tessera train` under mpirun -np 2 (tiny preset):
 #  1. a run saves step-2, step-4, step-6;
-#  2. `--resume ck/step-2` with train.steps=2 ends before it saves anything: `auto` now resumes from
-#     step-2, not from the stale step-6;
+#  2. `--resume ck/step-2` ends before it saves anything (its step 3 stops the run: an injected inf
+#     gradient with train.max_skipped_steps 1, exit 2): `auto` now resumes from step-2, not from the
+#     stale step-6;
 #  3. `--resume ck/step-2` to step 4 with another learning rate: its step-4 replaces the stale run's
 #     step-4 and step-6, which move to ck/retired/ intact (they still verify, nothing deleted);
 #  4. `auto` to step 6 resumes from the new step-4, not from the retired step-6.
@@ -18,16 +19,23 @@ pass=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
 fail() { echo "FAIL: $*"; ls -R "$CK"; exit 1; }
 train() { "${MPIRUN[@]}" -np 2 "$BIN" train "${COMMON[@]}" "$@"; }
+# A run that resumes and stops at step 3 before saving anything (exit 2).
+stopped_at_3() {
+  local rc=0
+  "${MPIRUN[@]}" -np 2 -x TESSERA_TEST_FAULT=inf-grad@0:3 "$BIN" train "${COMMON[@]}" --set train.steps=4 \
+    --set train.max_skipped_steps=1 "$@" || rc=$?
+  [[ $rc == 2 ]] || fail "the run stopped at step 3 exited $rc, not 2"
+}
 
 train --set train.steps=6 --set checkpoint.every=2 >"$T/run1.log"
 for s in 2 4 6; do [[ -f $CK/step-$s/manifest.json ]] || fail "run 1 wrote no step-$s"; done
 cp "$CK/step-6/rank-00000.bin" "$T/old-step-6.bin"
 ok "run 1 saved step-2, step-4, step-6"
 
-train --set train.steps=2 --resume "$CK/step-2" >"$T/run2.log"
+stopped_at_3 --resume "$CK/step-2" >"$T/run2.log" 2>&1
 grep -q "resumed from $CK/step-2 at step 2" "$T/run2.log" || fail "run 2 did not resume from step-2"
 [[ -d $CK/step-6 ]] || fail "run 2 moved step-6 although it saved nothing"
-train --set train.steps=2 >"$T/run2b.log"  # auto
+stopped_at_3 >"$T/run2b.log" 2>&1  # auto
 grep -q "resumed from $CK/step-2 at step 2" "$T/run2b.log" || { cat "$T/run2b.log"; fail "auto after a rollback chose $(grep -o 'resumed from [^ ]*' "$T/run2b.log")"; }
 ok "after a rollback that saved nothing, auto resumes step-2 (not step-6)"
 
