@@ -146,7 +146,14 @@ int report(int code, const std::string& what, bool collective, bool timeout = fa
   return code;
 }
 
-// `tessera --version`: what was built, from what, against what.
+// `tessera --version`: what was built, from what, against what (CMakeLists.txt defines both for this
+// file; a compile of it elsewhere, as unit.torch26_syntax's, gets these).
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+#ifndef TESSERA_GIT
+#define TESSERA_GIT ""
+#endif
 void print_version() {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;

@@ -211,6 +211,15 @@ Verdict classify(const std::string& path, DataFormat forced) {
                               ").to_json('" + path + ".jsonl', orient='records', lines=True, force_ascii=False)\"");
   const std::string head = gzip ? read_content(path, true, kHeadBytes) : raw;
   refuse_binary(path, head, head.size() == kHeadBytes);
+  if (kind == Kind::Text && ext.empty() && forced == DataFormat::Auto) {
+    // No extension: the content decides. Records (a first line that is a JSON object, or an
+    // array) are records, never trained as plain text.
+    const size_t b = head.find_first_not_of(" \t\r\n\xef\xbb\xbf");
+    if (b != std::string::npos && head[b] == '[') return decide_json(path, gzip, head);
+    if (b != std::string::npos && head[b] == '{' &&
+        nlohmann::json::accept(head.substr(b, head.find('\n', b) - b)))
+      return {true, {path, FileFormat::Jsonl, gzip}, ""};
+  }
   if (kind == Kind::Text) return {true, {path, FileFormat::Text, gzip}, ""};
   if (kind == Kind::Jsonl) {
     const size_t b = head.find_first_not_of(" \t\r\n\xef\xbb\xbf");

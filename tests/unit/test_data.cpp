@@ -613,10 +613,13 @@ TEST_F(DataTest, FormatsAreDecidedByContentAndExtension) {
   write_file(path("Apache-2.0"), "licence\n");  // a version number, not an extension
   write_file(path("t.bin"), "not checked here: train maps it");
   write_file(path("one.json"), kRecords[2]);  // one record, no newline: JSON Lines of one line
+  write_file(path("train"), jsonl);            // no extension: records by content, not plain text
+  write_file(path("chats"), "[" + kRecords[0] + "]");
   for (const auto& [name, want] : std::vector<std::pair<std::string, std::string>>{
            {"a.jsonl", "jsonl"}, {"lines.json", "jsonl"}, {"array.json", "json"}, {"array.jsonl", "json"},
            {"b.jsonl.gz", "jsonl.gz"}, {"c.json.gz", "json.gz"}, {"notes.txt", "text"}, {"README.md", "text"},
-           {"GPL-2", "text"}, {"Apache-2.0", "text"}, {"t.bin", "tokens"}, {"one.json", "jsonl"}})
+           {"GPL-2", "text"}, {"Apache-2.0", "text"}, {"t.bin", "tokens"}, {"one.json", "jsonl"},
+           {"train", "jsonl"}, {"chats", "json"}})
     EXPECT_EQ(detect_file(path(name)).name(), want) << name;
   // data.format forces the format, whatever the name.
   EXPECT_EQ(detect_file(path("a.jsonl"), DataFormat::Text).name(), "text");
