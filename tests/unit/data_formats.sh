@@ -69,7 +69,7 @@ printed "input /usr/share/common-licenses: $n files (text)"
 
 # Refused: exit 2, one error line naming the file, no output and no temporary file.
 printf 'PAR1\x15\x04\x15\x10binary columnsPAR1' > data.parquet
-zip -q archive.zip lines.jsonl
+python3 -c "import zipfile; zipfile.ZipFile('archive.zip', 'w').write('lines.jsonl')"  # a real zip, no zip(1) needed
 printf '{"text": "a"}\n\0\0\0\0' > nul.jsonl
 printf '[\n  {"messages": [{"role": "user" "content": "x"}]}\n]\n' > bad.json
 mkdir -p hf/train
