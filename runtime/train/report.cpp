@@ -294,53 +294,71 @@ std::string svg_timeline(const fs::path& path) {
   return o.str();
 }
 
-std::string render_report(const std::string& run_dir) {
+namespace {
+
+// metrics.jsonl by step (a step logged again by a resumed run: the last record wins); `bad` counts
+// the lines that are not step records (e.g. a line cut short by a crash).
+std::map<int64_t, json> read_metrics(const std::string& run_dir, int64_t* bad) {
   const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   std::ifstream in(metrics_path);
   if (!in) throw TESSERA_INPUT_ERROR(metrics_path + ": no metrics file (is " + run_dir + " a run's log.dir?)");
-  std::map<int64_t, json> by_step;  // a step logged again by a resumed run: the last record wins
+  std::map<int64_t, json> by_step;
   std::string line;
-  int64_t bad = 0;
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       json r = json::parse(line);
       if (r.is_object() && r.contains("step") && r["step"].is_number_integer()) by_step[r["step"].get<int64_t>()] = r;
-      else ++bad;
+      else ++*bad;
     } catch (const json::exception&) {
-      ++bad;  // e.g. a line cut short by a crash
+      ++*bad;
     }
   }
   if (by_step.empty()) throw TESSERA_INPUT_ERROR(metrics_path + " holds no step record");
-  json info = json::object();
-  const fs::path info_path = fs::path(run_dir) / "run_info.json";
-  if (std::ifstream f(info_path); f) {
+  return by_step;
+}
+
+json read_run_info(const std::string& run_dir) {
+  if (std::ifstream f(fs::path(run_dir) / "run_info.json"); f) {
     try {
-      info = json::parse(f);
+      return json::parse(f);
     } catch (const json::exception&) {
-      info = json::object();
     }
   }
+  return json::object();
+}
 
-  // Every numeric leaf over the steps.
-  std::map<std::string, Series> fields;
-  std::vector<std::string> order;  // first appearance
+// Every numeric leaf of the records over the steps, and the order the leaves first appeared in.
+struct Fields {
+  std::map<std::string, Series> series;
+  std::vector<std::string> order;
+};
+
+Fields collect_fields(const std::map<int64_t, json>& by_step) {
+  Fields f;
   for (const auto& [step, r] : by_step) {
     std::map<std::string, double> leaves;
     numeric_leaves(r, "", leaves);
     for (const auto& [k, v] : leaves) {
       if (k == "step" || !std::isfinite(v)) continue;
-      if (!fields.count(k)) order.push_back(k), fields[k].name = k;
-      fields[k].points.emplace_back(static_cast<double>(step), v);
+      if (!f.series.count(k)) f.order.push_back(k), f.series[k].name = k;
+      f.series[k].points.emplace_back(static_cast<double>(step), v);
     }
   }
+  return f;
+}
+
+// Charts from the fields: each field is charted once; a field that is zero throughout is listed.
+struct ChartBuilder {
+  const Fields& f;
   std::set<std::string> used = {"val_ppl", "val_tokens"};  // shown in the summary, not charted
   std::vector<Chart> charts;
   std::vector<std::string> all_zero;
-  auto take = [&](const std::string& k, double scale = 1.0, const std::string& label = "") -> std::optional<Series> {
-    if (!fields.count(k) || used.count(k)) return std::nullopt;
+
+  std::optional<Series> take(const std::string& k, double scale = 1.0, const std::string& label = "") {
+    if (!f.series.count(k) || used.count(k)) return std::nullopt;
     used.insert(k);
-    Series s = fields[k];
+    Series s = f.series.at(k);
     if (!label.empty()) s.name = label;
     bool zero = true;
     for (auto& p : s.points) p.second *= scale, zero &= p.second == 0;
@@ -349,63 +367,77 @@ std::string render_report(const std::string& run_dir) {
       return std::nullopt;
     }
     return s;
-  };
-  auto add = [&](const std::string& title, const std::string& unit, std::vector<std::optional<Series>> ss) {
+  }
+  void add(const std::string& title, const std::string& unit, std::vector<std::optional<Series>> ss) {
     Chart c{title, unit, {}};
     for (auto& s : ss)
       if (s) c.series.push_back(std::move(*s));
     if (!c.series.empty()) charts.push_back(std::move(c));
-  };
-  const double MiB = 1.0 / 1048576.0;
-  add("Loss", "", {take("loss", 1, "train loss"), take("val_loss", 1, "validation loss")});
-  add("Learning rate", "", {take("lr")});
-  add("Gradient norm", "", {take("grad_norm")});
-  add("Throughput", "tokens/s", {take("tokens_per_s")});
-  // MFU's axis names its peak (the last record's: runtime/device/peak_flops.h).
-  const json& last_record = by_step.rbegin()->second;
-  const std::string peak = mfu_peak_label(last_record);
-  add("MFU", "% of " + peak, {take("mfu", 100.0)});
-  add("Model FLOP/s over a square matmul timed at the start (not MFU)", "%",
-      {take("mfu_of_measured_gemm", 100.0, "of measured GEMM")});
-  used.insert("mfu_peak.flops");
-  {
-    std::vector<std::optional<Series>> mem;
-    for (const auto& k : order)
-      if (k.find('.') == std::string::npos && ends_with(k, "_bytes")) mem.push_back(take(k, MiB));
-    add("Memory", "MiB", mem);
   }
-  add("Step time", "s", {take("step_time_s")});
-  {  // metrics' "time": the parts of the step (runtime/profile/step_profile.h), then communication
-    std::vector<std::optional<Series>> parts;
-    for (const auto& k : order)
-      if (k.rfind("time.", 0) == 0 && ends_with(k, "_s") && k != "time.step_s" && k != "time.comm_s" &&
-          k != "time.exposed_comm_s")
-        parts.push_back(take(k, 1.0, k.substr(5, k.size() - 7)));
-    add("Where the step's time goes", "s", parts);
-    add("Communication per step", "s", {take("time.comm_s", 1.0, "busy (any communicator)"),
-                                        take("time.exposed_comm_s", 1.0, "exposed (compute waited)")});
-    add("Communication overlapped with compute", "%", {take("time.overlap", 100.0, "overlap")});
-    used.insert("time.step_s");  // = step_time_s up to the record's own bookkeeping
+  // Fields named by a predicate, in order of appearance, each through take(k, scale, label(k)).
+  template <class Pred, class Label>
+  std::vector<std::optional<Series>> take_all(Pred pred, double scale, Label label) {
+    std::vector<std::optional<Series>> out;
+    for (const auto& k : f.order)
+      if (pred(k)) out.push_back(take(k, scale, label(k)));
+    return out;
   }
-  add("Target tokens per step", "", {take("target_tokens")});
-  // Everything else, generically: top-level numbers alone, nested objects together.
+};
+
+constexpr double kMiB = 1.0 / 1048576.0;
+
+// The charts every run has: loss, lr, norm, throughput, MFU (its axis names its peak: the last
+// record's), memory, step time and its parts, communication, targets.
+void add_known_charts(ChartBuilder& b, const json& last_record) {
+  auto none = [](const std::string&) { return std::string(); };
+  b.add("Loss", "", {b.take("loss", 1, "train loss"), b.take("val_loss", 1, "validation loss")});
+  b.add("Learning rate", "", {b.take("lr")});
+  b.add("Gradient norm", "", {b.take("grad_norm")});
+  b.add("Throughput", "tokens/s", {b.take("tokens_per_s")});
+  b.add("MFU", "% of " + mfu_peak_label(last_record), {b.take("mfu", 100.0)});
+  b.add("Model FLOP/s over a square matmul timed at the start (not MFU)", "%",
+        {b.take("mfu_of_measured_gemm", 100.0, "of measured GEMM")});
+  b.used.insert("mfu_peak.flops");
+  b.add("Memory", "MiB",
+        b.take_all([](const std::string& k) { return k.find('.') == std::string::npos && ends_with(k, "_bytes"); }, kMiB,
+                   none));
+  b.add("Step time", "s", {b.take("step_time_s")});
+  // metrics' "time": the parts of the step (runtime/profile/step_profile.h), then communication.
+  b.add("Where the step's time goes", "s",
+        b.take_all(
+            [](const std::string& k) {
+              return k.rfind("time.", 0) == 0 && ends_with(k, "_s") && k != "time.step_s" && k != "time.comm_s" &&
+                     k != "time.exposed_comm_s";
+            },
+            1.0, [](const std::string& k) { return k.substr(5, k.size() - 7); }));
+  b.add("Communication per step", "s", {b.take("time.comm_s", 1.0, "busy (any communicator)"),
+                                        b.take("time.exposed_comm_s", 1.0, "exposed (compute waited)")});
+  b.add("Communication overlapped with compute", "%", {b.take("time.overlap", 100.0, "overlap")});
+  b.used.insert("time.step_s");  // = step_time_s up to the record's own bookkeeping
+  b.add("Target tokens per step", "", {b.take("target_tokens")});
+}
+
+// Everything else, generically: top-level numbers alone, nested objects together.
+void add_other_charts(ChartBuilder& b) {
   std::vector<std::string> groups;
-  for (const auto& k : order) {
-    if (used.count(k)) continue;
+  for (const auto& k : b.f.order) {
+    if (b.used.count(k)) continue;
     const std::string group = k.substr(0, k.find('.'));
     if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
   }
   for (const auto& g : groups) {
-    std::vector<std::optional<Series>> ss;
+    auto in_group = [&](const std::string& k) { return k == g || k.rfind(g + ".", 0) == 0; };
     bool bytes = false;
-    for (const auto& k : order)
-      if (k == g || k.rfind(g + ".", 0) == 0) bytes |= ends_with(k, "_bytes");
-    for (const auto& k : order)
-      if (k == g || k.rfind(g + ".", 0) == 0) ss.push_back(take(k, bytes && ends_with(k, "_bytes") ? MiB : 1.0));
-    add(g, bytes ? "MiB" : "", ss);
+    for (const auto& k : b.f.order)
+      if (in_group(k)) bytes |= ends_with(k, "_bytes");
+    std::vector<std::optional<Series>> ss;
+    for (const auto& k : b.f.order)
+      if (in_group(k)) ss.push_back(b.take(k, bytes && ends_with(k, "_bytes") ? kMiB : 1.0));
+    b.add(g, bytes ? "MiB" : "", ss);
   }
+}
 
-  // Summary.
+json summarize(const std::map<int64_t, json>& by_step, const Fields& f, int64_t bad) {
   const json& first = by_step.begin()->second;
   const json& last = by_step.rbegin()->second;
   json summary = json::object();
@@ -420,51 +452,70 @@ std::string render_report(const std::string& run_dir) {
       best = r["val_loss"].get<double>(), best_step = step;
   if (best_step >= 0)
     summary["best validation loss"] = num(best) + " (perplexity " + num(std::exp(best)) + ") at step " + std::to_string(best_step);
-  if (fields.count("tokens_per_s")) {
+  if (f.series.count("tokens_per_s")) {
     double sum = 0;
-    for (const auto& p : fields["tokens_per_s"].points) sum += p.second;
-    summary["mean tokens/s"] = num(sum / fields["tokens_per_s"].points.size(), "%.0f");
+    for (const auto& p : f.series.at("tokens_per_s").points) sum += p.second;
+    summary["mean tokens/s"] = num(sum / f.series.at("tokens_per_s").points.size(), "%.0f");
   }
   double total_time = 0;
-  if (fields.count("step_time_s"))
-    for (const auto& p : fields["step_time_s"].points) total_time += p.second;
+  if (f.series.count("step_time_s"))
+    for (const auto& p : f.series.at("step_time_s").points) total_time += p.second;
   if (total_time > 0) summary["training time (sum of steps)"] = num(total_time, "%.1f") + " s";
   if (last.contains("device")) summary["device"] = last["device"];
   if (last.contains("mfu_peak") && last["mfu_peak"].is_object())
     summary["MFU peak (per rank)"] = mfu_peak_label(last, true);
   if (bad) summary["unreadable metrics lines"] = bad;
+  return summary;
+}
 
+const char* kReportStyle =
+    "body { font-family: sans-serif; margin: 24px; color: #222222; background: #fafafa; }\n"
+    "h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }\n"
+    ".charts { display: flex; flex-wrap: wrap; gap: 16px; }\n"
+    "svg.chart { border: 1px solid #dddddd; background: #ffffff; }\n"
+    "svg .title { font-size: 14px; font-weight: bold; } svg .tick { font-size: 11px; fill: #555555; }\n"
+    "svg .legend { font-size: 12px; }\n"
+    "table { border-collapse: collapse; font-size: 13px; } td { border: 1px solid #dddddd; padding: 3px 8px; }\n"
+    "td:first-child { color: #555555; }\n";
+
+std::string html_page(const std::string& run_dir, const json& info, const json& summary, const ChartBuilder& b) {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
-    << "<title>Tessera run report: " << esc(run_dir) << "</title>\n<style>\n"
-    << "body { font-family: sans-serif; margin: 24px; color: #222222; background: #fafafa; }\n"
-    << "h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }\n"
-    << ".charts { display: flex; flex-wrap: wrap; gap: 16px; }\n"
-    << "svg.chart { border: 1px solid #dddddd; background: #ffffff; }\n"
-    << "svg .title { font-size: 14px; font-weight: bold; } svg .tick { font-size: 11px; fill: #555555; }\n"
-    << "svg .legend { font-size: 12px; }\n"
-    << "table { border-collapse: collapse; font-size: 13px; } td { border: 1px solid #dddddd; padding: 3px 8px; }\n"
-    << "td:first-child { color: #555555; }\n</style>\n</head>\n<body>\n";
+    << "<title>Tessera run report: " << esc(run_dir) << "</title>\n<style>\n" << kReportStyle << "</style>\n</head>\n<body>\n";
   o << "<h1>Tessera run report</h1>\n<p>Run directory <code>" << esc(run_dir) << "</code>"
     << (info.contains("started") ? ", started " + esc(info["started"].get<std::string>()) : std::string()) << ".</p>\n";
   o << table("Summary", summary);
   o << "<h2>Metrics over steps</h2>\n<div class=\"charts\">\n";
-  for (const auto& c : charts) o << svg_chart(c);
+  for (const auto& c : b.charts) o << svg_chart(c);
   o << "</div>\n";
-  if (!all_zero.empty()) {
+  if (!b.all_zero.empty()) {
     std::string names;
-    for (const auto& k : all_zero) names += (names.empty() ? "" : ", ") + k;
+    for (const auto& k : b.all_zero) names += (names.empty() ? "" : ", ") + k;
     o << "<p>Zero throughout (not charted): " << esc(names) << ".</p>\n";
   }
   if (const std::string trace = svg_timeline(fs::path(run_dir) / "trace-rank-0.json"); !trace.empty())
     o << "<h2>Trace of the profiled steps (train.profile_steps), rank 0</h2>\n" << trace;
-  if (info.contains("topology")) o << table("Topology", info["topology"]);
-  if (info.contains("model")) o << table("Model", info["model"]);
-  if (info.contains("data")) o << table("Data", info["data"]);
-  if (info.contains("config")) o << table("Configuration", info["config"]);
+  for (const char* key : {"topology", "model", "data", "config"}) {
+    static const std::map<std::string, std::string> titles = {
+        {"topology", "Topology"}, {"model", "Model"}, {"data", "Data"}, {"config", "Configuration"}};
+    if (info.contains(key)) o << table(titles.at(key), info[key]);
+  }
   if (info.empty()) o << "<p>No run_info.json in the run directory: configuration and topology unknown.</p>\n";
   o << "</body>\n</html>\n";
   return o.str();
+}
+
+}  // namespace
+
+std::string render_report(const std::string& run_dir) {
+  int64_t bad = 0;
+  const std::map<int64_t, json> by_step = read_metrics(run_dir, &bad);
+  const json info = read_run_info(run_dir);
+  const Fields fields = collect_fields(by_step);
+  ChartBuilder b{fields};
+  add_known_charts(b, by_step.rbegin()->second);
+  add_other_charts(b);
+  return html_page(run_dir, info, summarize(by_step, fields, bad), b);
 }
 
 std::string write_report(const std::string& run_dir, const std::string& out) {
