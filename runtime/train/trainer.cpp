@@ -199,6 +199,9 @@ struct Trainer::Impl {
   // The numerics guard's agreed decision for the queued step (host sync on a device; numerics.h).
   bool skip_step(QueuedStep& q);
   // train.max_skipped_steps reached: the same CollectiveError on every rank.
+  bool trace_around(int64_t next, bool before);
+  bool validate_if_due(Trainer& self, StepRecord& r, bool stopping);
+  bool checkpoint_due(bool stopping, bool new_best) const;
   void check_skip_limit() const {
     if (guard.exhausted()) throw CollectiveError(ErrorKind::Input, guard.stop_message(last_checkpoint));
   }
@@ -494,137 +497,185 @@ std::string Trainer::save_checkpoint() {
   return im.checkpointer->root() + "/step-" + std::to_string(im.step);
 }
 
+namespace {
+
+// Rank 0's account of the run: metrics.jsonl (and TensorBoard's event file), the progress line every
+// log.every steps, the skipped-step warning, and at the end where a step's time went. It decides
+// its own "when"; other ranks keep nothing.
+class RunLog {
+ public:
+  RunLog(const Trainer::Impl& im, int64_t start_step) : im_(im), start_step_(start_step), t_start_(Clock::now()) {
+    rank0_ = im.groups.world->rank() == 0;
+    if (!rank0_ || im.opts.log_dir.empty()) return;
+    const std::string path = im.opts.log_dir + "/metrics.jsonl";
+    metrics_.open(path, std::ios::app);
+    if (!metrics_) throw TESSERA_INPUT_ERROR(path + ": cannot open metrics file for writing");
+    if (im.opts.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(im.opts.log_dir);
+  }
+
+  void step(const StepRecord& r, bool trace_done) {
+    if (!rank0_) return;
+    if (metrics_.is_open()) {
+      const nlohmann::json rec = record_json(r);
+      metrics_ << rec.dump() << "\n";
+      metrics_.flush();
+      if (tensorboard_) tensorboard_->add_scalars(r.step, tensorboard_scalars(rec));
+    }
+    if (im_.opts.quiet) return;
+    if (r.step % im_.opts.log_every == 0 || r.step == im_.opts.steps || r.evaluated) std::cout << progress_line(r) << std::endl;
+    if (trace_done)
+      std::cout << "trace of steps " << std::max(im_.opts.profile_first, start_step_ + 1) << "-" << r.step << ": "
+                << im_.opts.log_dir << "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)" << std::endl;
+    if (r.skipped) {
+      // One write of the whole line: Open MPI 5's output forwarding can cut a line written in
+      // pieces and deliver a piece on the wrong stream (stderr's "tessera: warning: step " was
+      // seen in front of a progress line on stdout).
+      std::ostringstream w;
+      w << "tessera: warning: step " << r.step << ": " << im_.guard.last_reason()
+        << "; optimizer step skipped on every rank (" << im_.guard.consecutive() << " in a row, " << r.skipped_steps
+        << " in total; train.max_skipped_steps " << im_.opts.max_skipped_steps << ")\n";
+      std::cerr << w.str() << std::flush;
+    }
+  }
+
+  // Where the time went: the median step (the first step of the run, with its warm-up, left out).
+  void summary(const std::vector<StepRecord>& records) const {
+    if (!rank0_ || im_.opts.quiet || records.empty()) return;
+    std::vector<profile::Breakdown> times;
+    for (size_t i = records.size() > 1 ? 1 : 0; i < records.size(); ++i) times.push_back(records[i].time);
+    const profile::Breakdown m = profile::median(times);
+    char head[96];
+    snprintf(head, sizeof(head), "time per step (median of %zu, %.3f s): ", times.size(), m.step_s);
+    std::cout << head << m.summary() << std::endl;
+  }
+
+ private:
+  nlohmann::json record_json(const StepRecord& r) const {
+    nlohmann::json rec = {{"step", r.step},
+                          {"loss", r.loss},
+                          {"target_tokens", r.target_tokens},
+                          {"grad_norm", r.grad_norm},
+                          {"lr", r.lr},
+                          {"step_time_s", r.step_time_s},
+                          {"tokens_per_s", r.tokens_per_s},
+                          {"mfu", im_.peak.flops > 0 ? nlohmann::json(r.mfu) : nlohmann::json(nullptr)},
+                          {"mfu_peak", {{"flops", im_.peak.flops}, {"source", im_.peak.source}}},
+                          {"mfu_of_measured_gemm", r.mfu_of_measured_gemm},
+                          {"time", r.time.to_json()},
+                          {"peak_rss_bytes", r.peak_rss_bytes},
+                          {"memory", r.memory.to_json()},
+                          {"device", r.device},
+                          {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes},
+                          {"skipped", r.skipped},
+                          {"skipped_steps", r.skipped_steps}};
+    if (im_.scaler.enabled()) rec["loss_scale"] = r.loss_scale;
+    if (r.evaluated) {
+      rec["val_loss"] = r.val_loss;
+      rec["val_ppl"] = std::exp(r.val_loss);
+      rec["val_tokens"] = r.val_tokens;
+    }
+    return rec;
+  }
+
+  std::string progress_line(const StepRecord& r) const {
+    const double done = static_cast<double>(r.step - start_step_);
+    const double eta = seconds_since(t_start_) / done * static_cast<double>(im_.opts.steps - r.step);
+    char val[64] = "";
+    if (r.evaluated) snprintf(val, sizeof(val), " | val %.4f (ppl %.2f)", r.val_loss, std::exp(r.val_loss));
+    // Numerics: the fp16 loss scale, and this step skipped / the run's skipped steps so far.
+    char num[96] = "";
+    int n = 0;
+    if (im_.scaler.enabled()) n = snprintf(num, sizeof(num), " | scale %g", r.loss_scale);
+    if (r.skipped)
+      snprintf(num + n, sizeof(num) - n, " | step skipped (%ld in total)", static_cast<long>(r.skipped_steps));
+    else if (r.skipped_steps > 0)
+      snprintf(num + n, sizeof(num) - n, " | skipped %ld", static_cast<long>(r.skipped_steps));
+    // mem: host peak RSS on CPU, the caching allocator's peak on a GPU.
+    const int64_t mem = im_.device.is_cpu() ? r.peak_rss_bytes : r.peak_gpu_mem_bytes;
+    char mfu[32] = "n/a";  // no peak known (the line at the start says why)
+    if (im_.peak.flops > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * r.mfu);
+    char line[420];
+    snprintf(line, sizeof(line),
+             "step %ld/%ld | loss %.4f%s | gnorm %.3f%s | lr %.2e | %.0f tok/s | MFU %s | mem %.0f MiB | ETA %s",
+             static_cast<long>(r.step), static_cast<long>(im_.opts.steps), r.loss, val, r.grad_norm, num, r.lr,
+             r.tokens_per_s, mfu, mem / 1048576.0, format_duration(eta).c_str());
+    return line;
+  }
+
+  const Trainer::Impl& im_;
+  int64_t start_step_;
+  Clock::time_point t_start_;
+  bool rank0_ = false;
+  std::ofstream metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+};
+
+}  // namespace
+
+// train.profile_steps: the trace starts with its first step (or the first step of a resumed run
+// inside the window) and is written after its last. Returns whether step `next` ends the trace.
+bool Trainer::Impl::trace_around(int64_t next, bool before) {
+  const bool traced = opts.profile_last > 0 && next >= opts.profile_first && next <= opts.profile_last;
+  if (before) {
+    if (traced && !profile::tracing()) profile::start_trace();
+    return false;
+  }
+  const bool done = traced && (next == opts.profile_last || next == opts.steps);
+  if (done)
+    profile::write_trace(opts.log_dir + "/trace-rank-" + std::to_string(groups.world->rank()) + ".json",
+                         groups.world->rank());
+  return done;
+}
+
+// Validation every eval.every steps and at the end (not when stopping: time is short then). Returns
+// whether it found a new best validation loss.
+bool Trainer::Impl::validate_if_due(Trainer& self, StepRecord& r, bool stopping) {
+  if (!val || stopping || !(step == opts.steps || (opts.eval_every > 0 && step % opts.eval_every == 0))) return false;
+  const EvalResult e = self.evaluate();
+  r.evaluated = true;
+  r.val_loss = e.loss;
+  r.val_tokens = e.targets;
+  const bool new_best = best_step < 0 || e.loss < best_val_loss;
+  if (new_best) best_step = step, best_val_loss = e.loss;
+  return new_best;
+}
+
+// The checkpoint policy: when stopping, every checkpoint.every steps, a new best validation loss
+// (checkpoint.keep_best), and at the end.
+bool Trainer::Impl::checkpoint_due(bool stopping, bool new_best) const {
+  if (!checkpointer) return false;
+  const bool periodic = opts.checkpoint_every > 0 && step % opts.checkpoint_every == 0;
+  return stopping || periodic || (new_best && opts.keep_best) || step == opts.steps;
+}
+
 RunResult Trainer::run() {
   Impl& im = *impl_;
-  const bool rank0 = im.groups.world->rank() == 0;
   RunResult res;
   res.start_step = im.step;
   im.peak = device::peak_flops(im.device, im.fopts.param_dtype, at::get_num_threads(), im.opts.peak_flops);
   im.gemm_flops = measure_gemm_flops(im.fopts.param_dtype, im.device);
-  if (rank0 && !im.opts.quiet) std::cout << describe_peak(im.peak) << std::endl;
-  std::ofstream metrics;
-  std::unique_ptr<TensorBoardWriter> tensorboard;
-  if (rank0 && !im.opts.log_dir.empty()) {
-    std::string path = im.opts.log_dir + "/metrics.jsonl";
-    metrics.open(path, std::ios::app);
-    if (!metrics) throw TESSERA_INPUT_ERROR(path + ": cannot open metrics file for writing");
-    if (im.opts.tensorboard) tensorboard = std::make_unique<TensorBoardWriter>(im.opts.log_dir);
-  }
-  auto t_start = Clock::now();
+  if (im.groups.world->rank() == 0 && !im.opts.quiet) std::cout << describe_peak(im.peak) << std::endl;
+  RunLog log(im, res.start_step);
   while (im.step < im.opts.steps) {
     const int64_t next = im.step + 1;
-    // train.profile_steps: the trace starts with its first step (or the first step of a resumed run
-    // inside the window) and is written after its last.
-    const bool traced = im.opts.profile_last > 0 && next >= im.opts.profile_first && next <= im.opts.profile_last;
-    if (traced && !profile::tracing()) profile::start_trace();
-    StepRecord r = impl_->record(impl_->queue_step());
-    const bool trace_done = traced && (next == im.opts.profile_last || next == im.opts.steps);
-    if (trace_done)
-      profile::write_trace(im.opts.log_dir + "/trace-rank-" + std::to_string(im.groups.world->rank()) + ".json",
-                           im.groups.world->rank());
+    im.trace_around(next, /*before=*/true);
+    StepRecord r = im.record(im.queue_step());
+    const bool trace_done = im.trace_around(next, /*before=*/false);
     if (test_fault("desync", im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
       im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
     const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
-    // Validation every eval_every steps and at the end (not when preempted: time is short then).
-    bool new_best = false;
-    if (im.val && !stop && (im.step == im.opts.steps || (im.opts.eval_every > 0 && im.step % im.opts.eval_every == 0))) {
-      const EvalResult e = evaluate();
-      r.evaluated = true;
-      r.val_loss = e.loss;
-      r.val_tokens = e.targets;
-      new_best = im.best_step < 0 || e.loss < im.best_val_loss;
-      if (new_best) {
-        im.best_step = im.step;
-        im.best_val_loss = e.loss;
-      }
-    }
+    const bool new_best = im.validate_if_due(*this, r, stop);
     res.records.push_back(r);
-    if (rank0) {
-      if (metrics.is_open()) {
-        nlohmann::json rec = {{"step", r.step},
-                              {"loss", r.loss},
-                              {"target_tokens", r.target_tokens},
-                              {"grad_norm", r.grad_norm},
-                              {"lr", r.lr},
-                              {"step_time_s", r.step_time_s},
-                              {"tokens_per_s", r.tokens_per_s},
-                              {"mfu", im.peak.flops > 0 ? nlohmann::json(r.mfu) : nlohmann::json(nullptr)},
-                              {"mfu_peak", {{"flops", im.peak.flops}, {"source", im.peak.source}}},
-                              {"mfu_of_measured_gemm", r.mfu_of_measured_gemm},
-                              {"time", r.time.to_json()},
-                              {"peak_rss_bytes", r.peak_rss_bytes},
-                              {"memory", r.memory.to_json()},
-                              {"device", r.device},
-                              {"peak_gpu_mem_bytes", r.peak_gpu_mem_bytes},
-                              {"skipped", r.skipped},
-                              {"skipped_steps", r.skipped_steps}};
-        if (im.scaler.enabled()) rec["loss_scale"] = r.loss_scale;
-        if (r.evaluated) {
-          rec["val_loss"] = r.val_loss;
-          rec["val_ppl"] = std::exp(r.val_loss);
-          rec["val_tokens"] = r.val_tokens;
-        }
-        metrics << rec.dump() << "\n";
-        metrics.flush();
-        if (tensorboard) tensorboard->add_scalars(r.step, tensorboard_scalars(rec));
-      }
-      if (!im.opts.quiet && (r.step % im.opts.log_every == 0 || r.step == im.opts.steps || r.evaluated)) {
-        double done = static_cast<double>(r.step - res.start_step);
-        double eta = seconds_since(t_start) / done * static_cast<double>(im.opts.steps - r.step);
-        char val[64] = "";
-        if (r.evaluated) snprintf(val, sizeof(val), " | val %.4f (ppl %.2f)", r.val_loss, std::exp(r.val_loss));
-        // Numerics: the fp16 loss scale, and this step skipped / the run's skipped steps so far.
-        char num[96] = "";
-        int n = 0;
-        if (im.scaler.enabled()) n = snprintf(num, sizeof(num), " | scale %g", r.loss_scale);
-        if (r.skipped)
-          snprintf(num + n, sizeof(num) - n, " | step skipped (%ld in total)", static_cast<long>(r.skipped_steps));
-        else if (r.skipped_steps > 0)
-          snprintf(num + n, sizeof(num) - n, " | skipped %ld", static_cast<long>(r.skipped_steps));
-        char line[420];
-        // mem: host peak RSS on CPU, the caching allocator's peak on a GPU.
-        const int64_t mem = im.device.is_cpu() ? r.peak_rss_bytes : r.peak_gpu_mem_bytes;
-        char mfu[32] = "n/a";  // no peak known (the line at the start says why)
-        if (im.peak.flops > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * r.mfu);
-        snprintf(line, sizeof(line),
-                 "step %ld/%ld | loss %.4f%s | gnorm %.3f%s | lr %.2e | %.0f tok/s | MFU %s | mem %.0f MiB | ETA %s",
-                 static_cast<long>(r.step), static_cast<long>(im.opts.steps), r.loss, val, r.grad_norm, num, r.lr,
-                 r.tokens_per_s, mfu, mem / 1048576.0, format_duration(eta).c_str());
-        std::cout << line << std::endl;
-      }
-      if (trace_done && !im.opts.quiet)
-        std::cout << "trace of steps " << std::max(im.opts.profile_first, res.start_step + 1) << "-" << next << ": "
-                  << im.opts.log_dir << "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)" << std::endl;
-      if (r.skipped && !im.opts.quiet) {
-        // One write of the whole line: Open MPI 5's output forwarding can cut a line written in
-        // pieces and deliver a piece on the wrong stream (stderr's "tessera: warning: step " was
-        // seen in front of a progress line on stdout).
-        std::ostringstream w;
-        w << "tessera: warning: step " << r.step << ": " << im.guard.last_reason()
-          << "; optimizer step skipped on every rank (" << im.guard.consecutive() << " in a row, " << r.skipped_steps
-          << " in total; train.max_skipped_steps " << im.opts.max_skipped_steps << ")\n";
-        std::cerr << w.str() << std::flush;
-      }
-    }
+    log.step(r, trace_done);
     im.check_skip_limit();  // before any save of this step: the last checkpoint stays the last good one
-    const bool periodic = im.opts.checkpoint_every > 0 && im.step % im.opts.checkpoint_every == 0;
-    const bool best = new_best && im.opts.keep_best;  // the best validation loss gets a checkpoint
-    if (im.checkpointer && (stop || periodic || best || im.step == im.opts.steps)) res.last_checkpoint = save_checkpoint();
+    if (im.checkpoint_due(stop, new_best)) res.last_checkpoint = save_checkpoint();
     if (stop) {
       res.preempted = true;
       break;
     }
   }
   if (im.checkpointer) im.checkpointer->wait();
-  // Where the time went: the median step (the first step of the run, with its warm-up, left out).
-  if (rank0 && !im.opts.quiet && !res.records.empty()) {
-    std::vector<profile::Breakdown> times;
-    for (size_t i = res.records.size() > 1 ? 1 : 0; i < res.records.size(); ++i) times.push_back(res.records[i].time);
-    const profile::Breakdown m = profile::median(times);
-    char head[96];
-    snprintf(head, sizeof(head), "time per step (median of %zu, %.3f s): ", times.size(), m.step_s);
-    std::cout << head << m.summary() << std::endl;
-  }
+  log.summary(res.records);
   res.end_step = im.step;
   res.best_step = im.best_step;
   res.best_val_loss = im.best_val_loss;
