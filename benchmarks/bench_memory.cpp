@@ -131,6 +131,100 @@ std::string mib(int64_t b) {
 
 }  // namespace
 
+namespace {
+
+using launcher::Config;
+
+// The mid-size model (hidden 512, 8 layers, vocab 32000: 58M parameters, bf16 on disk) and token ids
+// for evaluation (4 sequences of 256 tokens), once, in `dir`.
+fs::path make_mid_model(const fs::path& dir, const std::string& exe) {
+  const fs::path mid = dir / "mid";
+  json c = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 512}, {"intermediate_size", 1376},
+            {"num_hidden_layers", 8}, {"num_attention_heads", 8}, {"num_key_value_heads", 8},
+            {"max_position_embeddings", 1024}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
+            {"torch_dtype", "bfloat16"}, {"architectures", {"LlamaForCausalLM"}}};
+  std::ofstream(dir / "mid.json") << c.dump();
+  auto [rc, out] = run_command(exe + " init-model --config " + (dir / "mid.json").string() + " --out " + mid.string() +
+                               " --dtype bf16");
+  TESSERA_CHECK(rc == 0, "bench memory: init-model failed: " + why(out));
+  std::ofstream t(dir / "tokens.txt");
+  for (int s = 0; s < 4; ++s)
+    for (int i = 0; i < 256; ++i) t << (i * 7919 + s * 104729) % 32000 << (i + 1 < 256 ? " " : "\n");
+  return mid;
+}
+
+// Runs one configuration under mpirun and returns rank 0's measured breakdown at its peak (train:
+// the last record of metrics.jsonl; eval: its JSON line). `conf` is set to what ran.
+json measure_case(const Case& c, Config& conf, const fs::path& dir, const fs::path& run_dir, const fs::path& mid) {
+  const std::string rpn_flag = c.ranks_per_node > 0 ? " --ranks-per-node " + std::to_string(c.ranks_per_node) : "";
+  if (c.eval) {
+    auto [rc, out] = run_command(mpirun(c.world, c.ranks_per_node) + " eval --model " + mid.string() + " --tokens " +
+                                 (dir / "tokens.txt").string() + " --dtype bf16" + rpn_flag);
+    TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed: " + why(out));
+    const size_t brace = out.rfind("\n{");
+    conf.fsdp.mixed_precision = util::FloatType::BF16;
+    conf.data.seq_len = 255;  // 256 tokens: 255 predicted
+    return json::parse(out.substr(brace == std::string::npos ? out.find('{') : brace + 1)).at("memory");
+  }
+  const std::string cmd = mpirun(c.world, c.ranks_per_node) + " train --config " + (run_dir / "run.json").string() + rpn_flag;
+  auto [rc, out] = run_command(cmd);
+  TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed (exit " + std::to_string(rc) + "): " + why(out) + " [" + cmd + "]");
+  std::ifstream m(run_dir / "metrics.jsonl");
+  std::string line, last;
+  while (std::getline(m, line))
+    if (!line.empty()) last = line;
+  return json::parse(last).at("memory");
+}
+
+// The configuration of a case, written to run_dir/run.json.
+Config case_config(const Case& c, const fs::path& run_dir, const fs::path& mid, int steps) {
+  json cfg = {{"data", {{"seq_len", 64}, {"tokenizer", "bytes"}}},  // presets and init-model dirs have no tokenizer
+              {"log", {{"dir", run_dir.string()}}},
+              {"train", {{"steps", steps}, {"micro_batch", 1}, {"warmup_steps", 1}, {"device", "cpu"}}}};
+  if (c.model == "mid") cfg["model"] = {{"path", mid.string()}};
+  else cfg["model"] = {{"preset", c.model}};
+  Config conf = Config::from_json(cfg, "bench memory");
+  for (auto it = c.set.begin(); it != c.set.end(); ++it) conf.set(it.key(), it.value());
+  std::ofstream(run_dir / "run.json") << conf.json().dump(1);
+  return conf;
+}
+
+// The plan's prediction against what was measured: one row.
+json compare_with_plan(const Case& c, const Config& conf, const json& measured, const fs::path& mid) {
+  model::ModelConfig mc = c.model == "mid"
+                              ? model::ModelConfig::from_json(json::parse(std::ifstream(mid / "config.json")), "mid")
+                              : model::ModelConfig::preset(c.model);
+  launcher::PlanRequest req;
+  req.world = c.world;
+  req.ranks_per_node = c.ranks_per_node > 0 ? c.ranks_per_node : c.world;
+  req.stored_bytes = c.model == "mid" ? 2 : 4;
+  const memory::Plan plan = launcher::plan_run(conf, mc, req);
+  const memory::PhaseEstimate& est = c.eval ? plan.eval_host : plan.train_host;
+  const int64_t peak = measured.at("peak_rss").get<int64_t>(), base = measured.at("process_base").get<int64_t>();
+  const int64_t predicted = est.total();
+  const int64_t floor = (c.eval ? plan.eval_floor : plan.train_floor) + base;
+  return {{"name", c.name}, {"phase", c.eval ? "eval" : "train"}, {"world", c.world},
+          {"measured_peak_bytes", peak}, {"predicted_bytes", predicted},
+          {"prediction_error", static_cast<double>(predicted - peak) / static_cast<double>(peak)},
+          {"floor_bytes", floor}, {"measured_over_floor", static_cast<double>(peak) / static_cast<double>(floor)},
+          {"goal_over_floor", c.eval ? 1.15 : 1.10}, {"measured", measured}, {"predicted", est.to_json()}};
+}
+
+void print_row(const json& row) {
+  const json& measured = row["measured"];
+  std::string breakdown;
+  for (auto it = measured.begin(); it != measured.end(); ++it)
+    if (it->is_number_integer() && it.key() != "peak_rss" && it.key() != "tracked" && it->get<int64_t>() >= (1 << 20))
+      breakdown += it.key() + " " + mib(it->get<int64_t>()) + ", ";
+  std::printf("%-44s %9s %9s %+6.1f%% %9s %7.3f  %s(peak at %s)\n", row["name"].get<std::string>().c_str(),
+              mib(row["measured_peak_bytes"].get<int64_t>()).c_str(), mib(row["predicted_bytes"].get<int64_t>()).c_str(),
+              100 * row["prediction_error"].get<double>(), mib(row["floor_bytes"].get<int64_t>()).c_str(),
+              row["measured_over_floor"].get<double>(), breakdown.c_str(), measured.value("peak_phase", "?").c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 int run_bench_memory(const std::vector<std::string>& args) {
   using namespace tessera::launcher;
   po::options_description desc("bench memory options");
@@ -148,27 +242,7 @@ int run_bench_memory(const std::vector<std::string>& args) {
   fs::create_directories(dir);
   const std::string exe = self_exe();
   forget_mpi_identity();
-
-  // The mid-size model, once: hidden 512, 8 layers, vocab 32000 (58M parameters), bf16 on disk.
-  const fs::path mid = dir / "mid";
-  {
-    json c = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 512}, {"intermediate_size", 1376},
-              {"num_hidden_layers", 8}, {"num_attention_heads", 8}, {"num_key_value_heads", 8},
-              {"max_position_embeddings", 1024}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
-              {"torch_dtype", "bfloat16"}, {"architectures", {"LlamaForCausalLM"}}};
-    std::ofstream(dir / "mid.json") << c.dump();
-    auto [rc, out] = run_command(exe + " init-model --config " + (dir / "mid.json").string() + " --out " + mid.string() +
-                                 " --dtype bf16");
-    TESSERA_CHECK(rc == 0, "bench memory: init-model failed: " + why(out));
-  }
-  // Token ids for evaluation: 4 sequences of 256 tokens.
-  {
-    std::ofstream t(dir / "tokens.txt");
-    for (int s = 0; s < 4; ++s) {
-      for (int i = 0; i < 256; ++i) t << (i * 7919 + s * 104729) % 32000 << (i + 1 < 256 ? " " : "\n");
-    }
-  }
-
+  const fs::path mid = make_mid_model(dir, exe);
   json rows = json::array();
   if (!as_json)
     std::printf("%-44s %9s %9s %7s %9s %7s  %s\n", "configuration", "measured", "plan", "error", "floor", "/floor",
@@ -179,65 +253,10 @@ int run_bench_memory(const std::vector<std::string>& args) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
     const fs::path run_dir = dir / ("case-" + std::to_string(index++));
     fs::create_directories(run_dir);
-    json cfg = {{"data", {{"seq_len", 64}, {"tokenizer", "bytes"}}},  // presets and init-model dirs have no tokenizer
-                {"log", {{"dir", run_dir.string()}}},
-                {"train", {{"steps", steps}, {"micro_batch", 1}, {"warmup_steps", 1}, {"device", "cpu"}}}};
-    if (c.model == "mid") cfg["model"] = {{"path", mid.string()}};
-    else cfg["model"] = {{"preset", c.model}};
-    Config conf = Config::from_json(cfg, "bench memory");
-    for (auto it = c.set.begin(); it != c.set.end(); ++it) conf.set(it.key(), it.value());
-    std::ofstream(run_dir / "run.json") << conf.json().dump(1);
-
-    const int rpn = c.ranks_per_node > 0 ? c.ranks_per_node : c.world;
-    const std::string rpn_flag = c.ranks_per_node > 0 ? " --ranks-per-node " + std::to_string(c.ranks_per_node) : "";
-    json measured;
-    if (c.eval) {
-      auto [rc, out] = run_command(mpirun(c.world, c.ranks_per_node) + " eval --model " + mid.string() + " --tokens " +
-                                   (dir / "tokens.txt").string() + " --dtype bf16" + rpn_flag);
-      TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed: " + why(out));
-      const size_t brace = out.rfind("\n{");
-      measured = json::parse(out.substr(brace == std::string::npos ? out.find('{') : brace + 1)).at("memory");
-      conf.fsdp.mixed_precision = util::FloatType::BF16;
-      conf.data.seq_len = 255;  // 256 tokens: 255 predicted
-    } else {
-      const std::string cmd = mpirun(c.world, c.ranks_per_node) + " train --config " + (run_dir / "run.json").string() + rpn_flag;
-      auto [rc, out] = run_command(cmd);
-      TESSERA_CHECK(rc == 0, "bench memory: " + c.name + " failed (exit " + std::to_string(rc) + "): " + why(out) + " [" + cmd + "]");
-      std::ifstream m(run_dir / "metrics.jsonl");
-      std::string line, last;
-      while (std::getline(m, line))
-        if (!line.empty()) last = line;
-      measured = json::parse(last).at("memory");
-    }
-    model::ModelConfig mc = c.model == "mid"
-                                ? model::ModelConfig::from_json(json::parse(std::ifstream(mid / "config.json")), "mid")
-                                : model::ModelConfig::preset(c.model);
-    PlanRequest req;
-    req.world = c.world;
-    req.ranks_per_node = rpn;
-    req.stored_bytes = c.model == "mid" ? 2 : 4;
-    const memory::Plan plan = plan_run(conf, mc, req);
-    const memory::PhaseEstimate& est = c.eval ? plan.eval_host : plan.train_host;
-    const int64_t peak = measured.at("peak_rss").get<int64_t>(), base = measured.at("process_base").get<int64_t>();
-    const int64_t predicted = est.total();
-    const int64_t floor = (c.eval ? plan.eval_floor : plan.train_floor) + base;
-    const double error = static_cast<double>(predicted - peak) / static_cast<double>(peak);
-    const double over_floor = static_cast<double>(peak) / static_cast<double>(floor);
-    json row = {{"name", c.name}, {"phase", c.eval ? "eval" : "train"}, {"world", c.world},
-                {"measured_peak_bytes", peak}, {"predicted_bytes", predicted}, {"prediction_error", error},
-                {"floor_bytes", floor}, {"measured_over_floor", over_floor},
-                {"goal_over_floor", c.eval ? 1.15 : 1.10}, {"measured", measured}, {"predicted", est.to_json()}};
-    rows.push_back(row);
-    if (!as_json) {
-      std::string breakdown;
-      for (auto it = measured.begin(); it != measured.end(); ++it)
-        if (it->is_number_integer() && it.key() != "peak_rss" && it.key() != "tracked" && it->get<int64_t>() >= (1 << 20))
-          breakdown += it.key() + " " + mib(it->get<int64_t>()) + ", ";
-      std::printf("%-44s %9s %9s %+6.1f%% %9s %7.3f  %s(peak at %s)\n", c.name.c_str(), mib(peak).c_str(),
-                  mib(predicted).c_str(), 100 * error, mib(floor).c_str(), over_floor, breakdown.c_str(),
-                  measured.value("peak_phase", "?").c_str());
-      std::fflush(stdout);
-    }
+    Config conf = case_config(c, run_dir, mid, steps);
+    const json measured = measure_case(c, conf, dir, run_dir, mid);
+    rows.push_back(compare_with_plan(c, conf, measured, mid));
+    if (!as_json) print_row(rows.back());
   }
   if (as_json) std::cout << json{{"configurations", rows}}.dump(1) << std::endl;
   else
