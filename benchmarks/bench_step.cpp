@@ -251,108 +251,123 @@ double single_process_tps(const model::ModelConfig& cfg, at::ScalarType dtype, c
   return tps;
 }
 
+// The FSDP step at W ranks, timed: tokens/s, each timed step's time and breakdown (rank 0), and
+// rank 0's page faults per timed step and its allocations of >= 1 MiB served again from the
+// allocator's cache / mapped anew (memory::reuse_large_blocks).
+struct FsdpTiming {
+  double tps = 0, faults_per_step = 0;
+  std::vector<double> step_times;
+  std::vector<profile::Breakdown> times;
+  int64_t cache_hits = 0, cache_misses = 0;
+};
+
+FsdpTiming time_fsdp(const model::ModelConfig& cfg, const fsdp::Options& fopts, const train::TrainOptions& topts,
+                     const std::shared_ptr<data::TokenDataset>& dataset, int warmup, int steps, double global_tokens) {
+  const launcher::Bootstrap& b = launcher::current();
+  FsdpTiming t;
+  train::Trainer trainer(launcher::make_causal_lm(cfg), b.groups, fopts, topts, dataset, {});
+  launcher::InitWeightSource src(cfg, 1);
+  trainer.load_weights(src);
+  for (int i = 0; i < warmup; ++i) trainer.train_step();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int64_t faults0 = minor_faults();
+  const memory::CacheStats cache0 = memory::cache_stats();
+  auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    const train::StepRecord r = trainer.train_step();
+    t.step_times.push_back(r.step_time_s);
+    t.times.push_back(r.time);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  t.tps = global_tokens * steps / std::chrono::duration<double>(Clock::now() - t0).count();
+  t.faults_per_step = static_cast<double>(minor_faults() - faults0) / steps;
+  const memory::CacheStats cache1 = memory::cache_stats();
+  t.cache_hits = cache1.hits - cache0.hits;
+  t.cache_misses = cache1.misses - cache0.misses;
+  return t;
+}
+
+// What run_in_process measured, for its report (rank 0).
+struct StepBench {
+  std::string model, strategy, dtype, baseline;
+  int64_t parameters = 0, T = 0, M = 0;
+  int W = 0, nodes = 0, threads = 0, total_threads = 0, warmup = 0, steps = 0;
+  FsdpTiming fsdp;
+  double single_tps = 0;
+  json ops;  // null unless --op-counts
+};
+
+void report_step_bench(const StepBench& s, bool as_json) {
+  const double ratio = s.fsdp.tps / s.single_tps;
+  if (as_json) {
+    json j{{"model", s.model}, {"parameters", s.parameters}, {"world_size", s.W},
+           {"nodes", s.nodes}, {"seq_len", s.T}, {"global_batch", s.W * s.M}, {"threads_per_rank", s.threads},
+           {"threads_total", s.total_threads}, {"strategy", s.strategy}, {"dtype", s.dtype}, {"warmup", s.warmup},
+           {"steps", s.steps}, {"fsdp_tokens_per_s", s.fsdp.tps}, {"step_time_s", s.fsdp.step_times},
+           {"time", profile::median(s.fsdp.times).to_json()}, {"page_faults_per_step", s.fsdp.faults_per_step},
+           {"large_allocations", {{"reused", s.fsdp.cache_hits}, {"mapped", s.fsdp.cache_misses}}}};
+    if (s.baseline == "single")
+      j.update({{"single_tokens_per_s", s.single_tps}, {"ratio", ratio}, {"goal", 0.85}, {"goal_met", ratio >= 0.85}});
+    if (!s.ops.is_null()) j["ops"] = s.ops;
+    std::cout << j.dump() << std::endl;
+    return;
+  }
+  printf("# bench step: %s, seq_len %ld, global batch %d x %ld sequences, %s, %d threads in total\n", s.model.c_str(),
+         static_cast<long>(s.T), s.W, static_cast<long>(s.M), s.dtype.c_str(), s.total_threads);
+  printf("%-34s %12.1f tokens/s\n", ("FSDP " + s.strategy + ", W=" + std::to_string(s.W)).c_str(), s.fsdp.tps);
+  const profile::Breakdown m = profile::median(s.fsdp.times);
+  printf("FSDP step time (median of %d, rank 0): %.3f s: %s\n", s.steps, m.step_s, m.summary().c_str());
+  printf("rank 0 per timed step: %.0f page faults; allocations of >= 1 MiB: %ld reused, %ld mapped anew\n",
+         s.fsdp.faults_per_step, static_cast<long>(s.fsdp.cache_hits), static_cast<long>(s.fsdp.cache_misses));
+  if (s.baseline == "single") {
+    printf("%-34s %12.1f tokens/s\n", "single process (plain LibTorch)", s.single_tps);
+    printf("ratio FSDP / single: %.3f (goal >= 0.85: %s)\n", ratio, ratio >= 0.85 ? "met" : "NOT met");
+  }
+  if (!s.ops.is_null()) print_op_counts(s.ops);
+}
+
 int run_in_process(const launcher::po::variables_map& vm) {
   using namespace tessera::launcher;
   const Bootstrap& b = current();
   const auto cfg = model_config(vm);
-  const int64_t T = vm["seq-len"].as<int64_t>(), M = vm["micro-batch"].as<int64_t>();
-  const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
-  const std::string baseline = vm["baseline"].as<std::string>(), dtype = vm["dtype"].as<std::string>();
-  TESSERA_CHECK_INPUT(T > 0 && M > 0 && steps > 0 && warmup >= 0,
+  StepBench s;
+  s.T = vm["seq-len"].as<int64_t>(), s.M = vm["micro-batch"].as<int64_t>();
+  s.steps = vm["steps"].as<int>(), s.warmup = vm["warmup"].as<int>();
+  s.baseline = vm["baseline"].as<std::string>(), s.dtype = vm["dtype"].as<std::string>();
+  TESSERA_CHECK_INPUT(s.T > 0 && s.M > 0 && s.steps > 0 && s.warmup >= 0,
                       "--seq-len, --micro-batch and --steps must be positive, --warmup >= 0");
-  TESSERA_CHECK_INPUT(baseline == "single" || baseline == "none", "--baseline must be single or none, got '" + baseline + "'");
+  TESSERA_CHECK_INPUT(s.baseline == "single" || s.baseline == "none", "--baseline must be single or none, got '" + s.baseline + "'");
   fsdp::Options fopts;
   fopts.strategy = fsdp::parse_strategy(vm["strategy"].as<std::string>());
-  fopts.param_dtype = fsdp::parse_dtype(dtype);
+  fopts.param_dtype = fsdp::parse_dtype(s.dtype);
   data::ByteTokenizer tok;
   TESSERA_CHECK_INPUT(tok.vocab_size() <= cfg.vocab_size,
                       "bench step: byte tokens need a vocab_size of at least " + std::to_string(tok.vocab_size()) +
                           ", model " + model_name(vm) + " has " + std::to_string(cfg.vocab_size));
   data::PackOptions pack;
-  pack.seq_len = T;
+  pack.seq_len = s.T;
   pack.packing = false;  // one text piece per row: plain causal attention in both runs
   pack.vocab_limit = cfg.vocab_size;
   auto dataset = data::load_dataset({vm["data"].as<std::string>()}, tok, pack);
-  const int W = b.world_size;
-  const double global_tokens = static_cast<double>(W * M * T);
-  int total_threads = 0;
-  MPI_Allreduce(&b.threads, &total_threads, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-
-  // ---- FSDP at W ranks ---------------------------------------------------------------------
+  s.W = b.world_size;
+  MPI_Allreduce(&b.threads, &s.total_threads, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   train::TrainOptions topts;
-  topts.steps = warmup + steps;
-  topts.micro_batch = M;
-  topts.seq_len = T;
+  topts.steps = s.warmup + s.steps;
+  topts.micro_batch = s.M;
+  topts.seq_len = s.T;
   topts.quiet = true;
-  double fsdp_tps = 0;
-  std::vector<double> step_times;
-  std::vector<profile::Breakdown> times;  // where each timed step's time went (rank 0)
-  // rank 0's page faults per timed step, and its allocations of >= 1 MiB served again from the
-  // allocator's cache / mapped anew (memory::reuse_large_blocks)
-  double faults_per_step = 0;
-  int64_t cache_hits = 0, cache_misses = 0;
-  {
-    train::Trainer trainer(make_causal_lm(cfg), b.groups, fopts, topts, dataset, {});
-    InitWeightSource src(cfg, 1);
-    trainer.load_weights(src);
-    for (int i = 0; i < warmup; ++i) trainer.train_step();
-    MPI_Barrier(MPI_COMM_WORLD);
-    const int64_t faults0 = minor_faults();
-    const memory::CacheStats cache0 = memory::cache_stats();
-    auto t0 = Clock::now();
-    for (int i = 0; i < steps; ++i) {
-      const train::StepRecord r = trainer.train_step();
-      step_times.push_back(r.step_time_s);
-      times.push_back(r.time);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    fsdp_tps = global_tokens * steps / std::chrono::duration<double>(Clock::now() - t0).count();
-    faults_per_step = static_cast<double>(minor_faults() - faults0) / steps;
-    const memory::CacheStats cache1 = memory::cache_stats();
-    cache_hits = cache1.hits - cache0.hits;
-    cache_misses = cache1.misses - cache0.misses;
-  }
-
-  // ---- operators and host syncs per step --------------------------------------------------------
+  s.fsdp = time_fsdp(cfg, fopts, topts, dataset, s.warmup, s.steps, static_cast<double>(s.W * s.M * s.T));
+  // Operators and host syncs per step; then one plain process, same global batch, all the threads.
   const bool counted = vm["op-counts"].as<bool>();
-  json ops = counted ? fsdp_op_counts(cfg, b.groups, fopts, topts, dataset) : json();
-
-  // ---- one plain process, same global batch, all the threads -------------------------------
-  double single_tps = 0;
-  if (baseline == "single" && b.world_rank == 0)
-    single_tps = single_process_tps(cfg, fopts.param_dtype, topts, *dataset, W * M, warmup, steps, total_threads,
-                                    counted ? &ops : nullptr);
+  if (counted) s.ops = fsdp_op_counts(cfg, b.groups, fopts, topts, dataset);
+  if (s.baseline == "single" && b.world_rank == 0)
+    s.single_tps = single_process_tps(cfg, fopts.param_dtype, topts, *dataset, s.W * s.M, s.warmup, s.steps,
+                                      s.total_threads, counted ? &s.ops : nullptr);
   idle_barrier();
   if (b.world_rank != 0) return 0;
-  const std::string strategy = vm["strategy"].as<std::string>();
-  if (vm.count("json")) {
-    json j{{"model", model_name(vm)}, {"parameters", cfg.num_parameters()}, {"world_size", W},
-           {"nodes", b.num_nodes}, {"seq_len", T}, {"global_batch", W * M}, {"threads_per_rank", b.threads},
-           {"threads_total", total_threads}, {"strategy", strategy}, {"dtype", dtype}, {"warmup", warmup},
-           {"steps", steps}, {"fsdp_tokens_per_s", fsdp_tps}, {"step_time_s", step_times},
-           {"time", profile::median(times).to_json()}, {"page_faults_per_step", faults_per_step},
-           {"large_allocations", {{"reused", cache_hits}, {"mapped", cache_misses}}}};
-    if (baseline == "single") {
-      const double ratio = fsdp_tps / single_tps;
-      j.update({{"single_tokens_per_s", single_tps}, {"ratio", ratio}, {"goal", 0.85}, {"goal_met", ratio >= 0.85}});
-    }
-    if (counted) j["ops"] = ops;
-    std::cout << j.dump() << std::endl;
-  } else {
-    printf("# bench step: %s, seq_len %ld, global batch %d x %ld sequences, %s, %d threads in total\n",
-           model_name(vm).c_str(), static_cast<long>(T), W, static_cast<long>(M), dtype.c_str(), total_threads);
-    printf("%-34s %12.1f tokens/s\n", ("FSDP " + strategy + ", W=" + std::to_string(W)).c_str(), fsdp_tps);
-    const profile::Breakdown m = profile::median(times);
-    printf("FSDP step time (median of %d, rank 0): %.3f s: %s\n", steps, m.step_s, m.summary().c_str());
-    printf("rank 0 per timed step: %.0f page faults; allocations of >= 1 MiB: %ld reused, %ld mapped anew\n",
-           faults_per_step, static_cast<long>(cache_hits), static_cast<long>(cache_misses));
-    if (baseline == "single") {
-      const double ratio = fsdp_tps / single_tps;
-      printf("%-34s %12.1f tokens/s\n", "single process (plain LibTorch)", single_tps);
-      printf("ratio FSDP / single: %.3f (goal >= 0.85: %s)\n", ratio, ratio >= 0.85 ? "met" : "NOT met");
-    }
-    if (counted) print_op_counts(ops);
-  }
+  s.model = model_name(vm), s.strategy = vm["strategy"].as<std::string>(), s.parameters = cfg.num_parameters();
+  s.nodes = b.num_nodes, s.threads = b.threads;
+  report_step_bench(s, vm.count("json") > 0);
   return 0;
 }
 
