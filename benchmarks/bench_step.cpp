@@ -680,17 +680,8 @@ std::vector<HybridGoal> hybrid_goals(const Driver& d) {
   return out;
 }
 
-int run_driver(Driver& d) {
-  parse_driver(d);
-  write_inputs(d);
-  plan(d);
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{d.work};
+// Every run once per round, in a shuffled order (see shuffle_order).
+void measure_rounds(Driver& d) {
   std::vector<size_t> order(d.runs.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::mt19937 rng(20261201);
@@ -702,60 +693,57 @@ int run_driver(Driver& d) {
               << d.runs.size() << " runs, " << fmt("%.0f", std::chrono::duration<double>(Clock::now() - t0).count())
               << " s)" << std::endl;
   }
+}
 
-  const auto rows = rows_of(d);
-  const auto hybrid = hybrid_goals(d);
-  const double tokens_per_step = static_cast<double>(d.global_batch * d.T);
-  if (d.vm.count("json")) {
-    json configs = json::array(), goals = json::array();
-    for (const auto& r : rows) {
-      auto samples = [](const RunSpec* s) {
-        json v = json::array();
-        for (const auto& x : s->samples) v.push_back(x.at(s->rate_key()));
-        return v;
-      };
-      json c{{"strategy", r.tessera->strategy}, {"dtype", r.tessera->dtype}, {"ranks", r.tessera->ranks},
-             {"reference", r.tessera->reference},
-             {"nodes", r.tessera->nodes}, {"link", r.tessera->nodes > 1 ? "tcp" : "shm"},
-             {"tessera_tokens_per_s", r.tessera->tokens_per_s()}, {"peer_tokens_per_s", r.peer->tokens_per_s()},
-             {"ratio", r.ratio()}, {"tessera_samples", samples(r.tessera)}, {"peer_samples", samples(r.peer)},
-             {"tessera_time", breakdown_of(*r.tessera).to_json()}};
-      if (r.tessera->dtype != "fp32" && r.peer_fp32)
-        c["ratio_vs_peer_fp32"] = r.tessera->tokens_per_s() / r.peer_fp32->tokens_per_s();
-      if (r.goal > 0) {
-        c["goal"] = r.goal;
-        c["goal_met"] = r.goal_ratio() >= r.goal;
-        goals.push_back({{"what", r.tessera->strategy + " " + r.tessera->dtype + " / DDP " + r.goal_peer()->dtype},
-                         {"ratio", r.goal_ratio()}, {"goal", r.goal}, {"met", r.goal_ratio() >= r.goal}});
-      }
-      configs.push_back(c);
+json peer_json(const Driver& d, const std::vector<Row>& rows, const std::vector<HybridGoal>& hybrid) {
+  json configs = json::array(), goals = json::array();
+  auto samples = [](const RunSpec* s) {
+    json v = json::array();
+    for (const auto& x : s->samples) v.push_back(x.at(s->rate_key()));
+    return v;
+  };
+  for (const auto& r : rows) {
+    json c{{"strategy", r.tessera->strategy}, {"dtype", r.tessera->dtype}, {"ranks", r.tessera->ranks},
+           {"reference", r.tessera->reference},
+           {"nodes", r.tessera->nodes}, {"link", r.tessera->nodes > 1 ? "tcp" : "shm"},
+           {"tessera_tokens_per_s", r.tessera->tokens_per_s()}, {"peer_tokens_per_s", r.peer->tokens_per_s()},
+           {"ratio", r.ratio()}, {"tessera_samples", samples(r.tessera)}, {"peer_samples", samples(r.peer)},
+           {"tessera_time", breakdown_of(*r.tessera).to_json()}};
+    if (r.tessera->dtype != "fp32" && r.peer_fp32)
+      c["ratio_vs_peer_fp32"] = r.tessera->tokens_per_s() / r.peer_fp32->tokens_per_s();
+    if (r.goal > 0) {
+      c["goal"] = r.goal;
+      c["goal_met"] = r.goal_ratio() >= r.goal;
+      goals.push_back({{"what", r.tessera->strategy + " " + r.tessera->dtype + " / DDP " + r.goal_peer()->dtype},
+                       {"ratio", r.goal_ratio()}, {"goal", r.goal}, {"met", r.goal_ratio() >= r.goal}});
     }
-    for (const auto& h : hybrid)
-      goals.push_back({{"what", "hybrid_shard 2x" + std::to_string(d.np) + " tcp / full_shard " + std::to_string(2 * d.np) +
-                                    " shm " + h.dtype},
-                       {"ratio", h.ratio}, {"goal", kHybridGoal}, {"met", h.ratio >= kHybridGoal}});
-    std::cout << json{{"bench", "step"},
-                      {"model", model_name(d.vm)},
-                      {"parameters", d.cfg.num_parameters()},
-                      {"seq_len", d.T},
-                      {"global_batch", d.global_batch},
-                      {"threads_per_rank", d.threads},
-                      {"np", d.np},
-                      {"rounds", d.rounds},
-                      {"warmup", d.warmup},
-                      {"steps", d.steps},
-                      {"peer", {{"what", "PyTorch DistributedDataParallel over gloo"}, {"torch", d.peer_torch},
-                                {"script", d.vm["peer-script"].as<std::string>()}}},
-                      {"configs", configs},
-                      {"goals", goals}}
-                     .dump()
-              << std::endl;
-    return 0;
+    configs.push_back(c);
   }
+  for (const auto& h : hybrid)
+    goals.push_back({{"what", "hybrid_shard 2x" + std::to_string(d.np) + " tcp / full_shard " + std::to_string(2 * d.np) +
+                                  " shm " + h.dtype},
+                     {"ratio", h.ratio}, {"goal", kHybridGoal}, {"met", h.ratio >= kHybridGoal}});
+  return {{"bench", "step"},
+          {"model", model_name(d.vm)},
+          {"parameters", d.cfg.num_parameters()},
+          {"seq_len", d.T},
+          {"global_batch", d.global_batch},
+          {"threads_per_rank", d.threads},
+          {"np", d.np},
+          {"rounds", d.rounds},
+          {"warmup", d.warmup},
+          {"steps", d.steps},
+          {"peer", {{"what", "PyTorch DistributedDataParallel over gloo"}, {"torch", d.peer_torch},
+                    {"script", d.vm["peer-script"].as<std::string>()}}},
+          {"configs", configs},
+          {"goals", goals}};
+}
+
+void print_peer_table(const Driver& d, const std::vector<Row>& rows, const std::vector<HybridGoal>& hybrid) {
   printf("# bench step --peer: %s (%.1fM parameters), seq_len %ld, global batch %ld sequences (%.0f tokens/step), "
          "%d torch thread(s) per rank\n",
          model_name(d.vm).c_str(), d.cfg.num_parameters() / 1e6, static_cast<long>(d.T),
-         static_cast<long>(d.global_batch), tokens_per_step, d.threads);
+         static_cast<long>(d.global_batch), static_cast<double>(d.global_batch * d.T), d.threads);
   printf("# Tessera: mpirun -np R tessera bench step (shm: one node, Open MPI's shared memory; hybrid_shard: 2 emulated\n"
          "#   nodes of %d ranks, --mca btl self,tcp on loopback). Peer: PyTorch %s DistributedDataParallel over gloo\n"
          "#   (benchmarks/torch_peer.py: the same Llama equations, AdamW, clipping, schedule, tokens and threads).\n"
@@ -783,6 +771,26 @@ int run_driver(Driver& d) {
     const profile::Breakdown b = breakdown_of(*r.tessera);
     printf("%-44s %.3f s: %s\n", r.tessera->label().c_str(), b.step_s, b.summary().c_str());
   }
+}
+
+int run_driver(Driver& d) {
+  parse_driver(d);
+  write_inputs(d);
+  plan(d);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{d.work};
+  measure_rounds(d);
+  const auto rows = rows_of(d);
+  const auto hybrid = hybrid_goals(d);
+  if (d.vm.count("json"))
+    std::cout << peer_json(d, rows, hybrid).dump() << std::endl;
+  else
+    print_peer_table(d, rows, hybrid);
   return 0;
 }
 
