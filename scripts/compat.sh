@@ -181,7 +181,7 @@ elif [ -z "$line" ]; then
   echo "tests        no ctest summary (rc $ctest_rc), see $LOGS/ctest.log"
 else
   echo "tests        -L '$LABELS'${EXCLUDE:+ -E '$EXCLUDE'}: $((total - failed)) passed, $failed failed, of $total"
-  grep -E '^\s+[0-9]+ - .* \(' "$LOGS/ctest.log" | sed -E 's/^\s*[0-9]+ - /  failed     /; s/ +(unit|mpi)$//' | head -12
+  { grep -E '^\s+[0-9]+ - .* \(' "$LOGS/ctest.log" || true; } | sed -E 's/^\s*[0-9]+ - /  failed     /; s/ +(unit|mpi)$//' | head -12
   [ "$failed" -le 12 ] || echo "  ... and $((failed - 12)) more (see $LOGS/ctest.log)"
 fi
 echo "times        root ${t_root} s, packages ${t_pkgs} s, configure+build ${t_build} s, tests ${t_tests} s, total $(( $(now) - t_start )) s"
