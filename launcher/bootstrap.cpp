@@ -79,6 +79,10 @@ void init_mpi(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   g_mpi_initialised_here = true;
+  // An error MPI raises on no communicator (Open MPI 5's TCP transport: "Socket closed" when a peer
+  // is killed) goes to MPI_COMM_SELF's handler since MPI 4.0; fatal, it ended this rank before its
+  // flight record was written. Returned instead, the rank's own collectives report the lost peer.
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   if (provided < MPI_THREAD_MULTIPLE)
     throw Error(ErrorKind::Internal, "MPI does not provide MPI_THREAD_MULTIPLE", __FILE__, __LINE__);
 }

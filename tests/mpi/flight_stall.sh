@@ -79,7 +79,12 @@ stopped() { [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) == T ]]; }
 # The flight recorder's line (printed once, by the lowest rank with a record, as its last line).
 # grep -a: Open MPI 5's launcher can leave non-text bytes in the captured stderr, and grep then
 # prints "binary file matches" instead of the lines.
-flight_line() { grep -a '^tessera: flight recorder: ' "$1"; }
+# flight_line FILE: the flight recorder's line; waits up to 3 s for it (Open MPI 5's launcher can exit
+# before the forwarded output of the aborting rank has reached the file).
+flight_line() {
+  wait_until 3 grep -qa '^tessera: flight recorder: ' "$1" || true
+  grep -a '^tessera: flight recorder: ' "$1"
+}
 no_cores() { [[ -z $(find "$T" -name 'core*' -type f) ]]; }
 
 # ---- stall: rank 1 stopped from outside ------------------------------------------------------------
