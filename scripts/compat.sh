@@ -39,12 +39,7 @@ say() { printf 'compat: %s\n' "$*"; }
 die() { printf 'compat: ERROR: %s\n' "$*" >&2; exit 1; }
 now() { date +%s; }
 
-mirror() {  # the first Debian URI of this system's apt sources (deb822 or one-line format)
-  local u
-  u=$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-      grep -oE 'https?://[^ ]*/debian/?' | grep -v security | head -1 || true)
-  echo "${u:-http://deb.debian.org/debian}"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/debian_mirror.bash"  # mirror
 MIRROR=${TESSERA_COMPAT_MIRROR:-$(mirror)}
 
 # One run at a time per root (the mounts and the build are shared).

@@ -25,12 +25,7 @@ if [ -f "$DIR/stamp" ] && [ -f "$DIR/root/usr/include/torch/csrc/api/include/tor
   exit 0
 fi
 
-mirror() {  # the first Debian URI of this system's apt sources (deb822 or one-line format)
-  local u
-  u=$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-      grep -oE 'https?://[^ ]*/debian/?' | grep -v security | head -1 || true)
-  echo "${u:-http://deb.debian.org/debian}"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/debian_mirror.bash"  # mirror
 MIRROR=${TORCH26_MIRROR:-$(mirror)}
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -r "$KEYRING" ] || die "$KEYRING is missing (package debian-archive-keyring)"
