@@ -43,28 +43,12 @@ std::optional<std::string> dir_argument(const std::string& usage, const std::vec
   return (*vm)["dir"].as<std::string>();
 }
 
-// The complete checkpoints (step-<N> with a manifest.json) directly in `root`, by step.
-std::vector<std::string> step_dirs(const std::string& root) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
-    if (name.size() > 5 && std::filesystem::exists(e.path() / "manifest.json", ec))
-      found.emplace_back(std::stoll(name.substr(5)), e.path().string());
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
-  return out;
-}
-
 // A checkpoint directory, or Error(Input) saying what `dir` is instead (e.g. the checkpoint.dir
 // holding the checkpoints: then it names them).
 void require_checkpoint(const std::string& dir, const std::string& what) {
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return;
-  const auto steps = step_dirs(dir);
+  const auto steps = checkpoint::complete_checkpoints(dir);
   TESSERA_CHECK_INPUT(steps.empty(), what + " " + dir + " is a checkpoint.dir holding " + std::to_string(steps.size()) +
                                          " checkpoint(s), not one checkpoint: name one, e.g. " + steps.back());
 }
@@ -117,7 +101,7 @@ int verify(const std::vector<std::string>& args) {
   std::error_code ec;
   const auto steps = std::filesystem::exists(std::filesystem::path(*dir) / "manifest.json", ec)
                          ? std::vector<std::string>{}
-                         : step_dirs(*dir);
+                         : checkpoint::complete_checkpoints(*dir);
   if (steps.empty()) {
     verify_one(*dir);
     return 0;

@@ -453,12 +453,21 @@ std::string latest(const std::string& root_dir) {
       if (fs::exists(p / "manifest.json", ec)) return p.string();
     }
   }
-  int64_t best = -1;
+  const std::vector<std::string> complete = complete_checkpoints(root_dir);
+  return complete.empty() ? "" : complete.back();
+}
+
+std::vector<std::string> complete_checkpoints(const std::string& root_dir) {
+  std::error_code ec;
+  std::vector<int64_t> steps;
   for (const auto& e : fs::directory_iterator(root_dir, ec)) {
     const int64_t s = parse_step_dir(e.path().filename().string());
-    if (s > best && fs::exists(e.path() / "manifest.json", ec)) best = s;
+    if (s >= 0 && fs::exists(e.path() / "manifest.json", ec)) steps.push_back(s);
   }
-  return best < 0 ? "" : step_dir(root_dir, best);
+  std::sort(steps.begin(), steps.end());
+  std::vector<std::string> out;
+  for (int64_t s : steps) out.push_back(step_dir(root_dir, s));
+  return out;
 }
 
 }  // namespace tessera::checkpoint

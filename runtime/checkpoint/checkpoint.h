@@ -95,6 +95,10 @@ class Checkpointer {
 // retired checkpoints are never chosen.
 std::string latest(const std::string& root_dir);
 
+// The complete checkpoints directly in root_dir (step-<N> holding a manifest.json), by step; retired
+// ones and incomplete *.tmp dirs are not among them.
+std::vector<std::string> complete_checkpoints(const std::string& root_dir);
+
 // Loads a checkpoint saved at any world size and strategy into `kinds` (one tensor per engine unit,
 // shaped like its shard on this rank: the engine's masters, the optimizer's state; each rank reads
 // only the byte ranges it needs) and returns the stored training state. Validates the manifest,
