@@ -16,7 +16,7 @@
 #include "launcher/plan.h"
 #include "model/config.h"
 #include "runtime/error.h"
-#include "runtime/memory/model.h"
+#include "runtime/planner/memory_formula.h"
 
 namespace tessera::bench {
 namespace {

@@ -38,7 +38,7 @@
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/op_count.h"
-#include "runtime/profile/step_profile.h"
+#include "runtime/profile/phase.h"
 #include "runtime/train/trainer.h"
 
 #ifndef TESSERA_PEER_SCRIPT
@@ -225,16 +225,16 @@ double single_process_tps(const model::ModelConfig& cfg, at::ScalarType dtype, c
     opt.zero_grad();
     torch::Tensor loss;
     {
-      profile::Scope forward(profile::Part::Forward);
+      profile::Phase forward(profile::Part::Forward);
       auto logits = m->forward(batch.inputs).to(torch::kFloat32);
       loss = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch.labels.reshape({-1}),
                               F::CrossEntropyFuncOptions().ignore_index(data::Batch::kIgnore));
     }
     {
-      profile::Scope backward(profile::Part::Backward);
+      profile::Phase backward(profile::Part::Backward);
       loss.backward();
     }
-    profile::Scope optimizer(profile::Part::Optimizer);
+    profile::Phase optimizer(profile::Part::Optimizer);
     torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
     opt.step();
   };

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "runtime/comm/mpi_backend.h"
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {
@@ -235,7 +235,7 @@ void abort_all(int code) {
 namespace tessera::launcher {
 
 void collectively(const std::function<void()>& fn) {
-  std::string wire;  // encode_error() (runtime/agree.h); empty when fn succeeded
+  std::string wire;  // encode_error() (runtime/comm/agree.h); empty when fn succeeded
   try {
     fn();
   } catch (const Error& e) {

@@ -10,7 +10,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/commands.h"
-#include "runtime/comm/flight_report.h"
+#include "tools/flight_report.h"
 #include "runtime/error.h"
 
 namespace tessera::launcher {

@@ -64,6 +64,4 @@ int run_init_model(const std::vector<std::string>& args) {
   return 0;
 }
 
-// run_eval (FSDP-sharded, MPI-aware) lives in cmd_train.cpp next to train.
-
 }  // namespace tessera::launcher

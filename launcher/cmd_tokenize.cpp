@@ -14,7 +14,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/parse_named.h"
-#include "runtime/train/report.h"
+#include "tools/report.h"
 
 namespace tessera::launcher {
 

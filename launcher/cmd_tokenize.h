@@ -1,7 +1,7 @@
 // `tessera tokenize`: pre-tokenises a corpus (text / JSONL files or a directory of them) into one
 // token file (format in runtime/data/token_file.h) that `tessera train` memory-maps like any data
 // path. Streams: memory stays bounded on a multi-GB input; a progress bar (bytes, MB/s, tokens/s)
-// goes to stderr. `tessera report`: the HTML report of a run directory (runtime/train/report.h).
+// goes to stderr. `tessera report`: the HTML report of a run directory (tools/report.h).
 #pragma once
 #include <string>
 #include <vector>

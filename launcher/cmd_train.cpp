@@ -28,7 +28,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/train/numerics.h"
-#include "runtime/train/report.h"
+#include "tools/report.h"
 #include "runtime/device/device.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/optim/adamw.h"
@@ -577,7 +577,7 @@ int run_eval(const std::vector<std::string>& args) {
     dir = std::make_shared<model::ModelDir>((*vm)["model"].as<std::string>());
     dir->validate();
     if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &topts);
-    else sequences = model::read_token_file((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
+    else sequences = model::read_token_text((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
   train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, topts, nullptr, {});
   collectively([&] {

@@ -28,6 +28,17 @@ GlobalOptions& global_options();
 int run_topo(const std::vector<std::string>& args);
 int run_config(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
+// In cmd_train.cpp with run_train (the same FSDP setup):
+// tessera eval --model DIR (--tokens FILE | --data PATH [--config run.json] [--set k=v]... [--all-tokens])
+//              [--dtype fp32|bf16]
+// --tokens: prints {"per_sequence_loss": [...], "mean_loss": x, "tokens": n, "scored": "all tokens"}
+// on stdout, where mean_loss is the token-weighted mean over all n predicted tokens (sum of T-1
+// over the sequences): a token file has no targets.
+// --data: the data as `tessera train` reads it with the configuration's data.* keys (chat and
+// prompt/completion records masked as in training); prints {"mean_loss": x, "tokens": n,
+// "sequences": s, "scored": "target tokens"}: training's validation loss (Trainer::evaluate) over
+// the n target tokens, or over every token with --all-tokens ("scored": "all tokens").
+int run_eval(const std::vector<std::string>& args);
 int run_diagnose(const std::vector<std::string>& args);
 
 }  // namespace tessera::launcher

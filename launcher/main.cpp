@@ -25,7 +25,7 @@
 #include "launcher/commands.h"
 #include "model/errors.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/comm/flight_report.h"
+#include "tools/flight_report.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/error.h"
 

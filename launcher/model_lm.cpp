@@ -23,7 +23,7 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
   auto layout = std::make_shared<model::TokenLayout>();
   lm.embed = [impl](const at::Tensor& tokens) { return impl->embed(tokens); };
   lm.layer = [impl, layout](int64_t i, const at::Tensor& h) { return impl->layer_forward(i, h, *layout); };
-  lm.set_context = [layout](const train::BatchContext& c) {
+  lm.set_layout = [layout](const train::BatchLayout& c) {
     layout->position_ids = c.position_ids;
     layout->document_ids = c.document_ids;
   };

@@ -6,7 +6,7 @@
 
 #include "model/config.h"
 #include "runtime/fsdp/fsdp.h"
-#include "runtime/memory/model.h"
+#include "runtime/planner/memory_formula.h"
 #include "runtime/train/trainer.h"
 
 namespace tessera::model {

@@ -1,5 +1,5 @@
 // `tessera plan`: predicts, per rank and phase, the GPU memory and host RAM of a run of THIS
-// implementation from the memory model (runtime/memory/model.h), says whether it fits, and which
+// implementation from the memory model (runtime/planner/memory_formula.h), says whether it fits, and which
 // knob makes it fit. `tessera train` runs the same prediction before loading, against the node's
 // host memory limit, and stops with an explanation instead of meeting the OOM killer.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "launcher/config.h"
 #include "model/config.h"
-#include "runtime/memory/model.h"
+#include "runtime/planner/memory_formula.h"
 
 namespace tessera::launcher {
 

@@ -1,7 +1,7 @@
 // Activation memory of the Llama family in THIS implementation (model/llama.cpp on LibTorch):
 // what autograd keeps from a decoder layer's forward for its backward, counted tensor by tensor
 // from the ops the modules run (model/activations.cpp lists them), plus the largest temporaries a
-// layer's forward and backward hold on top. The memory model (runtime/memory/model.h) builds its
+// layer's forward and backward hold on top. The memory model (runtime/planner/memory_formula.h) builds its
 // per-step peak from these; tests/unit/test_memory_model.cpp measures each term with the allocation
 // tracker on real forward/backward passes and requires the formula to match.
 //

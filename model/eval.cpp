@@ -9,7 +9,7 @@
 
 namespace tessera::model {
 
-std::vector<std::vector<int64_t>> read_token_file(const std::string& path, int64_t vocab_size) {
+std::vector<std::vector<int64_t>> read_token_text(const std::string& path, int64_t vocab_size) {
   std::ifstream in(path);
   if (!in) throw ModelError(path + ": cannot open token file");
   std::vector<std::vector<int64_t>> seqs;

@@ -10,7 +10,7 @@ namespace tessera {
 enum class ErrorKind { Input, Internal, Timeout };
 
 // The one mapping between error kinds and exit codes: Input 2, Internal 1, Timeout 3 (any other
-// code maps back to Internal). runtime/agree.h moves errors between ranks with it.
+// code maps back to Internal). runtime/comm/agree.h moves errors between ranks with it.
 constexpr int exit_code_for(ErrorKind k) { return k == ErrorKind::Input ? 2 : k == ErrorKind::Timeout ? 3 : 1; }
 constexpr ErrorKind error_kind_for_exit_code(int code) {
   return code == 2 ? ErrorKind::Input : code == 3 ? ErrorKind::Timeout : ErrorKind::Internal;

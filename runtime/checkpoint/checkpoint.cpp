@@ -22,11 +22,11 @@
 #include <regex>
 #include <thread>
 
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
-#include "runtime/comm/flight_recorder.h"
+#include "runtime/profile/phase.h"
 #include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
@@ -411,7 +411,7 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   impl_->in_flight = true;
   const double blocked = seconds_since(t0);
   impl_->worker = std::thread([this, job = std::move(job), blocked]() {
-    comm::flight::ThreadContext context(job.step, "checkpoint save (async)");
+    profile::Phase context = profile::Phase::activity_of_thread(job.step, "checkpoint save (async)");
     try {
       impl_->timing = impl_->run(job);
       impl_->timing.blocked_s = blocked;

@@ -12,7 +12,7 @@
 #include <ATen/ops/empty.h>
 #include <unistd.h>
 
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/io.h"

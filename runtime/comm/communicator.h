@@ -125,7 +125,7 @@ class Communicator {
   std::string broadcast_string(const std::string& s, int root);
   // Error agreement: the lowest rank whose `error` is non-empty and its string, on every rank
   // (rank -1 and "" when no rank has one). Used before side effects so that bad input stops all
-  // ranks together with the same one-line message; runtime/agree.h builds its typed agreement
+  // ranks together with the same one-line message; runtime/comm/agree.h builds its typed agreement
   // (kind and exit code kept) on it.
   struct LowestError {
     int rank = -1;

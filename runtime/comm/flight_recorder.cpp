@@ -467,9 +467,8 @@ int64_t times_stopped() {
 
 double last_stop_s() { return g_stop_len_ns.load() / 1e9; }
 
-void set_context(int64_t step, const char* phase) {
-  g_step.store(step);
-  g_phase.store(phase ? phase : "");
+Activity set_activity(int64_t step, const char* phase) {
+  return {g_step.exchange(step), g_phase.exchange(phase ? phase : "")};
 }
 int64_t context_step() { return t_phase ? t_step : g_step.load(); }
 const char* context_phase() { return t_phase ? t_phase : g_phase.load(); }

@@ -5,12 +5,12 @@
 // What is kept: per communicator ("group"), the last kEntries operations in a ring, each with its
 // sequence number in that group (1, 2, ...; the same operation has the same number on every member
 // because collectives are issued in the same order everywhere), op, reduce op, dtype, element count,
-// bytes, root, the context (training step and phase, see set_context) at enqueue, and enqueue /
+// bytes, root, the activity (training step and phase, see set_activity) at enqueue, and enqueue /
 // start / end times with a state: scheduled -> started -> completed (or failed).
 //
 // Who calls what (threads):
 //   - the caller's thread (training loop, loader, checkpoint worker): Recorder::enqueue, when a
-//     backend accepts an operation; set_context (the trainer, once per step / phase);
+//     backend accepts an operation; set_activity (profile::Phase, per activity: step, save, load);
 //   - the backend's communication thread (MPI) or watchdog (NCCL): Recorder::start / Recorder::end;
 //   - any thread: dump (on a timeout or error before the process ends), snapshot (traces);
 //   - a signal handler: the dump installed by install_signal_handlers.
@@ -84,11 +84,16 @@ int64_t now_ns();
 int64_t times_stopped();
 double last_stop_s();
 
-// The generic context hook: what the process is doing, recorded with every operation enqueued
-// after it. `phase` must be a string with static storage ("train step", "checkpoint save", ...).
-// The trainer sets it; the comm layer knows nothing else about training. A ThreadContext overrides
-// it for the current thread while it lives (e.g. a background checkpoint writer).
-void set_context(int64_t step, const char* phase);
+// The activity hook: what the process is doing, recorded with every operation enqueued after it.
+// `phase` must be a string with static storage ("train step", "checkpoint save", ...). Set only
+// through profile::Phase (runtime/profile/phase.h), which restores the previous activity when its
+// scope closes; the comm layer knows nothing else about training. A ThreadContext overrides it for
+// the current thread while it lives (Phase::activity_of_thread: a background checkpoint writer).
+struct Activity {
+  int64_t step;
+  const char* phase;
+};
+Activity set_activity(int64_t step, const char* phase);  // returns the activity it replaced
 int64_t context_step();
 const char* context_phase();
 class ThreadContext {

@@ -24,7 +24,6 @@
 #include "runtime/comm/mpi_bench_hooks.h"
 #include "runtime/comm/mpi_ring.h"
 #include "runtime/error.h"
-#include "runtime/memory/model.h"
 #include "runtime/memory/tracker.h"
 
 namespace tessera::comm {
@@ -434,7 +433,7 @@ class MpiCommunicator : public Communicator, public std::enable_shared_from_this
     const ring::Blocks b(n, size_);
     const MPI_Op mop = mpi_op(op);
     if (widen) {
-      // In segments of at most memory::kHostWidenedReductionBytes of fp32: segment j takes
+      // In segments of at most kHostWidenedReductionBytes of fp32: segment j takes
       // elements [j s, j s + s) of every rank's block into an fp32 accumulator of `size` blocks of
       // s (zero past a block's end), ring-reduces it, and rounds this rank's part into `out` once.
       // Each element meets the same ranks in the same ring order as one whole-input pass, so the
@@ -443,7 +442,7 @@ class MpiCommunicator : public Communicator, public std::enable_shared_from_this
       // every rank must see the same value).
       const char* env = std::getenv("TESSERA_WIDENED_REDUCTION_BYTES");
       const int64_t budget = env && std::atoll(env) > 0 ? static_cast<int64_t>(std::atoll(env))
-                                                          : memory::kHostWidenedReductionBytes;
+                                                          : kHostWidenedReductionBytes;
       const int64_t s = std::max<int64_t>(1, std::min<int64_t>(b.chunk, budget / (4 * static_cast<int64_t>(size_))));
       const ring::Blocks sb(s * size_, size_);
       at::Tensor acc = at::empty({s * size_}, in.options().dtype(at::kFloat));

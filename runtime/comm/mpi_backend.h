@@ -16,11 +16,17 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/comm/communicator.h"
 
 namespace tessera::comm {
+
+// The MPI backend reduces 16-bit floats in fp32 through an accumulator of at most this many bytes
+// (mpi_backend.cpp's widened ring reduce-scatter works in segments of it; the memory formula,
+// runtime/planner/memory_formula.h, counts it).
+constexpr int64_t kHostWidenedReductionBytes = int64_t(8) << 20;
 
 // A communicator over a duplicate of `comm` (the caller keeps ownership of `comm`).
 CommPtr make_mpi_communicator(MPI_Comm comm, const std::string& name);

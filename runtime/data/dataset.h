@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "runtime/data/chat_template.h"
-#include "runtime/data/docs.h"
+#include "runtime/data/documents.h"
 #include "runtime/data/names.h"
 #include "runtime/data/reader.h"
 #include "runtime/data/tokenizer.h"

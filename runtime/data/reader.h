@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "runtime/data/chat_template.h"
-#include "runtime/data/docs.h"
+#include "runtime/data/documents.h"
 #include "runtime/data/format.h"
 #include "runtime/data/tokenizer.h"
 

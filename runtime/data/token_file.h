@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data/docs.h"
+#include "runtime/data/documents.h"
 
 namespace tessera::data {
 

@@ -10,7 +10,7 @@
 #include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/op_count.h"
-#include "runtime/profile/step_profile.h"
+#include "runtime/profile/phase.h"
 #include "runtime/parse_named.h"
 #include "util/dtype_names.h"
 
@@ -139,7 +139,7 @@ struct Engine::Impl {
     if (u.state == GatherState::Free) gather_async(ui);
     if (u.state == GatherState::Gathering) {
       {
-        profile::Scope waiting(profile::Part::GatherWait);
+        profile::Phase waiting(profile::Part::GatherWait);
         u.gather_work->wait();
       }
       u.gather_work.reset();
@@ -152,7 +152,7 @@ struct Engine::Impl {
     Unit& u = units[ui];
     if (u.state == GatherState::Free) return;
     if (u.state == GatherState::Gathering) {
-      profile::Scope waiting(profile::Part::GatherWait);
+      profile::Phase waiting(profile::Part::GatherWait);
       u.gather_work->wait();
       u.gather_work.reset();
       u.gather_input = at::Tensor();
@@ -227,7 +227,7 @@ struct Engine::Impl {
     Reduction r = std::move(reducing.front());
     reducing.pop_front();
     {
-      profile::Scope waiting(profile::Part::ReduceWait);
+      profile::Phase waiting(profile::Part::ReduceWait);
       r.work->wait();
     }
     r.flat = at::Tensor();
@@ -255,7 +255,7 @@ struct Engine::Impl {
     Reduction r = std::move(replicating.front());
     replicating.pop_front();
     {
-      profile::Scope waiting(profile::Part::ReduceWait);
+      profile::Phase waiting(profile::Part::ReduceWait);
       r.work->wait();
     }
     at::Tensor& grad = units[r.unit].shard->grad;
@@ -325,7 +325,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     Engine::Impl* impl = static_cast<EngineRef*>(ctx->saved_data["engine"].toCapsule().get())->impl;
     const int64_t layer = ctx->saved_data["layer"].toInt();
     const int ui = static_cast<int>(layer) + 1;
-    memory::set_phase("backward");
+    profile::Phase backward = profile::Phase::label("backward");
     impl->wait_gathered(ui);
     impl->prefetch(ui - 1);
     torch::Tensor x_in, y;
@@ -333,7 +333,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     if (impl->opts.activation_checkpointing) {
       x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
       torch::AutoGradMode grad_on(true);
-      profile::Scope recompute(profile::Part::Recompute);
+      profile::Phase recompute(profile::Part::Recompute);
       y = impl->layer_fn(layer, x_in);
     } else {
       x_in = ctx->saved_data["x_in"].toTensor();
@@ -351,7 +351,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     inputs.clear();
     // The gathered parameters are not needed any more: free them before the reduction buffers exist.
     impl->reshard(ui);
-    memory::set_phase("layer reduction");
+    profile::Phase reduction = profile::Phase::label("layer reduction");
     // Moved out, so that each parameter gradient is freed as soon as it is added into the flat buffer.
     impl->accumulate_grads(ui, std::vector<torch::Tensor>(std::make_move_iterator(grads.begin() + 1),
                                                           std::make_move_iterator(grads.end())));
@@ -465,7 +465,7 @@ void Engine::finish_backward() {
     grads.push_back(p.grad());
     p.mutable_grad() = at::Tensor();
   }
-  memory::set_phase("root reduction");
+  profile::Phase reduction = profile::Phase::label("root reduction");
   im.drain_reductions();  // the layers' buffers go before the root's (largest) one is built
   // Every unit's gathered parameters are done with: free them before the root's reduction buffer.
   for (size_t ui = 0; ui < im.units.size(); ++ui) im.reshard(static_cast<int>(ui));
@@ -483,6 +483,13 @@ void Engine::zero_grad() {
 }
 
 const std::vector<UnitShard>& Engine::shards() const { return impl_->shards; }
+
+optim::ShardView Engine::optimizer_view() {
+  optim::ShardView view;
+  for (const UnitShard& sh : impl_->shards) view.shards.push_back({sh.master, sh.grad, sh.decay});
+  view.group = &shard_group();
+  return view;
+}
 NamedShards Engine::named_state() const {
   NamedShards s{"param", {}};
   for (const auto& u : impl_->shards) s.per_unit.push_back(u.master);

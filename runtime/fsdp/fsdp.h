@@ -37,7 +37,7 @@
 // no_shard's "shard" is the whole model, so both modes add into the gradient directly and
 // all-reduce once per step.
 //
-// Memory per rank (bytes; P_u a unit's padded size, c its shard chunk; runtime/memory/model.h
+// Memory per rank (bytes; P_u a unit's padded size, c its shard chunk; runtime/planner/memory_formula.h
 // states the whole formula, per strategy and phase, and tests/mpi check it against measurement):
 //   master 4 x sum c, gradient shard 4 x sum c (allocated by the first backward: evaluation never
 //   allocates it), gathered parameters (compute dtype) of the units the strategy keeps, autograd's
@@ -86,6 +86,7 @@
 #include "runtime/named_shards.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/fsdp/shard_plan.h"
+#include "runtime/optim/shard_view.h"
 #include "util/dtype_names.h"
 
 namespace tessera::fsdp {
@@ -187,6 +188,8 @@ class Engine {
   void zero_grad();
 
   const std::vector<UnitShard>& shards() const;
+  // What the optimizer steps: every shard's master, gradient and decay ranges, and shard_group().
+  optim::ShardView optimizer_view();
   // The engine's state for checkpoints: {"param", every unit's master shard}.
   NamedShards named_state() const;
   const Options& options() const { return opts_; }

@@ -9,7 +9,7 @@
 #include <map>
 #include <optional>
 
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 #include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
@@ -99,7 +99,7 @@ std::vector<ShardSlice> batch_slices(const ShardPlan& plan, int r, int64_t j, in
 
 // The root's read error on every rank of the shard group and then of the replicate group (their
 // union is every rank), so that a failure stops every rank before the next collective instead of
-// leaving the others waiting in a scatter; it keeps its kind (runtime/agree.h). `wire` is the
+// leaving the others waiting in a scatter; it keeps its kind (runtime/comm/agree.h). `wire` is the
 // root's encode_error() string, "" when it has none (always "" on the other ranks).
 void agree_on_read(comm::Communicator& shard, comm::Communicator& replicate, const std::string& wire) {
   auto agreed = agree_on_error(shard, wire);

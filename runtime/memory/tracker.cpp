@@ -219,7 +219,7 @@ Scope::~Scope() {
   t_current = prev_;
 }
 
-void set_phase(const char* label) { g_phase.store(label, std::memory_order_relaxed); }
+const char* set_phase(const char* label) { return g_phase.exchange(label, std::memory_order_relaxed); }
 
 Category current_category() { return t_depth > 0 ? t_current : t_default; }
 void set_thread_default(Category c) { t_default = c; }

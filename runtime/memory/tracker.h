@@ -7,7 +7,7 @@
 // (glibc's retained free memory, MPI's and OpenBLAS's own buffers, code) shows up as the
 // difference: peak RSS = process base + tracked peak + untracked.
 //
-// The categories are the terms of the memory model (runtime/memory/model.h): a byte the breakdown
+// The categories are the terms of the memory model (runtime/planner/memory_formula.h): a byte the breakdown
 // shows in one category is a byte the planner's formula must predict in the same one.
 //
 // Threads: install() once from the main thread before the first engine is built (the launcher's
@@ -74,7 +74,7 @@ void install();
 //   reduction buffers and activations below 32 MiB come from the heap and their memory stays with
 //   the process once freed: measured on a 220M-parameter Llama at 2 ranks, 389 MiB of resident
 //   memory per rank that no live tensor held, 42 MiB with the fixed threshold (the memory model,
-//   runtime/memory/model.h, counts on it).
+//   runtime/planner/memory_formula.h, counts on it).
 // - Reuse of large blocks (reuse_large_blocks(true)), unless the user set MALLOC_MMAP_THRESHOLD_.
 void configure_process_allocators();
 
@@ -106,9 +106,11 @@ struct Snapshot {
   int64_t total() const;
 };
 
-// Labels what the process is doing now ("forward", "backward", "reduce", "optimizer", ...), so a
-// peak can say where it happened. `label` must be a string literal (kept by pointer).
-void set_phase(const char* label);
+// Labels what the process is doing now ("forward", "backward", "layer reduction", "optimizer",
+// ...), so a peak can say where it happened; returns the label it replaced. `label` must be a string
+// literal (kept by pointer). Set only through profile::Phase (runtime/profile/phase.h), which
+// restores the previous label when its scope closes.
+const char* set_phase(const char* label);
 Snapshot live();
 // The composition at the highest total since the last reset_peak().
 Snapshot peak();

@@ -8,7 +8,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/error.h"
-#include "runtime/profile/step_profile.h"
+#include "runtime/profile/phase.h"
 
 namespace tessera::optim {
 
@@ -74,7 +74,7 @@ at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Commu
   const at::Tensor bits_in = local.view(at::kLong);
   at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
   {
-    profile::Scope sync(profile::Part::SyncWait);  // the slowest rank's backward shows here
+    profile::Phase sync(profile::Part::SyncWait);  // the slowest rank's backward shows here
     shard_group->all_gather_into(bits_out, bits_in)->wait();
   }
   return bits_out.view(at::kDouble);

@@ -1,7 +1,8 @@
-// TEST-ONLY fault injection for the failure tests (tests/mpi/flight_*.sh, numerics_guard.sh,
-// test_numerics_guard.cpp). Compiled in only when test_fault.cpp is built with TESSERA_TEST_HOOKS
-// (CMake does so when TESSERA_BUILD_TESTS is ON);
-// otherwise test_fault() is always false and the variable is ignored. Never set it in production.
+// Fault points for the failure tests (tests/mpi/flight_stall.sh, numerics_guard.sh,
+// resume_rollback.sh, test_numerics_guard.cpp). The shipped binary has no way to fire them:
+// test_fault() is false until a test binary installs a hook, and only test binaries link one
+// (tests/support/fault_env.cpp, which reads TESSERA_TEST_FAULT: the `tessera-faults` executable and
+// the MPI gtest binaries; `tessera` itself never links it, and unit.architecture checks that).
 //
 //   TESSERA_TEST_FAULT=<kind>@<rank>:<step>[,<kind>@<rank>:<step>...]
 //
@@ -16,12 +17,18 @@
 //               loss-scale unscale and the norm (numerics guard tests)
 //   nan-loss    in optimizer step <step>, rank <rank>'s local loss sum becomes NaN before the loss
 //               all-reduce (its gradients stay finite)
+//
+// THREADS: install_fault_hook runs during static initialisation (before main); test_fault is
+// called by the trainer's thread.
 #pragma once
 #include <cstdint>
 
 namespace tessera::train {
 
-// True when TESSERA_TEST_FAULT names `kind` for this rank at this step (test builds only).
+// True when the installed hook fires `kind` for this rank at this step; false without a hook.
 bool test_fault(const char* kind, int rank, int64_t step);
+
+using FaultHook = bool (*)(const char* kind, int rank, int64_t step);
+void install_fault_hook(FaultHook hook);
 
 }  // namespace tessera::train

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
@@ -22,9 +21,9 @@
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/adamw.h"
-#include "runtime/optim/clip.h"
-#include "runtime/profile/step_profile.h"
 #include "runtime/optim/schedule.h"
+#include "runtime/optim/shard_view.h"
+#include "runtime/profile/phase.h"
 #include "runtime/train/numerics.h"
 #include "runtime/train/tensorboard.h"
 #include "runtime/train/test_fault.h"
@@ -167,32 +166,30 @@ struct Trainer::Impl {
   }
 
   // Tells the model how this batch's tokens are laid out (packed documents or plain rows).
-  void set_context(const data::Batch& b) {
+  void set_layout(const data::Batch& b) {
     if (!b.packed) {
-      if (lm.set_context) lm.set_context({});
+      if (lm.set_layout) lm.set_layout({});
       return;
     }
-    TESSERA_CHECK(lm.set_context, "this model cannot take packed batches (CausalLm::set_context is empty)");
-    lm.set_context({device::to_device(b.position_ids, device), device::to_device(b.document_ids, device)});
+    TESSERA_CHECK(lm.set_layout, "this model cannot take packed batches (CausalLm::set_layout is empty)");
+    lm.set_layout({device::to_device(b.position_ids, device), device::to_device(b.document_ids, device)});
   }
   // Forward of one batch: cross entropy summed over its targets (a 0-dim fp32 tensor on the device).
   // grad_scale: the loss scale backward will carry (fp16), a hint for the fused head.
   at::Tensor summed_loss(const data::Batch& b, double grad_scale = 1.0);
 
+  // The step, in the order it runs (queue_step): the batches, forward and backward of each, the
+  // optimizer.
   QueuedStep queue_step();
-  // The norm on the host and clipping folded into AdamW's CPU loop (a CPU, unless device_step).
-  bool host_math() const { return device.is_cpu() && !opts.device_step; }
+  std::vector<data::Batch> next_batches(QueuedStep& q);
+  void forward_backward(const data::Batch& b, double scale, bool last, QueuedStep& q);
+  void optimizer_step(QueuedStep& q);
+  void inject_test_faults(const optim::ShardView& view, QueuedStep& q) const;
 
-  // The engine's shards as the optimizer sees them (masters, gradients, decay ranges).
-  std::vector<optim::ParamShard> param_shards() const {
-    std::vector<optim::ParamShard> out;
-    for (const auto& sh : engine->shards()) out.push_back({sh.master, sh.grad, sh.decay});
-    return out;
-  }
   // Everything a checkpoint saves and restores: the engine's masters and the optimizer's state.
   std::vector<NamedShards> checkpoint_state() {
     std::vector<NamedShards> kinds = {engine->named_state()};
-    for (auto& k : adamw->state(param_shards())) kinds.push_back(std::move(k));
+    for (auto& k : adamw->state(engine->optimizer_view().shards)) kinds.push_back(std::move(k));
     return kinds;
   }
   StepRecord record(const QueuedStep& q);
@@ -286,13 +283,13 @@ int64_t Trainer::process_base_rss() const { return impl_->base_rss; }
 void Trainer::load_weights(fsdp::WeightSource& source) { load_weights(&source, fsdp::LoadMode::Parallel); }
 
 void Trainer::load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode) {
-  comm::flight::set_context(impl_->step, "weight load");
+  profile::Phase load = profile::Phase::activity(impl_->step, "weight load");
   fsdp::load_weights(*impl_->engine, source, mode, &impl_->host);
 }
 
 int64_t Trainer::resume(const std::string& ckpt_dir) {
   Impl& im = *impl_;
-  comm::flight::set_context(-1, "checkpoint load");
+  profile::Phase load = profile::Phase::activity(-1, "checkpoint load");
   if (test_fault("stall-load", im.groups.world->rank(), -1)) raise(SIGSTOP);
   nlohmann::json s = checkpoint::load(ckpt_dir, *im.engine, im.checkpoint_state());
   im.step = s.at("step").get<int64_t>();
@@ -318,104 +315,109 @@ int64_t Trainer::resume(const std::string& ckpt_dir) {
 }
 
 at::Tensor Trainer::Impl::summed_loss(const data::Batch& b, double grad_scale) {
-  set_context(b);
+  set_layout(b);
   fsdp::Engine& eng = *engine;
   at::Tensor h = lm.embed(device::to_device(b.inputs, device));
   for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
-  memory::set_phase("head and loss");
+  profile::Phase head = profile::Phase::label("head and loss");
   return lm.head_loss(h, device::to_device(b.labels, device), grad_scale, opts.device_step);
 }
 
+// The step's micro-batches, and the number of target tokens they hold on all ranks (one host
+// all-reduce per step): the loss is the mean over these, whatever their split between micro-batches.
+std::vector<data::Batch> Trainer::Impl::next_batches(QueuedStep& q) {
+  profile::Phase data_part(profile::Part::Data);
+  std::vector<data::Batch> batches;
+  at::Tensor count = at::zeros({1}, at::kLong);
+  for (int64_t a = 0; a < opts.grad_accum; ++a) {
+    batches.push_back(dataset->batch(sampler->micro_batch(step, static_cast<int>(a))));
+    count.data_ptr<int64_t>()[0] += batches.back().targets;
+  }
+  {
+    profile::Phase sync(profile::Part::SyncWait);
+    host.world->all_reduce(count, comm::ReduceOp::Sum)->wait();
+  }
+  q.targets = count.data_ptr<int64_t>()[0];
+  return batches;
+}
+
+// Forward and backward of one micro-batch: it backpropagates its summed loss x W / N (the engine
+// averages gradients over the W data-parallel ranks), so the step's gradient is exactly that of the
+// mean loss over its N targets. The gradient shards accumulate in the engine.
+void Trainer::Impl::forward_backward(const data::Batch& b, double scale, bool last, QueuedStep& q) {
+  fsdp::Engine& eng = *engine;
+  at::Tensor loss;
+  {
+    memory::Scope scope(memory::Category::Activations);
+    {
+      profile::Phase forward(profile::Part::Forward);
+      eng.begin_forward(/*sync=*/last);
+      loss = summed_loss(b, scale * q.loss_scale);
+    }
+    // the logits (B x T x vocab) are not kept through backward: autograd keeps what it needs
+    memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
+    profile::Phase backward(profile::Part::Backward);
+    (loss * (scale * q.loss_scale)).backward();
+  }
+  {
+    profile::Phase backward(profile::Part::Backward);  // the root's gradient; the drain is reduce_wait
+    eng.finish_backward();
+  }
+  q.loss_sum.add_(loss.detach().to(at::kDouble));
+}
+
+// Test binaries only (test_fault.h): one rank's reduced gradient shard, or its local loss, made
+// non-finite for the numerics guard's tests. Never fires in `tessera`.
+void Trainer::Impl::inject_test_faults(const optim::ShardView& view, QueuedStep& q) const {
+  const int rank = groups.world->rank();
+  if (test_fault("inf-grad", rank, step + 1))
+    for (const optim::ParamShard& s : view.shards)
+      if (s.grad.defined() && s.grad.numel() > 0) {
+        s.grad.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+        break;
+      }
+  if (test_fault("nan-loss", rank, step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+}
+
+// The optimizer's part: unscale, norm and clipping, the loss all-reduce, then AdamW unless the
+// numerics guard skips the step on every rank (masters and moments stay, the step count too).
+void Trainer::Impl::optimizer_step(QueuedStep& q) {
+  memory::Scope opt_scope(memory::Category::Optimizer);
+  profile::Phase optimizer(profile::Part::Optimizer);
+  const optim::ShardView view = engine->optimizer_view();
+  inject_test_faults(view, q);
+  scaler.unscale(view.grads());  // before the norm and clipping see them
+  const optim::Clipped clipped = optim::clip(view, opts.clip, adamw->options().fused_cpu);
+  q.grad_norm = clipped.norm;
+  q.lr = optim::lr_at(step, schedule);
+  {
+    profile::Phase sync(profile::Part::SyncWait);
+    groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+  }
+  if (!skip_step(q)) adamw->step(view.shards, q.lr, clipped.grad_scale);
+}
+
+// One training step, queued: the device may still be running it when this returns (record() reads
+// its results; skip_step is its one host synchronisation).
 QueuedStep Trainer::Impl::queue_step() {
-  Impl& im = *this;
-  TESSERA_CHECK(im.sampler, "training needs a dataset");
+  TESSERA_CHECK(sampler, "training needs a dataset");
   // This step's peaks: the tracker's composition and the kernel's high-water mark start afresh.
-  im.lifetime_peak_rss = std::max(im.lifetime_peak_rss, memory::peak_rss_bytes());
+  lifetime_peak_rss = std::max(lifetime_peak_rss, memory::peak_rss_bytes());
   memory::reset_peak_rss();
   memory::reset_peak();
   QueuedStep q;
   q.t0 = Clock::now();
-  profile::begin_step(im.step + 1);
-  comm::flight::set_context(im.step + 1, "train step");  // the step being computed, as logged
-  fsdp::Engine& eng = *im.engine;
-  const int64_t accum = im.opts.grad_accum;
-  // The loss is the mean over the step's target tokens across all ranks and micro-steps: their
-  // number is agreed first (one host all-reduce per step), then every micro-step backpropagates its
-  // summed loss x W / N (the engine averages gradients over the W data-parallel ranks), so the
-  // gradient is exactly that of the mean whatever the split of targets between micro-batches.
-  std::vector<data::Batch> batches;
-  {
-    profile::Scope data_part(profile::Part::Data);
-    at::Tensor count = at::zeros({1}, at::kLong);
-    for (int64_t a = 0; a < accum; ++a) {
-      batches.push_back(im.dataset->batch(im.sampler->micro_batch(im.step, static_cast<int>(a))));
-      count.data_ptr<int64_t>()[0] += batches.back().targets;
-    }
-    {
-      profile::Scope sync(profile::Part::SyncWait);
-      im.host.world->all_reduce(count, comm::ReduceOp::Sum)->wait();
-    }
-    q.targets = count.data_ptr<int64_t>()[0];
-  }
-  const double scale = static_cast<double>(im.groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
-  q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(im.device));
-  q.loss_scale = im.scaler.scale();  // 1 unless fp16 loss scaling
-  for (int64_t a = 0; a < accum; ++a) {
-    at::Tensor loss;
-    {
-      memory::Scope scope(memory::Category::Activations);
-      memory::set_phase("forward");
-      {
-        profile::Scope forward(profile::Part::Forward);
-        eng.begin_forward(/*sync=*/a == accum - 1);
-        loss = im.summed_loss(batches[a], scale * q.loss_scale);
-      }
-      // the logits (B x T x vocab) are not kept through backward: autograd keeps what it needs
-      memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
-      memory::set_phase("backward");
-      profile::Scope backward(profile::Part::Backward);
-      (loss * (scale * q.loss_scale)).backward();
-    }
-    {
-      profile::Scope backward(profile::Part::Backward);  // the root's gradient; the drain is reduce_wait
-      eng.finish_backward();
-    }
-    q.loss_sum.add_(loss.detach().to(at::kDouble));
-  }
-  memory::Scope opt_scope(memory::Category::Optimizer);
-  memory::set_phase("optimizer");
-  profile::Scope optimizer_part(profile::Part::Optimizer);
-  std::vector<at::Tensor> grads;
-  for (auto& sh : eng.shards()) grads.push_back(sh.grad);
-  // Test builds only (test_fault.h): one rank's reduced gradient shard, or its local loss, non-finite.
-  const int rank = im.groups.world->rank();
-  if (test_fault("inf-grad", rank, im.step + 1))
-    for (at::Tensor& g : grads)
-      if (g.defined() && g.numel() > 0) {
-        g.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
-        break;
-      }
-  if (test_fault("nan-loss", rank, im.step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
-  im.scaler.unscale(grads);  // before the norm and clipping see them
-  float grad_scale = 1.0f;
-  if (im.host_math()) {  // host-side norm; clipping folded into AdamW's one pass over the shard
-    const double norm = optim::global_grad_norm(grads, &eng.shard_group());
-    q.grad_norm = at::scalar_tensor(norm, at::kDouble);
-    grad_scale = static_cast<float>(optim::clip_coefficient(norm, im.opts.clip));
-  } else {
-    q.grad_norm = optim::clip_grad_norm_on_device(grads, im.opts.clip, &eng.shard_group());
-  }
-  q.lr = optim::lr_at(im.step, im.schedule);
-  {
-    profile::Scope sync(profile::Part::SyncWait);
-    im.groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
-  }
-  // A non-finite loss or gradient norm skips the optimizer on every rank: masters and moments stay
-  // as they are and AdamW's step count does not advance; the step itself is done (numerics.h).
-  if (!im.skip_step(q)) im.adamw->step(im.param_shards(), q.lr, grad_scale);
-  eng.after_step();
-  eng.zero_grad();
-  ++im.step;
+  profile::begin_step(step + 1);
+  profile::Phase train_step = profile::Phase::activity(step + 1, "train step");  // the step as logged
+  std::vector<data::Batch> batches = next_batches(q);
+  const double scale = static_cast<double>(groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
+  q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  q.loss_scale = scaler.scale();  // 1 unless fp16 loss scaling
+  for (size_t a = 0; a < batches.size(); ++a) forward_backward(batches[a], scale, a + 1 == batches.size(), q);
+  optimizer_step(q);
+  engine->after_step();
+  engine->zero_grad();
+  ++step;
   return q;
 }
 
@@ -423,7 +425,7 @@ bool Trainer::Impl::skip_step(QueuedStep& q) {
   Impl& im = *this;
   double loss = 0, norm = 0;
   {
-    profile::Scope sync(profile::Part::SyncWait);  // on a GPU: the device's queue drains here
+    profile::Phase sync(profile::Part::SyncWait);  // on a GPU: the device's queue drains here
     const at::Tensor both = device::to_host(
         at::stack({q.loss_sum.reshape({}), q.grad_norm.to(at::kDouble).reshape({})}), "step: loss and gradient norm");
     loss = both.data_ptr<double>()[0];
@@ -434,7 +436,7 @@ bool Trainer::Impl::skip_step(QueuedStep& q) {
   q.norm = norm;
   // Every rank computed the same global values; the vote makes the decision one all the same.
   {
-    profile::Scope sync(profile::Part::SyncWait);
+    profile::Phase sync(profile::Part::SyncWait);
     q.skipped = im.host.world->any(!std::isfinite(loss) || !std::isfinite(norm));
   }
   im.guard.record(im.step + 1, q.skipped, loss, norm);
@@ -484,7 +486,7 @@ StepRecord Trainer::train_step() {
 std::string Trainer::save_checkpoint() {
   Impl& im = *impl_;
   TESSERA_CHECK(im.checkpointer, "checkpoint.dir is not set");
-  comm::flight::set_context(im.step, "checkpoint save");
+  profile::Phase save = profile::Phase::activity(im.step, "checkpoint save");
   if (test_fault("stall-save", im.groups.world->rank(), im.step)) raise(SIGSTOP);
   auto timing = im.checkpointer->save(im.step, *im.engine, im.checkpoint_state(), im.state_json());
   im.last_checkpoint = im.checkpointer->root() + "/step-" + std::to_string(im.step);
@@ -658,6 +660,8 @@ RunResult Trainer::run() {
   RunLog log(im, res.start_step);
   while (im.step < im.opts.steps) {
     const int64_t next = im.step + 1;
+    // The step's collectives, its stop vote and validation all carry "train step" (flight recorder).
+    profile::Phase train_step = profile::Phase::activity(next, "train step");
     im.trace_around(next, /*before=*/true);
     StepRecord r = im.record(im.queue_step());
     const bool trace_done = im.trace_around(next, /*before=*/false);
@@ -720,9 +724,9 @@ std::vector<double> Trainer::sequence_losses(const at::Tensor& tokens) {
   Impl& im = *impl_;
   torch::NoGradGuard no_grad;
   memory::Scope scope(memory::Category::Activations);
-  memory::set_phase("forward (no grad)");
+  profile::Phase forward = profile::Phase::label("forward (no grad)");
   fsdp::Engine& eng = *im.engine;
-  if (im.lm.set_context) im.lm.set_context({});  // plain rows
+  if (im.lm.set_layout) im.lm.set_layout({});  // plain rows
   eng.begin_forward(true);
   at::Tensor h = im.lm.embed(tokens.to(im.device));
   for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);

@@ -51,7 +51,7 @@ namespace tessera::train {
 // How the tokens of a batch are laid out when documents are packed into rows (data::Batch):
 // position_ids [B, T] restart at 0 for each document, document_ids [B, T] say which tokens may
 // attend to each other. Undefined tensors: one document per row at positions 0..T-1.
-struct BatchContext {
+struct BatchLayout {
   at::Tensor position_ids, document_ids;
 };
 
@@ -70,7 +70,7 @@ struct CausalLm {
   // Called before every forward with that batch's layout; the model keeps it for the layer calls of
   // the micro-batch (activation-checkpointing recompute in its backward included). Empty: the model
   // cannot pack documents, and the trainer refuses packed batches.
-  std::function<void(const BatchContext&)> set_context;
+  std::function<void(const BatchLayout&)> set_layout;
   std::function<bool(const std::string& param)> decay;  // weight decay applies
   std::function<double(int64_t seq_len)> flops_per_token;  // training FLOPs per token (MFU); may be empty
   std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables

@@ -9,11 +9,11 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_
         -x OMP_NUM_THREADS=1)
 if mpirun --version 2>/dev/null | grep -q 'Open MPI) [1-4]\.'; then MPIRUN+=(--mca oob_tcp_if_include lo); fi
 
-# rank_pids PID: the tessera processes below PID, by pid (mpirun's children; found through any
+# rank_pids PID: the tessera (or tessera-faults) processes below PID, by pid (mpirun's children; found through any
 # process between, e.g. `timeout`, or Open MPI 5's launcher, which is not named mpirun).
 rank_pids() {
   local p
   for p in $(pgrep -P "$1"); do
-    if [[ $(cat "/proc/$p/comm" 2>/dev/null) == tessera ]]; then echo "$p"; else rank_pids "$p"; fi
+    if [[ $(cat "/proc/$p/comm" 2>/dev/null) == tessera?(-faults) ]]; then echo "$p"; else rank_pids "$p"; fi
   done
 }

@@ -11,7 +11,7 @@
 #  4. fsdp.reduce_dtype fp16 (a real fp16 gradient path on CPU): loss scale 65536 in every record,
 #     halved after an injected inf.
 set -euo pipefail
-BIN=${TESSERA_BIN:?}/tessera
+BIN=${TESSERA_BIN:?}/tessera-faults  # tessera with the test fault hook (runtime/train/test_fault.h)
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, check, expect_error

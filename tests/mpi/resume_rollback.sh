@@ -9,7 +9,7 @@
 #     step-4 and step-6, which move to ck/retired/ intact (they still verify, nothing deleted);
 #  4. `auto` to step 6 resumes from the new step-4, not from the retired step-6.
 set -euo pipefail
-BIN=${TESSERA_BIN:?}/tessera
+BIN=${TESSERA_BIN:?}/tessera-faults  # tessera with the test fault hook (runtime/train/test_fault.h)
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 CK=$T/ck

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "launcher/bootstrap.h"
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi_backend.h"
@@ -428,7 +428,7 @@ TEST(CommConformance, SynchronousHelpers) {
     EXPECT_EQ(comm->agree_error(err), "rank " + std::to_string(lowest) + ": bad key 'x' on rank " +
                                           std::to_string(lowest))
         << comm->name();
-    // The typed agreement (runtime/agree.h): the lowest failing rank's kind and message everywhere.
+    // The typed agreement (runtime/comm/agree.h): the lowest failing rank's kind and message everywhere.
     const auto agreed = tessera::agree_on_error(
         *comm, rank >= lowest ? tessera::encode_error(rank == lowest ? tessera::ErrorKind::Timeout
                                                                       : tessera::ErrorKind::Input,

@@ -11,7 +11,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$SRC/tests/expect.bash"  # ok, check
 
 # The sources the names must come from (not tests, not the docs themselves).
-find "$SRC/launcher" "$SRC/runtime" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
+find "$SRC/launcher" "$SRC/runtime" "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
   \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 cat > "$T/src"
 grep -o '`[^`]*`' "$DOC" | tr -d '`' | sort -u > "$T/names"
 check "the map names things ($(wc -l < "$T/names") distinct)" test "$(wc -l < "$T/names")" -ge 60
@@ -49,12 +49,12 @@ unlisted=0 starters=0
 while IFS= read -r f; do
   starters=$((starters + 1))
   grep -qF "\`${f#$SRC/}\`" "$T/threads" || { echo "starts a thread or installs a signal handler, not in ## Threads: ${f#$SRC/}"; unlisted=1; }
-done < <(grep -lE 'std::thread\(|\.sa_(handler|sigaction) = ' -r "$SRC/launcher" "$SRC/runtime" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
+done < <(grep -lE 'std::thread\(|\.sa_(handler|sigaction) = ' -r "$SRC/launcher" "$SRC/runtime" "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
            --include='*.cpp' --include='*.h' | sort)
 check "every file that starts a thread or installs a handler is in ## Threads ($starters files)" test $unlisted -eq 0 -a $starters -ge 5
 # The layers' order (## Layers): a folder includes only itself and the folders before it; the
 # program's main() (launcher/main.cpp) is above them all (it adds benchmarks/' command to the table).
-layers=(util model runtime launcher benchmarks) wrong=0
+layers=(util model runtime tools launcher benchmarks) wrong=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   later=$(IFS='|'; echo "${layers[*]:i+1}")
   [ -n "$later" ] || continue
@@ -63,4 +63,32 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
   fi
 done
 check "no include points from a layer to a later one (${layers[*]})" test $wrong -eq 0
+# One observation scope: the memory label and the flight recorder's activity are set only by
+# profile::Phase (runtime/profile/phase.cpp), and no code outside runtime/profile/ opens a bare
+# profile::Scope.
+others=$(grep -rnE 'memory::set_phase\(|flight::set_activity\(|profile::Scope [a-z_]+\(' "$SRC/launcher" "$SRC/runtime" \
+           "$SRC/tools" "$SRC/model" "$SRC/benchmarks" --include='*.cpp' --include='*.h' | grep -v "^$SRC/runtime/profile/" || true)
+[ -z "$others" ] || echo "sets a phase outside profile::Phase: $others"
+check "the step's phases go through profile::Phase alone" test -z "$others"
+# The test fault hook (runtime/train/test_fault.h) is in the test binary alone: its parser, which
+# names TESSERA_TEST_FAULT, is linked into tessera-faults and never into tessera.
+if [ -n "${TESSERA_BIN:-}" ] && [ -x "$TESSERA_BIN/tessera" ] && [ -x "$TESSERA_BIN/tessera-faults" ]; then
+  check "tessera has no test fault hook" bash -c "! grep -q TESSERA_TEST_FAULT '$TESSERA_BIN/tessera'"
+  check "tessera-faults has it" grep -q TESSERA_TEST_FAULT "$TESSERA_BIN/tessera-faults"
+else
+  echo "FAIL: TESSERA_BIN must hold tessera and tessera-faults"; exit 1
+fi
+# No include cycle between folders (runtime's sub-folders each count as one; main() is its own,
+# above all): every edge "A includes B" goes into tsort, which reports a loop when the folders cannot be ordered.
+folder_of() { case "$1" in launcher/main.cpp) echo main ;; runtime/*/*) echo "${1%/*}" ;; *) echo "${1%%/*}" ;; esac; }
+: > "$T/edges"
+while IFS=: read -r file inc; do
+  from=$(folder_of "${file#$SRC/}") to=$(folder_of "$inc")
+  [ "$from" = "$to" ] || echo "$from $to" >> "$T/edges"
+done < <(grep -rhoE --with-filename '#include "(util|model|runtime|tools|launcher|benchmarks)/[^"]+"' \
+           "$SRC/util" "$SRC/model" "$SRC/runtime" "$SRC/tools" "$SRC/launcher" "$SRC/benchmarks" \
+           --include='*.h' --include='*.cpp' | sed -E 's/#include "([^"]+)"/\1/')
+sort -u "$T/edges" -o "$T/edges"
+if ! tsort "$T/edges" > /dev/null 2> "$T/loop"; then echo "folders include each other:"; cat "$T/loop"; fi
+check "no include cycle between folders ($(wc -l < "$T/edges") folder edges)" test ! -s "$T/loop" -a "$(wc -l < "$T/edges")" -ge 20
 echo "$pass passed, 0 failed"

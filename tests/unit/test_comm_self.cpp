@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/error.h"
 

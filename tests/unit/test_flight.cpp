@@ -15,7 +15,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/comm/flight_report.h"
+#include "tools/flight_report.h"
 #include "runtime/error.h"
 
 namespace fs = std::filesystem;
@@ -73,7 +73,7 @@ json rank_record(int rank, int world, const std::string& reason,
 
 TEST(FlightRecorder, SelfCommunicatorRecordsEveryOperationWithContextAndTimes) {
   auto comm = tessera::comm::make_self_communicator("flight-self");
-  flight::set_context(7, "train step");
+  flight::set_activity(7, "train step");
   at::Tensor t = at::ones({3});
   comm->all_reduce(t, tessera::comm::ReduceOp::Max)->wait();
   {
@@ -140,7 +140,7 @@ TEST(FlightRecorder, DumpWritesOneValidRecordThatTheReportReads) {
   tessera::set_process_identity(0, "host-a");
   flight::set_dump_dir(dir + "/flight", "run-1", 1);
   flight::Recorder rec("flight-dump", "test", 0, 2, {0, 1});
-  flight::set_context(31, "train step");
+  flight::set_activity(31, "train step");
   rec.start(rec.enqueue(flight::op_info(flight::Op::AllReduce, at::zeros({1}, at::kDouble), 0)));
   const std::string path = flight::dump("timeout", "all_reduce \"x\" did not complete\twithin 10s");
   ASSERT_EQ(path, dir + "/flight/rank-0.json");
@@ -188,7 +188,7 @@ TEST(FlightRecorderDeathTest, FatalSignalDumpsThenDiesOfTheSignalWithoutCore) {
     tessera::set_process_identity(3, "host-b");
     flight::set_dump_dir(dir, "run-2", 4);
     static flight::Recorder rec("world", "mpi", 3, 4, {0, 1, 2, 3});
-    flight::set_context(12, "train step");
+    flight::set_activity(12, "train step");
     rec.enqueue(flight::op_info(flight::Op::ReduceScatter, at::zeros({8}), 0));
     flight::install_signal_handlers();
     raise(SIGSEGV);

@@ -13,7 +13,7 @@
 // so 16 bytes per parameter of the shard with fp32 moments, 12 with bf16 ones; S = the world for
 // full_shard / shard_grad_op, the node for hybrid_shard, 1 for no_shard.
 // Training step (the maximum over the moments of forward, loss, backward and reductions, each the
-// sum below; runtime/memory/model.cpp walks them in the order the engine runs):
+// sum below; runtime/planner/memory_formula.cpp walks them in the order the engine runs):
 //   gathered params  root P_0 p from the first forward to the end of backward, plus layers:
 //                    full_shard / hybrid_shard: the running layer and the prefetched one
 //                    (min(G, 2), 1 without prefetch); shard_grad_op / no_shard: every layer run so
@@ -60,9 +60,6 @@ constexpr int64_t kHostUntrackedBytes = int64_t(40) << 20;
 // GPU-only constants, from vendor documentation and common reports, NOT measured by this project
 // (no GPU has run it yet): a CUDA 12/13 context on Hopper, and NCCL's buffers per communicator
 // (NCCL_BUFFSIZE 4 MiB x channels x 2 directions for a ring of NVLink peers).
-// The MPI backend reduces 16-bit floats in fp32 through an accumulator of at most this many bytes
-// (runtime/comm/mpi_backend.cpp's widened ring reduce-scatter works in segments of it).
-constexpr int64_t kHostWidenedReductionBytes = int64_t(8) << 20;
 constexpr int64_t kCudaContextBytes = int64_t(512) << 20;
 constexpr int64_t kNcclBytesPerCommunicator = int64_t(256) << 20;
 

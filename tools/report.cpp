@@ -1,4 +1,4 @@
-#include "runtime/train/report.h"
+#include "tools/report.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,8 @@
-#include "runtime/memory/model.h"
+#include "runtime/planner/memory_formula.h"
 
 #include <algorithm>
 
+#include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/fsdp/shard_plan.h"
@@ -140,7 +141,7 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
     if (!reduce_scatter) return;
     if (!flat_is_accum) m.add(C::UnsharedGrads, n * z.layer_padded * r);
     m.add(C::CommBuffers, n * z.layer_chunk * r);
-    if (widen && n > 0) m.add(C::CommBuffers, std::min(4 * z.layer_padded, kHostWidenedReductionBytes));  // one at a time
+    if (widen && n > 0) m.add(C::CommBuffers, std::min(4 * z.layer_padded, comm::kHostWidenedReductionBytes));  // one at a time
     if (z.R > 1 && r != 4) m.add(C::CommBuffers, std::min<int64_t>(n, K) * z.layer_chunk * r);  // replica casts
   };
   const int64_t gather_cast = p == 4 ? 0 : z.layer_chunk * p;  // master cast while a layer gathers
@@ -194,7 +195,7 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
     if (reduce_scatter) {
       if (!flat_is_accum) m.add(C::UnsharedGrads, z.padded[0] * r);
       m.add(C::CommBuffers, z.chunk[0] * r);
-      if (widen) m.add(C::CommBuffers, std::min(4 * z.padded[0], kHostWidenedReductionBytes));
+      if (widen) m.add(C::CommBuffers, std::min(4 * z.padded[0], comm::kHostWidenedReductionBytes));
     } else {
       m.add(C::UnsharedGrads, z.numel[0] * p);
     }
@@ -289,7 +290,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     if (run.reduce_bytes != 4) {
       int64_t max_chunk = 0;
       for (int64_t c : z.chunk) max_chunk = std::max(max_chunk, c);
-      if (z.S > 1) plan.train_host.untracked += std::min(max_chunk * 4, kHostWidenedReductionBytes / z.S);
+      if (z.S > 1) plan.train_host.untracked += std::min(max_chunk * 4, comm::kHostWidenedReductionBytes / z.S);
       if (z.R > 1) plan.train_host.untracked += (max_chunk + z.R - 1) / z.R * 4;
     }
     plan.eval_host = host_phase(eval);

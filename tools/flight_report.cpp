@@ -1,5 +1,5 @@
 // Analysis of flight-recorder dumps (see flight_report.h).
-#include "runtime/comm/flight_report.h"
+#include "tools/flight_report.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "runtime/agree.h"
+#include "runtime/comm/agree.h"
 
 #include <cctype>
 

@@ -1,0 +1,37 @@
+#include "runtime/optim/shard_view.h"
+
+#include <ATen/ATen.h>
+
+#include "runtime/optim/clip.h"
+
+namespace tessera::optim {
+
+std::vector<at::Tensor> ShardView::grads() const {
+  std::vector<at::Tensor> out;
+  out.reserve(shards.size());
+  for (const ParamShard& s : shards) out.push_back(s.grad);
+  return out;
+}
+
+namespace {
+bool on_cpu(const ShardView& view) {
+  for (const ParamShard& s : view.shards)
+    if (s.param.defined()) return s.param.device().is_cpu();
+  return true;
+}
+}  // namespace
+
+Clipped clip(const ShardView& view, double max_norm, bool fused_cpu) {
+  std::vector<at::Tensor> grads = view.grads();
+  Clipped c;
+  if (fused_cpu && on_cpu(view)) {  // the host's norm; AdamW's pass multiplies by the coefficient
+    const double norm = global_grad_norm(grads, view.group);
+    c.norm = at::scalar_tensor(norm, at::kDouble);
+    c.grad_scale = static_cast<float>(clip_coefficient(norm, max_norm));
+  } else {
+    c.norm = clip_grad_norm_on_device(grads, max_norm, view.group);
+  }
+  return c;
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,40 @@
+// What one optimizer step works on, as the engine hands it over (fsdp::Engine::optimizer_view):
+// every unit's shard (fp32 master, reduced gradient, weight-decay ranges) and the group the shards
+// are split over, whose ranks the global gradient norm sums. The trainer neither pulls gradients
+// out of the engine nor rebuilds shards for the optimizer.
+//
+// clip() is where the step's device difference lives: with AdamW's fused CPU loop the norm is taken
+// on the host and clipping folds into AdamW's one pass (a coefficient, the gradients untouched);
+// with tensor ops (a GPU, or train.device_step on a CPU) the norm stays on the device and clipping
+// scales the gradients there, with no host synchronisation.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "runtime/optim/adamw.h"
+
+namespace tessera::comm {
+class Communicator;
+}
+
+namespace tessera::optim {
+
+struct ShardView {
+  std::vector<ParamShard> shards;
+  comm::Communicator* group = nullptr;  // null or size 1: the norm is the local one
+  // The gradient shards (the same tensors as shards[i].grad: in-place changes reach the step).
+  std::vector<at::Tensor> grads() const;
+};
+
+struct Clipped {
+  at::Tensor norm;         // the global gradient norm before clipping: 0-dim double
+  float grad_scale = 1.0f; // for AdamW::step: the clipping coefficient when folded, else 1
+};
+
+// The global gradient norm and clipping at `max_norm` (<= 0: the norm only). `fused_cpu`: the
+// optimizer runs its fused CPU loop (AdamWOptions::fused_cpu), which folds the coefficient in when
+// the shards are on the CPU. Collective over view.group.
+Clipped clip(const ShardView& view, double max_norm, bool fused_cpu);
+
+}  // namespace tessera::optim
