@@ -1,7 +1,9 @@
 # Sourced by shell tests (not a test itself: ctest registers only tests/<label>/*.sh): the helpers
 # every CLI test script shares. Scratch files go to $WORK (or $T), the script's scratch directory.
 #   ok MSG                      count a passed check ($pass) and print it
-#   fail MSG                    print FAIL and the count, end the test (exit 1)
+#   fail MSG                    print FAIL, run the script's on_fail function if it defines one
+#                               (logs worth showing, processes to stop), print the count, end the
+#                               test (exit 1)
 #   check MSG CMD...            ok MSG when CMD succeeds, else fail MSG
 #   expect_error CODE WANT CMD...
 #       CMD exits with CODE within 300 s, and its stderr holds exactly one error line
@@ -10,7 +12,12 @@
 # Safe under set -e / pipefail.
 pass=0
 ok() { pass=$((pass+1)); echo "ok: $*"; }
-fail() { echo "FAIL: $*"; echo "$pass passed, 1 failed"; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  if declare -F on_fail >/dev/null; then on_fail || true; fi
+  echo "$pass passed, 1 failed"
+  exit 1
+}
 check() { local msg=$1; shift; if "$@"; then ok "$msg"; else fail "$msg"; fi; }
 expect_error() {
   local code=$1 want=$2; shift 2
