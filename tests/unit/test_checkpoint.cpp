@@ -18,29 +18,7 @@ using tessera::checkpoint::SaveOptions;
 
 namespace {
 
-class CheckpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tessera-ckpt-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir); }
-
-  // Saves `steps` (values seeded by the step) with a fresh engine; returns the last directory.
-  std::string save_steps(const std::vector<int64_t>& steps, SaveOptions opts = {}) {
-    auto e = make_engine(self_groups());
-    Checkpointer ck(dir, opts, self_groups());
-    std::string last;
-    for (int64_t s : steps) {
-      fill(*e, s);
-      last = ck.save(s, *e, e->kinds, test_state(s)).dir;
-    }
-    return last;
-  }
-
-  std::string dir;
-};
+using CheckpointTest = CheckpointDirTest;
 
 // Snapshot of every file under a directory (name -> bytes).
 std::map<std::string, std::string> snapshot(const std::string& d) {

@@ -11,14 +11,8 @@ using tessera::checkpoint::latest;
 
 namespace {
 
-class LineageTest : public ::testing::Test {
+class LineageTest : public CheckpointDirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tessera-lineage-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir); }
   // The values a checkpoint directory holds (its fill seed), or -1 if they match no seed in 1..999.
   int64_t seed_of(const std::string& ck) {
     auto e = make_engine(self_groups());
@@ -33,7 +27,6 @@ class LineageTest : public ::testing::Test {
     ck.save(step, *e, e->kinds, test_state(step));
     seeds.push_back(seed);
   }
-  std::string dir;
   std::vector<int64_t> seeds;
 };
 

@@ -1,15 +1,13 @@
 // Shared by tests/unit/test_checkpoint.cpp and tests/mpi/test_checkpoint*.cpp: an FSDP engine over
 // the `tiny` Llama's real parameter names and shapes (CPU tensors, identity layers: checkpoints only
 // touch the shards), filled with values that are a pure function of (seed, tensor, kind, element),
-// so any rank at any world size knows what its shard must hold after a load.
+// so any rank at any world size knows what its shard must hold after a load. The helpers every
+// test shares (files, error_of) are tests/support/test_support.h's.
 #pragma once
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,10 +18,14 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/fsdp.h"
+#include "tests/support/test_support.h"
 
 namespace ckpt_test {
 
 using namespace tessera;
+using tessera::test::error_of;
+using tessera::test::read_file;
+using tessera::test::write_file;
 
 inline model::ModelConfig tiny_config(int64_t hidden = 128) {
   model::ModelConfig c = model::ModelConfig::preset("tiny");
@@ -134,33 +136,30 @@ inline nlohmann::json test_state(int64_t step, const model::ModelConfig& cfg = t
           {"optimizer", {{"step_count", step}}}};
 }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-inline void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+// A test with a checkpoint directory of its own, `dir` (fresh, removed after the test).
+class CheckpointDirTest : public ::testing::Test {
+ protected:
+  // Saves `steps` (values seeded by the step) with a fresh engine into `root` (default: dir);
+  // returns the last step's directory.
+  std::string save_steps(const std::vector<int64_t>& steps, checkpoint::SaveOptions opts = {}, std::string root = "") {
+    auto e = make_engine(self_groups());
+    checkpoint::Checkpointer ck(root.empty() ? dir : root, opts, self_groups());
+    std::string last;
+    for (int64_t s : steps) {
+      fill(*e, s);
+      last = ck.save(s, *e, e->kinds, test_state(s)).dir;
+    }
+    return last;
+  }
+
+  const tessera::test::TempDir tmp{"tessera-ckpt"};
+  const std::string dir = tmp.str();
+};
+
 inline void flip_byte(const std::string& path, size_t at) {
   std::string b = read_file(path);
   b.at(at) ^= 0x5A;
   write_file(path, b);
-}
-
-// The message of the tessera::Error that fn throws ("" if none; fails the test for other types).
-template <class Fn>
-std::string error_of(Fn&& fn, ErrorKind kind = ErrorKind::Input) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace ckpt_test

@@ -15,12 +15,12 @@
 #include "runtime/data/dataset.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
-#include "tests/unit/test_checkpoint_util.h"  // error_of
+#include "tests/support/test_support.h"
 
 using namespace tessera;
 using namespace tessera::launcher;
 using nlohmann::json;
-using ckpt_test::error_of;
+using tessera::test::error_of;
 
 namespace {
 
