@@ -63,6 +63,20 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
   fi
 done
 check "no include points from a layer to a later one (${layers[*]})" test $wrong -eq 0
+# No function over 100 lines in runtime/, launcher/, model/, benchmarks/ or tools/: every function
+# defined at column 0 (a signature ending in ')' and '{', or a ')' line followed by '{' or an
+# initialiser list) is measured up to its closing '}' at column 0.
+find "$SRC/runtime" "$SRC/launcher" "$SRC/model" "$SRC/benchmarks" "$SRC/tools" -name '*.cpp' -print0 |
+  xargs -0 awk '
+    FNR == 1 { start = 0; pend = 0 }
+    start == 0 && /^[A-Za-z_].*[)]( const)?( noexcept)?( override)? *[{] *$/ && !/^(namespace|struct|class|enum|union|extern)/ { start = FNR; name = $0; next }
+    start == 0 && /^[A-Za-z_].*[)]( const)?( noexcept)?( override)? *$/ && !/;/ { pend = FNR; pname = $0; next }
+    start == 0 && pend == FNR - 1 && /^[{]|^ *:/ { start = pend; name = pname; next }
+    start > 0 && /^[}]/ { n = FNR - start + 1; if (n > 100) printf "%d lines: %s:%d %s\n", n, FILENAME, start, substr(name, 1, 80); start = 0 }
+  ' > "$T/long"
+measured=$(find "$SRC/runtime" "$SRC/launcher" "$SRC/model" "$SRC/benchmarks" "$SRC/tools" -name '*.cpp' | wc -l)
+[ -s "$T/long" ] && { echo "functions over 100 lines:"; sed "s|$SRC/||" "$T/long"; }
+check "no function over 100 lines ($measured files)" test ! -s "$T/long"
 # One observation scope: the memory label and the flight recorder's activity are set only by
 # profile::Phase (runtime/profile/phase.cpp), and no code outside runtime/profile/ opens a bare
 # profile::Scope.
