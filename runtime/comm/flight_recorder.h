@@ -27,7 +27,7 @@
 // the signal path (best effort there): no alternate signal stack, so a SIGSEGV from a stack overflow
 // dies without a record; a record read while another thread overwrites an entry skips that entry;
 // a dump already in progress on another thread makes the handler skip its own.
-// Format and analysis: flight_report.h (`tessera diagnose`).
+// Format and analysis: tools/flight_report.h (`tessera diagnose`).
 //
 // Timestamps are CLOCK_MONOTONIC nanoseconds (now_ns()); a dump also records CLOCK_REALTIME at the
 // same instant so records of several ranks can be put on one time line. Traces and step-time
@@ -56,7 +56,7 @@ struct OpInfo {
   Op op = Op::Other;
   int reduce = -1;  // ReduceOp as int for reductions, -1 otherwise
   at::ScalarType dtype = at::kByte;
-  int64_t count = 0;  // elements of the operation's main buffer (see flight_report.h)
+  int64_t count = 0;  // elements of the operation's main buffer (see tools/flight_report.h)
   int64_t bytes = 0;
   int root = -1;
 };

@@ -1,4 +1,4 @@
-// Training sequences from tokenized documents (docs.h): units, the train/validation split, packing
+// Training sequences from tokenized documents (documents.h): units, the train/validation split, packing
 // into rows, and batches with labels, positions and document ids.
 //
 // UNITS. Each document becomes units of at most L + 1 tokens (L = seq_len):

@@ -9,7 +9,7 @@
 //   offset 32  N x u32  token words: id in bits 0-30, bit 31 set when the token is a target
 //   then       4 zero bytes when N is odd (the table starts at a multiple of 8)
 //   then       (D + 1) x u64 document table: entry d = index of document d's first token in bits
-//              0-62, bit 63 set when document d is plain text (see docs.h); entry D = N.
+//              0-62, bit 63 set when document d is plain text (see documents.h); entry D = N.
 // The file size must be exactly 32 + 4N + pad + 8(D + 1); table entries are increasing.
 // Version 1 files ("TSRTOK1\0", u32 vocab, u64 N, N x int32 ids; no targets, no documents), written
 // by earlier versions, are still read: as one plain-text document whose every token is a target.
