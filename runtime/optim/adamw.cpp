@@ -41,27 +41,91 @@ void update_span(float* p, const float* g, S* m, S* v, int64_t begin, int64_t en
   }
 }
 
-// Splits [begin, end) at the boundaries of the decay ranges.
-template <class S>
-void update_cpu(float* p, const float* g, S* m, S* v, int64_t begin, int64_t end, const std::vector<Range>& decay,
-                const Coefficients& c) {
+// Calls span(lo, hi, decayed) for the pieces of [begin, end) cut at the boundaries of the decay
+// ranges, in order.
+template <class Span>
+void for_decay_spans(int64_t begin, int64_t end, const std::vector<Range>& decay, Span&& span) {
   // First range ending after `begin`.
   auto it = std::lower_bound(decay.begin(), decay.end(), begin,
                              [](const Range& r, int64_t x) { return r.first + r.second <= x; });
   int64_t i = begin;
   while (i < end) {
     if (it == decay.end() || it->first >= end) {
-      update_span(p, g, m, v, i, end, false, c);
+      span(i, end, false);
       return;
     }
     if (i < it->first) {
-      update_span(p, g, m, v, i, it->first, false, c);
+      span(i, it->first, false);
       i = it->first;
     }
     const int64_t stop = std::min(end, it->first + it->second);
-    update_span(p, g, m, v, i, stop, true, c);
+    span(i, stop, true);
     i = stop;
     ++it;
+  }
+}
+
+template <class S>
+void update_cpu(float* p, const float* g, S* m, S* v, int64_t begin, int64_t end, const std::vector<Range>& decay,
+                const Coefficients& c) {
+  for_decay_spans(begin, end, decay, [&](int64_t lo, int64_t hi, bool d) { update_span(p, g, m, v, lo, hi, d, c); });
+}
+
+// ---- 8-bit state, CPU: one block at a time -------------------------------------------------------
+
+// One 8-bit shard as the CPU loop sees it.
+struct Q8Shard {
+  float* p;
+  const float* g;
+  uint8_t *qm, *qv;    // code bytes
+  float *am, *av;      // absmax per block
+  int64_t numel, block;
+};
+
+// Elements [lo, hi) of the block starting at b0: dequantize with the block's old absmax, the fp32
+// update (update_span's arithmetic, in the same order), the new moments kept in mbuf / vbuf.
+void update_span_q8(const Q8Shard& s, int64_t b0, int64_t lo, int64_t hi, bool decay, const Coefficients& c,
+                    float* mbuf, float* vbuf, float& max_m, float& max_v) {
+  const q8::Codebook& M = q8::signed_map();
+  const q8::Codebook& V = q8::unsigned_map();
+  const float sm = s.am[b0 / s.block], sv = s.av[b0 / s.block];
+  for (int64_t i = lo; i < hi; ++i) {
+    float pi = s.p[i];
+    if (decay) pi = pi * c.decay;
+    const float gi = s.g[i] * c.grad_scale;
+    const float m0 = M.decode(s.qm[i]) * sm, v0 = V.decode(s.qv[i]) * sv;
+    const float mi = m0 * c.beta1 + c.one_minus_beta1 * gi;
+    const float vi = v0 * c.beta2 + c.one_minus_beta2 * gi * gi;
+    const float denom = std::sqrt(vi) / c.sqrt_bias_correction2 + c.eps;
+    s.p[i] = pi + c.neg_step_size * (mi / denom);
+    mbuf[i - b0] = mi;
+    vbuf[i - b0] = vi;
+    max_m = std::max(max_m, std::fabs(mi));
+    max_v = std::max(max_v, vi);
+  }
+}
+
+// Blocks [first, last) of a shard: update, then the new absmax and codes of each block.
+void update_blocks_q8(const Q8Shard& s, int64_t first, int64_t last, const std::vector<Range>& decay,
+                      const Coefficients& c) {
+  const q8::Codebook& M = q8::signed_map();
+  const q8::Codebook& V = q8::unsigned_map();
+  std::vector<float> buf(static_cast<size_t>(2 * s.block));
+  float* mbuf = buf.data();
+  float* vbuf = mbuf + s.block;
+  for (int64_t b = first; b < last; ++b) {
+    const int64_t b0 = b * s.block, b1 = std::min(s.numel, b0 + s.block);
+    float max_m = 0, max_v = 0;
+    for_decay_spans(b0, b1, decay, [&](int64_t lo, int64_t hi, bool d) {
+      update_span_q8(s, b0, lo, hi, d, c, mbuf, vbuf, max_m, max_v);
+    });
+    s.am[b] = max_m;
+    s.av[b] = max_v;
+    const float inv_m = max_m > 0 ? 1.0f / max_m : 0.0f, inv_v = max_v > 0 ? 1.0f / max_v : 0.0f;
+    for (int64_t i = b0; i < b1; ++i) {
+      s.qm[i] = M.encode(mbuf[i - b0] * inv_m);
+      s.qv[i] = V.encode(vbuf[i - b0] * inv_v);
+    }
   }
 }
 
@@ -71,18 +135,21 @@ struct Piece {
   int64_t begin, len;
 };
 
-// The shards cut into pieces of at most group_elems elements, gathered greedily into groups
-// of at most group_elems elements together (in shard order): each group is one set of multi-tensor
-// operations, and no temporary is larger than a group.
-std::vector<std::vector<Piece>> group_pieces(const std::vector<ParamShard>& shards, int64_t group_elems) {
+// The shards cut into pieces of at most group_elems elements (rounded up to a multiple of
+// `quantum`: 8-bit pieces hold whole blocks), gathered greedily into groups of at most that many
+// elements together (in shard order): each group is one set of multi-tensor operations, and no
+// temporary is larger than a group.
+std::vector<std::vector<Piece>> group_pieces(const std::vector<ParamShard>& shards, int64_t group_elems,
+                                             int64_t quantum) {
+  const int64_t step = (group_elems + quantum - 1) / quantum * quantum;
   std::vector<std::vector<Piece>> groups(1);
   int64_t filled = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     if (!shards[i].grad.defined()) continue;
     const int64_t n = shards[i].param.numel();
-    for (int64_t b = 0; b < n; b += group_elems) {
-      const int64_t len = std::min(group_elems, n - b);
-      if (filled + len > group_elems && !groups.back().empty()) {
+    for (int64_t b = 0; b < n; b += step) {
+      const int64_t len = std::min(step, n - b);
+      if (filled + len > step && !groups.back().empty()) {
         groups.emplace_back();
         filled = 0;
       }
@@ -98,22 +165,63 @@ at::Tensor piece_of(const at::Tensor& t, int64_t begin, int64_t len) {
   return begin == 0 && len == t.numel() ? t : t.narrow(0, begin, len);
 }
 
+// How the tensor-op path reads a piece's moments as fp32 and writes them back: fp32 state is used
+// in place, bf16 widened and narrowed, 8-bit dequantized into zero-padded fp32 temporaries of
+// whole blocks and re-quantized from them.
+struct MomentAccess {
+  std::vector<at::Tensor>& m_all;
+  std::vector<at::Tensor>& v_all;
+  std::vector<at::Tensor>* am_all = nullptr;  // 8-bit: absmax per block
+  std::vector<at::Tensor>* av_all = nullptr;
+  const q8::CodebookTensors* cm = nullptr;
+  const q8::CodebookTensors* cv = nullptr;
+  int64_t block = 1;
+
+  // fp32 moments of the piece: at least pc.len elements (8-bit: whole blocks, zero beyond pc.len).
+  std::pair<at::Tensor, at::Tensor> load(const Piece& pc) const {
+    const at::Tensor ms = piece_of(m_all[pc.shard], pc.begin, pc.len), vs = piece_of(v_all[pc.shard], pc.begin, pc.len);
+    if (ms.scalar_type() == at::kFloat) return {ms, vs};
+    if (!am_all) return {ms.to(at::kFloat), vs.to(at::kFloat)};
+    const int64_t nb = (pc.len + block - 1) / block;
+    at::Tensor m = at::zeros({nb * block}, ms.options().dtype(at::kFloat)), v = at::zeros_like(m);
+    q8::dequantize_into(ms, (*am_all)[pc.shard].narrow(0, pc.begin / block, nb), block, *cm, m);
+    q8::dequantize_into(vs, (*av_all)[pc.shard].narrow(0, pc.begin / block, nb), block, *cv, v);
+    return {m, v};
+  }
+  void store(const Piece& pc, const at::Tensor& m, const at::Tensor& v) const {
+    at::Tensor ms = piece_of(m_all[pc.shard], pc.begin, pc.len), vs = piece_of(v_all[pc.shard], pc.begin, pc.len);
+    if (ms.scalar_type() == at::kFloat) return;
+    if (!am_all) {
+      ms.copy_(m);
+      vs.copy_(v);
+      return;
+    }
+    const int64_t nb = m.numel() / block;
+    ms.copy_(q8::quantize(m, block, *cm, (*am_all)[pc.shard].narrow(0, pc.begin / block, nb)).narrow(0, 0, pc.len));
+    vs.copy_(q8::quantize(v, block, *cv, (*av_all)[pc.shard].narrow(0, pc.begin / block, nb)).narrow(0, 0, pc.len));
+  }
+};
+
 // The same formula as tensor ops (devices without the CPU loop): per group about ten multi-tensor
 // (_foreach_) operations over all its pieces -- one kernel launch each on a GPU (a few for large
 // lists) instead of several per block -- plus, for bf16 moments, a widening and a narrowing copy
-// per piece. The operations, their order and their rounding are those of one whole-tensor update
-// per piece, so the result does not depend on the grouping. decay_views(i): shard i's decayed
-// ranges as views of its param (kept by AdamW across steps).
+// per piece (8-bit: a dequantization and a quantization, a few operations each). The operations,
+// their order and their rounding are those of one whole-tensor update per piece, so the result
+// does not depend on the grouping. decay_views(i): shard i's decayed ranges as views of its param
+// (kept by AdamW across steps).
 template <class DecayViews>
-void update_group(const std::vector<ParamShard>& shards, const std::vector<Piece>& group, std::vector<at::Tensor>& m_all,
-                  std::vector<at::Tensor>& v_all, const Coefficients& c, DecayViews&& decay_views) {
-  std::vector<at::Tensor> p, g, m, v, decayed, m_state, v_state;
+void update_group(const std::vector<ParamShard>& shards, const std::vector<Piece>& group, const MomentAccess& state,
+                  const Coefficients& c, DecayViews&& decay_views) {
+  std::vector<at::Tensor> p, g, m, v, decayed, m_full, v_full;
   for (const Piece& pc : group) {
     const ParamShard& s = shards[pc.shard];
     p.push_back(piece_of(s.param, pc.begin, pc.len));
     g.push_back(piece_of(s.grad, pc.begin, pc.len));
-    m_state.push_back(piece_of(m_all[pc.shard], pc.begin, pc.len));
-    v_state.push_back(piece_of(v_all[pc.shard], pc.begin, pc.len));
+    auto [mf, vf] = state.load(pc);
+    m.push_back(piece_of(mf, 0, pc.len));
+    v.push_back(piece_of(vf, 0, pc.len));
+    m_full.push_back(std::move(mf));
+    v_full.push_back(std::move(vf));
     if (pc.begin == 0 && pc.len == s.param.numel()) {
       const std::vector<at::Tensor>& views = decay_views(pc.shard);
       decayed.insert(decayed.end(), views.begin(), views.end());
@@ -123,11 +231,6 @@ void update_group(const std::vector<ParamShard>& shards, const std::vector<Piece
       const int64_t lo = std::max(pc.begin, r.first), hi = std::min(pc.begin + pc.len, r.first + r.second);
       if (lo < hi) decayed.push_back(s.param.narrow(0, lo, hi - lo));
     }
-  }
-  const bool widen = m_state.front().scalar_type() != at::kFloat;
-  for (size_t k = 0; k < m_state.size(); ++k) {
-    m.push_back(widen ? m_state[k].to(at::kFloat) : m_state[k]);
-    v.push_back(widen ? v_state[k].to(at::kFloat) : v_state[k]);
   }
   if (c.grad_scale != 1.0f) g = at::_foreach_mul(g, c.grad_scale);
   if (!decayed.empty()) at::_foreach_mul_(decayed, c.decay);
@@ -139,11 +242,23 @@ void update_group(const std::vector<ParamShard>& shards, const std::vector<Piece
   at::_foreach_div_(denom, c.sqrt_bias_correction2);
   at::_foreach_add_(denom, c.eps);
   at::_foreach_addcdiv_(p, m, denom, c.neg_step_size);
-  if (widen)
-    for (size_t k = 0; k < m.size(); ++k) {
-      m_state[k].copy_(m[k]);
-      v_state[k].copy_(v[k]);
-    }
+  for (size_t k = 0; k < group.size(); ++k) state.store(group[k], m_full[k], v_full[k]);
+}
+
+Coefficients coefficients(const AdamWOptions& o, int64_t step, double lr, float grad_scale) {
+  const double bias_correction1 = 1 - std::pow(o.beta1, double(step));
+  const double bias_correction2 = 1 - std::pow(o.beta2, double(step));
+  Coefficients c;
+  c.decay = static_cast<float>(o.weight_decay != 0 ? 1 - lr * o.weight_decay : 1.0);
+  c.beta1 = static_cast<float>(o.beta1);
+  c.one_minus_beta1 = static_cast<float>(1 - o.beta1);
+  c.beta2 = static_cast<float>(o.beta2);
+  c.one_minus_beta2 = static_cast<float>(1 - o.beta2);
+  c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
+  c.eps = static_cast<float>(o.eps);
+  c.neg_step_size = static_cast<float>(-lr / bias_correction1);
+  c.grad_scale = grad_scale;
+  return c;
 }
 
 }  // namespace
@@ -152,21 +267,39 @@ at::ScalarType parse_state_dtype(const std::string& s) {
   const auto t = util::float_type_named(s);
   if (t == util::FloatType::F32) return at::kFloat;
   if (t == util::FloatType::BF16) return at::kBFloat16;
-  throw TESSERA_INPUT_ERROR("optim.state_dtype '" + s + "' is not one of fp32, bf16");
+  if (s == "int8") return at::kByte;
+  throw TESSERA_INPUT_ERROR("optim.state_dtype '" + s + "' is not one of fp32, bf16, int8");
+}
+
+int64_t state_alignment(at::ScalarType state_dtype) { return state_dtype == at::kByte ? q8::kDefaultBlock : 1; }
+
+double state_bytes_per_param(at::ScalarType state_dtype) {
+  if (state_dtype == at::kByte) return 2.0 + 8.0 / static_cast<double>(q8::kDefaultBlock);
+  return 2.0 * static_cast<double>(c10::elementSize(state_dtype));
 }
 
 AdamW::AdamW(AdamWOptions options) : options_(options) {
-  TESSERA_CHECK_INPUT(options_.group_elems >= 1, "AdamW group_elems must be >= 1");
-  TESSERA_CHECK_INPUT(options_.state_dtype == at::kFloat || options_.state_dtype == at::kBFloat16,
-                      "AdamW state dtype must be fp32 or bf16");
+  const auto& o = options_;
+  TESSERA_CHECK_INPUT(o.group_elems >= 1, "AdamW group_elems must be >= 1");
+  TESSERA_CHECK_INPUT(o.state_dtype == at::kFloat || o.state_dtype == at::kBFloat16 || o.state_dtype == at::kByte,
+                      "AdamW state dtype must be fp32, bf16 or 8-bit (uint8 codes)");
+  TESSERA_CHECK_INPUT(o.block >= 1 && o.block <= q8::kMaxBlock && (o.block & (o.block - 1)) == 0,
+                      "AdamW 8-bit block must be a power of two <= " + std::to_string(q8::kMaxBlock));
 }
 
 int64_t AdamW::state_bytes_per_element() const { return 2 * c10::elementSize(options_.state_dtype); }
+
+int64_t AdamW::state_bytes(int64_t numel) const {
+  const int64_t blocks = quantized() ? (numel + options_.block - 1) / options_.block : 0;
+  return state_bytes_per_element() * numel + 2 * 4 * blocks;
+}
 
 void AdamW::ensure_state(const std::vector<ParamShard>& shards) {
   if (exp_avg_.size() < shards.size()) {
     exp_avg_.resize(shards.size());
     exp_avg_sq_.resize(shards.size());
+    absmax_avg_.resize(shards.size());
+    absmax_avg_sq_.resize(shards.size());
   }
   memory::Scope scope(memory::Category::Optimizer);
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -175,6 +308,10 @@ void AdamW::ensure_state(const std::vector<ParamShard>& shards) {
     if (!exp_avg_[i].defined()) exp_avg_[i] = at::zeros({p.numel()}, opts);
     if (!exp_avg_sq_[i].defined()) exp_avg_sq_[i] = at::zeros({p.numel()}, opts);
     TESSERA_CHECK(exp_avg_[i].numel() == p.numel(), "AdamW state does not match shard " + std::to_string(i));
+    if (!quantized()) continue;
+    const int64_t blocks = (p.numel() + options_.block - 1) / options_.block;
+    if (!absmax_avg_[i].defined()) absmax_avg_[i] = at::zeros({blocks}, p.options().dtype(at::kFloat));
+    if (!absmax_avg_sq_[i].defined()) absmax_avg_sq_[i] = at::zeros({blocks}, p.options().dtype(at::kFloat));
   }
 }
 
@@ -191,27 +328,29 @@ const std::vector<at::Tensor>& AdamW::decay_views_of(size_t i, const ParamShard&
   return d.views;
 }
 
+const q8::CodebookTensors& AdamW::codebook_tensors(bool is_signed, const at::Device& device) {
+  q8::CodebookTensors& t = is_signed ? codes_m_ : codes_v_;
+  if (!t.value.defined() || t.value.device() != device)
+    t = q8::codebook_tensors(is_signed ? q8::signed_map() : q8::unsigned_map(), device);
+  return t;
+}
+
 std::vector<NamedShards> AdamW::state(const std::vector<ParamShard>& shards) {
   ensure_state(shards);
-  return {{"exp_avg", std::vector<at::Tensor>(exp_avg_.begin(), exp_avg_.begin() + shards.size())},
-          {"exp_avg_sq", std::vector<at::Tensor>(exp_avg_sq_.begin(), exp_avg_sq_.begin() + shards.size())}};
+  auto first = [&](const std::vector<at::Tensor>& v) {
+    return std::vector<at::Tensor>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(shards.size()));
+  };
+  if (!quantized()) return {{"exp_avg", first(exp_avg_)}, {"exp_avg_sq", first(exp_avg_sq_)}};
+  return {{"exp_avg.q8", first(exp_avg_)},
+          {"exp_avg.absmax", first(absmax_avg_), options_.block},
+          {"exp_avg_sq.q8", first(exp_avg_sq_)},
+          {"exp_avg_sq.absmax", first(absmax_avg_sq_), options_.block}};
 }
 
 void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale) {
   ++step_count_;
   const auto& o = options_;
-  const double bias_correction1 = 1 - std::pow(o.beta1, double(step_count_));
-  const double bias_correction2 = 1 - std::pow(o.beta2, double(step_count_));
-  Coefficients c;
-  c.decay = static_cast<float>(o.weight_decay != 0 ? 1 - lr * o.weight_decay : 1.0);
-  c.beta1 = static_cast<float>(o.beta1);
-  c.one_minus_beta1 = static_cast<float>(1 - o.beta1);
-  c.beta2 = static_cast<float>(o.beta2);
-  c.one_minus_beta2 = static_cast<float>(1 - o.beta2);
-  c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
-  c.eps = static_cast<float>(o.eps);
-  c.neg_step_size = static_cast<float>(-lr / bias_correction1);
-  c.grad_scale = grad_scale;
+  const Coefficients c = coefficients(o, step_count_, lr, grad_scale);
   static const std::vector<Range> kNoDecay;
 
   at::NoGradGuard no_grad;
@@ -219,6 +358,7 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
   memory::Scope scope(memory::Category::Optimizer);
   // The shards for the tensor-op path, at their own indices (the others' gradients left undefined).
   std::vector<ParamShard> tensor_path(shards.size());
+  bool any_tensor_path = false;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& s = shards[i];
     if (!s.grad.defined()) continue;
@@ -229,12 +369,21 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
     const std::vector<Range>& decay = o.weight_decay != 0 ? s.decay : kNoDecay;
     if (!p.is_cpu() || !o.fused_cpu) {
       tensor_path[i] = {p, s.grad, decay};
+      any_tensor_path = true;
       continue;
     }
-    at::Tensor& m = exp_avg_[i];
-    at::Tensor& v = exp_avg_sq_[i];
     float* pp = p.data_ptr<float>();
     const float* gp = s.grad.data_ptr<float>();
+    at::Tensor& m = exp_avg_[i];
+    at::Tensor& v = exp_avg_sq_[i];
+    if (quantized()) {
+      const Q8Shard q{pp, gp, m.data_ptr<uint8_t>(), v.data_ptr<uint8_t>(), absmax_avg_[i].data_ptr<float>(),
+                      absmax_avg_sq_[i].data_ptr<float>(), p.numel(), o.block};
+      const int64_t blocks = (p.numel() + o.block - 1) / o.block;
+      at::parallel_for(0, blocks, /*grain=*/std::max<int64_t>(1, (int64_t(1) << 15) / o.block),
+                       [&](int64_t first, int64_t last) { update_blocks_q8(q, first, last, decay, c); });
+      continue;
+    }
     at::parallel_for(0, p.numel(), /*grain=*/int64_t(1) << 15, [&](int64_t begin, int64_t end) {
       if (m.scalar_type() == at::kFloat)
         update_cpu(pp, gp, m.data_ptr<float>(), v.data_ptr<float>(), begin, end, decay, c);
@@ -242,9 +391,21 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
         update_cpu(pp, gp, m.data_ptr<c10::BFloat16>(), v.data_ptr<c10::BFloat16>(), begin, end, decay, c);
     });
   }
+  if (!any_tensor_path) return;
+  MomentAccess access{exp_avg_, exp_avg_sq_};
+  if (quantized()) {
+    at::Device device = at::kCPU;
+    for (const ParamShard& s : tensor_path)
+      if (s.grad.defined()) device = s.param.device();
+    access.am_all = &absmax_avg_;
+    access.av_all = &absmax_avg_sq_;
+    access.cm = &codebook_tensors(true, device);
+    access.cv = &codebook_tensors(false, device);
+    access.block = o.block;
+  }
   auto decay_views = [&](size_t i) -> const std::vector<at::Tensor>& { return decay_views_of(i, tensor_path[i]); };
-  for (const std::vector<Piece>& group : group_pieces(tensor_path, o.group_elems))
-    if (!group.empty()) update_group(tensor_path, group, exp_avg_, exp_avg_sq_, c, decay_views);
+  for (const std::vector<Piece>& group : group_pieces(tensor_path, o.group_elems, access.block))
+    if (!group.empty()) update_group(tensor_path, group, access, c, decay_views);
 }
 
 }  // namespace tessera::optim

@@ -1,6 +1,7 @@
 // AdamW on flat fp32 shards (each rank updates only the slice of each FSDP unit it owns). The
 // optimizer owns its state: two moments per shard, allocated on first use (an evaluation never
-// allocates them), in `state_dtype` (fp32, or bf16 to go below 16 bytes per parameter).
+// allocates them), in `state_dtype`: fp32, bf16 (to go below 16 bytes per parameter), or 8-bit
+// block-wise quantized (at::kByte, `optim.state_dtype = int8`; quant8.h).
 //
 // The math is torch::optim::AdamW's (LibTorch 1.13, amsgrad off), per element:
 //   t += 1 (one counter for all shards: every shard takes every step)
@@ -20,6 +21,18 @@
 // bf16 state: m and v are stored in bf16 and widened to fp32 for each element's update, then
 // rounded to nearest-even once. Equivalent to the fp32 run within the tolerance stated in
 // tests/mpi/test_fsdp_train.cpp (BelowSixteenBytes).
+//
+// 8-bit state (Dettmers et al. 2021; quant8.h): per shard, blocks of `block` elements from the
+// shard's start, each with an fp32 absmax; m in the signed dynamic map, v in the unsigned one. A
+// step dequantizes a block, updates every element in fp32 exactly as above (the parameter update
+// uses the fresh fp32 moments, as bitsandbytes does), then stores the block's new absmax and
+// re-quantizes it. The CPU loop does this one block at a time (the block's fp32 moments stay in a
+// per-thread buffer of 2 x block floats); the tensor-op path dequantizes a group's pieces into fp32
+// temporaries, runs the same multi-tensor ops, and re-quantizes them with tensor ops (searchsorted
+// on the code midpoints). 2 bytes per parameter plus 8 bytes per block of the two absmax.
+// Checkpoints store the bytes and the absmax as they are (kinds "exp_avg.q8", "exp_avg.absmax",
+// "exp_avg_sq.q8", "exp_avg_sq.absmax"), so a resume is bit-exact; with the FSDP alignment a
+// multiple of the block (state_alignment()), the blocks are the same at every world size.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -29,6 +42,7 @@
 #include <vector>
 
 #include "runtime/named_shards.h"
+#include "runtime/optim/quant8.h"
 
 namespace tessera::optim {
 
@@ -38,7 +52,8 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  at::ScalarType state_dtype = at::kFloat;  // moments: kFloat or kBFloat16
+  at::ScalarType state_dtype = at::kFloat;  // moments: kFloat, kBFloat16, or kByte (8-bit block-wise)
+  int64_t block = q8::kDefaultBlock;        // 8-bit state: elements per absmax block (a power of two <= kMaxBlock)
   bool fused_cpu = true;  // CPU shards: the one-pass loop (false: the tensor-op path; for tests)
   int64_t group_elems = int64_t(1) << 25;  // tensor-op path: elements per group (32M: 128 MiB per fp32 temporary)
 };
@@ -64,12 +79,16 @@ class AdamW {
   // clipping the gradients first); the gradients themselves are left as they are.
   void step(const std::vector<ParamShard>& shards, double lr, float grad_scale = 1.0f);
 
-  // The moments ("exp_avg", "exp_avg_sq") of every shard (per_unit[i] belongs to shards[i]),
-  // allocated (zeros) where not yet: for checkpoints, which read or fill them. `shards` gives each
-  // shard's numel and device.
+  // The moments of every shard (per_unit[i] belongs to shards[i]), allocated (zeros) where not
+  // yet: for checkpoints, which read or fill them. `shards` gives each shard's numel and device.
+  // fp32 / bf16: "exp_avg", "exp_avg_sq". 8-bit: "exp_avg.q8", "exp_avg_sq.q8" (uint8, one per
+  // element) and "exp_avg.absmax", "exp_avg_sq.absmax" (fp32, one per block: NamedShards::block).
   std::vector<NamedShards> state(const std::vector<ParamShard>& shards);
-  // Bytes of state per parameter element (8 for fp32 moments, 4 for bf16).
+  // Bytes of state per parameter element, rounded down (8 for fp32 moments, 4 for bf16, 2 for
+  // 8-bit); state_bytes() is exact.
   int64_t state_bytes_per_element() const;
+  // Bytes of state for one shard of `numel` elements (8-bit: 2 x numel + 2 x 4 per block).
+  int64_t state_bytes(int64_t numel) const;
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }  // for checkpoint resume
@@ -86,12 +105,22 @@ class AdamW {
     std::vector<at::Tensor> views;
   };
   const std::vector<at::Tensor>& decay_views_of(size_t i, const ParamShard& s);
+  bool quantized() const { return options_.state_dtype == at::kByte; }
+  const q8::CodebookTensors& codebook_tensors(bool is_signed, const at::Device& device);
   AdamWOptions options_;
   int64_t step_count_ = 0;
-  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;        // the moments (8-bit: their code bytes)
+  std::vector<at::Tensor> absmax_avg_, absmax_avg_sq_;  // 8-bit: each block's absmax (fp32)
   std::vector<DecayViews> decay_views_;
+  q8::CodebookTensors codes_m_, codes_v_;  // 8-bit, tensor-op path: the codebooks on the shards' device
 };
 
-at::ScalarType parse_state_dtype(const std::string& s);  // fp32 | bf16; Error(Input) otherwise
+// fp32 | bf16 | int8 (the 8-bit state: at::kByte); Error(Input) otherwise.
+at::ScalarType parse_state_dtype(const std::string& s);
+// The FSDP alignment (elements) a state dtype needs so that its blocks are the same at every world
+// size and checkpoints reshard them: the 8-bit block size (q8::kDefaultBlock), else 1.
+int64_t state_alignment(at::ScalarType state_dtype);
+// Optimizer-state bytes per parameter for the planner: 8 (fp32), 4 (bf16), 2 + 8 / 2048 (8-bit).
+double state_bytes_per_param(at::ScalarType state_dtype);
 
 }  // namespace tessera::optim
