@@ -18,25 +18,18 @@
 #include "launcher/config.h"
 #include "launcher/yaml_config.h"
 #include "runtime/error.h"
+#include "tests/support/test_support.h"
 
 using namespace tessera;
 using namespace tessera::launcher;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using tessera::test::error_of;
+using tessera::test::TempDir;
 
 namespace {
 
 fs::path fixtures() { return fs::path(std::getenv("TESSERA_TEST_SRC")) / "tests/unit/fixtures/accelerate"; }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    return e.what();
-  }
-  return "<no error>";
-}
 
 AccelerateTranslation translate_text(const std::string& yaml, const std::string& source = "acc.yaml") {
   YamlPositions pos;
@@ -52,17 +45,6 @@ std::string report_line(const AccelerateTranslation& t, const std::string& key) 
     if (l.rfind(key + ": ", 0) == 0) return l;
   return "<no line for " + key + ">";
 }
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("tessera_yaml_" + std::to_string(::getpid()) + "_" +
-                                               std::to_string(reinterpret_cast<uintptr_t>(this)));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return (path / name).string();
-  }
-};
 
 }  // namespace
 
@@ -290,6 +272,6 @@ TEST(YamlRunConfig, ErrorsNameFileKeyLineAndColumn) {
     EXPECT_NE(e.find(c.want), std::string::npos) << c.text << "\n-> " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
-  EXPECT_NE(error_of([&] { Config::load((d.path / "nope.yaml").string()); }).find("nope.yaml: cannot open config file"),
+  EXPECT_NE(error_of([&] { Config::load(d / "nope.yaml"); }).find("nope.yaml: cannot open config file"),
             std::string::npos);
 }

@@ -17,7 +17,7 @@
 #include "runtime/data/chat_template.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
-#include "tests/unit/test_process_util.h"
+#include "tests/support/test_support.h"
 
 using namespace tessera;
 using namespace tessera::data;

@@ -19,38 +19,16 @@
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
-#include "tests/unit/test_process_util.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
 using namespace tessera::data;
+using tessera::test::expect_input_error;
 using tessera::test::run_capture;
+using tessera::test::write_file;
 
 namespace {
-
-std::string make_temp_dir() {
-  std::string tmpl = (fs::temp_directory_path() / "tessera_data_XXXXXX").string();
-  char* p = mkdtemp(tmpl.data());
-  EXPECT_NE(p, nullptr);
-  return tmpl;
-}
-
-void write_file(const std::string& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary);
-  out << content;
-}
-
-// Expects `fn` to throw tessera::Error(Input) whose message contains every string of `needles`.
-template <typename F>
-void expect_input_error(F&& fn, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an input error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
-  }
-}
 
 // BOS + bytes + EOS.
 std::vector<int32_t> byte_doc(const std::string& d) {
@@ -90,10 +68,9 @@ std::vector<std::shared_ptr<const DocStore>> load(const std::vector<std::string>
 
 class DataTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir = make_temp_dir(); }
-  void TearDown() override { fs::remove_all(dir); }
-  std::string path(const std::string& name) const { return dir + "/" + name; }
-  std::string dir;
+  std::string path(const std::string& name) const { return tmp / name; }
+  const tessera::test::TempDir tmp{"tessera_data"};
+  const std::string dir = tmp.str();
 };
 
 }  // namespace

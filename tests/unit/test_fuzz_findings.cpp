@@ -20,51 +20,13 @@
 #include "runtime/data/reader.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
+using tessera::test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("tessera_fuzzfind_" + std::to_string(::getpid()) + "_" + std::to_string(n_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream((path_ / name).string(), std::ios::binary) << bytes;
-    return (path_ / name).string();
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  static inline int n_ = 0;
-  fs::path path_;
-};
-
-// The message of the bad-input error fn() throws (tessera::Error of kind Input or ModelError).
-std::string input_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    return e.what();
-  } catch (const model::ModelError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-#define EXPECT_INPUT_ERROR(stmt, ...)                                          \
-  do {                                                                         \
-    const std::string msg_ = input_error([&] { stmt; });                       \
-    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__})                           \
-      EXPECT_NE(msg_.find(part_), std::string::npos) << "'" << part_ << "' not in: " << msg_; \
-    EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;                     \
-  } while (0)
 
 std::string nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 
