@@ -30,9 +30,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 unset CUDA_HOME CUDA_PATH NCCL_HOME CUDACXX Torch_DIR CMAKE_PREFIX_PATH
 T0=$SECONDS
-failures=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; failures=1; }
+source "$SRC/tests/expect.bash"  # ok, fail
 
 # no_build_system DIR: nothing a later `cmake --build DIR` could use.
 no_build_system() {
@@ -54,8 +52,8 @@ refused() {
     ok "$name"
     echo "     $out"
   else
-    bad "$name" "exit $rc (want 2), $n line(s) (want 1), missing:${missing:- none}, build system left: $(no_build_system "$dir" && echo no || echo yes)" \
-      "${out:0:1500}"
+    echo "${out:0:1500}"
+    fail "$name: exit $rc (want 2), $n line(s) (want 1), missing:${missing:- none}, build system left: $(no_build_system "$dir" && echo no || echo yes)"
   fi
 }
 
@@ -68,14 +66,15 @@ if ((rc == 0)) && [[ $line =~ ^"-- Tessera: LibTorch "[0-9.]+" CPU, C++ ABI 1 ".
   ok "AUTO with this machine's CPU LibTorch: configures, one status line says what it found"
   echo "     $line"
 else
-  bad "AUTO with this machine's CPU LibTorch" "exit $rc, status line: ${line:-none}" "$(tail -5 <<<"$out")"
+  tail -5 <<<"$out"
+  fail "AUTO with this machine's CPU LibTorch: exit $rc, status line: ${line:-none}"
 fi
 TORCH_DIR=$(grep -m1 '^Torch_DIR:' "$T/auto/CMakeCache.txt" 2>/dev/null | cut -d= -f2-)
-[[ -f $TORCH_DIR/TorchConfig.cmake ]] || { bad "no Torch_DIR in the AUTO configure's cache" "$TORCH_DIR"; exit 1; }
+[[ -f $TORCH_DIR/TorchConfig.cmake ]] || fail "no Torch_DIR in the AUTO configure's cache: $TORCH_DIR"
 
 refused "ON with a CPU LibTorch, fresh folder: refused, folder removed" "$T/on-fresh" \
   "TESSERA_WITH_CUDA=ON but LibTorch " " at $TORCH_DIR is CPU-only" -- "${CONF[@]}" "$T/on-fresh" -DTESSERA_WITH_CUDA=ON
-[[ ! -e $T/on-fresh ]] || bad "the fresh folder of the refused configure is still there"
+[[ ! -e $T/on-fresh ]] || fail "the fresh folder of the refused configure is still there"
 refused "ON with a CPU LibTorch on the configured AUTO folder: refused, its build system removed" "$T/auto" \
   "TESSERA_WITH_CUDA=ON but LibTorch " "is CPU-only" -- "${CONF[@]}" "$T/auto" -DTESSERA_WITH_CUDA=ON
 
@@ -93,7 +92,7 @@ refused "a LibTorch with the old C++ ABI (0) against Debian's Boost, yaml-cpp, G
   -- "${CONF[@]}" "$T/abi" -DTorch_DIR="$T/abi0/Torch" -DTESSERA_BUILD_TESTS=ON
 
 # ---- a fake GPU machine: pip-style torch + nvidia packages, a CUDA toolkit ----------------------------
-command -v gcc >/dev/null || { bad "gcc needed for the fake ELF libraries"; exit 1; }
+command -v gcc >/dev/null || fail "gcc needed for the fake ELF libraries"
 B=$T/base
 mkdir -p "$B/site/torch/lib" "$B/site/torch/share/cmake/Torch" "$B/site/nvidia/cu13/lib" "$B/site/nvidia/nccl/include" \
   "$B/site/nvidia/nccl/lib" "$B/usr/local/cuda/include" "$B/usr/local/cuda/lib64" "$B/usr/local/cuda/bin"
@@ -163,7 +162,7 @@ found() {
   local name=$1 out=$2 t missing=""
   shift 2
   for t in "$@"; do [[ $out == *"$t"* ]] || missing+=" [$t]"; done
-  if [[ -z $missing ]]; then ok "$name"; grep -m1 -- '-- Tessera: LibTorch' <<<"$out" | sed 's/^/     /'; else bad "$name" "missing:$missing" "${out:0:2000}"; fi
+  if [[ -z $missing ]]; then ok "$name"; grep -m1 -- '-- Tessera: LibTorch' <<<"$out" | sed 's/^/     /'; else echo "${out:0:2000}"; fail "$name: missing:$missing"; fi
 }
 
 R=$B
@@ -246,11 +245,10 @@ CMAKE
   if ((links > 0 && links == own)); then
     ok "the tessera binary's link line names LibTorch's own libcudart only ($links x)"
   else
-    bad "the tessera binary's link line" "libcudart entries: $links, of them LibTorch's own: $own"
+    fail "the tessera binary's link line: libcudart entries: $links, of them LibTorch's own: $own"
   fi
 else
   echo "skip the real CUDA-config case (no /usr/local/cuda/bin/nvcc here)"
 fi
 
-echo "cuda_cmake: $((SECONDS - T0)) s"
-exit $failures
+echo "$pass passed, 0 failed ($((SECONDS - T0)) s)"
