@@ -5,9 +5,7 @@
 set -uo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0; pass=0
-ok() { pass=$((pass+1)); }
-bad() { fail=$((fail+1)); echo "FAIL $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, expect_error
 
 # A Hugging Face Llama 2 70B directory as far as the planner needs it: its config.json (bf16).
 mkdir -p "$T/llama70"
@@ -24,7 +22,7 @@ J
 # 70B on 2 nodes x 8 GPUs of 141 GB: fits; the JSON has every phase and the promised fields.
 "$BIN" plan --config "$T/70b.json" --nodes 2 --gpus-per-node 8 --gpu-mem 141GB --host-mem 2TiB --json > "$T/p16.json"
 rc=$?
-python3 - "$T/p16.json" <<'P' && [ $rc -eq 0 ] && ok || bad "70b on 16 H200: rc=$rc"
+python3 - "$T/p16.json" <<'P' && [ $rc -eq 0 ] && ok "70b on 16 H200 fits" || fail "70b on 16 H200: rc=$rc"
 import json, sys
 p = json.load(open(sys.argv[1]))
 for phase in ("load", "train", "save", "eval"): assert phase in p["phases"], phase
@@ -47,7 +45,7 @@ P
 python3 -c "
 import json,sys; a=json.load(open('$T/p16.json')); b=json.load(open('$T/p32.json'))
 assert b['peak_gpu_bytes_per_rank'] < a['peak_gpu_bytes_per_rank'] - 30*2**30, (a['peak_gpu_bytes_per_rank'], b['peak_gpu_bytes_per_rank'])
-" && ok || bad "32 GPUs should need about 32 GiB less per rank than 16"
+" && ok "32 GPUs need about 32 GiB less per rank than 16" || fail "32 GPUs should need about 32 GiB less per rank than 16"
 # 8 x 80 GiB does not fit; the planner says so (exit 1) and names changes that would.
 "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 80GiB --json > "$T/p8.json"; rc=$?
 python3 -c "
@@ -56,28 +54,20 @@ assert p['fits'] is False and 'exceeds' in p['why_not'], p['why_not']
 changes=[s['change'] for s in p['suggestions']]
 assert any(c.startswith('--nodes') for c in changes), changes
 assert all(s.get('peak_gpu_bytes_per_rank', 0) <= 80*2**30 for s in p['suggestions'] if 'peak_gpu_bytes_per_rank' in s)
-" && [ $rc -eq 1 ] && ok || bad "70b on 8 x 80GiB: rc=$rc $(head -c 300 "$T/p8.json")"
+" && [ $rc -eq 1 ] && ok "70b on 8 x 80GiB does not fit, says why, suggests changes" || fail "70b on 8 x 80GiB: rc=$rc $(head -c 300 "$T/p8.json")"
 # The human form prints the table and the verdict.
 "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 80GiB > "$T/human.txt"
 grep -q "does not fit" "$T/human.txt" && grep -q "would fit with" "$T/human.txt" && grep -q "training step" "$T/human.txt" \
-  && ok || bad "human output: $(cat "$T/human.txt")"
+  && ok "human output" || fail "human output: $(cat "$T/human.txt")"
 # A CPU plan of the small preset (what this machine runs).
 "$BIN" plan --set model.preset=small --ranks 2 --device cpu --json > "$T/cpu.json" && python3 -c "
 import json; p=json.load(open('$T/cpu.json')); assert 'gpu' not in p['phases']['train'] and p['peak_gpu_bytes_per_rank']==0
-" && ok || bad "cpu plan"
+" && ok "cpu plan" || fail "cpu plan"
 
-# expect_error NAME SUBSTRING CMD...: exit 2 and one line naming the problem
-expect_error() {
-  local name=$1 want=$2; shift 2
-  "$@" >"$T/out" 2>"$T/err"; local rc=$?
-  local lines; lines=$(grep -c '^tessera' "$T/err")
-  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$T/err"; then ok
-  else bad "$name: rc=$rc lines=$lines want '$want': $(cat "$T/err")"; fi
-}
-expect_error ranks-not-dividing "do not divide into nodes of 4" "$BIN" plan --config "$T/70b.json" --ranks 10 --ranks-per-node 4
-expect_error hybrid-one-node "hybrid_shard on one node" "$BIN" plan --config "$T/70b.json" --set fsdp.strategy=hybrid_shard --nodes 1 --gpus-per-node 8
-expect_error impossible "cannot fit" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 1GiB
-expect_error bad-size "is not a size" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem lots
-expect_error no-ranks "say how many ranks" "$BIN" plan --config "$T/70b.json"
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+# Impossible layouts: exit 2 and one line naming the problem.
+expect_error 2 "do not divide into nodes of 4" "$BIN" plan --config "$T/70b.json" --ranks 10 --ranks-per-node 4
+expect_error 2 "hybrid_shard on one node" "$BIN" plan --config "$T/70b.json" --set fsdp.strategy=hybrid_shard --nodes 1 --gpus-per-node 8
+expect_error 2 "cannot fit" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 1GiB
+expect_error 2 "is not a size" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem lots
+expect_error 2 "say how many ranks" "$BIN" plan --config "$T/70b.json"
+echo "$pass passed, 0 failed"
