@@ -8,7 +8,8 @@ BIN=${TESSERA_BIN:?TESSERA_BIN must point at the build bin/ directory}
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 work=$(mktemp -d /tmp/tessera-ckpt-crash-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; cat "$work/loop.log" 2>/dev/null | tail -20; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
+on_fail() { tail -20 "$work/loop.log" 2>/dev/null; }
 
 for round in 1 2 3 4 5 6 7 8; do
   mode=$([ $((round % 2)) -eq 1 ] && echo one || echo all)

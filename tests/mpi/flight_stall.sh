@@ -29,9 +29,8 @@ trap cleanup EXIT
 TIMEOUT=10
 COMMON=(--set model.preset=tiny --set data.seq_len=32 --set train.micro_batch=1 --set train.warmup_steps=1
         --set log.every=1000)
-pass=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-fail() { echo "FAIL: $*"; for f in "$T"/*/err; do echo "--- $f"; tail -n 15 "$f"; done; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail
+on_fail() { for f in "$T"/*/err; do echo "--- $f"; tail -n 15 "$f"; done; }
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
 

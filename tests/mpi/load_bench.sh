@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 MPIRUN+=(-np 2)
 WORK=$(mktemp -d /tmp/tessera-load-bench-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
 
 cat >"$WORK/config.json" <<'EOF'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1000, "hidden_size": 512,

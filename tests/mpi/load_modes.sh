@@ -10,7 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 MPIRUN+=(-np 2)
 WORK=$(mktemp -d /tmp/tessera-load-modes-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
 
 "$BIN" init-model --preset tiny --dtype bf16 --seed 3 --max-shard-size 300KB --out "$WORK/good" >/dev/null ||
   fail "init-model exited $?"

@@ -15,9 +15,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 CK=$T/ck
 COMMON=(--set model.preset=tiny --set data.seq_len=32 --set train.micro_batch=1 --set train.warmup_steps=1
         --set log.every=100 --set checkpoint.dir="$CK" --set checkpoint.keep=5)
-pass=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-fail() { echo "FAIL: $*"; ls -R "$CK"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail
+on_fail() { ls -R "$CK"; }
 train() { "${MPIRUN[@]}" -np 2 "$BIN" train "${COMMON[@]}" "$@"; }
 # A run that resumes and stops at step 3 before saving anything (exit 2).
 stopped_at_3() {
