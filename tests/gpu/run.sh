@@ -597,7 +597,7 @@ fi
 # ---- nccl_stall: one of two GPU ranks stopped ------------------------------------------------------
 if can_run nccl_stall; then
   step nccl_stall bash "$SRC/tests/gpu/stall.sh" "$BUILD/bin/tessera" "$CORPUS" "$WORK/run/stall" cuda 10
-  grep '^stall:' "$LOGS/nccl_stall.log" | say_lines
+  grep '^stall:\|^ok:\|^FAIL:' "$LOGS/nccl_stall.log" | say_lines
 fi
 
 # ---- report ---------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ set -uo pipefail
 BIN=$1 CORPUS=$2 DIR=$3 DEVICE=$4 TIMEOUT_S=${5:-10}
 SLACK_S=10
 source "$(dirname "${BASH_SOURCE[0]}")/deps.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, check
 mpi_local_env
 rm -rf "$DIR" && mkdir -p "$DIR"
 mpirun --oversubscribe --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_DEBUG "$BIN" train \
@@ -27,11 +28,9 @@ ranks() {  # pids of this run's ranks: this binary, writing into this log dir
       tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "log.dir=$DIR/log" && echo "${p#/proc/}"
   done
 }
-fail() {
-  echo "stall: $*"
+on_fail() {  # tests/expect.bash's fail calls it
   kill -KILL "$MPIRUN_PID" $(ranks) 2>/dev/null
   tail -n 5 "$DIR/out.log"
-  exit 1
 }
 
 # Training is under way once 3 steps are logged (60 s at most: model set-up and NCCL init included).
@@ -62,12 +61,10 @@ kill -KILL $(ranks) 2>/dev/null
 echo "stall: mpirun ended with exit code $RC, ${ELAPSED}s after the stall (limit $TIMEOUT_S + $SLACK_S s)"
 ERR=$(grep -m1 'tessera: error' "$DIR/out.log")
 echo "stall: first error line: $ERR"
-ok=1
-((RC != 0)) || { echo "stall: FAIL exit code 0"; ok=0; }
-((ELAPSED_MS <= (TIMEOUT_S + SLACK_S) * 1000)) || { echo "stall: FAIL took longer than timeout + slack"; ok=0; }
+check "mpirun exits non-zero (exit code $RC)" test "$RC" -ne 0
+check "mpirun ends within timeout + slack (${ELAPSED}s)" test "$ELAPSED_MS" -le $(((TIMEOUT_S + SLACK_S) * 1000))
 for needle in "rank 0" "host $(hostname)" "within ${TIMEOUT_S}s"; do
-  [[ $ERR == *"$needle"* ]] || { echo "stall: FAIL the error line does not name '$needle'"; ok=0; }
+  check "the error line names '$needle'" grep -qF -- "$needle" <<<"$ERR"
 done
-[[ $DEVICE != cuda* || $ERR == *"device cuda:0"* ]] || { echo "stall: FAIL the error line does not name the device"; ok=0; }
-((ok)) && echo "stall: PASS"
-((ok))
+[[ $DEVICE != cuda* ]] || check "the error line names the device" grep -qF -- "device cuda:0" <<<"$ERR"
+echo "stall: PASS ($pass checks)"

@@ -10,21 +10,20 @@
 set -uo pipefail
 SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-check() {  # check NAME CONDITION-STATUS [detail]
-  if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1 ${3:-}"; fail=1; fi
-}
+source "$SRC/tests/expect.bash"  # ok, fail
+# passed NAME STATUS [DETAIL]: ok NAME when STATUS (the $? of what was just run) is 0, else fail NAME DETAIL.
+passed() { if [ "$2" -eq 0 ]; then ok "$1"; else fail "$1 ${3:-}"; fi; }
 
 bash "$SRC/tests/gpu/pack_deps.sh" "$T/debs" >"$T/pack.log" 2>&1
-check "pack_deps downloads every package" $? "$(tail -3 "$T/pack.log")"
+passed "pack_deps downloads every package" $? "$(tail -3 "$T/pack.log")"
 source "$SRC/tests/gpu/deps.bash"
 deps_unpack "$T/debs" "$T/root"
-check "unpack into a private root" $?
+passed "unpack into a private root" $?
 CMAKE_DEPS=()
 deps_use "$T/root"
-check "deps_use" $?
+passed "deps_use" $?
 [[ $OPAL_PREFIX == "$T/root/usr" && $(command -v mpirun) == "$T/root/bin/mpirun" ]]
-check "environment points at the root" $? "OPAL_PREFIX=$OPAL_PREFIX mpirun=$(command -v mpirun)"
+passed "environment points at the root" $? "OPAL_PREFIX=$OPAL_PREFIX mpirun=$(command -v mpirun)"
 
 cat >"$T/hello.c" <<'C'
 #include <mpi.h>
@@ -46,37 +45,37 @@ int main(int argc, char** argv) {
 }
 C
 mpicc "$T/hello.c" -o "$T/hello" 2>"$T/cc.log"
-check "carried mpicc compiles" $? "$(head -3 "$T/cc.log")"
+passed "carried mpicc compiles" $? "$(head -3 "$T/cc.log")"
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 \
   mpirun --oversubscribe -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo "$T/hello" >"$T/run.log" 2>&1
-check "carried mpirun runs 2 ranks" $? "$(tail -3 "$T/run.log")"
+passed "carried mpirun runs 2 ranks" $? "$(tail -3 "$T/run.log")"
 n=$(grep -c "of 2 sum 2 multiple 1 lib $T/root/usr/lib/" "$T/run.log")
 [ "$n" -eq 2 ]
-check "both ranks use the carried libmpi with MPI_THREAD_MULTIPLE" $? "$(cat "$T/run.log")"
+passed "both ranks use the carried libmpi with MPI_THREAD_MULTIPLE" $? "$(cat "$T/run.log")"
 
 deps_glibc_ok 2.35 2>/dev/null
 [ $? -ne 0 ]
-check "glibc 2.35 refused for the carried packages" $?
+passed "glibc 2.35 refused for the carried packages" $?
 deps_glibc_ok 2.36 && deps_glibc_ok 2.39 && deps_glibc_ok
-check "glibc 2.36, 2.39 and this machine's own accepted" $?
+passed "glibc 2.36, 2.39 and this machine's own accepted" $?
 # What tests/gpu/run.sh decides from that (deps_choice): an older glibc means the machine's own packages.
 why=$(TESSERA_GPU_GLIBC=2.31 deps_choice "$T/debs")
 rc=$?
 [[ $rc -ne 0 && $why == "glibc 2.31 is older than 2.36, which the carried Debian 12 packages need: using this machine's own C++ dependencies instead" ]]
-check "run.sh with glibc 2.31: says so and uses the machine's own packages" $? "(rc $rc: $why)"
+passed "run.sh with glibc 2.31: says so and uses the machine's own packages" $? "(rc $rc: $why)"
 why=$(deps_choice "$T/debs") && [[ $why == "the carried C++ dependencies, "*" packages from $T/debs" ]]
-check "run.sh with this machine's glibc: the carried packages" $? "($why)"
+passed "run.sh with this machine's glibc: the carried packages" $? "($why)"
 why=$(deps_choice "$T/none")
 [[ $? -ne 0 && $why == *"no carried C++ dependencies"*"using this machine's own" ]]
-check "run.sh without carried packages: the machine's own" $? "($why)"
+passed "run.sh without carried packages: the machine's own" $? "($why)"
 
 # tests/gpu/run.sh's plan (--plan: nothing runs): the GPU order, and for any time left after the
 # build every step's limit fits what is left (the sum of the limits after the build <= left - the
 # report's reserve), for one GPU and for two.
 plan_out=$(bash "$SRC/tests/gpu/run.sh" --plan 2>&1)
-check "run.sh --plan" $? "$(tail -3 <<<"$plan_out")"
+passed "run.sh --plan" $? "$(tail -3 <<<"$plan_out")"
 [[ $(head -1 <<<"$plan_out") == "order: env deps configure build eager probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall report" ]]
-check "the GPU order: build (eager beside it), probe + tessera_train, fp16_bf16, conformance, fsdp_train, nccl_timeout, nccl_stall" $? "$(head -1 <<<"$plan_out")"
+passed "the GPU order: build (eager beside it), probe + tessera_train, fp16_bf16, conformance, fsdp_train, nccl_timeout, nccl_stall" $? "$(head -1 <<<"$plan_out")"
 plan_ok=0
 for gpus in 1 2; do
   for left in 600 490 400 300 200 120 75 40 10; do
@@ -92,7 +91,7 @@ for gpus in 1 2; do
   done
 done
 [[ $plan_ok -eq 0 ]]
-check "the limits after the build fit the budget left (9 budgets left x 1 and 2 GPUs), tessera_train gets its full limit from 300 s left" $?
+passed "the limits after the build fit the budget left (9 budgets left x 1 and 2 GPUs), tessera_train gets its full limit from 300 s left" $?
 # The device test cases run.sh filters on exist (a renamed test would leave a filter matching nothing).
 filters_ok=0
 for var in CONFORMANCE_TESTS FSDP_TESTS NCCL_TIMEOUT_TESTS; do
@@ -103,7 +102,7 @@ for var in CONFORMANCE_TESTS FSDP_TESTS NCCL_TIMEOUT_TESTS; do
   done
 done
 [[ $filters_ok -eq 0 ]]
-check "every test case run.sh's --gtest_filter names exists in tests/mpi" $?
+passed "every test case run.sh's --gtest_filter names exists in tests/mpi" $?
 
 # A machine without ssh or rsh (as a bare GPU machine): the carried mpirun, even with one rank, and
 # a singleton start abort unless mpi_local_env is in force; with it both work (tests/gpu/run.sh uses
@@ -124,23 +123,23 @@ SH
   section() { awk -v s="== $1" '$0 == s {on = 1; next} /^== / {on = 0} on' "$T/nossh.log"; }
   grep -q '^hidden: [1-9]' "$T/nossh.log" && ! section "plain np1" | grep -q '^rc=0$' &&
     section "plain np1" | grep -q 'plm_rsh_agent'
-  check "without ssh: plain mpirun -np 1 aborts (plm_rsh_agent)" $? "$(head -3 "$T/nossh.log")"
+  passed "without ssh: plain mpirun -np 1 aborts (plm_rsh_agent)" $? "$(head -3 "$T/nossh.log")"
   ! section "plain singleton" | grep -q '^rc=0$'
-  check "without ssh: plain singleton MPI_Init fails" $?
+  passed "without ssh: plain singleton MPI_Init fails" $?
   [[ $(section "local np2" | grep -c "of 2 sum 2") -eq 2 ]] && section "local np2" | grep -q '^rc=0$'
-  check "without ssh: mpirun -np 2 runs under mpi_local_env" $? "$(section "local np2" | tail -5)"
+  passed "without ssh: mpirun -np 2 runs under mpi_local_env" $? "$(section "local np2" | tail -5)"
   section "local singleton" | grep -q "rank 0 of 1 sum 1" && section "local singleton" | grep -q '^rc=0$'
-  check "without ssh: singleton runs under mpi_local_env" $? "$(section "local singleton" | tail -5)"
+  passed "without ssh: singleton runs under mpi_local_env" $? "$(section "local singleton" | tail -5)"
 else
   echo "skip without-ssh checks (need root and unshare for a private mount namespace)"
 fi
 
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S "$SRC" -B "$T/build" "${GEN[@]}" "${CMAKE_DEPS[@]}" >"$T/cmake.log" 2>&1
-check "Tessera configures against the root" $? "$(grep -A3 'CMake Error' "$T/cmake.log" | head -8)"
+passed "Tessera configures against the root" $? "$(grep -A3 'CMake Error' "$T/cmake.log" | head -8)"
 for var in MPI_C_HEADER_DIR MPI_mpi_LIBRARY Boost_DIR boost_program_options_DIR yaml-cpp_DIR nlohmann_json_DIR GTest_DIR PCRE2_INCLUDE_DIR PCRE2_LIBRARY; do
   val=$(grep -E "^$var:" "$T/build/CMakeCache.txt" | cut -d= -f2-)
   [[ $val == "$T/root/"* ]]
-  check "$var from the root" $? "($val)"
+  passed "$var from the root" $? "($val)"
 done
-exit $fail
+echo "$pass passed, 0 failed"
