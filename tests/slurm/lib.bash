@@ -8,7 +8,7 @@ export TESSERA_SRC=$SRC TESSERA_BIN=$BIN_DIR/tessera
 export TESSERA_SLURM_DIR=${TESSERA_SLURM_TEST_DIR:-/tmp/tessera-slurm-ctest}
 export TESSERA_SLURM_PORT=${TESSERA_SLURM_TEST_PORT:-17817}
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$SRC/tests/expect.bash"  # ok, fail, check
 WORK=$(mktemp -d /tmp/tessera-slurm-test.XXXXXX)
 cleanup() {
   local rc=$?
