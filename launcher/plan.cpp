@@ -14,6 +14,7 @@
 #include "launcher/run_options.h"
 #include "model/activations.h"
 #include "runtime/error.h"
+#include "runtime/optim/quant8.h"
 
 namespace tessera::launcher {
 
@@ -41,7 +42,8 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
   r.ranks_per_node = req.ranks_per_node;
   r.param_bytes = static_cast<int>(c10::elementSize(fo.param_dtype));
   r.reduce_bytes = static_cast<int>(c10::elementSize(fo.reduce_dtype));
-  r.state_bytes = static_cast<int>(c10::elementSize(to.optimizer_state_dtype));
+  r.state_bytes = static_cast<int>(c10::elementSize(to.optimizer_state_dtype));  // int8: 1 (uint8 codes)
+  r.state_block = to.optimizer_state_dtype == at::kByte ? optim::q8::kDefaultBlock : 0;
   r.stored_bytes = req.stored_bytes;
   r.limit_all_gathers = fo.limit_all_gathers;
   r.prefetch = fo.prefetch;

@@ -108,6 +108,13 @@ int64_t layers_gathered_forward(const RunShape& run, const Sizes& z, int i) {
   if (reshards_after_forward(run.strategy)) return 1 + (next && run.limit_all_gathers >= 2 ? 1 : 0);
   return i + 1 + (next ? 1 : 0);
 }
+// The optimizer's state for `elems` shard elements: two moments of state_bytes each, and with
+// 8-bit moments two fp32 absmax per block (the launcher aligns every shard to whole blocks).
+int64_t optimizer_bytes(const RunShape& run, int64_t elems) {
+  const int64_t blocks = run.state_block > 0 ? (elems + run.state_block - 1) / run.state_block : 0;
+  return 2 * run.state_bytes * elems + 2 * 4 * blocks;
+}
+
 int64_t layers_gathered_backward(const RunShape& run, const Sizes& z, int i) {
   if (reshards_after_forward(run.strategy)) return 1 + (run.prefetch && run.limit_all_gathers >= 2 && i > 0 ? 1 : 0);
   return i + 1;
@@ -124,7 +131,7 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
   // accumulation only the root's accumulator is left.
   auto base = [&](const char* at, bool layers_reduced = false) {
     Moment m(at);
-    m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * z.sum_chunk).add(C::Optimizer, 2 * run.state_bytes * z.sum_chunk);
+    m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * z.sum_chunk).add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
     if (run.accumulate_unsharded && run.grad_accum > 1 && reduce_scatter)
       m.add(C::UnsharedGrads, 4 * (layers_reduced ? z.padded[0] : z.sum_padded));
     return m;
@@ -240,7 +247,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   plan.shard_size = z.S;
   plan.replicate_size = z.R;
   plan.shard_elements = z.sum_chunk;
-  const int64_t state_kinds_bytes = (4 + 2 * run.state_bytes) * z.sum_chunk;
+  const int64_t state_kinds_bytes = 4 * z.sum_chunk + optimizer_bytes(run, z.sum_chunk);
 
   // Loading (host memory always: the loader moves host bytes, masters on a GPU go through a host
   // buffer of one unit's shard).
@@ -261,7 +268,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
 
   // Saving: a host snapshot of every kind when asynchronous or when the shards are on a GPU.
   Moment save("save");
-  if (!run.gpu) save.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * z.sum_chunk).add(C::Optimizer, 2 * run.state_bytes * z.sum_chunk);
+  if (!run.gpu) save.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * z.sum_chunk).add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
   if (run.checkpoint_async || run.gpu) save.add(C::Checkpoint, state_kinds_bytes);
   plan.save_host = host_phase(save.s);
 
@@ -274,7 +281,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
                                : z.L;
     const int64_t gathered = z.padded[0] * p + layers * z.layer_padded * p;
     const auto at = [](const Snapshot& s, C c) { return s.bytes[static_cast<int>(c)]; };
-    plan.train_floor = (8 + 2 * run.state_bytes) * z.sum_chunk + gathered + (z.numel[0] + z.layer_numel) * p +
+    plan.train_floor = 8 * z.sum_chunk + optimizer_bytes(run, z.sum_chunk) + gathered + (z.numel[0] + z.layer_numel) * p +
                        at(train, C::SavedTensors) + at(train, C::Activations) +
                        // fsdp.accumulate = unsharded holds a full fp32 gradient by definition
                        (run.accumulate_unsharded && run.grad_accum > 1 && z.S > 1 ? 4 * z.sum_padded : 0);

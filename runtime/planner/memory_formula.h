@@ -9,8 +9,9 @@
 // moment, G = fsdp.limit_all_gathers, K = fsdp::kMaxReductionsInFlight, L layers.
 //
 // Static, every strategy (held from the first step on):
-//   master 4 sum c_u      gradient shard 4 sum c_u      optimizer 2 s sum c_u
-// so 16 bytes per parameter of the shard with fp32 moments, 12 with bf16 ones; S = the world for
+//   master 4 sum c_u      gradient shard 4 sum c_u      optimizer 2 s sum c_u (+ 8 sum c_u / B)
+// so 16 bytes per parameter of the shard with fp32 moments, 12 with bf16 ones, 10 + 8 / B with
+// 8-bit ones (s = 1, two fp32 absmax per block of B = 2048 elements); S = the world for
 // full_shard / shard_grad_op, the node for hybrid_shard, 1 for no_shard.
 // Training step (the maximum over the moments of forward, loss, backward and reductions, each the
 // sum below; runtime/planner/memory_formula.cpp walks them in the order the engine runs):
@@ -85,6 +86,7 @@ struct RunShape {
   fsdp::Strategy strategy = fsdp::Strategy::FullShard;
   int world = 1, ranks_per_node = 1;    // hybrid_shard shards over a node
   int param_bytes = 4, reduce_bytes = 4, state_bytes = 4;  // compute dtype, reduce dtype, one moment
+  int64_t state_block = 0;  // 8-bit moments (state_bytes 1): elements per absmax block; 0: none
   int stored_bytes = 2;                  // the checkpoint's dtype on disk (loading)
   int limit_all_gathers = 2;
   bool prefetch = true, activation_checkpointing = false, accumulate_unsharded = false;
