@@ -19,7 +19,9 @@
 #include "launcher/data_setup.h"
 #include "launcher/device_select.h"
 #include "launcher/model_lm.h"
+#include "launcher/mapped_fault.h"
 #include "launcher/plan.h"
+#include "launcher/resume.h"
 #include "launcher/run_options.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
@@ -126,6 +128,7 @@ train::TrainOptions train_options_from(const Config& cfg) {
   t.max_skipped_steps = cfg.train.max_skipped_steps;
   // fp16 anywhere in the gradient path gets dynamic loss scaling (runtime/train/numerics.h).
   t.loss_scaling = cfg.fsdp.mixed_precision == util::FloatType::F16 || cfg.fsdp.reduce_dtype == util::FloatType::F16;
+  t.optimizer_in_backward = cfg.optim.in_backward;
   t.seed = static_cast<uint64_t>(cfg.train.seed);
   t.checkpoint_dir = cfg.checkpoint.dir;
   t.checkpoint_every = cfg.checkpoint.every;
@@ -279,6 +282,7 @@ struct TrainSetup {
   TokenizerChoice tok_choice;
   std::string tok_bytes;  // model.load=rank0: the tokenizer.model rank 0 read, for the other ranks
   std::string resume_dir;
+  std::vector<std::string> resume_candidates;  // resume_dir first, then the fallbacks if it is damaged
   // model.load=rank0 is for a checkpoint on a disk only rank 0 sees: only rank 0 opens and validates
   // it, and the other ranks get its config.json (and tokenizer.model) by broadcast.
   bool rank0_reads = false;
@@ -372,6 +376,9 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     TESSERA_CHECK_INPUT(s.topts.seq_len <= s.ms.config.max_position_embeddings,
                         "data.seq_len " + std::to_string(s.topts.seq_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(s.ms.config.max_position_embeddings));
+    TESSERA_CHECK_INPUT(s.fopts.strategy != fsdp::Strategy::HybridShard || b.num_nodes >= 2,
+                        "fsdp.strategy hybrid_shard on 1 node (" + std::to_string(b.world_size) + " ranks) replicates "
+                        "nothing: it is full_shard with extra steps; use fsdp.strategy full_shard, or 2 or more nodes");
     if (s.fopts.strategy == fsdp::Strategy::HybridShard)
       TESSERA_CHECK_INPUT(b.num_nodes >= 1 && b.world_size == b.num_nodes * b.local_size &&
                               b.groups.intra->size() * b.groups.inter->size() == b.world_size,
@@ -401,12 +408,17 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     if (resume == "latest" || resume == "auto") {
       TESSERA_CHECK_INPUT(!(resume == "latest" && s.topts.checkpoint_dir.empty()),
                           "--resume needs checkpoint.dir (or --resume DIR)");
-      if (!s.topts.checkpoint_dir.empty()) s.resume_dir = checkpoint::latest(s.topts.checkpoint_dir);
+      if (!s.topts.checkpoint_dir.empty()) s.resume_candidates = intact_resume_candidates(s.topts.checkpoint_dir, rank0);
+      TESSERA_CHECK_INPUT(!s.resume_candidates.empty() || checkpoint::resume_candidates(s.topts.checkpoint_dir).empty(),
+                          "every checkpoint in checkpoint.dir " + s.topts.checkpoint_dir + " is damaged (said above); "
+                          "nothing was changed: to start over, pass --fresh");
     } else if (resume != "never") {
       TESSERA_CHECK_INPUT(fs::is_directory(resume), "--resume " + resume + ": no such checkpoint directory");
-      s.resume_dir = resume;
+      s.resume_candidates = {resume};
     }
+    if (!s.resume_candidates.empty()) s.resume_dir = s.resume_candidates.front();
     if (!s.resume_dir.empty()) refuse_finished_run(s.resume_dir, s.cfg, s.topts.steps);
+    if (!s.resume_dir.empty()) keep_global_batch(s.resume_dir, b.world_size, s.cfg, s.topts, rank0);
   });
 }
 
@@ -502,13 +514,14 @@ int run_train(const std::vector<std::string>& args) {
   train::Trainer trainer(make_causal_lm(s.ms.config), groups, s.fopts, s.topts, s.data.train, run_state, b.groups);
   if (s.data.val) trainer.set_validation(s.data.val);
   if (!s.resume_dir.empty()) {
-    collectively([&] { trainer.resume(s.resume_dir); });
+    collectively([&] { s.resume_dir = resume_first_intact(trainer, s.resume_candidates, rank0); });
     if (rank0) std::cout << "resumed from " << s.resume_dir << " at step " << trainer.step() << std::endl;
   } else {
     collectively([&] { load_model_weights(trainer, s.ms, s.cfg); });
   }
   train::install_preemption_handlers(s.topts.preempt_signal);
   comm::flight::install_signal_handlers();  // again: its SIGTERM dump runs first, then the preemption flag
+  install_mapped_file_fault_handler();  // last: a SIGBUS on a mapped data file names the file, exit 2
   const train::RunResult res = trainer.run();
   if (rank0) report_outcome(res, s);
   return 0;

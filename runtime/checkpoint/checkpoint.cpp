@@ -97,13 +97,17 @@ struct Job {
   std::vector<std::string> unit_names;
   std::vector<std::string> kinds;
   std::vector<std::vector<at::Tensor>> data;  // writer: [unit][kind], host tensors (fp32 or bf16)
-  json manifest;                                // leader: everything but the file checksums
+  // Pieces (layout.h) of every rank file, numbered rank by rank: rank r's are [piece_base[r],
+  // piece_base[r + 1]).
+  std::vector<int64_t> piece_base;
+  json manifest;  // leader: everything but the checksums
+  std::vector<std::pair<size_t, size_t>> piece_slot;  // leader: piece -> (tensor, slice) in the manifest
 };
 
-// The manifest of a save (FORMAT.md) but the file checksums, which publish() adds: units, and
-// every tensor with its slices in every rank file.
-json manifest_without_files(const Job& job, int world_size, fsdp::Strategy strategy, int replicate_size,
-                            const json& state) {
+// The manifest of a save (FORMAT.md) but the checksums of files and slices, which publish() adds:
+// units, and every tensor with its slices in every rank file. piece_slot: where each piece's slice is.
+json manifest_without_checksums(const Job& job, int world_size, fsdp::Strategy strategy, int replicate_size,
+                                const json& state, std::vector<std::pair<size_t, size_t>>& piece_slot) {
   json m;
   m["format"] = kFormatName;
   m["format_version"] = kFormatVersion;
@@ -132,10 +136,14 @@ json manifest_without_files(const Job& job, int world_size, fsdp::Strategy strat
                            {"shape", p.shape}, {"slices", json::array()}});
       }
   }
+  piece_slot.clear();
   for (int r = 0; r < job.shard_size; ++r)
-    for (const Piece& p : file_layout(job.plans, r, static_cast<int>(job.kinds.size())))
-      tensors[idx[p.unit][p.kind][p.param]]["slices"].push_back(
+    for (const Piece& p : file_layout(job.plans, r, static_cast<int>(job.kinds.size()))) {
+      const size_t t = idx[p.unit][p.kind][p.param];
+      piece_slot.emplace_back(t, tensors[t]["slices"].size());
+      tensors[t]["slices"].push_back(
           {{"file", rank_file_name(r)}, {"offset", p.byte_offset}, {"begin", p.param_offset}, {"numel", p.length}});
+    }
   m["units"] = std::move(units);
   m["tensors"] = std::move(tensors);
   m["state"] = state;
@@ -160,11 +168,14 @@ struct Checkpointer::Impl {
 
   void collect(Job& job, const std::vector<fsdp::UnitShard>& shards, const std::vector<NamedShards>& kinds,
                bool async);
-  void write_file(const Job& job, uint32_t& crc, uint64_t& bytes);
-  void publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes);
+  // Returns the CRC32C of each piece, in layout order.
+  std::vector<uint32_t> write_file(const Job& job, uint32_t& crc, uint64_t& bytes);
+  void publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes,
+               const std::vector<uint32_t>& piece_crcs);
   void retire(const Job& job);
   void prune(const Job& job);
   SaveTiming run(const Job& job);  // steps 2-4, on the caller's thread or the worker
+  void fail_if_any(const Job& job, const std::string& wire);
 };
 
 // The job's plans and unit names, and on a writer its data: each kind's shards as they are (a
@@ -200,15 +211,35 @@ void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& s
   }
 }
 
-void Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
+// A save that failed for want of space: the error of `what` with the step, the size of the whole
+// checkpoint and what stays (the checkpoint latest() names: nothing complete is touched).
+static std::string no_space_message(const Job& job, const std::string& what) {
+  uint64_t total = 0;
+  for (int r = 0; r < job.shard_size; ++r) total += file_bytes(file_layout(job.plans, r, static_cast<int>(job.kinds.size())));
+  const std::string kept = latest(job.root);
+  return "checkpoint step-" + std::to_string(job.step) + " does not fit in checkpoint.dir " + job.root + ": " + what +
+         "; the whole checkpoint needs " + std::to_string(total) + " bytes; " +
+         (kept.empty() ? std::string("there is no earlier checkpoint") : "the previous checkpoint " + kept + " is kept");
+}
+
+std::vector<uint32_t> Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
   const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
+  const std::vector<Piece> layout = file_layout(job.plans, job.shard_rank, static_cast<int>(job.kinds.size()));
   io::File f = io::File::create(path);
+  try {  // the whole file's blocks first: a full disk fails here, naming the bytes, not halfway through
+    f.reserve(file_bytes(layout));
+  } catch (const Error& e) {
+    throw TESSERA_INPUT_ERROR(no_space_message(job, e.what()));
+  }
   io::ChecksumWriter w(f);
+  std::vector<uint32_t> piece_crcs;
   at::Tensor widened;  // fp32 staging for kinds kept in another dtype (bf16 moments), a block at a time
-  for (const Piece& p : file_layout(job.plans, job.shard_rank, static_cast<int>(job.kinds.size()))) {
+  for (const Piece& p : layout) {
     const at::Tensor& t = job.data[p.unit][p.kind];
+    w.start_piece();
     if (t.scalar_type() == at::kFloat) {
       w.write(t.data_ptr<float>() + p.shard_offset, static_cast<size_t>(p.length) * sizeof(float));
+      piece_crcs.push_back(w.piece_crc());
       continue;
     }
     constexpr int64_t kBlock = int64_t(1) << 20;
@@ -218,18 +249,24 @@ void Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& byt
       widened.narrow(0, 0, n).copy_(t.narrow(0, p.shard_offset + b, n));
       w.write(widened.data_ptr<float>(), static_cast<size_t>(n) * sizeof(float));
     }
+    piece_crcs.push_back(w.piece_crc());
   }
   w.flush();
   f.fsync();
   f.close();
   crc = w.crc();
   bytes = w.bytes();
+  return piece_crcs;
 }
 
-void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes) {
+void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes,
+                                 const std::vector<uint32_t>& piece_crcs) {
   json manifest = job.manifest;
   for (int r = 0; r < job.shard_size; ++r)
     manifest["files"].push_back({{"name", rank_file_name(r)}, {"bytes", sizes[r]}, {"crc32c", crcs[r]}});
+  json& tensors = manifest["tensors"];
+  for (size_t i = 0; i < job.piece_slot.size(); ++i)
+    tensors[job.piece_slot[i].first]["slices"][job.piece_slot[i].second]["crc32c"] = piece_crcs[i];
   const std::string mpath = (fs::path(job.tmp) / "manifest.json").string();
   {
     io::File f = io::File::create(mpath);
@@ -305,34 +342,54 @@ void Checkpointer::Impl::prune(const Job& job) {
     fs::remove_all(step_dir(job.root, steps[i]), ec);
 }
 
+// throw_if_any over the checkpoint's communicator; on an error the leader first removes the save's
+// step-<N>.tmp (its partial files would hold the space a full disk needs; complete checkpoints and
+// latest are untouched: publish() renames only once everything is written).
+void Checkpointer::Impl::fail_if_any(const Job& job, const std::string& wire) {
+  const auto agreed = agree_on_error(*comm, wire);
+  if (!agreed) return;
+  if (job.leader) {
+    std::error_code ec;
+    fs::remove_all(job.tmp, ec);
+  }
+  throw CollectiveError(agreed->kind, agreed->message);
+}
+
 SaveTiming Checkpointer::Impl::run(const Job& job) {
   const auto t0 = std::chrono::steady_clock::now();
   SaveTiming t;
   uint32_t crc = 0;
   uint64_t bytes = 0;
-  throw_if_any(*comm, capture_error([&] {
-    if (job.writer) write_file(job, crc, bytes);
+  std::vector<uint32_t> mine;  // this writer's piece checksums
+  fail_if_any(job, capture_error([&] {
+    if (job.writer) mine = write_file(job, crc, bytes);
   }));
 
-  // Every writer's CRC and size, in its shard-rank slot (replicas contribute zeros).
-  at::Tensor info = at::zeros({2 * job.shard_size}, at::TensorOptions().dtype(at::kLong));
+  // Every writer's file CRC and size in its shard-rank slot, and its pieces' CRCs in theirs
+  // (replicas contribute zeros).
+  const int S = job.shard_size;
+  const int64_t pieces = job.piece_base[S];
+  at::Tensor info = at::zeros({2 * S + pieces}, at::TensorOptions().dtype(at::kLong));
+  int64_t* p = info.data_ptr<int64_t>();
   if (job.writer) {
-    info.data_ptr<int64_t>()[job.shard_rank] = static_cast<int64_t>(crc);
-    info.data_ptr<int64_t>()[job.shard_size + job.shard_rank] = static_cast<int64_t>(bytes);
+    p[job.shard_rank] = static_cast<int64_t>(crc);
+    p[S + job.shard_rank] = static_cast<int64_t>(bytes);
+    for (size_t i = 0; i < mine.size(); ++i) p[2 * S + job.piece_base[job.shard_rank] + i] = mine[i];
   }
   comm->all_reduce(info, comm::ReduceOp::Sum)->wait();
   std::string error;
   if (job.leader) {
-    std::vector<uint32_t> crcs(job.shard_size);
-    std::vector<uint64_t> sizes(job.shard_size);
-    const int64_t* p = info.data_ptr<int64_t>();
-    for (int r = 0; r < job.shard_size; ++r) {
+    std::vector<uint32_t> crcs(S), piece_crcs(pieces);
+    std::vector<uint64_t> sizes(S);
+    p = info.data_ptr<int64_t>();
+    for (int r = 0; r < S; ++r) {
       crcs[r] = static_cast<uint32_t>(p[r]);
-      sizes[r] = static_cast<uint64_t>(p[job.shard_size + r]);
+      sizes[r] = static_cast<uint64_t>(p[S + r]);
     }
-    error = capture_error([&] { publish(job, crcs, sizes); });
+    for (int64_t i = 0; i < pieces; ++i) piece_crcs[i] = static_cast<uint32_t>(p[2 * S + i]);
+    error = capture_error([&] { publish(job, crcs, sizes, piece_crcs); });
   }
-  throw_if_any(*comm, error);
+  fail_if_any(job, error);
   t.write_s = seconds_since(t0);
   t.bytes = static_cast<int64_t>(bytes);
   t.dir = job.final_dir;
@@ -399,9 +456,13 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
     job.kinds.push_back(k.kind);
   }
   impl_->collect(job, shards, kinds, opts_.async);
+  job.piece_base.assign(1, 0);
+  for (int r = 0; r < job.shard_size; ++r)
+    job.piece_base.push_back(job.piece_base.back() +
+                             static_cast<int64_t>(file_layout(job.plans, r, static_cast<int>(job.kinds.size())).size()));
   if (job.leader)
-    job.manifest = manifest_without_files(job, groups_.world->size(), engine.options().strategy,
-                                          engine.replicate_group().size(), state);
+    job.manifest = manifest_without_checksums(job, groups_.world->size(), engine.options().strategy,
+                                              engine.replicate_group().size(), state, job.piece_slot);
 
   if (!opts_.async) {
     SaveTiming t = impl_->run(job);
@@ -455,6 +516,26 @@ std::string latest(const std::string& root_dir) {
   }
   const std::vector<std::string> complete = complete_checkpoints(root_dir);
   return complete.empty() ? "" : complete.back();
+}
+
+std::vector<std::string> resume_candidates(const std::string& root_dir) {
+  const std::string first = latest(root_dir);
+  if (first.empty()) return {};
+  // Its step: from its name, else from its manifest (a checkpoint outside the root may be named
+  // anything); unknown: only the pointer itself.
+  int64_t step = parse_step_dir(fs::path(first).filename().string());
+  if (step < 0) {
+    try {
+      step = Reader(first).step();
+    } catch (const std::exception&) {
+      return {first};
+    }
+  }
+  std::vector<std::string> out{first};
+  const std::vector<std::string> complete = complete_checkpoints(root_dir);
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it)
+    if (parse_step_dir(fs::path(*it).filename().string()) < step) out.push_back(*it);
+  return out;
 }
 
 std::vector<std::string> complete_checkpoints(const std::string& root_dir) {

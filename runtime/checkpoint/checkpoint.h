@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.h"
+#include "runtime/error.h"
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/named_shards.h"
 
@@ -95,9 +96,29 @@ class Checkpointer {
 // retired checkpoints are never chosen.
 std::string latest(const std::string& root_dir);
 
+// Where a resuming run may continue from, best first: latest(root_dir), then the complete step-<N>
+// of root_dir below its step, newest first (the fallbacks when a newer one turns out damaged).
+// Complete step-<N> above latest's step belong to a run that was rolled back and are never among
+// them. Empty when root_dir holds no complete checkpoint.
+std::vector<std::string> resume_candidates(const std::string& root_dir);
+
 // The complete checkpoints directly in root_dir (step-<N> holding a manifest.json), by step; retired
 // ones and incomplete *.tmp dirs are not among them.
 std::vector<std::string> complete_checkpoints(const std::string& root_dir);
+
+// A checkpoint that cannot be read back as it was saved: its manifest is missing, truncated or
+// invalid, or one of its files is missing, of another size, unreadable or fails its CRC32C. load()
+// throws it on every rank together (after agreement), so a resuming run can fall back to an older
+// checkpoint (resume_candidates). A checkpoint that is intact but does not match the model throws
+// a plain CollectiveError: an older one would not match either.
+class DamagedCheckpoint : public CollectiveError {
+ public:
+  DamagedCheckpoint(std::string dir, const std::string& what) : CollectiveError(ErrorKind::Input, what), dir_(std::move(dir)) {}
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
 
 // Loads a checkpoint saved at any world size and strategy into `kinds` (one tensor per engine unit,
 // shaped like its shard on this rank: the engine's masters, the optimizer's state; each rank reads
@@ -105,8 +126,10 @@ std::vector<std::string> complete_checkpoints(const std::string& root_dir);
 // checksums of the files it reads, and that the checkpoint's tensors match the engine's units
 // (names and shapes); errors name the file / tensor. Collective-free except for error agreement
 // (over the engine's shard and replicate groups): an error on any rank throws the same one-line
-// Error(Input) on every rank. Each file's checksum is verified by one rank of the shard group, in
-// the same pass that reads its ranges. On error the engine's shards are unspecified (stop the run).
+// error on every rank: DamagedCheckpoint when the checkpoint is damaged, else CollectiveError(Input).
+// Every byte of every file is checksummed (CRC32C) before load() returns: each file by one rank of
+// the shard group, in the same pass that reads its ranges. On error the engine's shards are
+// unspecified: stop the run, or load() another checkpoint (which overwrites every element).
 nlohmann::json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<NamedShards>& kinds);
 
 // ---- offline access (single process, no MPI): inspect, verify, consolidate, other tools ---------
@@ -121,6 +144,8 @@ struct TensorEntry {
     uint64_t offset = 0;  // byte offset in that file
     int64_t begin = 0;    // first element (row-major) of the tensor held there
     int64_t numel = 0;
+    bool has_crc = false;  // the manifest gives the slice's own CRC32C (written since 2026-12)
+    uint32_t crc32c = 0;
   };
   std::vector<Slice> slices;  // sorted by begin
 };
@@ -160,9 +185,13 @@ class Reader {
   // The byte ranges holding elements [begin, begin + count) of a tensor, dst filled from `dst` on.
   std::vector<ReadRequest> requests(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const;
   // Streams file `file` once: fills the given requests (all in that file) and compares the file's
-  // CRC32C with the manifest; Error(Input) naming the file on a mismatch.
+  // CRC32C with the manifest; Error(Input) naming the file on a mismatch, and the first tensor whose
+  // slice there fails its own CRC32C (damaged_slice).
   void stream_file(int file, std::vector<ReadRequest> reqs) const;
   void verify_file(int file) const { stream_file(file, {}); }
+  // "tensor NAME (KIND) elements [a, b) at bytes [x, y)": the first slice in `file` whose bytes fail
+  // the slice's CRC32C, or "" (slices without a CRC in the manifest are not checked).
+  std::string damaged_slice(int file) const;
 
  private:
   std::string dir_;

@@ -1,8 +1,10 @@
 #include "runtime/checkpoint/io.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -34,6 +36,11 @@ void File::write_all(const void* data, size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd_, p, n);
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && no_space(errno)) {
+      const std::string why = errno_message();
+      throw TESSERA_INPUT_ERROR("cannot write " + path_ + ": " + why + " (" + std::to_string(n) + " more bytes needed, " +
+                                std::to_string(std::max<int64_t>(free_bytes(path_), 0)) + " free)");
+    }
     if (w < 0) throw TESSERA_INPUT_ERROR("cannot write " + path_ + ": " + errno_message());
     p += w;
     n -= static_cast<size_t>(w);
@@ -62,6 +69,19 @@ size_t File::read_some(void* data, size_t n) {
   }
 }
 
+bool File::reserve(uint64_t bytes) {
+  if (bytes == 0) return true;
+  int rc;
+  do rc = ::fallocate(fd_, 0, 0, static_cast<off_t>(bytes));
+  while (rc != 0 && errno == EINTR);
+  if (rc == 0) return true;
+  const int err = errno;
+  if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) return false;  // e.g. some network file systems
+  throw TESSERA_INPUT_ERROR("cannot allocate " + std::to_string(bytes) + " bytes for " + path_ + ": " +
+                            std::strerror(err) + " (" + std::to_string(std::max<int64_t>(free_bytes(path_), 0)) +
+                            " bytes free)");
+}
+
 void File::fsync() {
   if (::fsync(fd_) != 0) throw TESSERA_INPUT_ERROR("cannot fsync " + path_ + ": " + errno_message());
 }
@@ -76,6 +96,7 @@ ChecksumWriter::ChecksumWriter(File& f, size_t buffer_bytes) : f_(f), buf_(buffe
 
 void ChecksumWriter::write(const void* data, size_t n) {
   crc_ = crc32c(data, n, crc_);
+  piece_crc_ = crc32c(data, n, piece_crc_);
   bytes_ += n;
   if (used_ + n > buf_.size()) flush();
   if (n >= buf_.size()) {  // large pieces go straight to the file
@@ -99,6 +120,17 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
   if (rc != 0) throw TESSERA_INPUT_ERROR("cannot fsync directory " + dir + ": " + std::strerror(err));
 }
+
+int64_t free_bytes(const std::string& path) {
+  struct statvfs st {};
+  if (::statvfs(path.c_str(), &st) != 0) {
+    const size_t slash = path.find_last_of('/');  // the file may not exist (yet): its directory
+    if (slash == std::string::npos || ::statvfs(slash == 0 ? "/" : path.substr(0, slash).c_str(), &st) != 0) return -1;
+  }
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+bool no_space(int err) { return err == ENOSPC || err == EDQUOT; }
 
 void drop_page_cache(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -18,7 +18,12 @@ class File {
 
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
+  // A full file system (ENOSPC, EDQUOT) names the path, the bytes still to write and the bytes free.
   void write_all(const void* data, size_t n);
+  // Allocates the file's first `bytes` on disk now (fallocate), so that a full file system fails here,
+  // naming the path, the bytes needed and the bytes free, not halfway through the data. Returns false
+  // (and does nothing) where the file system cannot preallocate; throws Error(Input) when it is full.
+  bool reserve(uint64_t bytes);
   // Exactly n bytes at `offset`; a short file is an error naming the path.
   void pread_all(void* data, size_t n, uint64_t offset) const;
   size_t read_some(void* data, size_t n);  // sequential read, 0 at end of file
@@ -38,17 +43,25 @@ class ChecksumWriter {
   void write(const void* data, size_t n);
   void flush();
   uint32_t crc() const { return crc_; }
+  // A second checksum over what was written since start_piece() (one manifest slice).
+  void start_piece() { piece_crc_ = 0; }
+  uint32_t piece_crc() const { return piece_crc_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
   File& f_;
   std::string buf_;
   size_t used_ = 0;
-  uint32_t crc_ = 0;
+  uint32_t crc_ = 0, piece_crc_ = 0;
   uint64_t bytes_ = 0;
 };
 
 void fsync_dir(const std::string& dir);
+// Bytes an unprivileged writer may still use on the file system holding `path` (statvfs f_bavail);
+// -1 if unknown.
+int64_t free_bytes(const std::string& path);
+// errno is a full file system (ENOSPC, EDQUOT).
+bool no_space(int err);
 // Evicts the file's clean pages from the page cache (posix_fadvise DONTNEED; best effort, silent if
 // the file cannot be opened), so that the next read comes from the disk. Used by the benchmarks.
 void drop_page_cache(const std::string& path);

@@ -51,6 +51,29 @@ int64_t manifest_int(const json& v, const std::string& key, int64_t lo, int64_t 
   return v.get<int64_t>();
 }
 
+// One entry of a tensor's "slices", checked against the files listed before it.
+TensorEntry::Slice parse_slice(const json& sj, const TensorEntry& t, const std::map<std::string, int>& file_index,
+                               const std::vector<FileEntry>& files, const std::string& mpath) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  TensorEntry::Slice s;
+  const std::string fname = sj.at("file").get<std::string>();
+  auto it = file_index.find(fname);
+  if (it == file_index.end())
+    throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " refers to unlisted file " + fname);
+  s.file = it->second;
+  s.offset = static_cast<uint64_t>(manifest_int(sj.at("offset"), "offset", 0, kMax, mpath));
+  s.begin = manifest_int(sj.at("begin"), "begin", 0, kMax, mpath);
+  s.numel = manifest_int(sj.at("numel"), "numel", 1, kMax, mpath);
+  if (sj.contains("crc32c")) {
+    s.has_crc = true;
+    s.crc32c = static_cast<uint32_t>(manifest_int(sj.at("crc32c"), "crc32c", 0, std::numeric_limits<uint32_t>::max(), mpath));
+  }
+  const uint64_t file_bytes = files[s.file].bytes;  // offset + 4 numel could wrap around 2^64
+  if (s.offset > file_bytes || static_cast<uint64_t>(s.numel) > (file_bytes - s.offset) / 4)
+    throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " has a slice outside file " + fname);
+  return s;
+}
+
 }  // namespace
 
 // ---- Reader ------------------------------------------------------------------------------------
@@ -110,21 +133,7 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
                                     " with more than 2^63 elements");
         t.numel *= d;
       }
-      for (const json& sj : tj.at("slices")) {
-        TensorEntry::Slice s;
-        const std::string fname = sj.at("file").get<std::string>();
-        auto it = file_index.find(fname);
-        if (it == file_index.end())
-          throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " refers to unlisted file " + fname);
-        s.file = it->second;
-        s.offset = static_cast<uint64_t>(manifest_int(sj.at("offset"), "offset", 0, kMax, mpath));
-        s.begin = manifest_int(sj.at("begin"), "begin", 0, kMax, mpath);
-        s.numel = manifest_int(sj.at("numel"), "numel", 1, kMax, mpath);
-        const uint64_t file_bytes = files_[s.file].bytes;  // offset + 4 numel could wrap around 2^64
-        if (s.offset > file_bytes || static_cast<uint64_t>(s.numel) > (file_bytes - s.offset) / 4)
-          throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " has a slice outside file " + fname);
-        t.slices.push_back(s);
-      }
+      for (const json& sj : tj.at("slices")) t.slices.push_back(parse_slice(sj, t, file_index, files_, mpath));
       // Every element stored exactly once.
       std::sort(t.slices.begin(), t.slices.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
       int64_t cursor = 0;
@@ -219,9 +228,34 @@ void Reader::stream_file(int file, std::vector<ReadRequest> reqs) const {
     char got[16], want[16];
     std::snprintf(got, sizeof got, "%08x", crc);
     std::snprintf(want, sizeof want, "%08x", fe.crc32c);
+    const std::string where = damaged_slice(file);
     throw TESSERA_INPUT_ERROR("checksum mismatch in checkpoint file " + file_path(file) + ": crc32c " + got +
-                              ", manifest says " + want + " (file corrupted)");
+                              ", manifest says " + want + " (file corrupted" +
+                              (where.empty() ? std::string(")") : "; " + where + " differ from what was saved)"));
   }
+}
+
+std::string Reader::damaged_slice(int file) const {
+  io::File f = io::File::open_read(file_path(file));
+  std::vector<char> buf;
+  for (const TensorEntry& t : tensors_)
+    for (const TensorEntry::Slice& s : t.slices) {
+      if (s.file != file || !s.has_crc) continue;
+      uint32_t crc = 0;
+      const uint64_t bytes = static_cast<uint64_t>(s.numel) * 4;
+      for (uint64_t done = 0; done < bytes;) {
+        const size_t k = static_cast<size_t>(std::min<uint64_t>(kStreamBlock, bytes - done));
+        buf.resize(k);
+        f.pread_all(buf.data(), k, s.offset + done);
+        crc = crc32c(buf.data(), k, crc);
+        done += k;
+      }
+      if (crc != s.crc32c)
+        return "tensor " + tensor_label(t) + " elements [" + std::to_string(s.begin) + ", " +
+               std::to_string(s.begin + s.numel) + ") at bytes [" + std::to_string(s.offset) + ", " +
+               std::to_string(s.offset + bytes) + ")";
+    }
+  return "";
 }
 
 VerifyReport verify(const std::string& ckpt_dir) {
@@ -258,10 +292,14 @@ VerifyReport verify(const std::string& ckpt_dir) {
 namespace {
 
 // Same error on every rank of the engine's world (shard group, then replicate group: together they
-// span every data-parallel rank).
-void agree(fsdp::Engine& engine, const std::string& wire) {
+// span every data-parallel rank). `damaged`: the error says the checkpoint in `dir` cannot be read
+// as saved (DamagedCheckpoint), else it is a plain CollectiveError.
+void agree(fsdp::Engine& engine, const std::string& wire, const std::string& dir = "", bool damaged = false) {
   const auto in_shard = agree_on_error(engine.shard_group(), wire);
-  throw_if_any(engine.replicate_group(), in_shard ? encode_error(in_shard->kind, in_shard->message) : "");
+  const auto agreed = agree_on_error(engine.replicate_group(), in_shard ? encode_error(in_shard->kind, in_shard->message) : "");
+  if (!agreed) return;
+  if (damaged && agreed->kind == ErrorKind::Input) throw DamagedCheckpoint(dir, agreed->message);
+  throw CollectiveError(agreed->kind, agreed->message);
 }
 
 // The engine's parameters must be exactly the checkpoint's (names and shapes, every kind asked for).
@@ -298,12 +336,11 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
   memory::Scope memory_scope(memory::Category::Checkpoint);
   const auto& shards = engine.shards();
   std::unique_ptr<Reader> reader;
-  agree(engine, capture_error([&] {
-    for (const NamedShards& k : kinds)
-      TESSERA_CHECK(k.per_unit.size() == shards.size(), "checkpoint kind " + k.kind + " has a tensor per unit");
-    reader = std::make_unique<Reader>(ckpt_dir);
-    check_matches(*reader, shards, kinds);
-  }));
+  for (const NamedShards& k : kinds)
+    TESSERA_CHECK(k.per_unit.size() == shards.size(), "checkpoint kind " + k.kind + " has a tensor per unit");
+  // The manifest and the files' sizes (damage), then whether the checkpoint fits the model (not damage).
+  agree(engine, capture_error([&] { reader = std::make_unique<Reader>(ckpt_dir); }), ckpt_dir, /*damaged=*/true);
+  agree(engine, capture_error([&] { check_matches(*reader, shards, kinds); }));
 
   // Requests for this rank's shard, grouped by file.
   const int W = engine.shard_group().size(), rank = engine.shard_group().rank();
@@ -339,7 +376,7 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
         for (const auto& r : per_file[f]) file.pread_all(r.dst, r.bytes, r.offset);
       }
     }
-  }));
+  }), ckpt_dir, /*damaged=*/true);
   for (auto& [host, dev] : staged) dev.copy_(host.view(dev.sizes()), /*non_blocking=*/dev.is_cuda());
   return reader->state();
 }
