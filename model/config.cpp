@@ -51,6 +51,25 @@ double config_number(const nlohmann::json& j, const std::string& key, const std:
 // The keys every family shares
 // ------------------------------------------------------------------------------------------------
 
+namespace {
+// The integer sizes every family's config.json holds, read and written through this one list (in
+// the order they are read); the key of `fallback`, when set, is the default of an absent key.
+struct SizeKey {
+  const char* name;
+  int64_t ModelConfig::*field;
+  int64_t ModelConfig::*fallback = nullptr;
+};
+const SizeKey kSizeKeys[] = {
+    {"vocab_size", &ModelConfig::vocab_size},
+    {"hidden_size", &ModelConfig::hidden_size},
+    {"intermediate_size", &ModelConfig::intermediate_size},
+    {"num_hidden_layers", &ModelConfig::num_hidden_layers},
+    {"num_attention_heads", &ModelConfig::num_attention_heads},
+    {"num_key_value_heads", &ModelConfig::num_key_value_heads, &ModelConfig::num_attention_heads},
+    {"max_position_embeddings", &ModelConfig::max_position_embeddings},
+};
+}  // namespace
+
 ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
   if (!j.is_object()) throw ModelError(src + ": expected a JSON object");
   if (const auto* act = config_key(j, "hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
@@ -60,13 +79,7 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
       throw ModelError(src + ": " + key + " " + b->dump() + " is not supported (the decoder has no biases)");
 
   ModelConfig c;
-  c.vocab_size = config_int(j, "vocab_size", src, nullptr);
-  c.hidden_size = config_int(j, "hidden_size", src, nullptr);
-  c.intermediate_size = config_int(j, "intermediate_size", src, nullptr);
-  c.num_hidden_layers = config_int(j, "num_hidden_layers", src, nullptr);
-  c.num_attention_heads = config_int(j, "num_attention_heads", src, nullptr);
-  c.num_key_value_heads = config_int(j, "num_key_value_heads", src, &c.num_attention_heads);
-  c.max_position_embeddings = config_int(j, "max_position_embeddings", src, nullptr);
+  for (const SizeKey& k : kSizeKeys) c.*k.field = config_int(j, k.name, src, k.fallback ? &(c.*k.fallback) : nullptr);
   c.rms_norm_eps = config_number(j, "rms_norm_eps", src, nullptr);
   const double theta = 10000.0;
   c.rope_theta = config_number(j, "rope_theta", src, &theta);
@@ -118,17 +131,10 @@ ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t h
 }
 
 nlohmann::json common_keys_json(const ModelConfig& c) {
-  return {
+  nlohmann::json j = {
       {"hidden_act", "silu"},
       {"attention_bias", false},
-      {"vocab_size", c.vocab_size},
-      {"hidden_size", c.hidden_size},
-      {"intermediate_size", c.intermediate_size},
-      {"num_hidden_layers", c.num_hidden_layers},
-      {"num_attention_heads", c.num_attention_heads},
-      {"num_key_value_heads", c.num_key_value_heads},
       {"head_dim", c.head_dim()},
-      {"max_position_embeddings", c.max_position_embeddings},
       {"rms_norm_eps", c.rms_norm_eps},
       {"rope_theta", c.rope_theta},
       {"tie_word_embeddings", c.tie_word_embeddings},
@@ -138,6 +144,8 @@ nlohmann::json common_keys_json(const ModelConfig& c) {
       {"initializer_range", 0.02},
       {"use_cache", true},
   };
+  for (const SizeKey& k : kSizeKeys) j[k.name] = c.*k.field;
+  return j;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -143,19 +143,11 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const to
 // Modules
 // ------------------------------------------------------------------------------------------------
 
-LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) {
-  weight = register_parameter("weight", torch::empty({out, in}, opts));
+WeightImpl::WeightImpl(at::IntArrayRef shape, const torch::TensorOptions& opts) {
+  weight = register_parameter("weight", torch::empty(shape, opts));
 }
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
-
-EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t hidden, const torch::TensorOptions& opts) {
-  weight = register_parameter("weight", torch::empty({vocab, hidden}, opts));
-}
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
-
-RMSNormImpl::RMSNormImpl(int64_t hidden, double eps_, const torch::TensorOptions& opts) : eps(eps_) {
-  weight = register_parameter("weight", torch::empty({hidden}, opts));
-}
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
 AttentionImpl::AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts, std::shared_ptr<RotaryCache> rope_)
@@ -314,6 +306,22 @@ void init_weights(CausalLmModule& model, uint64_t seed) { init_parameters(model.
 // ------------------------------------------------------------------------------------------------
 // LlamaArchitecture: the ModelSpec part every family of these modules shares
 // ------------------------------------------------------------------------------------------------
+
+ModelConfig LlamaArchitecture::from_json(const nlohmann::json& j, const std::string& source) const {
+  ModelConfig c = read_common_keys(j, source);
+  c.model_type = family();
+  read_family_keys(j, source, c);
+  c.validate(source);
+  return c;
+}
+
+nlohmann::json LlamaArchitecture::to_json(const ModelConfig& c) const {
+  nlohmann::json j = common_keys_json(c);
+  j["architectures"] = {architecture()};
+  j["model_type"] = family();
+  write_family_keys(c, j);
+  return j;
+}
 
 std::vector<UnitSpec> LlamaArchitecture::unit_specs(const ModelConfig& c) const {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim(), kv = c.num_key_value_heads * c.head_dim();

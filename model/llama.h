@@ -66,28 +66,32 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const to
                      const torch::Tensor& down);
 }  // namespace ops
 
-// y = x W^T, W [out, in], no bias.
-class LinearImpl : public torch::nn::Module {
+// A module of one parameter, "weight" (Hugging Face's name), of the given shape: what Linear,
+// Embedding and RMSNorm hold; they differ in its shape and in forward.
+class WeightImpl : public torch::nn::Module {
  public:
-  LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts);
-  torch::Tensor forward(const torch::Tensor& x);
+  WeightImpl(at::IntArrayRef shape, const torch::TensorOptions& opts);
   torch::Tensor weight;
+};
+
+// y = x W^T, W [out, in], no bias.
+struct LinearImpl : WeightImpl {
+  LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) : WeightImpl({out, in}, opts) {}
+  torch::Tensor forward(const torch::Tensor& x);
 };
 TORCH_MODULE(Linear);
 
-class EmbeddingImpl : public torch::nn::Module {
- public:
-  EmbeddingImpl(int64_t vocab, int64_t hidden, const torch::TensorOptions& opts);
+// The rows of W [vocab, hidden] that the token ids name.
+struct EmbeddingImpl : WeightImpl {
+  EmbeddingImpl(int64_t vocab, int64_t hidden, const torch::TensorOptions& opts) : WeightImpl({vocab, hidden}, opts) {}
   torch::Tensor forward(const torch::Tensor& tokens);
-  torch::Tensor weight;
 };
 TORCH_MODULE(Embedding);
 
-class RMSNormImpl : public torch::nn::Module {
- public:
-  RMSNormImpl(int64_t hidden, double eps, const torch::TensorOptions& opts);
+// ops::rms_norm with W [hidden] and eps.
+struct RMSNormImpl : WeightImpl {
+  RMSNormImpl(int64_t hidden, double eps_, const torch::TensorOptions& opts) : WeightImpl({hidden}, opts), eps(eps_) {}
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
   double eps;
 };
 TORCH_MODULE(RMSNorm);
@@ -210,10 +214,13 @@ void init_weights(CausalLmModule& model, uint64_t seed);
 inline void init_weights(Llama& model, uint64_t seed) { init_weights(*model, seed); }
 
 // The ModelSpec of every family built from these modules: names and shapes, meta construction,
-// decay rule (no decay on norm weights), initialisation, FLOPs. A family derives from it and adds
-// its name, model_type(s), presets and config.json keys.
+// decay rule (no decay on norm weights), initialisation, FLOPs, and config.json's frame (the keys
+// every family shares, model_type = family(), architectures = [architecture()]). A family derives
+// from it and adds its name, model_type(s), presets and its own config.json keys.
 class LlamaArchitecture : public ModelSpec {
  public:
+  ModelConfig from_json(const nlohmann::json& j, const std::string& source) const final;
+  nlohmann::json to_json(const ModelConfig& c) const final;
   std::vector<UnitSpec> unit_specs(const ModelConfig& c) const override;
   // File order: embed, layers 0..L-1, norm, lm_head (absent when tied).
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c) const override;
@@ -226,6 +233,13 @@ class LlamaArchitecture : public ModelSpec {
   // layers x hidden x the keys a query sees: seq_len, or the sliding window when smaller (causal
   // mask not discounted, as PaLM and torchtitan count).
   double train_flops_per_token(const ModelConfig& c, int64_t seq_len) const override;
+
+ protected:
+  virtual std::string architecture() const = 0;  // config.json "architectures": "LlamaForCausalLM"
+  // The family's own config.json keys, into a config read_common_keys has filled (ModelError
+  // "<source>: <key> ..." on bad input) / into a config.json common_keys_json has written.
+  virtual void read_family_keys(const nlohmann::json& j, const std::string& source, ModelConfig& c) const = 0;
+  virtual void write_family_keys(const ModelConfig& c, nlohmann::json& j) const = 0;
 };
 
 }  // namespace tessera::model

@@ -78,31 +78,6 @@ class LlamaFamily final : public LlamaArchitecture {
     };
   }
 
-  ModelConfig from_json(const nlohmann::json& j, const std::string& src) const override {
-    ModelConfig c = read_common_keys(j, src);
-    c.model_type = "llama";
-    c.rope_scaling = parse_rope_scaling(j, src);
-    c.validate(src);
-    return c;
-  }
-
-  nlohmann::json to_json(const ModelConfig& c) const override {
-    nlohmann::json j = common_keys_json(c);
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
-    j["mlp_bias"] = false;
-    if (c.rope_scaling.type.empty()) {
-      j["rope_scaling"] = nullptr;
-    } else {
-      j["rope_scaling"] = {{"rope_type", c.rope_scaling.type},
-                           {"factor", c.rope_scaling.factor},
-                           {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                           {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
-    }
-    return j;
-  }
-
   void validate(const ModelConfig& c, const std::string& src) const override {
     if (c.sliding_window != 0)
       throw ModelError(src + ": sliding_window is not part of model_type \"llama\" (Mistral has it)");
@@ -116,6 +91,24 @@ class LlamaFamily final : public LlamaArchitecture {
       throw ModelError(src + ": rope_scaling.high_freq_factor must exceed low_freq_factor");
     if (s.original_max_position_embeddings <= 0)
       throw ModelError(src + ": rope_scaling.original_max_position_embeddings must be positive");
+  }
+
+ protected:
+  std::string architecture() const override { return "LlamaForCausalLM"; }
+  void read_family_keys(const nlohmann::json& j, const std::string& src, ModelConfig& c) const override {
+    c.rope_scaling = parse_rope_scaling(j, src);
+  }
+  void write_family_keys(const ModelConfig& c, nlohmann::json& j) const override {
+    j["mlp_bias"] = false;
+    if (c.rope_scaling.type.empty()) {
+      j["rope_scaling"] = nullptr;
+    } else {
+      j["rope_scaling"] = {{"rope_type", c.rope_scaling.type},
+                           {"factor", c.rope_scaling.factor},
+                           {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+    }
   }
 };
 

@@ -30,30 +30,23 @@ class MistralFamily final : public LlamaArchitecture {
     };
   }
 
-  ModelConfig from_json(const nlohmann::json& j, const std::string& src) const override {
-    ModelConfig c = read_common_keys(j, src);
-    c.model_type = "mistral";
+  void validate(const ModelConfig& c, const std::string& src) const override {
+    if (!c.rope_scaling.type.empty())
+      throw ModelError(src + ": rope_scaling is not supported for model_type \"mistral\"");
+  }
+
+ protected:
+  std::string architecture() const override { return "MistralForCausalLM"; }
+  void read_family_keys(const nlohmann::json& j, const std::string& src, ModelConfig& c) const override {
     if (const auto* rs = config_key(j, "rope_scaling"))
       throw ModelError(src + ": rope_scaling " + rs->dump() + " is not supported for model_type \"mistral\"");
     const int64_t none = 0;
     c.sliding_window = config_int(j, "sliding_window", src, &none);  // null: plain causal
     if (const auto* w = config_key(j, "sliding_window"); w && c.sliding_window <= 0)
       throw ModelError(src + ": sliding_window " + w->dump() + " must be a positive integer or null");
-    c.validate(src);
-    return c;
   }
-
-  nlohmann::json to_json(const ModelConfig& c) const override {
-    nlohmann::json j = common_keys_json(c);
-    j["architectures"] = {"MistralForCausalLM"};
-    j["model_type"] = "mistral";
+  void write_family_keys(const ModelConfig& c, nlohmann::json& j) const override {
     j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
-    return j;
-  }
-
-  void validate(const ModelConfig& c, const std::string& src) const override {
-    if (!c.rope_scaling.type.empty())
-      throw ModelError(src + ": rope_scaling is not supported for model_type \"mistral\"");
   }
 };
 
