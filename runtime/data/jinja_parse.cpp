@@ -128,15 +128,11 @@ std::string unescape(const std::string& body) {
       continue;
     }
     const char c = body[++k];
+    if (const int e = escaped_char(c); e >= 0) {
+      out += static_cast<char>(e);
+      continue;
+    }
     switch (c) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case '0': out += '\0'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
       case '\\': case '\'': case '"': out += c; break;
       case '\n': break;
       case 'x': case 'u': case 'U': {
@@ -231,6 +227,15 @@ class ExprParser {
   bool at_name(const char* kw) const { return t_[p_].t == Tok::Name && t_[p_].s == kw; }
   bool skip_op(const char* op) { return at_op(op) ? (++p_, true) : false; }
   bool skip_name(const char* kw) { return at_name(kw) ? (++p_, true) : false; }
+  // item() for each comma-separated item (a trailing comma allowed) up to `close`, then `close`.
+  template <class Item>
+  void items_until(const char* close, Item item) {
+    while (!at_op(close)) {
+      item();
+      if (!skip_op(",")) break;
+    }
+    expect_op(close);
+  }
   void expect_op(const char* op) {
     if (!skip_op(op)) fail(std::string("expected '") + op + "'");
   }
@@ -280,14 +285,12 @@ class ExprParser {
     e->a = {std::move(l), std::move(r)};
     return e;
   }
-  ExprP or_expr() {
-    ExprP e = and_expr();
-    while (skip_name("or")) e = binary("or", e, and_expr());
-    return e;
-  }
-  ExprP and_expr() {
-    ExprP e = not_expr();
-    while (skip_name("and")) e = binary("and", e, not_expr());
+  // Left-associative binary operators, by level from the loosest: `or` over `and` over not_expr.
+  ExprP or_expr(size_t level = 0) {
+    static const char* const kLevels[] = {"or", "and"};
+    if (level == std::size(kLevels)) return not_expr();
+    ExprP e = or_expr(level + 1);
+    while (skip_name(kLevels[level])) e = binary(kLevels[level], e, or_expr(level + 1));
     return e;
   }
   ExprP not_expr() {
@@ -298,7 +301,7 @@ class ExprParser {
     return e;
   }
   ExprP compare() {
-    ExprP first = math1();
+    ExprP first = arithmetic();
     std::shared_ptr<Expr> c;
     while (true) {
       std::string op;
@@ -309,36 +312,25 @@ class ExprParser {
       else break;
       if (!c) c = node(Expr::K::Compare), c->a.push_back(first);
       c->ops.push_back(op);
-      c->a.push_back(math1());
+      c->a.push_back(arithmetic());
     }
     return c ? ExprP(c) : first;
   }
-  ExprP math1() {
-    ExprP e = concat();
-    while (at_op("+") || at_op("-")) {
-      const std::string op = t_[p_++].s;
-      e = binary(op, e, concat());
+  // Left-associative binary operators, by level from the loosest (Jinja2's parse_math1,
+  // parse_concat, parse_math2, parse_pow); the operands of the last level are unary expressions.
+  ExprP arithmetic(size_t level = 0) {
+    static const std::vector<std::vector<const char*>> kLevels = {{"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
+    if (level == kLevels.size()) return unary(true);
+    ExprP e = arithmetic(level + 1);
+    while (true) {
+      const auto& ops = kLevels[level];
+      const auto op = std::find_if(ops.begin(), ops.end(), [&](const char* o) { return at_op(o); });
+      if (op == ops.end()) return e;
+      ++p_;
+      e = binary(*op, e, arithmetic(level + 1));
     }
-    return e;
   }
-  ExprP concat() {
-    ExprP e = math2();
-    while (skip_op("~")) e = binary("~", e, math2());
-    return e;
-  }
-  ExprP math2() {
-    ExprP e = power();
-    while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
-      const std::string op = t_[p_++].s;
-      e = binary(op, e, power());
-    }
-    return e;
-  }
-  ExprP power() {
-    ExprP e = unary(true);
-    while (skip_op("**")) e = binary("**", e, unary(true));
-    return e;
-  }
+
   ExprP unary(bool with_filter) {
     ExprP e;
     if (at_op("-") || at_op("+")) {
@@ -401,22 +393,16 @@ ExprP ExprParser::primary() {
   }
   if (skip_op("[")) {
     auto l = node(Expr::K::ListLit);
-    while (!at_op("]")) {
-      l->a.push_back(expression());
-      if (!skip_op(",")) break;
-    }
-    expect_op("]");
+    items_until("]", [&] { l->a.push_back(expression()); });
     return l;
   }
   if (skip_op("{")) {
     auto d = node(Expr::K::DictLit);
-    while (!at_op("}")) {
+    items_until("}", [&] {
       d->a.push_back(expression());
       expect_op(":");
       d->a.push_back(expression());
-      if (!skip_op(",")) break;
-    }
-    expect_op("}");
+    });
     return d;
   }
   fail("expected an expression");
@@ -471,7 +457,7 @@ ExprP ExprParser::subscript(ExprP obj) {
 
 void ExprParser::call_args(Expr& e) {
   expect_op("(");
-  while (!at_op(")")) {
+  items_until(")", [&] {
     if (at_op("*") || at_op("**")) fail("unsupported construct: *args / **kwargs in a call");
     if (t_[p_].t == Tok::Name && t_[p_ + 1].t == Tok::Op && t_[p_ + 1].s == "=") {
       const std::string key = t_[p_].s;
@@ -481,9 +467,7 @@ void ExprParser::call_args(Expr& e) {
       if (!e.kw.empty()) fail("a positional argument after a keyword argument");
       e.a.push_back(expression());
     }
-    if (!skip_op(",")) break;
-  }
-  expect_op(")");
+  });
 }
 
 ExprP ExprParser::filters(ExprP e) {
@@ -577,6 +561,13 @@ class StmtParser {
     return "";
   }
 
+  // Statements up to the block tag `end`, which must hold nothing more ({% endset %}, ...).
+  void body_until(Body& out, const std::string& end) {
+    std::unique_ptr<ExprParser> tail;
+    parse_body(out, {end}, tail);
+    tail->expect_end();
+  }
+
   StmtP block(const std::string& kw, ExprParser& ep, int line) {
     if (kw == "if") return if_block(ep, line);
     if (kw == "for") return for_block(ep, line);
@@ -586,9 +577,7 @@ class StmtParser {
       ep.expect_end();
       has_generation_ = true;
       auto s = stmt(Stmt::K::Generation, line);
-      std::unique_ptr<ExprParser> tail;
-      parse_body(s->body, {"endgeneration"}, tail);
-      tail->expect_end();
+      body_until(s->body, "endgeneration");
       return s;
     }
     if (kw == "break" || kw == "continue") {
@@ -615,10 +604,7 @@ class StmtParser {
         continue;
       }
       tail->expect_end();
-      if (end == "else") {
-        parse_body(s->else_body, {"endif"}, tail);
-        tail->expect_end();
-      }
+      if (end == "else") body_until(s->else_body, "endif");
       return s;
     }
   }
@@ -633,11 +619,9 @@ class StmtParser {
     if (ep.at_name("recursive")) ep.fail("unsupported construct: recursive for loop");
     ep.expect_end();
     std::unique_ptr<ExprParser> tail;
-    if (parse_body(s->body, {"else", "endfor"}, tail) == "else") {
-      tail->expect_end();
-      parse_body(s->else_body, {"endfor"}, tail);
-    }
+    const bool has_else = parse_body(s->body, {"else", "endfor"}, tail) == "else";
     tail->expect_end();
+    if (has_else) body_until(s->else_body, "endfor");
     return s;
   }
 
@@ -654,9 +638,7 @@ class StmtParser {
     if (s->attr_target) ep.fail("expected '='");
     ep.expect_end();  // {% set x | filter %} is not supported: it stops here
     s->k = Stmt::K::SetBlock;
-    std::unique_ptr<ExprParser> tail;
-    parse_body(s->body, {"endset"}, tail);
-    tail->expect_end();
+    body_until(s->body, "endset");
     return s;
   }
 
@@ -664,16 +646,12 @@ class StmtParser {
     auto s = stmt(Stmt::K::Macro, line);
     s->targets.push_back(ep.name());
     ep.expect_op("(");
-    while (!ep.at_op(")")) {
+    ep.items_until(")", [&] {
       const std::string param = ep.name();
       s->params.emplace_back(param, ep.skip_op("=") ? ep.expression() : nullptr);
-      if (!ep.skip_op(",")) break;
-    }
-    ep.expect_op(")");
+    });
     ep.expect_end();
-    std::unique_ptr<ExprParser> tail;
-    parse_body(s->body, {"endmacro"}, tail);
-    tail->expect_end();
+    body_until(s->body, "endmacro");
     return s;
   }
 

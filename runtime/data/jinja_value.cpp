@@ -202,26 +202,23 @@ std::string repr_str(const std::string& s) {
   return out + q;
 }
 
+// (letter, character); JSON has the first five.
+constexpr std::pair<char, char> kEscapes[] = {{'n', '\n'}, {'t', '\t'}, {'r', '\r'}, {'b', '\b'},
+                                              {'f', '\f'}, {'0', '\0'}, {'a', '\a'}, {'v', '\v'}};
+constexpr size_t kJsonEscapes = 5;
+
 std::string json_str(const std::string& s) {
   std::string out = "\"";
   for (const char ch : s) {
     const unsigned char c = ch;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
+    if (const char letter = json_escape_letter(ch)) {
+      out += {'\\', letter};
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
     }
   }
   return out + "\"";
@@ -371,6 +368,19 @@ std::string py_strip(const std::string& s, const std::string& chars, bool left, 
   std::string out;
   for (size_t k = b; k < e; ++k) out += cps[k];
   return out;
+}
+
+int escaped_char(char letter) {
+  for (const auto& [l, c] : kEscapes)
+    if (l == letter) return c;
+  return -1;
+}
+
+char json_escape_letter(char c) {
+  if (c == '"' || c == '\\') return c;
+  for (size_t k = 0; k < kJsonEscapes; ++k)
+    if (kEscapes[k].second == c) return kEscapes[k].first;
+  return 0;
 }
 
 }  // namespace tessera::data::jinja

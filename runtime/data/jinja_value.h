@@ -79,6 +79,12 @@ Value from_json(const nlohmann::ordered_json& j);
 Value from_json(const nlohmann::json& j);
 std::string py_float(double d);  // repr(float)
 
+// The one-letter escapes of Python string literals (\n \t \r \b \f, the five JSON has too, and
+// \0 \a \v), one table both ways: the character `letter` stands for, or -1 (the parser); the letter
+// json.dumps writes `c` with after a backslash (JSON's five, and " and \ themselves), or 0.
+int escaped_char(char letter);
+char json_escape_letter(char c);
+
 // Strings by code point (UTF-8).
 std::vector<std::string> code_points(const std::string& s);
 bool is_py_space(const std::string& cp);  // str.isspace() of one code point
