@@ -37,13 +37,21 @@ std::string printable(const std::string& s) {
   throw TESSERA_INPUT_ERROR(printable("malformed hostlist " + what + "'" + text + "': " + why));
 }
 
+// "a,,b" -> {"a", "", "b"}: every item between commas, empty ones too ("" -> {""}).
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t start = 0;;) {
+    const size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 // One bracket group "[001-004,010]" expanded to its zero-padded numbers ("001", ..., "010").
 std::vector<std::string> expand_bracket(const std::string& body, const std::string& what, const std::string& text) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = body.find(',', start);
-    const std::string range = body.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& range : split_commas(body)) {
     const size_t dash = range.find('-');
     const std::string lo = range.substr(0, dash);
     const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
@@ -64,8 +72,6 @@ std::vector<std::string> expand_bracket(const std::string& body, const std::stri
       out.push_back(std::move(num));
       if (out.size() > kMaxHosts) hostlist_error(what, text, "expands to too many hosts");
     }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }
@@ -169,10 +175,7 @@ std::vector<int> expand_tasks_named(const std::string& spec, const std::string& 
   };
   if (spec.empty()) fail("empty");
   std::vector<int> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = spec.find(',', start);
-    const std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& item : split_commas(spec)) {
     // "N" or "N(xR)"
     const size_t paren = item.find('(');
     const std::string count_text = item.substr(0, paren);
@@ -186,8 +189,6 @@ std::vector<int> expand_tasks_named(const std::string& spec, const std::string& 
       if (out.size() + repeat > kMaxHosts) fail("too many nodes");
     }
     out.insert(out.end(), static_cast<size_t>(repeat), count);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }
