@@ -18,6 +18,7 @@
 
 #include "runtime/data/bpe_tokenizer.h"
 #include "runtime/error.h"
+#include "tests/support/test_support.h"
 
 using tessera::data::BpeTokenizer;
 using json = nlohmann::json;
@@ -82,29 +83,15 @@ json tokenizer(const std::vector<std::pair<std::string, std::string>>& merges, b
 
 class BpeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessera_bpe_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const json& j, const std::string& name = "tokenizer.json") {
-    const auto p = (dir_ / name).string();
-    std::ofstream(p) << j.dump();
-    return p;
-  }
+  std::string write(const json& j, const std::string& name = "tokenizer.json") { return tmp_.write(name, j.dump()); }
+  // The input error loading `j` gives, which must name the file.
   std::string error_of(const json& j) {
     const std::string p = write(j);
-    try {
-      BpeTokenizer t(p);
-    } catch (const tessera::Error& e) {
-      EXPECT_EQ(e.kind(), tessera::ErrorKind::Input);
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-      return e.what();
-    }
-    return "<no error>";
+    const std::string msg = tessera::test::error_of([&] { BpeTokenizer t(p); });
+    EXPECT_NE(msg.find(p), std::string::npos) << msg;
+    return msg;
   }
-  fs::path dir_;
+  const tessera::test::TempDir tmp_{"tessera_bpe"};
 };
 
 std::vector<int32_t> ids(std::initializer_list<int32_t> l) { return l; }
@@ -183,7 +170,7 @@ TEST_F(BpeTest, SpecialTokensInTextAreSpecials) {
   // No tokenizer_config.json: BOS from the TemplateProcessing post-processor, no EOS.
   EXPECT_EQ(t.bos_id(), 300);
   EXPECT_EQ(t.eos_id(), -1);
-  EXPECT_EQ(t.name(), "bpe:" + (dir_ / "tokenizer.json").string());
+  EXPECT_EQ(t.name(), "bpe:" + (tmp_ / "tokenizer.json"));
 }
 
 TEST_F(BpeTest, BosEosFromTokenizerConfig) {
@@ -247,16 +234,16 @@ TEST_F(BpeTest, UnsupportedTokenizersNameFileAndField) {
   j = tokenizer({});
   j["model"]["byte_fallback"] = true;
   EXPECT_NE(error_of(j).find("model.byte_fallback"), std::string::npos);
-  EXPECT_EQ(error_of(json::parse("[1, 2]")).find("<no error>"), std::string::npos);
-  std::ofstream((dir_ / "broken.json").string()) << "{\"model\": ";
-  EXPECT_THROW(BpeTokenizer((dir_ / "broken.json").string()), tessera::Error);
-  EXPECT_THROW(BpeTokenizer((dir_ / "missing.json").string()), tessera::Error);
+  EXPECT_FALSE(error_of(json::parse("[1, 2]")).empty());
+  tmp_.write("broken.json", "{\"model\": ");
+  EXPECT_THROW(BpeTokenizer(tmp_ / "broken.json"), tessera::Error);
+  EXPECT_THROW(BpeTokenizer(tmp_ / "missing.json"), tessera::Error);
 }
 
 TEST_F(BpeTest, MakeTokenizerPicksTokenizerJson) {
   const std::string p = write(tokenizer({{"h", "i"}}));
   auto by_file = tessera::data::make_tokenizer(p);
-  auto by_dir = tessera::data::make_tokenizer(dir_.string());
+  auto by_dir = tessera::data::make_tokenizer(tmp_.str());
   EXPECT_EQ(by_file->name(), "bpe:" + p);
   EXPECT_EQ(by_dir->name(), "bpe:" + p);
   EXPECT_EQ(by_dir->encode("hi"), ids({256}));
@@ -266,9 +253,8 @@ TEST_F(BpeTest, MakeTokenizerPicksTokenizerJson) {
 // The SentencePiece tokenizer's special tokens are its control pieces and <unk> (a model trained
 // here with Debian's spm_train).
 TEST(TokenizerSpecialId, SentencePieceControlPieces) {
-  const fs::path dir = fs::temp_directory_path() / ("tessera_spm_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string text = (dir / "train.txt").string(), prefix = (dir / "sp").string();
+  const tessera::test::TempDir dir("tessera_spm");
+  const std::string text = dir / "train.txt", prefix = dir / "sp";
   {
     std::ofstream out(text);
     for (int i = 0; i < 200; ++i) out << "the quick brown fox " << i << " jumps over the lazy dog\n";
@@ -282,7 +268,6 @@ TEST(TokenizerSpecialId, SentencePieceControlPieces) {
   EXPECT_EQ(t->special_id("</s>"), 2);
   EXPECT_FALSE(t->special_id("the").has_value());
   EXPECT_FALSE(t->special_id("<|eot_id|>").has_value());
-  fs::remove_all(dir);
 }
 
 // ---- the SentencePiece-converted kind (Llama 2, Mistral) -------------------------------------
@@ -367,7 +352,7 @@ TEST_F(BpeTest, SentencePieceKindNormalizesEachStretch) {
   EXPECT_EQ(t.special_id("</s>"), 2);
   EXPECT_EQ(t.bos_id(), -1);  // no tokenizer_config.json and no TemplateProcessing
   write({{"bos_token", "<s>"}, {"eos_token", {{"content", "</s>"}}}, {"add_bos_token", true}}, "tokenizer_config.json");
-  BpeTokenizer c((dir_ / "tokenizer.json").string());
+  BpeTokenizer c(tmp_ / "tokenizer.json");
   EXPECT_EQ(c.bos_id(), 1);
   EXPECT_EQ(c.eos_id(), 2);
   EXPECT_EQ(c.vocab_size(), v(kMeta + kMeta) + 1);
@@ -485,11 +470,11 @@ TEST_F(BpeTest, UnsupportedSentencePiecePartsNameFileAndField) {
 TEST_F(BpeTest, RealFilesLikeHuggingFace) {
   const char* src = std::getenv("TESSERA_TEST_SRC");
   ASSERT_NE(src, nullptr) << "TESSERA_TEST_SRC is not set (ctest sets it)";
-  const std::string cmd = "node " + std::string(src) + "/tests/tokenizer/hf_reference.js decode " + dir_.string() + " 120";
+  const std::string cmd = "node " + std::string(src) + "/tests/tokenizer/hf_reference.js decode " + tmp_.str() + " 120";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << " failed (node and tests/tokenizer/node_modules: scripts/deps.sh)";
   for (const std::string name : {"llama2", "llama3_1"}) {
     BpeTokenizer t(std::string(src) + "/tests/tokenizer/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json");
-    std::ifstream in(dir_ / (name + ".decode.jsonl"));
+    std::ifstream in(tmp_ / (name + ".decode.jsonl"));
     int docs = 0, round_trips = 0;
     for (std::string line; std::getline(in, line); ++docs) {
       const json r = json::parse(line);

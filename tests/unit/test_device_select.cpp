@@ -5,6 +5,7 @@
 #include "launcher/device_select.h"
 #include "runtime/device/device.h"
 #include "runtime/error.h"
+#include "tests/support/test_support.h"
 
 using tessera::launcher::choose_device;
 using tessera::launcher::DeviceContext;
@@ -21,15 +22,12 @@ DeviceContext machine(bool cuda_built, int gpus, int local_rank, int local_size)
   return c;
 }
 
+// The one-line input error choose_device gives, or "no error (chose <device>)".
 std::string error_of(const std::string& spec, const DeviceContext& ctx) {
-  try {
-    c10::Device d = choose_device(spec, ctx);
-    return "no error (chose " + d.str() + ")";
-  } catch (const tessera::Error& e) {
-    EXPECT_EQ(e.kind(), tessera::ErrorKind::Input);
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message must be one line";
-    return e.what();
-  }
+  std::string chose;
+  const std::string msg = tessera::test::error_of([&] { chose = choose_device(spec, ctx).str(); });
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "message must be one line";
+  return chose.empty() ? msg : "no error (chose " + chose + ")";
 }
 
 void expect_has(const std::string& msg, const std::string& needle) {

@@ -11,27 +11,12 @@
 
 #include "launcher/slurm_env.h"
 #include "runtime/error.h"
+#include "tests/support/test_support.h"
 
 using tessera::launcher::expand_hostlist;
 using tessera::launcher::expand_tasks_per_node;
 using Hosts = std::vector<std::string>;
-
-namespace {
-
-// Expects `fn` to throw tessera::Error(Input) whose one-line message contains `needle`.
-template <typename Fn>
-void expect_input_error(Fn fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an input error mentioning '" << needle << "'";
-  } catch (const tessera::Error& e) {
-    EXPECT_EQ(e.kind(), tessera::ErrorKind::Input);
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message must be one line";
-  }
-}
-
-}  // namespace
+using tessera::test::expect_input_error;
 
 TEST(Hostlist, PlainNamesAndLists) {
   EXPECT_EQ(expand_hostlist("login2"), Hosts({"login2"}));
@@ -69,34 +54,34 @@ TEST(Hostlist, SeveralBracketGroupsAreACartesianProduct) {
 }
 
 TEST(Hostlist, MalformedInputIsAnInputErrorNamingTheText) {
-  expect_input_error([] { expand_hostlist("n[1-2"); }, "n[1-2");
-  expect_input_error([] { expand_hostlist("n[1-2"); }, "unclosed");
-  expect_input_error([] { expand_hostlist("n1-2]"); }, "']' without '['");
-  expect_input_error([] { expand_hostlist("n[[1]]"); }, "nested");
-  expect_input_error([] { expand_hostlist("n[]"); }, "bad range");
-  expect_input_error([] { expand_hostlist("n[1,]"); }, "bad range");
-  expect_input_error([] { expand_hostlist("n[1-]"); }, "bad range");
-  expect_input_error([] { expand_hostlist("n[-1]"); }, "bad range");
-  expect_input_error([] { expand_hostlist("n[1--2]"); }, "bad range");
-  expect_input_error([] { expand_hostlist("n[a-b]"); }, "bad range");
-  expect_input_error([] { expand_hostlist("n[3-1]"); }, "backwards");
-  expect_input_error([] { expand_hostlist("n[1-2]-ib"); }, "text after the last ']'");
-  expect_input_error([] { expand_hostlist("a,,b"); }, "empty host name");
-  expect_input_error([] { expand_hostlist("a,"); }, "empty host name");
-  expect_input_error([] { expand_hostlist("a b"); }, "whitespace");
-  expect_input_error([] { expand_hostlist("a\nb"); }, "'a\\x0ab'");  // quoted escaped: still one line
-  expect_input_error([] { expand_hostlist("n[0-99999999]"); }, "too large");
-  expect_input_error([] { expand_hostlist("n[0-999][0-999][0-999]"); }, "too many hosts");
-  expect_input_error([] { expand_hostlist("n[1-99999999999999999999]"); }, "bad range");
+  expect_input_error([] { expand_hostlist("n[1-2"); }, {"n[1-2"});
+  expect_input_error([] { expand_hostlist("n[1-2"); }, {"unclosed"});
+  expect_input_error([] { expand_hostlist("n1-2]"); }, {"']' without '['"});
+  expect_input_error([] { expand_hostlist("n[[1]]"); }, {"nested"});
+  expect_input_error([] { expand_hostlist("n[]"); }, {"bad range"});
+  expect_input_error([] { expand_hostlist("n[1,]"); }, {"bad range"});
+  expect_input_error([] { expand_hostlist("n[1-]"); }, {"bad range"});
+  expect_input_error([] { expand_hostlist("n[-1]"); }, {"bad range"});
+  expect_input_error([] { expand_hostlist("n[1--2]"); }, {"bad range"});
+  expect_input_error([] { expand_hostlist("n[a-b]"); }, {"bad range"});
+  expect_input_error([] { expand_hostlist("n[3-1]"); }, {"backwards"});
+  expect_input_error([] { expand_hostlist("n[1-2]-ib"); }, {"text after the last ']'"});
+  expect_input_error([] { expand_hostlist("a,,b"); }, {"empty host name"});
+  expect_input_error([] { expand_hostlist("a,"); }, {"empty host name"});
+  expect_input_error([] { expand_hostlist("a b"); }, {"whitespace"});
+  expect_input_error([] { expand_hostlist("a\nb"); }, {"'a\\x0ab'"});  // quoted escaped: still one line
+  expect_input_error([] { expand_hostlist("n[0-99999999]"); }, {"too large"});
+  expect_input_error([] { expand_hostlist("n[0-999][0-999][0-999]"); }, {"too many hosts"});
+  expect_input_error([] { expand_hostlist("n[1-99999999999999999999]"); }, {"bad range"});
   // Found by tests/fuzz/fuzz_hostlist: a few KB of text expanded to gigabytes of names (the host
   // count limit alone let a 4000-character name times 10^6 through), and every group of
   // "[0-999999][0-999999]..." was expanded before the product was checked.
-  expect_input_error([] { expand_hostlist(std::string(4000, 'x') + "[0-999999]"); }, "MiB of host names");
+  expect_input_error([] { expand_hostlist(std::string(4000, 'x') + "[0-999999]"); }, {"MiB of host names"});
   expect_input_error([] {
     std::string many;
     for (int i = 0; i < 300; ++i) many += "[0-999999]";
     expand_hostlist(many);
-  }, "too many hosts");
+  }, {"too many hosts"});
 }
 
 TEST(TasksPerNode, Expands) {
@@ -109,7 +94,7 @@ TEST(TasksPerNode, Expands) {
 
 TEST(TasksPerNode, MalformedIsAnInputError) {
   for (const char* bad : {"", "x", "2(x3", "2x3", "2(3)", "2(x)", "2(x0)", "0", "-1", "2(x3),", ",1", "2(x3)1", "1.5"})
-    expect_input_error([&] { expand_tasks_per_node(bad); }, std::string("'") + bad + "'");
+    expect_input_error([&] { expand_tasks_per_node(bad); }, {std::string("'") + bad + "'"});
 }
 
 // --- oracle: scontrol show hostnames --------------------------------------------------------------
@@ -120,20 +105,6 @@ namespace {
 // Returns the hosts, or nullopt when scontrol rejected the list.
 class Scontrol {
  public:
-  Scontrol() {
-    char tmpl[] = "/tmp/tessera-hostlist-XXXXXX";
-    if (!mkdtemp(tmpl)) return;
-    dir_ = tmpl;
-    conf_ = dir_ + "/slurm.conf";
-    std::ofstream(conf_) << "ClusterName=oracle\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\n"
-                            "PartitionName=p Nodes=n1\n";
-  }
-  ~Scontrol() {
-    if (!dir_.empty()) {
-      std::remove(conf_.c_str());
-      rmdir(dir_.c_str());
-    }
-  }
   static bool available() { return std::system("command -v scontrol >/dev/null 2>&1") == 0; }
 
   std::optional<Hosts> expand(const std::string& list) const {
@@ -156,7 +127,9 @@ class Scontrol {
   }
 
  private:
-  std::string dir_, conf_;
+  const tessera::test::TempDir dir_{"tessera-hostlist"};
+  const std::string conf_ = dir_.write("slurm.conf", "ClusterName=oracle\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\n"
+                                                       "PartitionName=p Nodes=n1\n");
 };
 
 }  // namespace

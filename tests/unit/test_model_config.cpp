@@ -7,18 +7,13 @@
 #include "model/config.h"
 #include "model/errors.h"
 #include "model/registry.h"
+#include "tests/support/test_support.h"
 
 using namespace tessera::model;
+using tessera::test::error_of;
+using tessera::test::TempDir;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ModelError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 nlohmann::json llama7b_hf_config() {
   // The config.json shipped with meta-llama/Llama-2-7b-hf (plus an unknown key).
   return nlohmann::json::parse(R"({
@@ -67,43 +62,41 @@ TEST(ModelConfig, DefaultsForOptionalKeys) {
 TEST(ModelConfig, ErrorsNameSourceAndKey) {
   auto j = llama7b_hf_config();
   j.erase("hidden_size");
-  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "/m/config.json"); }),
+  EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "/m/config.json"); }),
             "/m/config.json: missing required key 'hidden_size'");
   j = llama7b_hf_config();
   j["vocab_size"] = "32000";
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("c.json: key 'vocab_size' must be an integer"),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("c.json: key 'vocab_size' must be an integer"),
             std::string::npos);
   j = llama7b_hf_config();
   j["num_key_value_heads"] = 5;
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("not divisible by num_key_value_heads 5"),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("not divisible by num_key_value_heads 5"),
             std::string::npos);
   j = llama7b_hf_config();
   j["model_type"] = "gemma";
-  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "c.json"); }),
+  EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }),
             "c.json: model_type \"gemma\" is not supported (supported: llama, mistral)");
   j = llama7b_hf_config();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling"), std::string::npos);
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling"), std::string::npos);
   j = llama7b_hf_config();
   j["hidden_size"] = -4;
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("'hidden_size' must be positive"),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("'hidden_size' must be positive"),
             std::string::npos);
-  EXPECT_EQ(error_of([] { ModelConfig::preset("llama3"); }),
+  EXPECT_EQ(error_of<ModelError>([] { ModelConfig::preset("llama3"); }),
             "unknown model preset 'llama3' (valid: tiny, small, llama2-7b, llama2-13b, llama2-70b, tiny-llama3, "
             "llama3.2-1b, llama3-8b, llama3-70b, tiny-mistral, mistral-7b)");
 }
 
 TEST(ModelConfig, LoadFromFile) {
-  auto dir = std::filesystem::temp_directory_path() / ("tessera_cfg_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  auto path = (dir / "config.json").string();
+  const TempDir dir("tessera_cfg");
+  const std::string path = dir / "config.json";
   std::ofstream(path) << llama7b_hf_config().dump();
   EXPECT_EQ(ModelConfig::load(path), ModelConfig::preset("llama2-7b"));
   std::ofstream(path) << "{\"vocab_size\": 3,";
-  EXPECT_NE(error_of([&] { ModelConfig::load(path); }).find(path + ": invalid JSON"), std::string::npos);
-  EXPECT_NE(error_of([&] { ModelConfig::load((dir / "nope.json").string()); }).find("nope.json: cannot open"),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::load(path); }).find(path + ": invalid JSON"), std::string::npos);
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::load(dir / "nope.json"); }).find("nope.json: cannot open"),
             std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 // ---------------------------------------------------------------- Llama 3.x and Mistral
@@ -191,33 +184,33 @@ TEST(Llama3Config, PresetsRoundTripThroughTheirFamily) {
 TEST(Llama3Config, UnsupportedValuesNameFileAndKey) {
   auto j = llama32_1b_hf_config();
   j["rope_scaling"]["rope_type"] = "yarn";
-  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
+  EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "m/config.json"); }),
             "m/config.json: rope_scaling.rope_type \"yarn\" is not supported (supported: llama3, default)");
   j = llama32_1b_hf_config();
   j["rope_scaling"].erase("rope_type");
   j["rope_scaling"]["type"] = "linear";
-  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "c.json"); }),
+  EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }),
             "c.json: rope_scaling.type \"linear\" is not supported (supported: llama3, default)");
   j = llama32_1b_hf_config();
   j["rope_scaling"].erase("factor");
-  EXPECT_EQ(error_of([&] { ModelConfig::from_json(j, "c.json"); }), "c.json: rope_scaling: missing required key 'factor'");
+  EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }), "c.json: rope_scaling: missing required key 'factor'");
   j = llama32_1b_hf_config();
   j["rope_scaling"]["high_freq_factor"] = 0.5;
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling.high_freq_factor"), std::string::npos);
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling.high_freq_factor"), std::string::npos);
   j = llama32_1b_hf_config();
   j["head_dim"] = 128;
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("c.json: head_dim 128 is not supported"),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("c.json: head_dim 128 is not supported"),
             std::string::npos);
   j = llama32_1b_hf_config();
   j["eos_token_id"] = {128001, "x"};
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "c.json"); }).find("'eos_token_id' must be an integer or a list"),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("'eos_token_id' must be an integer or a list"),
             std::string::npos);
   auto m = mistral_v01_hf_config();
   m["sliding_window"] = 0;
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(m, "c.json"); }).find("c.json: sliding_window 0 must be a positive"),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(m, "c.json"); }).find("c.json: sliding_window 0 must be a positive"),
             std::string::npos);
   m = mistral_v01_hf_config();
   m["rope_scaling"] = {{"rope_type", "llama3"}};
-  EXPECT_NE(error_of([&] { ModelConfig::from_json(m, "c.json"); }).find("not supported for model_type \"mistral\""),
+  EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(m, "c.json"); }).find("not supported for model_type \"mistral\""),
             std::string::npos);
 }

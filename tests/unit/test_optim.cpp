@@ -36,6 +36,27 @@ torch::optim::OptimizerParamState& reference_state(StateMap& state, const torch:
 double max_rel_err(const at::Tensor& a, const at::Tensor& b) {
   return ((a - b).abs() / (b.abs() + 1e-12)).max().item<double>();
 }
+
+// One shard of `n` N(0, 1) values with weight decay over `decay`, and a copy of it (equal values,
+// its own tensor), for two optimizers compared on the same parameters.
+std::pair<std::vector<ParamShard>, std::vector<ParamShard>> twin_shards(int64_t n, std::vector<Range> decay) {
+  std::vector<ParamShard> a(1);
+  a[0].param = torch::randn({n});
+  a[0].decay = std::move(decay);
+  std::vector<ParamShard> b = a;
+  b[0].param = a[0].param.clone();
+  return {a, b};
+}
+
+// `steps` steps at `lr` of fa on a and of fb on b, with the same N(0, 1) gradients.
+void step_both(AdamW& fa, std::vector<ParamShard>& a, AdamW& fb, std::vector<ParamShard>& b, int steps, double lr) {
+  for (int i = 0; i < steps; ++i) {
+    a[0].grad = torch::randn(a[0].param.sizes());
+    b[0].grad = a[0].grad.clone();
+    fa.step(a, lr);
+    fb.step(b, lr);
+  }
+}
 }  // namespace
 
 TEST(AdamW, MatchesTorchAdamWWithDecayAndNoDecayGroups) {
@@ -134,21 +155,12 @@ TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
   torch::manual_seed(3);
   const int64_t n = (int64_t(1) << 20) + 1000;
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
-    std::vector<ParamShard> a(1), b(1);
-    a[0].param = torch::randn({n});
-    a[0].decay = {{100, int64_t(1) << 20}};
-    b[0].param = a[0].param.clone();
-    b[0].decay = a[0].decay;
+    auto [a, b] = twin_shards(n, {{100, int64_t(1) << 20}});
     AdamWOptions oa, ob;
     oa.state_dtype = ob.state_dtype = dt;
     ob.fused_cpu = false;
     AdamW fa(oa), fb(ob);
-    for (int i = 0; i < 3; ++i) {
-      a[0].grad = torch::randn({n});
-      b[0].grad = a[0].grad.clone();
-      fa.step(a, 1e-2);
-      fb.step(b, 1e-2);
-    }
+    step_both(fa, a, fb, b, 3, 1e-2);
     // Same formula, float rounding apart (params ~ N(0, 1), three steps of lr 1e-2). With bf16
     // moments, an fp32 rounding difference between the two paths can flip a moment's bf16 rounding
     // (one step of 2^-8 relative), which moves that element's later updates by up to lr x 2^-8: the
@@ -202,22 +214,13 @@ TEST(AdamW, TensorOpPathDoesNotDependOnGrouping) {
 TEST(AdamW, Bf16StateTracksFp32State) {
   // bf16 moments: half the state bytes, updates within bf16 rounding of the fp32-state run.
   torch::manual_seed(4);
-  std::vector<ParamShard> a(1), b(1);
-  a[0].param = torch::randn({5000});
-  a[0].decay = {{0, 5000}};
-  b[0].param = a[0].param.clone();
-  b[0].decay = a[0].decay;
+  auto [a, b] = twin_shards(5000, {{0, 5000}});
   AdamWOptions o32, o16;
   o16.state_dtype = at::kBFloat16;
   AdamW f32(o32), f16(o16);
   EXPECT_EQ(f16.state_bytes_per_element(), 4);
   const torch::Tensor start = a[0].param.clone();
-  for (int i = 0; i < 20; ++i) {
-    a[0].grad = torch::randn({5000});
-    b[0].grad = a[0].grad.clone();
-    f32.step(a, 1e-3);
-    f16.step(b, 1e-3);
-  }
+  step_both(f32, a, f16, b, 20, 1e-3);
   const double moved = (a[0].param - start).norm().item<double>();
   const double diff = (a[0].param - b[0].param).norm().item<double>();
   EXPECT_GT(moved, 0.1);
@@ -332,11 +335,7 @@ TEST(AdamW, GradScaleEqualsClippingTheGradientsFirst) {
   // the gradients are left unscaled. Both the CPU loop and the tensor-op path.
   for (bool fused : {true, false}) {
     torch::manual_seed(6);
-    std::vector<ParamShard> a(1), b(1);
-    a[0].param = torch::randn({5000});
-    a[0].decay = {{10, 3000}};
-    b[0].param = a[0].param.clone();
-    b[0].decay = a[0].decay;
+    auto [a, b] = twin_shards(5000, {{10, 3000}});
     AdamWOptions o;
     o.fused_cpu = fused;
     AdamW fa(o), fb(o);

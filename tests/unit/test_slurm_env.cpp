@@ -2,14 +2,17 @@
 // tasks (captured on the local cluster, see slurm/README.md), plus malformed and inconsistent ones.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 
 #include "launcher/slurm_env.h"
 #include "runtime/error.h"
+#include "tests/support/test_support.h"
 
 using tessera::launcher::read_slurm_env;
 using tessera::launcher::SlurmEnv;
 using Vars = std::map<std::string, std::string>;
+using tessera::test::expect_input_error;
 
 namespace {
 
@@ -29,19 +32,6 @@ Vars srun_task3() {
           {"SLURM_STEP_NUM_TASKS", "4"},   {"SLURM_STEP_NUM_NODES", "2"},
           {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_STEP_NODELIST", "node[1-2]"},
           {"SLURM_TASKS_PER_NODE", "2(x2)"},   {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
-}
-
-template <typename Fn>
-void expect_input_error(Fn fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an input error mentioning '" << needle << "'";
-  } catch (const tessera::Error& e) {
-    EXPECT_EQ(e.kind(), tessera::ErrorKind::Input);
-    EXPECT_EQ(e.exit_code(), 2);
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace
@@ -137,37 +127,26 @@ TEST(SlurmEnv, MalformedValuesNameTheVariable) {
            {"SLURM_STEP_TASKS_PER_NODE", "2(x2"}}) {
     Vars v = srun_task3();
     v[name] = value;
-    expect_input_error([&] { read(v); }, name + "=");
+    expect_input_error([&] { read(v); }, {name + "="});
   }
   Vars v = srun_task3();
   v["SLURM_JOB_ID"] = "";
-  expect_input_error([&] { read(v); }, "SLURM_JOB_ID is set but empty");
+  expect_input_error([&] { read(v); }, {"SLURM_JOB_ID is set but empty"});
 }
 
 TEST(SlurmEnv, InconsistentCountsAreErrors) {
-  Vars v = srun_task3();
-  v["SLURM_STEP_NUM_NODES"] = "3";
-  expect_input_error([&] { read(v); }, "node list has 2 hosts but node count is 3");
-
-  v = srun_task3();
-  v["SLURM_STEP_TASKS_PER_NODE"] = "2(x3)";
-  expect_input_error([&] { read(v); }, "covers 3 nodes");
-
-  v = srun_task3();
-  v["SLURM_STEP_TASKS_PER_NODE"] = "2,1";
-  expect_input_error([&] { read(v); }, "does not add up");
-
-  v = srun_task3();
-  v["SLURM_PROCID"] = "4";
-  expect_input_error([&] { read(v); }, "SLURM_PROCID=4 is not below the task count 4");
-
-  v = srun_task3();
-  v["SLURM_NODEID"] = "2";
-  expect_input_error([&] { read(v); }, "SLURM_NODEID=2");
-
-  v = srun_task3();
-  v["SLURM_LOCALID"] = "2";
-  expect_input_error([&] { read(v); }, "SLURM_LOCALID=2");
+  // (variable, value in srun_task3's otherwise consistent set, what the error must say)
+  for (const auto& [name, value, needle] : std::vector<std::array<std::string, 3>>{
+           {"SLURM_STEP_NUM_NODES", "3", "node list has 2 hosts but node count is 3"},
+           {"SLURM_STEP_TASKS_PER_NODE", "2(x3)", "covers 3 nodes"},
+           {"SLURM_STEP_TASKS_PER_NODE", "2,1", "does not add up"},
+           {"SLURM_PROCID", "4", "SLURM_PROCID=4 is not below the task count 4"},
+           {"SLURM_NODEID", "2", "SLURM_NODEID=2"},
+           {"SLURM_LOCALID", "2", "SLURM_LOCALID=2"}}) {
+    Vars v = srun_task3();
+    v[name] = value;
+    expect_input_error([&] { read(v); }, {needle});
+  }
 }
 
 TEST(SlurmEnv, ReadsTheProcessEnvironmentByDefault) {
