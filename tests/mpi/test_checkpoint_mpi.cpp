@@ -24,20 +24,8 @@ comm::Communicator& world() { return *world_groups().world; }
 // A fresh directory shared by every rank (created by rank 0), removed at the end of the test.
 class MpiCheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string d;
-    if (world().rank() == 0) {
-      char tmpl[] = "/tmp/tessera-ckpt-mpi-XXXXXX";
-      d = mkdtemp(tmpl) ? tmpl : "";
-    }
-    dir = world().broadcast_string(d, 0);
-    ASSERT_FALSE(dir.empty());
-  }
-  void TearDown() override {
-    world().barrier()->wait();
-    if (world().rank() == 0) fs::remove_all(dir);
-  }
-  std::string dir;
+  const tessera::test::SharedTempDir tmp{"tessera-ckpt-mpi"};
+  const std::string dir = tmp.str();
 };
 
 // Groups for hybrid_shard with nodes of `per_node` consecutive ranks (emulated on one host).

@@ -24,17 +24,14 @@
 #include "runtime/optim/schedule.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/test_support.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
 
 namespace {
 
-model::ModelConfig test_config() {
-  model::ModelConfig c = model::ModelConfig::preset("tiny");
-  c.num_hidden_layers = 3;
-  return c;
-}
+model::ModelConfig test_config() { return test::tiny_model(3); }
 
 const comm::ProcessGroups& world_groups() { return launcher::current().groups; }
 
@@ -310,18 +307,17 @@ TEST(FsdpDeviceStep, TrainsLikeTheReferenceWithinTheGpuBudget) {
 // the same documents evaluated one by one (Trainer::sequence_losses, one unpacked row each).
 TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
   const auto cfg = test_config();
-  const std::string path = "/tmp/tessera_fsdp_docs_" + std::to_string(getpid()) + ".jsonl";  // one per rank
   std::vector<std::string> docs;
-  for (int i = 0; i < 21; ++i) docs.push_back("doc " + std::to_string(i) + std::string(3 + i * 11 % 17, 'a' + i % 26));
-  {
-    std::ofstream out(path);
-    for (const auto& d : docs) out << "{\"text\": \"" << d << "\"}\n";
+  std::string jsonl;
+  for (int i = 0; i < 21; ++i) {
+    docs.push_back("doc " + std::to_string(i) + std::string(3 + i * 11 % 17, 'a' + i % 26));
+    jsonl += "{\"text\": \"" + docs.back() + "\"}\n";
   }
   data::ByteTokenizer tok;
   data::PackOptions po;
   po.seq_len = 64;
-  auto ds = data::load_dataset({path}, tok, po);
-  std::remove(path.c_str());
+  const test::TempDir tmp("tessera_fsdp_docs");  // one per rank
+  auto ds = data::load_dataset({tmp.write("docs.jsonl", jsonl)}, tok, po);
   ASSERT_LT(ds->num_sequences(), static_cast<int64_t>(docs.size()) / 2);  // several documents per row
   ASSERT_EQ(ds->num_sequences(), 7);  // at np 2 and 4 some rank runs a filler forward in the last pass
   auto t = test_train_options();
@@ -505,10 +501,8 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
   const auto cfg = test_config();
   auto t = test_train_options();
   t.steps = 10;
-  std::string dir = "/tmp/tessera_resume_test_" + std::to_string(getpid());
-  int leader = getpid();
-  MPI_Bcast(&leader, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir = "/tmp/tessera_resume_test_" + std::to_string(leader);
+  const test::SharedTempDir ck("tessera_resume_test");
+  const std::string dir = ck.str();
   fsdp::Options fo;
   std::vector<double> straight;
   std::map<std::string, torch::Tensor> straight_params;
@@ -539,8 +533,6 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
     for (const auto& [name, p] : straight_params) EXPECT_TRUE(torch::equal(p, params.at(name))) << name;
   }
   for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(straight[i], resumed[i]) << "step " << i;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_groups().world->rank() == 0) fs::remove_all(dir);
 }
 
 }  // namespace
@@ -551,19 +543,17 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
 TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
   const auto& b = launcher::current();
   launcher::DeviceContext ctx = launcher::device_context(b);
-  int usable = ctx.cuda_built && ctx.visible_gpus >= ctx.local_size ? 1 : 0, all_usable = 0;
-  MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all_usable) GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
+  if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size))
+    GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
   const c10::Device gpu = launcher::choose_device("cuda", ctx);
   const comm::ProcessGroups nccl = launcher::device_groups(b, gpu);
   ASSERT_EQ(nccl.world->backend(), "nccl");
   const auto cfg = test_config();
   auto t = test_train_options();
   t.steps = 4;
-  int leader = getpid();
-  MPI_Bcast(&leader, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  const std::string dir = "/tmp/tessera_cuda_test_" + std::to_string(leader);
   for (bool ac : {false, true}) {
+    const test::SharedTempDir ck("tessera_cuda_test");
+    const std::string dir = ck.str();
     fsdp::Options fo;
     fo.activation_checkpointing = ac;
     std::vector<double> cpu_losses, gpu_losses;
@@ -599,8 +589,5 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
       EXPECT_EQ(tr.resume(checkpoint::latest(dir)), t.steps);
       for (auto& [name, p] : gather_all(tr.engine())) EXPECT_TRUE(torch::equal(p, gpu_params.at(name))) << name;
     }
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (world_groups().world->rank() == 0) fs::remove_all(dir);
-    MPI_Barrier(MPI_COMM_WORLD);
   }
 }

@@ -20,6 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/memory/tracker.h"
+#include "tests/support/test_support.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -31,11 +32,7 @@ namespace {
 const comm::ProcessGroups& world_groups() { return launcher::current().groups; }
 comm::Communicator& world() { return *world_groups().world; }
 
-model::ModelConfig test_config() {
-  model::ModelConfig c = model::ModelConfig::preset("tiny");
-  c.num_hidden_layers = 3;
-  return c;
-}
+model::ModelConfig test_config() { return tessera::test::tiny_model(3); }
 
 // 16 layers of 3.2 M parameters (12.6 MB fp32 each): the full model (206 MB fp32) is far larger
 // than two units, so materialising it shows in the peak RSS.

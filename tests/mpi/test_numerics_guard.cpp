@@ -21,21 +21,17 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
+#include "tests/support/test_support.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
 
 namespace {
 
-model::ModelConfig test_config() {
-  model::ModelConfig c = model::ModelConfig::preset("tiny");
-  c.num_hidden_layers = 2;
-  return c;
-}
+model::ModelConfig test_config() { return test::tiny_model(2); }
 
 const comm::ProcessGroups& world() { return launcher::current().groups; }
 int W() { return world().world->size(); }
-int rank() { return world().world->rank(); }
 
 std::shared_ptr<data::TokenDataset> dataset() {
   static std::shared_ptr<data::TokenDataset> d;
@@ -75,13 +71,6 @@ std::unique_ptr<train::Trainer> make_trainer(const train::TrainOptions& t, fsdp:
   return tr;
 }
 
-// A directory name every rank agrees on.
-std::string shared_dir(const std::string& what) {
-  int leader = getpid();
-  MPI_Bcast(&leader, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return "/tmp/tessera_numerics_" + what + "_" + std::to_string(leader);
-}
-
 // This rank's optimizer-visible state: masters and both AdamW moments of every unit, cloned.
 std::vector<torch::Tensor> snapshot(train::Trainer& tr) {
   std::vector<torch::Tensor> out;
@@ -95,12 +84,6 @@ bool bit_identical(const std::vector<torch::Tensor>& a, const std::vector<torch:
     if (a[i].defined() != b[i].defined() || (a[i].defined() && !torch::equal(a[i], b[i]))) return false;
   return true;
 }
-bool on_every_rank(bool v) {
-  int mine = v ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all == 1;
-}
-
 // Sets TESSERA_TEST_FAULT for the scope (every rank sets the same value; the hook picks the rank).
 struct Fault {
   explicit Fault(const std::string& v) { setenv("TESSERA_TEST_FAULT", v.c_str(), 1); }
@@ -125,7 +108,8 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
   for (const std::string kind : {"inf-grad", "nan-loss"}) {
     Fault fault(kind + "@" + std::to_string(W() - 1) + ":3");
     auto t = options();
-    t.checkpoint_dir = shared_dir("skip_" + kind);
+    const test::SharedTempDir ck("tessera_numerics_skip_" + kind);
+    t.checkpoint_dir = ck.str();
     auto tr = make_trainer(t);
     for (int s = 1; s <= 2; ++s) {
       train::StepRecord r = tr->train_step();
@@ -135,7 +119,7 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
     const auto before = snapshot(*tr);
     train::StepRecord r3 = tr->train_step();
     EXPECT_EQ(r3.step, 3);
-    EXPECT_TRUE(on_every_rank(r3.skipped)) << kind;
+    EXPECT_TRUE(test::on_every_rank(r3.skipped)) << kind;
     EXPECT_EQ(r3.skipped_steps, 1);
     if (kind == "inf-grad") {
       EXPECT_TRUE(std::isinf(r3.grad_norm)) << r3.grad_norm;
@@ -143,7 +127,7 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
     } else {
       EXPECT_TRUE(std::isnan(r3.loss)) << r3.loss;
     }
-    EXPECT_TRUE(on_every_rank(bit_identical(snapshot(*tr), before))) << kind << ": masters or moments changed";
+    EXPECT_TRUE(test::on_every_rank(bit_identical(snapshot(*tr), before))) << kind << ": masters or moments changed";
     // Step 3's checkpoint: the loop's step is 3, AdamW took 2 steps (GradScaler semantics).
     const std::string c3 = tr->save_checkpoint();
     MPI_Barrier(MPI_COMM_WORLD);
@@ -156,9 +140,7 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
     EXPECT_EQ(r4.skipped_steps, 1);
     EXPECT_TRUE(std::isfinite(r4.loss) && std::isfinite(r4.grad_norm));
     // Step 4 moved every rank's masters (the guard does not stick).
-    EXPECT_TRUE(on_every_rank(!bit_identical(snapshot(*tr), before))) << kind;
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank() == 0) fs::remove_all(t.checkpoint_dir);
+    EXPECT_TRUE(test::on_every_rank(!bit_identical(snapshot(*tr), before))) << kind;
   }
 }
 
@@ -170,7 +152,8 @@ TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
   auto t = options();
   t.steps = 6;
   t.max_skipped_steps = 2;
-  t.checkpoint_dir = shared_dir("limit");
+  const test::SharedTempDir ck("tessera_numerics_limit");
+  t.checkpoint_dir = ck.str();
   t.checkpoint_every = 1;
   t.checkpoint_keep = 10;
   {
@@ -202,12 +185,10 @@ TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
     tr->resume(t.checkpoint_dir + "/" + step);
     state.push_back(snapshot(*tr));
   }
-  EXPECT_TRUE(on_every_rank(bit_identical(state[0], state[1])));
+  EXPECT_TRUE(test::on_every_rank(bit_identical(state[0], state[1])));
   nlohmann::json st = manifest_state(t.checkpoint_dir + "/step-3");
   EXPECT_EQ(st.at("numerics").at("consecutive_skipped").get<int64_t>(), 1);
   EXPECT_EQ(st.at("numerics").at("first_skipped_step").get<int64_t>(), 3);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank() == 0) fs::remove_all(t.checkpoint_dir);
 }
 
 // Loss scaling in an fp32 run: the power-of-two scale multiplies the backward and is divided out of
@@ -266,7 +247,8 @@ TEST(LossScaling, Fp16ScaleSurvivesACheckpoint) {
     EXPECT_TRUE(std::isfinite(straight[s].loss));
   }
   auto t2 = t;
-  t2.checkpoint_dir = shared_dir("scale");
+  const test::SharedTempDir ck("tessera_numerics_scale");
+  t2.checkpoint_dir = ck.str();
   std::string ckpt;
   {
     auto tr = make_trainer(t2, fo);
@@ -286,6 +268,4 @@ TEST(LossScaling, Fp16ScaleSurvivesACheckpoint) {
       EXPECT_EQ(r.skipped_steps, 1);
     }
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank() == 0) fs::remove_all(t2.checkpoint_dir);
 }

@@ -3,6 +3,7 @@
 //     scope), write_file / read_file, run_capture (a command-line tool's stdout, e.g. an oracle's);
 //   - errors: error_of (the message of the error a call throws), expect_input_error and
 //     EXPECT_INPUT_ERROR (a call fails with one line of bad-input error naming what it must name);
+//   - models: tiny_model (the `tiny` preset with a given number of layers);
 //   - MPI (tests/mpi, every rank calls): SharedTempDir, on_every_rank.
 // Bad input in Tessera is a tessera::Error of kind Input (runtime/error.h) or, from model/ (which
 // has no runtime/ dependency), a model::ModelError; launcher/ exits 2 for both.
@@ -22,6 +23,7 @@
 #include <string>
 #include <type_traits>
 
+#include "model/config.h"
 #include "model/errors.h"
 #include "runtime/error.h"
 
@@ -142,6 +144,15 @@ void expect_input_error(Fn&& fn, std::initializer_list<std::string> needles) {
   } while (0)
 
 namespace tessera::test {
+
+// ---- models ------------------------------------------------------------------------------------
+
+// The `tiny` preset (model/llama_family.cpp) with `layers` decoder layers.
+inline model::ModelConfig tiny_model(int64_t layers) {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
+  c.num_hidden_layers = layers;
+  return c;
+}
 
 // ---- MPI (tests/mpi: every rank of MPI_COMM_WORLD calls these together) ----------------------------
 
