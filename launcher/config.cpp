@@ -127,6 +127,8 @@ const std::vector<ConfigKey>& config_schema() {
       // optim
       choice(&C::optim, &OptimSection::state_dtype, "optim.state_dtype", state_dtype_names(), FloatType::F32,
              "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient) or bf16 (12 bytes; each update is computed in fp32 and rounded once)."),
+      field(&C::optim, &OptimSection::in_backward, "optim.in_backward", false,
+            "Run each unit's AdamW update in backward as soon as its gradient shard is reduced, and free that shard (torchtune's optimizer_in_bwd): gradient memory of a few units instead of 4 bytes per parameter. Needs train.clip 0 and no fp16; a non-finite gradient stops the run instead of skipping the step (docs/FSDP.md)."),
       // checkpoint
       field(&C::checkpoint, &CheckpointSection::dir, "checkpoint.dir", "", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."),
       field(&C::checkpoint, &CheckpointSection::every, "checkpoint.every", 0, "Save every N steps (0: only at the end and on preemption).", at_least(0)),
@@ -335,6 +337,19 @@ Config::Config() {
   for (const auto& k : config_schema()) k.store(*this, k.default_value);
 }
 
+// Keys that are each valid but cannot work together: one line naming them (at config check).
+static void check_combinations(const Config& c, const std::string& source) {
+  if (c.optim.in_backward) {
+    TESSERA_CHECK_INPUT(c.train.clip == 0,
+                        source + ": optim.in_backward cannot clip (train.clip = " + number_text(c.train.clip) +
+                            "): each unit is updated before the global gradient norm exists; set train.clip = 0");
+    const bool fp16 = c.fsdp.mixed_precision == util::FloatType::F16 || c.fsdp.reduce_dtype == util::FloatType::F16;
+    TESSERA_CHECK_INPUT(!fp16, source + ": optim.in_backward does not combine with fp16 (fsdp.mixed_precision / "
+                                        "fsdp.reduce_dtype): loss scaling must skip overflowing steps, and units are "
+                                        "updated before the overflow is known; use bf16");
+  }
+}
+
 Config Config::from_json(const nlohmann::json& j, const std::string& source, const std::vector<std::string>& overrides) {
   Config c;
   std::vector<std::pair<std::string, nlohmann::json>> flat;
@@ -370,6 +385,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
     }
     k->store(c, check_value(*k, v, "--set"));
   }
+  check_combinations(c, source);
   return c;
 }
 

@@ -75,6 +75,7 @@ struct FsdpSection {
 };
 struct OptimSection {
   util::FloatType state_dtype{};
+  bool in_backward = false;
 };
 struct CheckpointSection {
   std::string dir;

@@ -50,6 +50,7 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
   r.activation_checkpointing = fo.activation_checkpointing;
   r.accumulate_unsharded = fo.accumulate == fsdp::Accumulate::Unsharded;
   r.grad_accum = to.grad_accum;
+  r.optimizer_in_backward = to.optimizer_in_backward;
   r.checkpoint_async = to.checkpoint_async;
   r.load = cfg.model.path.empty() ? fsdp::LoadMode::Parallel : cfg.model.load;  // a preset is initialised in place
   r.gpu = req.gpu;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <functional>
 #include <optional>
 
 #include "runtime/error.h"
@@ -93,6 +94,7 @@ struct Engine::Impl {
   std::deque<Reduction> reducing;     // reduce-scatters in flight, issue order
   std::deque<Reduction> replicating;  // replica all-reduces in flight, issue order
   bool sync = true;
+  std::function<void(int)> grad_ready;  // Engine::on_grad_ready
   MemoryStats mem;
 
   bool reshard_after_forward() const {
@@ -191,7 +193,7 @@ struct Engine::Impl {
     if (shard_comm->size() == 1) {
       // The shard is the whole unit (no_shard, or one rank): add straight into the gradient.
       add_into(grad, plan, grads, scale);
-      if (sync && replicate_comm->size() > 1) replicate(ui);
+      if (sync) final_grad(ui);
       return;
     }
     memory::Scope scope(memory::Category::UnsharedGrads);
@@ -234,7 +236,14 @@ struct Engine::Impl {
     Unit& u = units[r.unit];
     add_scaled(grad_shard(u), r.out, 1.0);
     r.out = at::Tensor();
-    if (r.final && replicate_comm->size() > 1) replicate(r.unit);
+    if (r.final) final_grad(r.unit);
+  }
+
+  // Unit ui's gradient shard holds this rank's reduced slice: replicas all-reduce it first; then it
+  // is final and the on_grad_ready hook sees it.
+  void final_grad(int ui) {
+    if (replicate_comm->size() > 1) replicate(ui);
+    else if (grad_ready) grad_ready(ui);
   }
 
   // All-reduce unit ui's gradient shard across replicas (in the reduce dtype), asynchronously.
@@ -260,6 +269,7 @@ struct Engine::Impl {
     }
     at::Tensor& grad = units[r.unit].shard->grad;
     if (!r.out.is_same(grad)) grad.copy_(r.out);
+    if (grad_ready) grad_ready(r.unit);
   }
 
   // Retires, oldest first, the reductions that have already completed (no waiting): a finished
@@ -476,6 +486,10 @@ void Engine::finish_backward() {
 void Engine::reshard_all() {
   for (size_t ui = 0; ui < impl_->units.size(); ++ui) impl_->reshard(static_cast<int>(ui));
 }
+
+void Engine::on_grad_ready(std::function<void(int unit)> hook) { impl_->grad_ready = std::move(hook); }
+
+void Engine::release_grad(int unit) { impl_->units[unit].shard->grad = at::Tensor(); }
 
 void Engine::zero_grad() {
   for (auto& u : impl_->units)

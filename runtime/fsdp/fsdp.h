@@ -186,6 +186,13 @@ class Engine {
   // After the optimizer changed the master shards: drops every gathered copy.
   void after_step() { reshard_all(); }
   void zero_grad();
+  // optim.in_backward: `hook(unit)` runs as soon as that unit's gradient shard is final in the last
+  // micro-step's backward (its reduce-scatter retired and, with replicas, its all-reduce), on the
+  // thread that runs backward (the caller of backward(); autograd's device thread on a GPU). The
+  // hook may update the unit's master and release_grad(unit): then the gradient shards of all units
+  // are never alive together. The root unit's comes last, in finish_backward. Null: no hook.
+  void on_grad_ready(std::function<void(int unit)> hook);
+  void release_grad(int unit);  // drops shards()[unit].grad (zero_grad and the next backward make it again)
 
   const std::vector<UnitShard>& shards() const;
   // What the optimizer steps: every shard's master, gradient and decay ranges, and shard_group().

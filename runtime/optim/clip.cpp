@@ -70,6 +70,12 @@ at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Commu
   at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   if (device.is_cpu() && !tensor_ops) local.data_ptr<double>()[0] = cpu_square_sum(grads);
   else device_square_sum(grads, local);
+  return gather_partials(local, shard_group);
+}
+
+}  // namespace
+
+at::Tensor gather_partials(const at::Tensor& local, comm::Communicator* shard_group) {
   if (shard_group == nullptr || shard_group->size() == 1) return local;
   const at::Tensor bits_in = local.view(at::kLong);
   at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
@@ -79,8 +85,6 @@ at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Commu
   }
   return bits_out.view(at::kDouble);
 }
-
-}  // namespace
 
 double clip_coefficient(double norm, double max_norm) {
   if (max_norm <= 0 || !std::isfinite(norm)) return 1.0;

@@ -37,4 +37,9 @@ double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Com
 // is how the trainer's device_step runs the GPU's step on a CPU).
 at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
 
+// Every rank's `local` sum of squares ([1] double, on any device) as a [size] tensor in rank order:
+// its raw bits all-gathered over `shard_group`, so every rank adds the same numbers in the same order
+// (the norm is sqrt of their sum); `local` itself without a group. No host synchronisation.
+at::Tensor gather_partials(const at::Tensor& local, comm::Communicator* shard_group);
+
 }  // namespace tessera::optim

@@ -131,7 +131,10 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
   // accumulation only the root's accumulator is left.
   auto base = [&](const char* at, bool layers_reduced = false) {
     Moment m(at);
-    m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * z.sum_chunk).add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
+    // optim.in_backward with one micro-step: a unit's shard lives from its reduction to its update.
+    const bool one_grad = run.optimizer_in_backward && run.grad_accum == 1;
+    m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * (one_grad ? z.max_chunk : z.sum_chunk));
+    m.add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
     if (run.accumulate_unsharded && run.grad_accum > 1 && reduce_scatter)
       m.add(C::UnsharedGrads, 4 * (layers_reduced ? z.padded[0] : z.sum_padded));
     return m;

@@ -12,7 +12,8 @@
 //   master 4 sum c_u      gradient shard 4 sum c_u      optimizer 2 s sum c_u (+ 8 sum c_u / B)
 // so 16 bytes per parameter of the shard with fp32 moments, 12 with bf16 ones, 10 + 8 / B with
 // 8-bit ones (s = 1, two fp32 absmax per block of B = 2048 elements); S = the world for
-// full_shard / shard_grad_op, the node for hybrid_shard, 1 for no_shard.
+// full_shard / shard_grad_op, the node for hybrid_shard, 1 for no_shard. optim.in_backward with one
+// micro-step: gradient shard 4 max c_u (each unit's shard is released at its update in backward).
 // Training step (the maximum over the moments of forward, loss, backward and reductions, each the
 // sum below; runtime/planner/memory_formula.cpp walks them in the order the engine runs):
 //   gathered params  root P_0 p from the first forward to the end of backward, plus layers:
@@ -90,6 +91,7 @@ struct RunShape {
   int stored_bytes = 2;                  // the checkpoint's dtype on disk (loading)
   int limit_all_gathers = 2;
   bool prefetch = true, activation_checkpointing = false, accumulate_unsharded = false;
+  bool optimizer_in_backward = false;  // optim.in_backward: one unit's gradient shard at a time
   int64_t grad_accum = 1;
   bool checkpoint_async = false;
   LoadMode load = LoadMode::Rank0;

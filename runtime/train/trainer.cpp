@@ -21,6 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/optim/shard_view.h"
 #include "runtime/profile/phase.h"
@@ -182,9 +183,23 @@ struct Trainer::Impl {
   // optimizer.
   QueuedStep queue_step();
   std::vector<data::Batch> next_batches(QueuedStep& q);
-  void forward_backward(const data::Batch& b, double scale, bool last, QueuedStep& q);
+  at::Tensor forward(const data::Batch& b, double scale, bool last, QueuedStep& q);
+  void backward(const at::Tensor& loss, double scale, QueuedStep& q);
   void optimizer_step(QueuedStep& q);
+  // optim.in_backward (TrainOptions::optimizer_in_backward): the step's loss agreed before the last
+  // backward, each unit's update from the engine's on_grad_ready hook, the norm checked after.
+  bool loss_finite_before_update(QueuedStep& q);
+  void update_in_backward(int unit);
+  void finish_in_backward(QueuedStep& q);
+  struct InBackward {
+    bool open = false;            // the hook updates units (the last micro-step's backward)
+    int64_t step_count = 0;       // AdamW's step count before this step (each unit takes step + 1)
+    double lr = 0;
+    std::vector<at::Tensor> square_sums;  // per updated unit: its gradient shard's sum of squares
+    QueuedStep* q = nullptr;
+  } in_bwd;
   void inject_test_faults(const optim::ShardView& view, QueuedStep& q) const;
+  void inject_inf_grad(const optim::ShardView& view) const;
 
   // Everything a checkpoint saves and restores: the engine's masters and the optimizer's state.
   std::vector<NamedShards> checkpoint_state() {
@@ -238,6 +253,11 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   TESSERA_CHECK_INPUT(opts.max_skipped_steps >= 0, "train.max_skipped_steps must be >= 0 (got " +
                                                         std::to_string(opts.max_skipped_steps) + ")");
   im.guard = NumericsGuard(opts.max_skipped_steps);
+  if (opts.optimizer_in_backward) {
+    TESSERA_CHECK_INPUT(opts.clip <= 0 && !opts.loss_scaling,
+                        "optim.in_backward needs train.clip = 0 and no fp16 loss scaling (fsdp.mixed_precision / fsdp.reduce_dtype fp16)");
+    im.engine->on_grad_ready([&im](int unit) { im.update_in_backward(unit); });
+  }
   im.scaler = LossScaler(opts.loss_scaling);
   im.schedule = {opts.lr, opts.min_lr, opts.warmup_steps, opts.steps, opts.schedule};
   optim::validate(im.schedule);
@@ -341,42 +361,48 @@ std::vector<data::Batch> Trainer::Impl::next_batches(QueuedStep& q) {
   return batches;
 }
 
-// Forward and backward of one micro-batch: it backpropagates its summed loss x W / N (the engine
-// averages gradients over the W data-parallel ranks), so the step's gradient is exactly that of the
-// mean loss over its N targets. The gradient shards accumulate in the engine.
-void Trainer::Impl::forward_backward(const data::Batch& b, double scale, bool last, QueuedStep& q) {
-  fsdp::Engine& eng = *engine;
+// Forward of one micro-batch: it will backpropagate its summed loss x W / N (the engine averages
+// gradients over the W data-parallel ranks), so the step's gradient is exactly that of the mean
+// loss over its N targets. The logits (B x T x vocab) are not kept: autograd keeps what it needs.
+at::Tensor Trainer::Impl::forward(const data::Batch& b, double scale, bool last, QueuedStep& q) {
   at::Tensor loss;
   {
     memory::Scope scope(memory::Category::Activations);
-    {
-      profile::Phase forward(profile::Part::Forward);
-      eng.begin_forward(/*sync=*/last);
-      loss = summed_loss(b, scale * q.loss_scale);
-    }
-    // the logits (B x T x vocab) are not kept through backward: autograd keeps what it needs
-    memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
+    profile::Phase forward(profile::Part::Forward);
+    engine->begin_forward(/*sync=*/last);
+    loss = summed_loss(b, scale * q.loss_scale);
+  }
+  memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
+  q.loss_sum.add_(loss.detach().to(at::kDouble));
+  return loss;
+}
+
+// Its backward: the gradient shards accumulate in the engine (and, with optim.in_backward, the
+// last micro-step's update each unit as its shard is final).
+void Trainer::Impl::backward(const at::Tensor& loss, double scale, QueuedStep& q) {
+  {
+    memory::Scope scope(memory::Category::Activations);
     profile::Phase backward(profile::Part::Backward);
     (loss * (scale * q.loss_scale)).backward();
   }
-  {
-    profile::Phase backward(profile::Part::Backward);  // the root's gradient; the drain is reduce_wait
-    eng.finish_backward();
-  }
-  q.loss_sum.add_(loss.detach().to(at::kDouble));
+  profile::Phase backward(profile::Part::Backward);  // the root's gradient; the drain is reduce_wait
+  engine->finish_backward();
 }
 
 // Test binaries only (test_fault.h): one rank's reduced gradient shard, or its local loss, made
 // non-finite for the numerics guard's tests. Never fires in `tessera`.
 void Trainer::Impl::inject_test_faults(const optim::ShardView& view, QueuedStep& q) const {
-  const int rank = groups.world->rank();
-  if (test_fault("inf-grad", rank, step + 1))
-    for (const optim::ParamShard& s : view.shards)
-      if (s.grad.defined() && s.grad.numel() > 0) {
-        s.grad.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
-        break;
-      }
-  if (test_fault("nan-loss", rank, step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+  inject_inf_grad(view);
+  if (test_fault("nan-loss", groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+}
+
+void Trainer::Impl::inject_inf_grad(const optim::ShardView& view) const {
+  if (!test_fault("inf-grad", groups.world->rank(), step + 1)) return;
+  for (const optim::ParamShard& s : view.shards)
+    if (s.grad.defined() && s.grad.numel() > 0) {
+      s.grad.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+      return;
+    }
 }
 
 // The optimizer's part: unscale, norm and clipping, the loss all-reduce, then AdamW unless the
@@ -397,6 +423,70 @@ void Trainer::Impl::optimizer_step(QueuedStep& q) {
   if (!skip_step(q)) adamw->step(view.shards, q.lr, clipped.grad_scale);
 }
 
+// optim.in_backward, before the last backward: the step's loss on every rank (the step's first
+// host sync); a non-finite one skips the step before any unit is updated (numerics.h), else the
+// engine's hook updates each unit in the backward that follows.
+bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
+  if (test_fault("nan-loss", groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+  {
+    profile::Phase sync(profile::Part::SyncWait);
+    groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+  }
+  const double loss = device::to_host(q.loss_sum, "step: loss").data_ptr<double>()[0];
+  q.loss = loss / static_cast<double>(std::max<int64_t>(q.targets, 1));
+  {
+    profile::Phase sync(profile::Part::SyncWait);
+    q.skipped = host.world->any(!std::isfinite(loss));
+  }
+  q.lr = optim::lr_at(step, schedule);
+  in_bwd = {!q.skipped, adamw->step_count(), q.lr, {}, &q};
+  return !q.skipped;
+}
+
+// The engine's on_grad_ready hook: AdamW on this unit's shard alone, with the step count every unit
+// of this step shares, then its gradient shard released.
+void Trainer::Impl::update_in_backward(int unit) {
+  if (!in_bwd.open) return;  // micro-steps before the last never call it; a skipped step neither
+  memory::Scope opt_scope(memory::Category::Optimizer);
+  profile::Phase optimizer(profile::Part::Optimizer);
+  optim::ShardView view = engine->optimizer_view();
+  for (size_t i = 0; i < view.shards.size(); ++i)
+    if (static_cast<int>(i) != unit) view.shards[i].grad = at::Tensor();  // this unit alone
+  if (unit == 1) inject_inf_grad(view);  // test binaries: after the later layers were updated
+  const at::Tensor& g = view.shards[unit].grad;
+  in_bwd.square_sums.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble).square().reshape({1}));
+  adamw->set_step_count(in_bwd.step_count);
+  adamw->step(view.shards, in_bwd.lr, 1.0f);
+  engine->release_grad(unit);
+}
+
+// After the last backward: the step's gradient norm from the updated units' sums (the step's second
+// host sync). A non-finite one cannot be skipped any more (units were updated): the run stops here,
+// before anything of this step is saved, and the last checkpoint stays its last good state.
+void Trainer::Impl::finish_in_backward(QueuedStep& q) {
+  in_bwd.open = false;
+  double norm = 0;
+  if (!q.skipped) {
+    const at::Tensor local = in_bwd.square_sums.empty() ? at::zeros({1}, q.loss_sum.options())
+                                                        : at::cat(in_bwd.square_sums).sum().reshape({1});
+    const at::Tensor partials = optim::gather_partials(local, &engine->shard_group());
+    q.grad_norm = partials.sum().sqrt();
+    profile::Phase sync(profile::Part::SyncWait);
+    norm = device::to_host(q.grad_norm, "step: gradient norm").item<double>();
+  }
+  in_bwd.square_sums.clear();
+  q.norm = q.skipped ? std::numeric_limits<double>::quiet_NaN() : norm;
+  guard.record(step + 1, q.skipped, q.loss, q.norm);
+  q.skipped_total = guard.total();
+  if (q.skipped) return;
+  if (!std::isfinite(norm))
+    throw CollectiveError(ErrorKind::Input,
+                          "step " + std::to_string(step + 1) + ": non-finite gradient norm with optim.in_backward: units were "
+                          "already updated, so the step cannot be skipped; the run stops here without saving" +
+                              (last_checkpoint.empty() ? std::string() : "; resume from " + last_checkpoint));
+  adamw->set_step_count(in_bwd.step_count + 1);
+}
+
 // One training step, queued: the device may still be running it when this returns (record() reads
 // its results; skip_step is its one host synchronisation).
 QueuedStep Trainer::Impl::queue_step() {
@@ -413,8 +503,14 @@ QueuedStep Trainer::Impl::queue_step() {
   const double scale = static_cast<double>(groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
   q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   q.loss_scale = scaler.scale();  // 1 unless fp16 loss scaling
-  for (size_t a = 0; a < batches.size(); ++a) forward_backward(batches[a], scale, a + 1 == batches.size(), q);
-  optimizer_step(q);
+  for (size_t a = 0; a < batches.size(); ++a) {
+    const bool last = a + 1 == batches.size();
+    const at::Tensor loss = forward(batches[a], scale, last, q);
+    if (last && opts.optimizer_in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
+    backward(loss, scale, q);
+  }
+  if (opts.optimizer_in_backward) finish_in_backward(q);
+  else optimizer_step(q);
   engine->after_step();
   engine->zero_grad();
   ++step;

@@ -101,6 +101,12 @@ struct TrainOptions {
   // loss scaling (the launcher turns it on when fp16 is the compute or the reduction dtype).
   int64_t max_skipped_steps = 10;
   bool loss_scaling = false;
+  // optim.in_backward: each unit's AdamW update runs in backward as soon as its gradient shard is
+  // final, which is then released (gradient memory O(unit)). Needs clip 0 and no loss scaling
+  // (the configuration refuses both). A non-finite loss, known before backward, skips the step with
+  // every unit untouched; a non-finite gradient with a finite loss, seen only after some units were
+  // updated, stops the run (CollectiveError) before anything of the step is saved.
+  bool optimizer_in_backward = false;
   // train.profile_steps: a Chrome trace of steps [first, last] (1-based, inclusive) into
   // <log_dir>/trace-rank-<r>.json, written by every rank after step `last` (0, 0: none).
   int64_t profile_first = 0, profile_last = 0;

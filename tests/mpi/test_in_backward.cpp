@@ -1,0 +1,161 @@
+// optim.in_backward under mpirun (np 1, 2, 4): each unit's AdamW update runs in backward as soon as
+// its gradient shard is final (fsdp::Engine::on_grad_ready) and the shard is released.
+//  - With clipping off it is the ordinary step, bit for bit: masters, moments and losses, under
+//    full_shard, shard_grad_op and no_shard, fp32 and bf16 compute, with and without accumulation.
+//  - The gradient shards of all units are never alive together: at the step's memory peak the
+//    tracker holds fewer gradient-shard bytes than the ordinary step, and none after the step.
+//  - A non-finite loss (known before backward) skips the step with every unit untouched; a
+//    non-finite gradient with a finite loss stops the run on every rank.
+//  - clip > 0 and fp16 are refused, at config check and by the trainer.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "launcher/bootstrap.h"
+#include "launcher/config.h"
+#include "launcher/model_lm.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/error.h"
+#include "runtime/memory/tracker.h"
+#include "runtime/train/trainer.h"
+#include "tests/support/test_support.h"
+
+using namespace tessera;
+
+namespace {
+
+const comm::ProcessGroups& world() { return launcher::current().groups; }
+
+model::ModelConfig four_layers() {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
+  c.num_hidden_layers = 4;
+  return c;
+}
+
+std::shared_ptr<data::TokenDataset> rows() {
+  static std::shared_ptr<data::TokenDataset> d;
+  if (d) return d;
+  const test::TempDir dir("tessera_in_backward");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i * 31 % 97) + " of the in-backward test\n";
+  static data::ByteTokenizer tok;
+  data::PackOptions po;
+  po.seq_len = 32;
+  d = data::load_dataset({dir.write("rows.txt", text)}, tok, po);
+  return d;
+}
+
+train::TrainOptions options(bool in_backward, int64_t accum = 2) {
+  train::TrainOptions t;
+  t.steps = 4;
+  t.micro_batch = 1;
+  t.grad_accum = accum;
+  t.seq_len = 32;
+  t.lr = 3e-3;
+  t.warmup_steps = 1;
+  t.clip = 0;
+  t.quiet = true;
+  t.optimizer_in_backward = in_backward;
+  return t;
+}
+
+std::unique_ptr<train::Trainer> trainer(const train::TrainOptions& t, fsdp::Options fo = {}) {
+  auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(four_layers()), world(), fo, t, rows(),
+                                             nlohmann::json::object());
+  launcher::InitWeightSource src(four_layers(), 1234);
+  tr->load_weights(src);
+  return tr;
+}
+
+// Masters and both moments of every unit on this rank, cloned.
+std::vector<torch::Tensor> state_of(train::Trainer& tr) {
+  std::vector<torch::Tensor> out;
+  for (const auto& kind : tr.state())
+    for (const auto& t : kind.per_unit) out.push_back(t.clone());
+  return out;
+}
+void expect_same_bits(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << what << ": tensor " << i;
+}
+
+struct Fault {  // TESSERA_TEST_FAULT for the scope (tests/support/fault_env.cpp reads it)
+  explicit Fault(const std::string& v) { setenv("TESSERA_TEST_FAULT", v.c_str(), 1); }
+  ~Fault() { unsetenv("TESSERA_TEST_FAULT"); }
+};
+
+}  // namespace
+
+TEST(InBackward, EqualsTheOrdinaryStepBitForBitWithoutClipping) {
+  struct Case {
+    fsdp::Strategy strategy;
+    at::ScalarType dtype;
+    int64_t accum;
+  };
+  for (const Case c : {Case{fsdp::Strategy::FullShard, at::kFloat, 2}, Case{fsdp::Strategy::FullShard, at::kBFloat16, 1},
+                       Case{fsdp::Strategy::ShardGradOp, at::kFloat, 1}, Case{fsdp::Strategy::NoShard, at::kBFloat16, 2}}) {
+    const std::string what = fsdp::to_string(c.strategy) + " " + c10::toString(c.dtype) + " accum " + std::to_string(c.accum);
+    fsdp::Options fo;
+    fo.strategy = c.strategy;
+    fo.param_dtype = c.dtype;
+    auto plain = trainer(options(false, c.accum), fo), early = trainer(options(true, c.accum), fo);
+    for (int s = 0; s < 2; ++s) {
+      const train::StepRecord a = plain->train_step(), b = early->train_step();
+      EXPECT_EQ(a.loss, b.loss) << what << ", step " << s + 1;
+      EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-9 * a.grad_norm) << what << ": the norm is summed per unit";
+    }
+    expect_same_bits(state_of(*plain), state_of(*early), what);
+  }
+}
+
+TEST(InBackward, GradientShardsAreNeverAllAliveTogether) {
+  auto grad_bytes_at_peak = [](bool in_backward) {
+    auto tr = trainer(options(in_backward, 1));
+    tr->train_step();
+    const train::StepRecord r = tr->train_step();
+    if (in_backward)
+      for (const auto& sh : tr->engine().shards()) EXPECT_FALSE(sh.grad.defined()) << sh.name << " kept its gradient";
+    return r.memory.tracked.bytes[static_cast<int>(memory::Category::GradShard)];
+  };
+  const int64_t plain = grad_bytes_at_peak(false), early = grad_bytes_at_peak(true);
+  EXPECT_GT(plain, 0);
+  EXPECT_LT(early, plain) << "gradient-shard bytes at the step's peak: in backward " << early << ", ordinary " << plain;
+}
+
+TEST(InBackward, NonFiniteLossSkipsTheStepWithEveryUnitUntouched) {
+  const int last = world().world->size() - 1;
+  Fault fault("nan-loss@" + std::to_string(last) + ":2");
+  auto tr = trainer(options(true));
+  tr->train_step();
+  const auto before = state_of(*tr);
+  const train::StepRecord r = tr->train_step();
+  EXPECT_TRUE(r.skipped);
+  expect_same_bits(before, state_of(*tr), "the skipped step");
+  EXPECT_FALSE(tr->train_step().skipped);  // the next step trains
+}
+
+TEST(InBackward, NonFiniteGradientStopsTheRunOnEveryRank) {
+  Fault fault("inf-grad@0:2");
+  auto tr = trainer(options(true));
+  tr->train_step();
+  const std::string msg = test::error_of([&] { tr->train_step(); });
+  EXPECT_NE(msg.find("non-finite gradient norm with optim.in_backward"), std::string::npos) << msg;
+}
+
+TEST(InBackward, ClippingAndFp16AreRefused) {
+  test::expect_input_error([] { launcher::Config::from_json({{"optim", {{"in_backward", true}}}}, "run.json", {}); },
+                           {"run.json", "optim.in_backward", "train.clip", "train.clip = 0"});
+  test::expect_input_error(
+      [] {
+        launcher::Config::from_json({{"optim", {{"in_backward", true}}}, {"train", {{"clip", 0}}}},
+                                    "run.json", {"fsdp.mixed_precision=fp16"});
+      },
+      {"optim.in_backward", "fp16", "fsdp.mixed_precision"});
+  EXPECT_NO_THROW(launcher::Config::from_json({{"optim", {{"in_backward", true}}}, {"train", {{"clip", 0}}}}, "run.json", {}));
+  auto t = options(true);
+  t.clip = 1.0;
+  test::expect_input_error([&] { trainer(t); }, {"optim.in_backward", "train.clip"});
+}
