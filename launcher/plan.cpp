@@ -177,6 +177,11 @@ std::vector<Knob> knobs(const Config& cfg, const model::ModelConfig& mc) {
   }
   if (to.optimizer_state_dtype == at::kFloat)
     k.push_back({"optim.state_dtype=bf16", [](Config& c, PlanRequest&) { c.optim.state_dtype = util::FloatType::BF16; }});
+  if (!to.optimizer_in_backward && !to.loss_scaling)  // fp16 cannot (config check)
+    k.push_back({"optim.in_backward=true train.clip=0 (no gradient clipping)", [](Config& c, PlanRequest&) {
+                   c.optim.in_backward = true;
+                   c.train.clip = 0;
+                 }});
   if (fo.accumulate == fsdp::Accumulate::Unsharded && to.grad_accum > 1)
     k.push_back({"fsdp.accumulate=sharded", [](Config& c, PlanRequest&) { c.fsdp.accumulate = fsdp::Accumulate::Sharded; }});
   if (fo.reduce_dtype == at::kFloat && fo.param_dtype != at::kFloat)
@@ -241,6 +246,7 @@ nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, 
     if (w > 0) suggestions.push_back({{"change", "all of: " + every + "; and " + std::to_string(w) + " ranks"}});
     else if (impossible)
       *impossible = "and no setting of activation checkpointing, limit_all_gathers, micro-batch, optimizer state dtype, "
+                    "optimizer in backward, "
                     "strategy or up to 8192 ranks brings it under the limit";
   }
   return suggestions;
