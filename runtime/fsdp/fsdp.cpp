@@ -188,11 +188,10 @@ struct Engine::Impl {
     Unit& u = units[ui];
     const ShardPlan& plan = u.shard->plan;
     for (const auto& g : grads) memory::retag(g, memory::Category::UnsharedGrads);
-    at::Tensor& grad = grad_shard(u);
     const double scale = 1.0 / static_cast<double>(dp_size);
     if (shard_comm->size() == 1) {
       // The shard is the whole unit (no_shard, or one rank): add straight into the gradient.
-      add_into(grad, plan, grads, scale);
+      add_into(grad_shard(u), plan, grads, scale);
       if (sync) final_grad(ui);
       return;
     }

@@ -3,7 +3,8 @@
 //  - With clipping off it is the ordinary step, bit for bit: masters, moments and losses, under
 //    full_shard, shard_grad_op and no_shard, fp32 and bf16 compute, with and without accumulation.
 //  - The gradient shards of all units are never alive together: at the step's memory peak the
-//    tracker holds fewer gradient-shard bytes than the ordinary step, and none after the step.
+//    tracker holds fewer gradient-shard bytes than the ordinary step (and no more than the planner's
+//    term, the largest unit's shard), and none after the step.
 //  - A non-finite loss (known before backward) skips the step with every unit untouched; a
 //    non-finite gradient with a finite loss stops the run on every rank.
 //  - clip > 0 and fp16 are refused, at config check and by the trainer.
@@ -20,6 +21,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/planner/memory_formula.h"
 #include "runtime/train/trainer.h"
 #include "tests/support/test_support.h"
 
@@ -123,6 +125,17 @@ TEST(InBackward, GradientShardsAreNeverAllAliveTogether) {
   const int64_t plain = grad_bytes_at_peak(false), early = grad_bytes_at_peak(true);
   EXPECT_GT(plain, 0);
   EXPECT_LT(early, plain) << "gradient-shard bytes at the step's peak: in backward " << early << ", ordinary " << plain;
+  // The planner's term: the largest unit's shard (4 bytes an element) instead of every unit's.
+  memory::RunShape run;
+  run.world = run.ranks_per_node = world().world->size();
+  run.align = fsdp::Options{}.align;
+  run.optimizer_in_backward = true;
+  const memory::Plan plan = memory::estimate(launcher::memory_shape(four_layers()), {}, run);
+  const int64_t predicted = plan.train_host.bytes.bytes[static_cast<int>(memory::Category::GradShard)];
+  EXPECT_LE(early, predicted);
+  run.optimizer_in_backward = false;
+  EXPECT_LT(predicted, memory::estimate(launcher::memory_shape(four_layers()), {}, run)
+                           .train_host.bytes.bytes[static_cast<int>(memory::Category::GradShard)]);
 }
 
 TEST(InBackward, NonFiniteLossSkipsTheStepWithEveryUnitUntouched) {
