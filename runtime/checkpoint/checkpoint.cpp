@@ -96,6 +96,7 @@ struct Job {
   std::vector<fsdp::ShardPlan> plans;
   std::vector<std::string> unit_names;
   std::vector<std::string> kinds;
+  std::vector<KindLayout> layouts;  // per kind: bytes per stored element, shard elements per value
   std::vector<std::vector<at::Tensor>> data;  // writer: [unit][kind], host tensors (fp32 or bf16)
   // Pieces (layout.h) of every rank file, numbered rank by rank: rank r's are [piece_base[r],
   // piece_base[r + 1]).
@@ -104,13 +105,32 @@ struct Job {
   std::vector<std::pair<size_t, size_t>> piece_slot;  // leader: piece -> (tensor, slice) in the manifest
 };
 
+// Version 2 when a kind is stored as bytes or per block (8-bit optimizer state), else 1: what
+// readers before version 2 read stays readable by them.
+int format_version_of(const std::vector<KindLayout>& layouts) {
+  for (const KindLayout& l : layouts)
+    if (l.elem_bytes != 4 || l.block != 1) return kFormatVersion;
+  return 1;
+}
+
+// The manifest entry of parameter p of unit u, kind k (slices added after): a kind per block holds
+// ceil(numel / block) values of the flattened parameter.
+json tensor_entry(const Job& job, size_t u, size_t k, const fsdp::ParamSlot& p) {
+  const KindLayout& l = job.layouts[k];
+  json t = {{"name", p.name}, {"kind", job.kinds[k]}, {"unit", job.unit_names[u]}, {"dtype", l.elem_bytes == 1 ? "U8" : "F32"},
+            {"shape", l.block == 1 ? p.shape : std::vector<int64_t>{(p.numel + l.block - 1) / l.block}}};
+  if (l.block != 1) t["block"] = l.block;
+  t["slices"] = json::array();
+  return t;
+}
+
 // The manifest of a save (FORMAT.md) but the checksums of files and slices, which publish() adds:
 // units, and every tensor with its slices in every rank file. piece_slot: where each piece's slice is.
 json manifest_without_checksums(const Job& job, int world_size, fsdp::Strategy strategy, int replicate_size,
                                 const json& state, std::vector<std::pair<size_t, size_t>>& piece_slot) {
   json m;
   m["format"] = kFormatName;
-  m["format_version"] = kFormatVersion;
+  m["format_version"] = format_version_of(job.layouts);
   m["step"] = job.step;
   m["world_size"] = world_size;
   m["strategy"] = fsdp::to_string(strategy);
@@ -132,13 +152,12 @@ json manifest_without_checksums(const Job& job, int world_size, fsdp::Strategy s
     for (size_t k = 0; k < job.kinds.size(); ++k)
       for (const auto& p : job.plans[u].params) {
         idx[u][k].push_back(tensors.size());
-        tensors.push_back({{"name", p.name}, {"kind", job.kinds[k]}, {"unit", job.unit_names[u]}, {"dtype", "F32"},
-                           {"shape", p.shape}, {"slices", json::array()}});
+        tensors.push_back(tensor_entry(job, u, k, p));
       }
   }
   piece_slot.clear();
   for (int r = 0; r < job.shard_size; ++r)
-    for (const Piece& p : file_layout(job.plans, r, static_cast<int>(job.kinds.size()))) {
+    for (const Piece& p : file_layout(job.plans, r, job.layouts)) {
       const size_t t = idx[p.unit][p.kind][p.param];
       piece_slot.emplace_back(t, tensors[t]["slices"].size());
       tensors[t]["slices"].push_back(
@@ -193,8 +212,8 @@ void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& s
     snap[u].resize(kinds.size());
     for (size_t k = 0; k < kinds.size(); ++k) {
       const at::Tensor& live = kinds[k].per_unit[u];
-      TESSERA_CHECK(live.numel() == sh.plan.chunk, "checkpoint kind " + kinds[k].kind + " of unit " + sh.name +
-                                                       " is not shaped like its shard");
+      TESSERA_CHECK(live.numel() * kinds[k].block == sh.plan.chunk,
+                    "checkpoint kind " + kinds[k].kind + " of unit " + sh.name + " is not shaped like its shard");
       // Shards on a device are always snapshot to host memory (the writer reads through data_ptr),
       // pinned (DMA); the copy waits for the device work that produced them.
       const bool on_host = live.is_cpu();
@@ -215,7 +234,7 @@ void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& s
 // checkpoint and what stays (the checkpoint latest() names: nothing complete is touched).
 static std::string no_space_message(const Job& job, const std::string& what) {
   uint64_t total = 0;
-  for (int r = 0; r < job.shard_size; ++r) total += file_bytes(file_layout(job.plans, r, static_cast<int>(job.kinds.size())));
+  for (int r = 0; r < job.shard_size; ++r) total += file_bytes(file_layout(job.plans, r, job.layouts));
   const std::string kept = latest(job.root);
   return "checkpoint step-" + std::to_string(job.step) + " does not fit in checkpoint.dir " + job.root + ": " + what +
          "; the whole checkpoint needs " + std::to_string(total) + " bytes; " +
@@ -224,7 +243,7 @@ static std::string no_space_message(const Job& job, const std::string& what) {
 
 std::vector<uint32_t> Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
   const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
-  const std::vector<Piece> layout = file_layout(job.plans, job.shard_rank, static_cast<int>(job.kinds.size()));
+  const std::vector<Piece> layout = file_layout(job.plans, job.shard_rank, job.layouts);
   io::File f = io::File::create(path);
   try {  // the whole file's blocks first: a full disk fails here, naming the bytes, not halfway through
     f.reserve(file_bytes(layout));
@@ -237,6 +256,11 @@ std::vector<uint32_t> Checkpointer::Impl::write_file(const Job& job, uint32_t& c
   for (const Piece& p : layout) {
     const at::Tensor& t = job.data[p.unit][p.kind];
     w.start_piece();
+    if (t.scalar_type() == at::kByte) {  // 8-bit optimizer state: stored as it is (U8)
+      w.write(t.data_ptr<uint8_t>() + p.shard_offset, static_cast<size_t>(p.length));
+      piece_crcs.push_back(w.piece_crc());
+      continue;
+    }
     if (t.scalar_type() == at::kFloat) {
       w.write(t.data_ptr<float>() + p.shard_offset, static_cast<size_t>(p.length) * sizeof(float));
       piece_crcs.push_back(w.piece_crc());
@@ -454,12 +478,16 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   for (const NamedShards& k : kinds) {
     TESSERA_CHECK(k.per_unit.size() == shards.size(), "checkpoint kind " + k.kind + " has a tensor per unit");
     job.kinds.push_back(k.kind);
+    const bool bytes = !k.per_unit.empty() && k.per_unit[0].scalar_type() == at::kByte;
+    job.layouts.push_back({bytes ? 1 : 4, k.block});
+    // Per-block kinds need every shard and parameter at a multiple of the block (named here, once).
+    if (k.block != 1 && !shards.empty()) block_plan(shards[0].plan, k.block, k.kind);
   }
   impl_->collect(job, shards, kinds, opts_.async);
   job.piece_base.assign(1, 0);
   for (int r = 0; r < job.shard_size; ++r)
     job.piece_base.push_back(job.piece_base.back() +
-                             static_cast<int64_t>(file_layout(job.plans, r, static_cast<int>(job.kinds.size())).size()));
+                             static_cast<int64_t>(file_layout(job.plans, r, job.layouts).size()));
   if (job.leader)
     job.manifest = manifest_without_checksums(job, groups_.world->size(), engine.options().strategy,
                                               engine.replicate_group().size(), state, job.piece_slot);

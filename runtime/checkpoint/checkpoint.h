@@ -2,7 +2,8 @@
 //
 // A checkpoint is a directory <root>/step-<N>/ holding one tensor file per shard-group rank (that
 // rank's slices of every unit's state kinds: the engine's fp32 master parameters ("param") and the
-// optimizer's moments ("exp_avg", "exp_avg_sq"), each stored as fp32) and manifest.json, written
+// optimizer's moments ("exp_avg", "exp_avg_sq"), each stored as fp32; 8-bit moments as their code
+// bytes and per-block fp32 scales, format version 2) and manifest.json, written
 // last by rank 0, which records for every tensor its global shape, dtype and which byte range of
 // which file holds which slice, per-file checksums (CRC32C), the step and the caller's training
 // state. Writes go to step-<N>.tmp/ (files and directory fsync'ed) and are renamed into place, so a
@@ -30,7 +31,10 @@
 
 namespace tessera::checkpoint {
 
-constexpr int kFormatVersion = 1;
+// The newest format this build writes and reads. A checkpoint is written as version 1 unless a kind
+// is stored as bytes ("U8") or per block (the 8-bit optimizer's "exp_avg.q8", "exp_avg.absmax",
+// ...): then 2, which readers of version 1 refuse by its number. This build reads both.
+constexpr int kFormatVersion = 2;
 constexpr const char* kFormatName = "tessera-checkpoint";
 // The kind holding the model's weights (what consolidation exports). Other kinds are whatever the
 // components handed to save() call their state (AdamW: "exp_avg", "exp_avg_sq").
@@ -139,6 +143,9 @@ struct TensorEntry {
   std::string unit;   // FSDP unit it belonged to
   std::vector<int64_t> shape;
   int64_t numel = 0;
+  std::string dtype = "F32";  // "F32" (4 bytes per element) or "U8" (1; version 2)
+  int elem_bytes = 4;
+  int64_t block = 1;  // version 2: element j stands for the parameter's elements [j*block, (j+1)*block)
   struct Slice {
     int file = 0;         // index into Reader::files()
     uint64_t offset = 0;  // byte offset in that file
@@ -156,11 +163,11 @@ struct FileEntry {
   uint32_t crc32c = 0;
 };
 
-// One contiguous byte range of a checkpoint file and where its fp32 elements go.
+// One contiguous byte range of a checkpoint file and where its elements (as stored) go.
 struct ReadRequest {
   int file = 0;
   uint64_t offset = 0, bytes = 0;
-  float* dst = nullptr;
+  void* dst = nullptr;
 };
 
 class Reader {
@@ -180,10 +187,13 @@ class Reader {
   const TensorEntry* find(const std::string& name, const std::string& kind) const;
   std::string file_path(int file) const;
 
-  // Elements [begin, begin + count) of a tensor as fp32 into dst (pread of the needed ranges only).
+  // Elements [begin, begin + count) of an F32 tensor into dst (pread of the needed ranges only).
   void read(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const;
-  // The byte ranges holding elements [begin, begin + count) of a tensor, dst filled from `dst` on.
-  std::vector<ReadRequest> requests(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const;
+  // The same for a tensor of any dtype: count x t.elem_bytes bytes as stored.
+  void read_raw(const TensorEntry& t, int64_t begin, int64_t count, void* dst) const;
+  // The byte ranges holding elements [begin, begin + count) of a tensor, dst filled from `dst` on
+  // (t.elem_bytes per element).
+  std::vector<ReadRequest> requests(const TensorEntry& t, int64_t begin, int64_t count, void* dst) const;
   // Streams file `file` once: fills the given requests (all in that file) and compares the file's
   // CRC32C with the manifest; Error(Input) naming the file on a mismatch, and the first tensor whose
   // slice there fails its own CRC32C (damaged_slice).

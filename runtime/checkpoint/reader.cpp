@@ -52,6 +52,19 @@ int64_t manifest_int(const json& v, const std::string& key, int64_t lo, int64_t 
 }
 
 // One entry of a tensor's "slices", checked against the files listed before it.
+// A tensor's dtype (F32; version 2 also U8) and block (version 2; 1 when absent).
+void parse_encoding(const json& tj, TensorEntry& t, int64_t version, const std::string& mpath) {
+  t.dtype = tj.at("dtype").get<std::string>();
+  if (t.dtype != "F32" && !(version >= 2 && t.dtype == "U8"))
+    throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has dtype " + tj.at("dtype").dump() +
+                              (version >= 2 ? " (F32 and U8 are defined in version 2)" : " (only F32 is defined in version 1)"));
+  t.elem_bytes = t.dtype == "U8" ? 1 : 4;
+  if (tj.contains("block")) {
+    if (version < 2) throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has a \"block\" (version 2 only)");
+    t.block = manifest_int(tj.at("block"), "block", 1, int64_t(1) << 30, mpath);
+  }
+}
+
 TensorEntry::Slice parse_slice(const json& sj, const TensorEntry& t, const std::map<std::string, int>& file_index,
                                const std::vector<FileEntry>& files, const std::string& mpath) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -69,7 +82,7 @@ TensorEntry::Slice parse_slice(const json& sj, const TensorEntry& t, const std::
     s.crc32c = static_cast<uint32_t>(manifest_int(sj.at("crc32c"), "crc32c", 0, std::numeric_limits<uint32_t>::max(), mpath));
   }
   const uint64_t file_bytes = files[s.file].bytes;  // offset + 4 numel could wrap around 2^64
-  if (s.offset > file_bytes || static_cast<uint64_t>(s.numel) > (file_bytes - s.offset) / 4)
+  if (s.offset > file_bytes || static_cast<uint64_t>(s.numel) > (file_bytes - s.offset) / static_cast<uint64_t>(t.elem_bytes))
     throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + tensor_label(t) + " has a slice outside file " + fname);
   return s;
 }
@@ -93,9 +106,9 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
     if (!manifest_.is_object() || manifest_.value("format", "") != kFormatName)
       throw TESSERA_INPUT_ERROR("manifest " + mpath + " is not a " + kFormatName + " manifest (key \"format\")");
     const json& ver = manifest_.at("format_version");
-    if (!ver.is_number_integer() || ver.get<int64_t>() != kFormatVersion)
+    if (!ver.is_number_integer() || ver.get<int64_t>() < 1 || ver.get<int64_t>() > kFormatVersion)
       throw TESSERA_INPUT_ERROR("manifest " + mpath + " has unknown format_version " + ver.dump() +
-                                " (this build reads version " + std::to_string(kFormatVersion) + ")");
+                                " (this build reads versions 1 to " + std::to_string(kFormatVersion) + ")");
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     manifest_int(manifest_.at("step"), "step", 0, kMax, mpath);
     manifest_.at("state");
@@ -123,9 +136,7 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
       t.kind = tj.at("kind").get<std::string>();
       t.unit = tj.value("unit", "");
       for (const json& d : tj.at("shape").get<std::vector<json>>()) t.shape.push_back(manifest_int(d, "shape", 0, kMax, mpath));
-      if (tj.at("dtype").get<std::string>() != "F32")
-        throw TESSERA_INPUT_ERROR("manifest " + mpath + ": tensor " + t.name + " has dtype " + tj.at("dtype").dump() +
-                                  " (only F32 is defined in version 1)");
+      parse_encoding(tj, t, ver.get<int64_t>(), mpath);
       t.numel = 1;
       for (int64_t d : t.shape) {
         if (d != 0 && t.numel > kMax / d)  // the elements must fit in int64 (found by fuzzing: signed overflow)
@@ -164,7 +175,7 @@ const TensorEntry* Reader::find(const std::string& name, const std::string& kind
 
 std::string Reader::file_path(int file) const { return (fs::path(dir_) / files_.at(file).name).string(); }
 
-std::vector<ReadRequest> Reader::requests(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const {
+std::vector<ReadRequest> Reader::requests(const TensorEntry& t, int64_t begin, int64_t count, void* dst) const {
   TESSERA_CHECK(begin >= 0 && count >= 0 && begin + count <= t.numel, "read range out of bounds for " + t.name);
   std::vector<ReadRequest> out;
   const int64_t end = begin + count;
@@ -173,13 +184,19 @@ std::vector<ReadRequest> Reader::requests(const TensorEntry& t, int64_t begin, i
                              [](int64_t v, const TensorEntry::Slice& s) { return v < s.begin + s.numel; });
   for (; it != t.slices.end() && it->begin < end; ++it) {
     const int64_t lo = std::max(begin, it->begin), hi = std::min(end, it->begin + it->numel);
-    out.push_back({it->file, it->offset + static_cast<uint64_t>(lo - it->begin) * 4,
-                   static_cast<uint64_t>(hi - lo) * 4, dst + (lo - begin)});
+    const uint64_t e = static_cast<uint64_t>(t.elem_bytes);
+    out.push_back({it->file, it->offset + static_cast<uint64_t>(lo - it->begin) * e, static_cast<uint64_t>(hi - lo) * e,
+                   static_cast<char*>(dst) + static_cast<uint64_t>(lo - begin) * e});
   }
   return out;
 }
 
 void Reader::read(const TensorEntry& t, int64_t begin, int64_t count, float* dst) const {
+  TESSERA_CHECK(t.dtype == "F32", "tensor " + tensor_label(t) + " is stored as " + t.dtype + ", not F32");
+  read_raw(t, begin, count, dst);
+}
+
+void Reader::read_raw(const TensorEntry& t, int64_t begin, int64_t count, void* dst) const {
   std::map<int, io::File> open;
   for (const auto& r : requests(t, begin, count, dst)) {
     auto it = open.find(r.file);
@@ -242,7 +259,7 @@ std::string Reader::damaged_slice(int file) const {
     for (const TensorEntry::Slice& s : t.slices) {
       if (s.file != file || !s.has_crc) continue;
       uint32_t crc = 0;
-      const uint64_t bytes = static_cast<uint64_t>(s.numel) * 4;
+      const uint64_t bytes = static_cast<uint64_t>(s.numel) * static_cast<uint64_t>(t.elem_bytes);
       for (uint64_t done = 0; done < bytes;) {
         const size_t k = static_cast<size_t>(std::min<uint64_t>(kStreamBlock, bytes - done));
         buf.resize(k);
@@ -264,7 +281,8 @@ VerifyReport verify(const std::string& ckpt_dir) {
   // Every byte of every file belongs to exactly one tensor slice (nothing unaccounted for).
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ranges(r.files().size());
   for (const auto& t : r.tensors())
-    for (const auto& s : t.slices) ranges[s.file].push_back({s.offset, s.offset + static_cast<uint64_t>(s.numel) * 4});
+    for (const auto& s : t.slices)
+      ranges[s.file].push_back({s.offset, s.offset + static_cast<uint64_t>(s.numel) * static_cast<uint64_t>(t.elem_bytes)});
   for (size_t f = 0; f < ranges.size(); ++f) {
     auto& rs = ranges[f];
     std::sort(rs.begin(), rs.end());
@@ -302,23 +320,47 @@ void agree(fsdp::Engine& engine, const std::string& wire, const std::string& dir
   throw CollectiveError(agreed->kind, agreed->message);
 }
 
+// Kind k of parameter `name` is not in the checkpoint. When the checkpoint holds other kinds of it,
+// they are named: an optimizer state of another kind (optim.state_dtype) is the usual cause.
+std::string missing_message(const Reader& r, const std::string& name, const std::string& kind) {
+  std::string held;
+  for (const auto& t : r.tensors())
+    if (t.name == name) held += (held.empty() ? "" : ", ") + t.kind;
+  std::string msg = "checkpoint " + r.dir() + " does not match the model: tensor " + name +
+                    (kind == kParamKind ? "" : " (" + kind + ")") + " is missing";
+  if (held.empty() || kind == kParamKind) return msg;
+  return msg + "; the checkpoint holds " + held + " for it" +
+         (kind.rfind("exp_avg", 0) == 0 ? " (AdamW moments of another optim.state_dtype: fp32 and bf16 keep exp_avg, "
+                                          "exp_avg_sq; int8 keeps exp_avg.q8, exp_avg.absmax, exp_avg_sq.q8, "
+                                          "exp_avg_sq.absmax); resume with the optim.state_dtype it was saved with"
+                                        : "");
+}
+
+// What the checkpoint must hold for parameter p and kind k: the tensor, its shape (ceil(numel /
+// block) values for a kind per block), its block and its dtype (U8 for a kind of bytes, else F32).
+void check_tensor(const Reader& r, const fsdp::ParamSlot& p, const NamedShards& k) {
+  const TensorEntry* t = r.find(p.name, k.kind);
+  if (!t) throw TESSERA_INPUT_ERROR(missing_message(r, p.name, k.kind));
+  const std::vector<int64_t> shape = k.block == 1 ? p.shape : std::vector<int64_t>{(p.numel + k.block - 1) / k.block};
+  if (t->shape != shape)
+    throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: tensor " + p.name + " has shape " +
+                              shape_str(t->shape) + " in the checkpoint, " + shape_str(shape) + " in the model");
+  const std::string dtype = !k.per_unit.empty() && k.per_unit[0].scalar_type() == at::kByte ? "U8" : "F32";
+  if (t->dtype != dtype || t->block != k.block)
+    throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match this run: tensor " + tensor_label(*t) +
+                              " is stored as " + t->dtype + " per " + std::to_string(t->block) + " element(s), this run keeps " +
+                              dtype + " per " + std::to_string(k.block));
+}
+
 // The engine's parameters must be exactly the checkpoint's (names and shapes, every kind asked for).
 void check_matches(const Reader& r, const std::vector<fsdp::UnitShard>& shards, const std::vector<NamedShards>& kinds) {
   size_t expected = 0;
   for (const auto& u : shards)
-    for (const auto& p : u.plan.params) {
+    for (const auto& p : u.plan.params)
       for (const NamedShards& k : kinds) {
-        const std::string& kind = k.kind;
-        const TensorEntry* t = r.find(p.name, kind);
-        if (!t)
-          throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: tensor " + p.name +
-                                    (kind == kParamKind ? "" : " (" + kind + ")") + " is missing");
-        if (t->shape != p.shape)
-          throw TESSERA_INPUT_ERROR("checkpoint " + r.dir() + " does not match the model: tensor " + p.name + " has shape " +
-                                    shape_str(t->shape) + " in the checkpoint, " + shape_str(p.shape) + " in the model");
+        check_tensor(r, p, k);
         ++expected;
       }
-    }
   if (r.tensors().size() != expected)
     for (const auto& t : r.tensors()) {
       bool known = false;
@@ -345,23 +387,27 @@ json load(const std::string& ckpt_dir, fsdp::Engine& engine, const std::vector<N
   // Requests for this rank's shard, grouped by file.
   const int W = engine.shard_group().size(), rank = engine.shard_group().rank();
   std::vector<std::vector<ReadRequest>> per_file(reader->files().size());
-  // Shards on a device, or kept in another dtype (bf16 moments), are read into fp32 host copies
-  // (this rank's shards only) and copied over after.
-  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (host fp32, destination)
+  // Shards on a device, or kept in another dtype than stored (bf16 moments), are read into host
+  // copies of the stored dtype (this rank's shards only) and copied over after. A kind per block
+  // reads its values by the block plan (layout.h): the same blocks at every world size.
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (host copy, destination)
   for (size_t ui = 0; ui < shards.size(); ++ui) {
     const auto& u = shards[ui];
     for (const NamedShards& k : kinds) {
       at::Tensor dst = k.per_unit[ui];
-      if (!dst.is_cpu() || dst.scalar_type() != at::kFloat) {
-        at::Tensor host = device::host_buffer({dst.numel()}, at::kFloat, dst.device());  // pinned for a GPU
+      const at::ScalarType stored = dst.scalar_type() == at::kByte ? at::kByte : at::kFloat;
+      if (!dst.is_cpu() || dst.scalar_type() != stored) {
+        at::Tensor host = device::host_buffer({dst.numel()}, stored, dst.device());  // pinned for a GPU
         staged.emplace_back(host, dst);
         dst = host;
       }
       dst.zero_();  // padding stays zero
-      float* base = dst.data_ptr<float>();
-      for (const auto& s : u.plan.slices(u.shard_rank)) {
-        const TensorEntry* t = reader->find(u.plan.params[s.param].name, k.kind);
-        for (auto& req : reader->requests(*t, s.param_offset, s.length, base + s.shard_offset))
+      char* base = static_cast<char*>(dst.data_ptr());
+      const int64_t e = static_cast<int64_t>(dst.element_size());
+      const fsdp::ShardPlan plan = block_plan(u.plan, k.block, k.kind);
+      for (const auto& s : plan.slices(u.shard_rank)) {
+        const TensorEntry* t = reader->find(plan.params[s.param].name, k.kind);
+        for (auto& req : reader->requests(*t, s.param_offset, s.length, base + s.shard_offset * e))
           per_file[req.file].push_back(req);
       }
     }
