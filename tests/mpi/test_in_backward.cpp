@@ -10,84 +10,53 @@
 //  - clip > 0 and fp16 are refused, at config check and by the trainer.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <fstream>
-
-#include "launcher/bootstrap.h"
 #include "launcher/config.h"
-#include "launcher/model_lm.h"
-#include "runtime/data/dataset.h"
-#include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/planner/memory_formula.h"
-#include "runtime/train/trainer.h"
-#include "tests/support/test_support.h"
+#include "tests/support/train_support.h"
 
 using namespace tessera;
 
 namespace {
 
-const comm::ProcessGroups& world() { return launcher::current().groups; }
-
-model::ModelConfig four_layers() {
-  model::ModelConfig c = model::ModelConfig::preset("tiny");
-  c.num_hidden_layers = 4;
+const model::ModelConfig& four_layers() {
+  static const model::ModelConfig c = test::tiny_model(4);
   return c;
 }
 
 std::shared_ptr<data::TokenDataset> rows() {
   static std::shared_ptr<data::TokenDataset> d;
   if (d) return d;
-  const test::TempDir dir("tessera_in_backward");
   std::string text;
   for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i * 31 % 97) + " of the in-backward test\n";
-  static data::ByteTokenizer tok;
-  data::PackOptions po;
-  po.seq_len = 32;
-  d = data::load_dataset({dir.write("rows.txt", text)}, tok, po);
-  return d;
+  return d = test::dataset_of("rows.txt", text, 32);
 }
 
+// test::short_run, without clipping, `accum` micro-steps, 4 steps at lr 3e-3.
 train::TrainOptions options(bool in_backward, int64_t accum = 2) {
-  train::TrainOptions t;
+  train::TrainOptions t = test::short_run();
   t.steps = 4;
-  t.micro_batch = 1;
   t.grad_accum = accum;
-  t.seq_len = 32;
   t.lr = 3e-3;
-  t.warmup_steps = 1;
   t.clip = 0;
-  t.quiet = true;
   t.optimizer_in_backward = in_backward;
   return t;
 }
 
 std::unique_ptr<train::Trainer> trainer(const train::TrainOptions& t, fsdp::Options fo = {}) {
-  auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(four_layers()), world(), fo, t, rows(),
-                                             nlohmann::json::object());
-  launcher::InitWeightSource src(four_layers(), 1234);
-  tr->load_weights(src);
+  auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(four_layers()), test::world_groups(), fo, t,
+                                             rows(), nlohmann::json::object());
+  test::init_weights(*tr, four_layers());
   return tr;
 }
+const comm::ProcessGroups& world() { return test::world_groups(); }
 
-// Masters and both moments of every unit on this rank, cloned.
-std::vector<torch::Tensor> state_of(train::Trainer& tr) {
-  std::vector<torch::Tensor> out;
-  for (const auto& kind : tr.state())
-    for (const auto& t : kind.per_unit) out.push_back(t.clone());
-  return out;
-}
 void expect_same_bits(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << what << ": tensor " << i;
 }
-
-struct Fault {  // TESSERA_TEST_FAULT for the scope (tests/support/fault_env.cpp reads it)
-  explicit Fault(const std::string& v) { setenv("TESSERA_TEST_FAULT", v.c_str(), 1); }
-  ~Fault() { unsetenv("TESSERA_TEST_FAULT"); }
-};
 
 }  // namespace
 
@@ -109,7 +78,7 @@ TEST(InBackward, EqualsTheOrdinaryStepBitForBitWithoutClipping) {
       EXPECT_EQ(a.loss, b.loss) << what << ", step " << s + 1;
       EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-9 * a.grad_norm) << what << ": the norm is summed per unit";
     }
-    expect_same_bits(state_of(*plain), state_of(*early), what);
+    expect_same_bits(test::local_state(*plain), test::local_state(*early), what);
   }
 }
 
@@ -140,18 +109,18 @@ TEST(InBackward, GradientShardsAreNeverAllAliveTogether) {
 
 TEST(InBackward, NonFiniteLossSkipsTheStepWithEveryUnitUntouched) {
   const int last = world().world->size() - 1;
-  Fault fault("nan-loss@" + std::to_string(last) + ":2");
+  test::FaultScope fault("nan-loss@" + std::to_string(last) + ":2");
   auto tr = trainer(options(true));
   tr->train_step();
-  const auto before = state_of(*tr);
+  const auto before = test::local_state(*tr);
   const train::StepRecord r = tr->train_step();
   EXPECT_TRUE(r.skipped);
-  expect_same_bits(before, state_of(*tr), "the skipped step");
+  expect_same_bits(before, test::local_state(*tr), "the skipped step");
   EXPECT_FALSE(tr->train_step().skipped);  // the next step trains
 }
 
 TEST(InBackward, NonFiniteGradientStopsTheRunOnEveryRank) {
-  Fault fault("inf-grad@0:2");
+  test::FaultScope fault("inf-grad@0:2");
   auto tr = trainer(options(true));
   tr->train_step();
   const std::string msg = test::error_of([&] { tr->train_step(); });
