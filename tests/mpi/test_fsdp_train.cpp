@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "launcher/bootstrap.h"
 #include "launcher/device_select.h"
@@ -24,7 +25,7 @@
 #include "runtime/optim/schedule.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/train/trainer.h"
-#include "tests/support/test_support.h"
+#include "tests/support/train_support.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -33,7 +34,7 @@ namespace {
 
 model::ModelConfig test_config() { return test::tiny_model(3); }
 
-const comm::ProcessGroups& world_groups() { return launcher::current().groups; }
+using test::world_groups;
 
 // 2 "nodes" x (size/2) ranks for hybrid at even world sizes, else the bootstrap's groups.
 comm::ProcessGroups groups_for(fsdp::Strategy s) {
@@ -48,52 +49,40 @@ comm::ProcessGroups groups_for(fsdp::Strategy s) {
 }
 
 std::shared_ptr<data::TokenDataset> test_dataset(int64_t seq_len) {
-  static std::string path;
-  if (path.empty()) {
-    path = "/tmp/tessera_fsdp_test_" + std::to_string(getpid()) + ".txt";
-    std::ofstream out(path);
+  static const std::string text = [] {
+    std::ostringstream out;
     for (int i = 0; i < 400; ++i) out << "line " << i << ": the quick brown fox " << (i * 7919 % 1000) << " jumps\n";
-  }
-  static data::ByteTokenizer tok;
-  data::PackOptions po;
-  po.seq_len = seq_len;
-  return data::load_dataset({path}, tok, po);
+    return out.str();
+  }();
+  return test::dataset_of("text.txt", text, seq_len);
 }
 
 // Prompt/completion records of varied lengths, packed: rows hold several examples and different
 // numbers of target tokens, so each micro-batch's share of the step's targets differs.
 std::shared_ptr<data::TokenDataset> sft_dataset(int64_t seq_len) {
-  static std::string path;
-  if (path.empty()) {
-    path = "/tmp/tessera_fsdp_sft_" + std::to_string(getpid()) + ".jsonl";
-    std::ofstream out(path);
+  static const std::string jsonl = [] {
+    std::ostringstream out;
     for (int i = 0; i < 160; ++i)
       out << "{\"prompt\": \"q" << std::string(1 + i * 7 % 13, 'a' + i % 26) << "?\", \"completion\": \" "
           << std::string(1 + i * 5 % 11, 'k' + i % 7) << ".\"}\n";
-  }
-  static data::ByteTokenizer tok;
-  data::PackOptions po;
-  po.seq_len = seq_len;
-  return data::load_dataset({path}, tok, po);
+    return out.str();
+  }();
+  return test::dataset_of("sft.jsonl", jsonl, seq_len);
 }
 
 model::TokenLayout layout_of(const data::Batch& b) {
   return b.packed ? model::TokenLayout{b.position_ids, b.document_ids} : model::TokenLayout{};
 }
 
+// test::short_run (5 steps of 2 micro-batches, 32 tokens, lr 2e-3) with 2-row micro-batches.
 train::TrainOptions test_train_options() {
-  train::TrainOptions t;
-  t.steps = 5;
+  train::TrainOptions t = test::short_run();
   t.micro_batch = 2;
-  t.grad_accum = 2;
-  t.seq_len = 32;
-  t.lr = 2e-3;
   t.min_lr = 2e-4;
   t.warmup_steps = 2;
   t.weight_decay = 0.1;
   t.clip = 0.5;  // small enough to clip
   t.eps = 1e-3;  // large enough that AdamW is NOT invariant to the gradient scale (catches a wrong average)
-  t.quiet = true;
   return t;
 }
 
@@ -193,8 +182,7 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessReference) {
     auto t = test_train_options();
     if (!ac) t.clip = 0;  // unclipped: the gradients' absolute scale reaches the update
     train::Trainer trainer(launcher::make_causal_lm(cfg), groups_for(strategy), fo, t, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(cfg, 1234);
-    trainer.load_weights(src);
+    test::init_weights(trainer, cfg);
     std::vector<double> losses;
     for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
     auto got = gather_all(trainer.engine());
@@ -228,8 +216,7 @@ void expect_run_matches(const Reference& ref, const model::ModelConfig& cfg, con
   fsdp::Options fo;
   fo.activation_checkpointing = ac;
   train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, ds, {});
-  launcher::InitWeightSource src(cfg, 1234);
-  trainer.load_weights(src);
+  test::init_weights(trainer, cfg);
   std::vector<double> losses;
   for (int s = 0; s < t.steps; ++s) {
     if (counted && s == 1) profile::ops::start();
@@ -313,18 +300,13 @@ TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
     docs.push_back("doc " + std::to_string(i) + std::string(3 + i * 11 % 17, 'a' + i % 26));
     jsonl += "{\"text\": \"" + docs.back() + "\"}\n";
   }
-  data::ByteTokenizer tok;
-  data::PackOptions po;
-  po.seq_len = 64;
-  const test::TempDir tmp("tessera_fsdp_docs");  // one per rank
-  auto ds = data::load_dataset({tmp.write("docs.jsonl", jsonl)}, tok, po);
+  auto ds = test::dataset_of("docs.jsonl", jsonl, 64);
   ASSERT_LT(ds->num_sequences(), static_cast<int64_t>(docs.size()) / 2);  // several documents per row
   ASSERT_EQ(ds->num_sequences(), 7);  // at np 2 and 4 some rank runs a filler forward in the last pass
   auto t = test_train_options();
   t.micro_batch = 1;
   train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, t, test_dataset(t.seq_len), {});
-  launcher::InitWeightSource src(cfg, 1234);
-  trainer.load_weights(src);
+  test::init_weights(trainer, cfg);
   trainer.set_validation(ds);
   const auto packed = trainer.evaluate();
   double sum = 0;
@@ -362,8 +344,7 @@ TEST_P(FamilyEquivalence, MatchesSingleProcessReference) {
   t.seq_len = 48;
   fsdp::Options fo;
   train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-  launcher::InitWeightSource src(cfg, 1234);
-  trainer.load_weights(src);
+  test::init_weights(trainer, cfg);
   std::vector<double> losses;
   for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
   const Reference ref = reference_run(cfg, t, W, test_dataset(t.seq_len));
@@ -406,8 +387,7 @@ TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
     };
     train::Trainer trainer(lm, world_groups(), fo, t, test_dataset(t.seq_len), {});
     eng = &trainer.engine();
-    launcher::InitWeightSource src(cfg, 1234);
-    trainer.load_weights(src);
+    test::init_weights(trainer, cfg);
     trainer.train_step();
     EXPECT_LE(max_live, limit) << "limit " << limit;
     EXPECT_GE(max_live, std::min(limit, 2)) << "prefetch should keep " << std::min(limit, 2) << " layers in flight";
@@ -433,8 +413,7 @@ TEST(FsdpMemory, ShardedAccumulationHoldsNoModelSizedGradient) {
     fsdp::Options fo;
     fo.accumulate = unsharded ? fsdp::Accumulate::Unsharded : fsdp::Accumulate::Sharded;
     train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(cfg, 1234);
-    trainer.load_weights(src);
+    test::init_weights(trainer, cfg);
     const auto r = trainer.train_step();
     peak[unsharded] = r.memory.tracked.bytes[static_cast<int>(memory::Category::UnsharedGrads)];
   }
@@ -460,8 +439,7 @@ TEST(FsdpMemory, Bf16OptimizerStateTracksFp32) {
     auto tb = t;
     tb.optimizer_state_dtype = bf16 ? at::kBFloat16 : at::kFloat;
     train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, tb, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(cfg, 1234);
-    trainer.load_weights(src);
+    test::init_weights(trainer, cfg);
     for (int s = 0; s < t.steps; ++s) {
       const auto r = trainer.train_step();
       losses[bf16].push_back(r.loss);
@@ -483,8 +461,7 @@ TEST(FsdpMemory, Bf16OptimizerStateTracksFp32) {
 TEST(FsdpMemory, EvaluationAllocatesNoTrainingState) {
   const auto cfg = test_config();
   train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, train::TrainOptions{}, nullptr, {});
-  launcher::InitWeightSource src(cfg, 1234);
-  trainer.load_weights(src);
+  test::init_weights(trainer, cfg);
   memory::reset_peak();
   auto losses = trainer.sequence_losses(torch::randint(cfg.vocab_size, {2, 16}, torch::kLong));
   EXPECT_EQ(losses.size(), 2u);
@@ -508,8 +485,7 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
   std::map<std::string, torch::Tensor> straight_params;
   {
     train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(cfg, 1234);
-    tr.load_weights(src);
+    test::init_weights(tr, cfg);
     for (int s = 0; s < 10; ++s) straight.push_back(tr.train_step().loss);
     straight_params = gather_all(tr.engine());
   }
@@ -518,8 +494,7 @@ TEST(FsdpResume, BitExactAtSameWorldSize) {
   std::vector<double> resumed;
   {
     train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
-    launcher::InitWeightSource src(cfg, 1234);
-    tr.load_weights(src);
+    test::init_weights(tr, cfg);
     for (int s = 0; s < 5; ++s) resumed.push_back(tr.train_step().loss);
     tr.save_checkpoint();
   }
@@ -559,8 +534,7 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
     std::vector<double> cpu_losses, gpu_losses;
     {
       train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-      launcher::InitWeightSource src(cfg, 1234);
-      tr.load_weights(src);
+      test::init_weights(tr, cfg);
       for (int s = 0; s < t.steps; ++s) cpu_losses.push_back(tr.train_step().loss);
     }
     std::map<std::string, torch::Tensor> gpu_params;
@@ -570,8 +544,7 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
       auto tg = t;
       tg.checkpoint_dir = dir;
       train::Trainer tr(launcher::make_causal_lm(cfg), nccl, fg, tg, test_dataset(t.seq_len), {}, world_groups());
-      launcher::InitWeightSource src(cfg, 1234);
-      tr.load_weights(src);
+      test::init_weights(tr, cfg);
       for (auto& sh : tr.engine().shards()) ASSERT_EQ(sh.master.device(), gpu);
       for (int s = 0; s < t.steps; ++s) {
         auto r = tr.train_step();

@@ -21,7 +21,7 @@
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
-#include "tests/support/test_support.h"
+#include "tests/support/train_support.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -30,65 +30,25 @@ namespace {
 
 model::ModelConfig test_config() { return test::tiny_model(2); }
 
-const comm::ProcessGroups& world() { return launcher::current().groups; }
+const comm::ProcessGroups& world() { return test::world_groups(); }
 int W() { return world().world->size(); }
 
 std::shared_ptr<data::TokenDataset> dataset() {
-  static std::shared_ptr<data::TokenDataset> d;
-  if (!d) {
-    const std::string path = "/tmp/tessera_numerics_" + std::to_string(getpid()) + ".txt";
-    {
-      std::ofstream out(path);
-      for (int i = 0; i < 300; ++i) out << "row " << i << " of the numerics test " << (i * 7919 % 1000) << "\n";
-    }
-    static data::ByteTokenizer tok;
-    data::PackOptions po;
-    po.seq_len = 32;
-    d = data::load_dataset({path}, tok, po);
-    fs::remove(path);
-  }
+  static const auto d = [] {
+    std::string text;
+    for (int i = 0; i < 300; ++i)
+      text += "row " + std::to_string(i) + " of the numerics test " + std::to_string(i * 7919 % 1000) + "\n";
+    return test::dataset_of("rows.txt", text, 32);
+  }();
   return d;
-}
-
-train::TrainOptions options() {
-  train::TrainOptions t;
-  t.steps = 5;
-  t.micro_batch = 1;
-  t.grad_accum = 2;
-  t.seq_len = 32;
-  t.lr = 2e-3;
-  t.warmup_steps = 1;
-  t.clip = 1.0;
-  t.quiet = true;
-  return t;
 }
 
 std::unique_ptr<train::Trainer> make_trainer(const train::TrainOptions& t, fsdp::Options fo = {}) {
   auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(test_config()), world(), fo, t, dataset(),
                                              nlohmann::json::object());
-  launcher::InitWeightSource src(test_config(), 1234);
-  tr->load_weights(src);
+  test::init_weights(*tr, test_config());
   return tr;
 }
-
-// This rank's optimizer-visible state: masters and both AdamW moments of every unit, cloned.
-std::vector<torch::Tensor> snapshot(train::Trainer& tr) {
-  std::vector<torch::Tensor> out;
-  for (const auto& kind : tr.state())
-    for (const auto& t : kind.per_unit) out.push_back(t.defined() ? t.clone() : t);
-  return out;
-}
-bool bit_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].defined() != b[i].defined() || (a[i].defined() && !torch::equal(a[i], b[i]))) return false;
-  return true;
-}
-// Sets TESSERA_TEST_FAULT for the scope (every rank sets the same value; the hook picks the rank).
-struct Fault {
-  explicit Fault(const std::string& v) { setenv("TESSERA_TEST_FAULT", v.c_str(), 1); }
-  ~Fault() { unsetenv("TESSERA_TEST_FAULT"); }
-};
 
 nlohmann::json manifest_state(const std::string& ckpt) {
   std::ifstream in(ckpt + "/manifest.json");
@@ -102,12 +62,12 @@ nlohmann::json manifest_state(const std::string& ckpt) {
 TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
   std::vector<double> clean;
   {
-    auto tr = make_trainer(options());
+    auto tr = make_trainer(test::short_run());
     for (int s = 0; s < 4; ++s) clean.push_back(tr->train_step().loss);
   }
   for (const std::string kind : {"inf-grad", "nan-loss"}) {
-    Fault fault(kind + "@" + std::to_string(W() - 1) + ":3");
-    auto t = options();
+    test::FaultScope fault(kind + "@" + std::to_string(W() - 1) + ":3");
+    auto t = test::short_run();
     const test::SharedTempDir ck("tessera_numerics_skip_" + kind);
     t.checkpoint_dir = ck.str();
     auto tr = make_trainer(t);
@@ -116,7 +76,7 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
       EXPECT_FALSE(r.skipped) << kind << " step " << s;
       EXPECT_EQ(r.loss, clean[s - 1]) << kind << " step " << s;
     }
-    const auto before = snapshot(*tr);
+    const auto before = test::local_state(*tr);
     train::StepRecord r3 = tr->train_step();
     EXPECT_EQ(r3.step, 3);
     EXPECT_TRUE(test::on_every_rank(r3.skipped)) << kind;
@@ -127,7 +87,8 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
     } else {
       EXPECT_TRUE(std::isnan(r3.loss)) << r3.loss;
     }
-    EXPECT_TRUE(test::on_every_rank(bit_identical(snapshot(*tr), before))) << kind << ": masters or moments changed";
+    EXPECT_TRUE(test::on_every_rank(test::bit_identical(test::local_state(*tr), before)))
+        << kind << ": masters or moments changed";
     // Step 3's checkpoint: the loop's step is 3, AdamW took 2 steps (GradScaler semantics).
     const std::string c3 = tr->save_checkpoint();
     MPI_Barrier(MPI_COMM_WORLD);
@@ -140,7 +101,7 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
     EXPECT_EQ(r4.skipped_steps, 1);
     EXPECT_TRUE(std::isfinite(r4.loss) && std::isfinite(r4.grad_norm));
     // Step 4 moved every rank's masters (the guard does not stick).
-    EXPECT_TRUE(test::on_every_rank(!bit_identical(snapshot(*tr), before))) << kind;
+    EXPECT_TRUE(test::on_every_rank(!test::bit_identical(test::local_state(*tr), before))) << kind;
   }
 }
 
@@ -148,8 +109,8 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
 // agreed Input error naming the key, before any save of step 4; step-3's checkpoint (saved after the
 // first skip) holds exactly step-2's masters and moments, and is intact.
 TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
-  Fault fault("inf-grad@0:3,inf-grad@0:4");
-  auto t = options();
+  test::FaultScope fault("inf-grad@0:3,inf-grad@0:4");
+  auto t = test::short_run();
   t.steps = 6;
   t.max_skipped_steps = 2;
   const test::SharedTempDir ck("tessera_numerics_limit");
@@ -183,9 +144,9 @@ TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
     again.checkpoint_dir.clear();
     auto tr = make_trainer(again);
     tr->resume(t.checkpoint_dir + "/" + step);
-    state.push_back(snapshot(*tr));
+    state.push_back(test::local_state(*tr));
   }
-  EXPECT_TRUE(test::on_every_rank(bit_identical(state[0], state[1])));
+  EXPECT_TRUE(test::on_every_rank(test::bit_identical(state[0], state[1])));
   nlohmann::json st = manifest_state(t.checkpoint_dir + "/step-3");
   EXPECT_EQ(st.at("numerics").at("consecutive_skipped").get<int64_t>(), 1);
   EXPECT_EQ(st.at("numerics").at("first_skipped_step").get<int64_t>(), 3);
@@ -196,7 +157,7 @@ TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
 // the unscaled run's. (Without the unscale the norm would be 65536x and clipping would change the
 // update.)
 TEST(LossScaling, IsExactInFp32) {
-  auto t = options();
+  auto t = test::short_run();
   std::vector<train::StepRecord> plain, scaled;
   std::vector<torch::Tensor> plain_state, scaled_state;
   for (bool on : {false, true}) {
@@ -204,7 +165,7 @@ TEST(LossScaling, IsExactInFp32) {
     auto tr = make_trainer(t);
     auto& out = on ? scaled : plain;
     for (int s = 0; s < 4; ++s) out.push_back(tr->train_step());
-    (on ? scaled_state : plain_state) = snapshot(*tr);
+    (on ? scaled_state : plain_state) = test::local_state(*tr);
   }
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_EQ(plain[i].loss_scale, 0.0);
@@ -226,10 +187,10 @@ TEST(LossScaling, IsExactInFp32) {
 // loss scaling: an inf at step 2 halves the scale; the scale and the skip count are checkpointed and
 // a resumed run continues with the same scale and the same losses as the run that never stopped.
 TEST(LossScaling, Fp16ScaleSurvivesACheckpoint) {
-  Fault fault("inf-grad@0:2");
+  test::FaultScope fault("inf-grad@0:2");
   fsdp::Options fo;
   fo.reduce_dtype = at::kHalf;
-  auto t = options();
+  auto t = test::short_run();
   t.steps = 6;
   t.loss_scaling = true;
   std::vector<train::StepRecord> straight;

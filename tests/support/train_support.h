@@ -1,0 +1,80 @@
+// The trainer-level helpers the tests/mpi training tests share, beside tests/support/test_support.h
+// (which it includes). A header of its own because these reach into launcher/ (bootstrap groups, the
+// init weight source) and runtime/train/, which the unit tests of runtime/ and model/ must not pull
+// in (tests/CMakeLists.txt links the launcher only into tests that include a launcher/ header).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "launcher/bootstrap.h"
+#include "launcher/model_lm.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/train/trainer.h"
+#include "tests/support/test_support.h"
+
+namespace tessera::test {
+
+// The process groups the MPI test main bootstrapped (world, intra- and inter-node).
+inline const comm::ProcessGroups& world_groups() { return launcher::current().groups; }
+
+// A dataset read from a file `name` holding `contents` (its format by its name, as data.path's
+// files are read), byte tokenizer, rows of `seq_len` tokens. The file is gone when this returns.
+inline std::shared_ptr<data::TokenDataset> dataset_of(const std::string& name, const std::string& contents,
+                                                      int64_t seq_len) {
+  static const data::ByteTokenizer tok;
+  data::PackOptions po;
+  po.seq_len = seq_len;
+  const TempDir dir("tessera-dataset");
+  return data::load_dataset({dir.write(name, contents)}, tok, po);
+}
+
+// A short run: 5 steps of 2 micro-batches of 1 row of 32 tokens, lr 2e-3 after 1 warmup step, no
+// progress lines; a test changes what it needs.
+inline train::TrainOptions short_run() {
+  train::TrainOptions t;
+  t.steps = 5;
+  t.micro_batch = 1;
+  t.grad_accum = 2;
+  t.seq_len = 32;
+  t.lr = 2e-3;
+  t.warmup_steps = 1;
+  t.quiet = true;
+  return t;
+}
+
+// Loads `cfg`'s initial weights into the trainer as `tessera train` does without model.path
+// (launcher::InitWeightSource), with the tests' seed.
+inline void init_weights(train::Trainer& tr, const model::ModelConfig& cfg, uint64_t seed = 1234) {
+  launcher::InitWeightSource src(cfg, seed);
+  tr.load_weights(src);
+}
+
+// This rank's optimizer-visible state: every kind's tensor of every unit (masters, moments), cloned.
+inline std::vector<torch::Tensor> local_state(train::Trainer& tr) {
+  std::vector<torch::Tensor> out;
+  for (const auto& kind : tr.state())
+    for (const auto& t : kind.per_unit) out.push_back(t.defined() ? t.clone() : t);
+  return out;
+}
+inline bool bit_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].defined() != b[i].defined() || (a[i].defined() && !torch::equal(a[i], b[i]))) return false;
+  return true;
+}
+
+// TESSERA_TEST_FAULT for the scope (tests/support/fault_env.cpp reads it; every rank sets the same
+// value, the fault names the rank).
+struct FaultScope {
+  explicit FaultScope(const std::string& v) { setenv("TESSERA_TEST_FAULT", v.c_str(), 1); }
+  ~FaultScope() { unsetenv("TESSERA_TEST_FAULT"); }
+  FaultScope(const FaultScope&) = delete;
+  FaultScope& operator=(const FaultScope&) = delete;
+};
+
+}  // namespace tessera::test
