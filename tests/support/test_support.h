@@ -5,6 +5,8 @@
 //     EXPECT_INPUT_ERROR (a call fails with one line of bad-input error naming what it must name);
 //   - models: tiny_model (the `tiny` preset with a given number of layers);
 //   - MPI (tests/mpi, every rank calls): SharedTempDir, on_every_rank.
+// The trainer-level helpers of the tests/mpi training tests (which link the launcher) are in
+// tests/support/train_support.h, which includes this header.
 // Bad input in Tessera is a tessera::Error of kind Input (runtime/error.h) or, from model/ (which
 // has no runtime/ dependency), a model::ModelError; launcher/ exits 2 for both.
 #pragma once
