@@ -1,5 +1,5 @@
 // 8-bit AdamW moments (optim.state_dtype = int8) in the trainer, under real mpirun (np 1, 2, 4):
-// a short run tracks the fp32-state run; 8 steps straight equal 4 steps, a checkpoint, a resume
+// a short run tracks the fp32-state run (2e-3); 8 steps straight equal 4 steps, a checkpoint, a resume
 // and 4 more, bit for bit (losses, masters, code bytes and absmax); a checkpoint saved at one
 // world size loads at another (2 -> 1, 4 -> 2 -> 1, 2 -> 4) into exactly the same per-parameter
 // bytes and scales, with no re-quantization; the memory tracker's optimizer bytes equal the
@@ -117,8 +117,9 @@ void expect_same_checkpoint(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-// A few steps on the tiny model: losses within 1e-2 relative of the fp32-state run at every step
-// (measured at W 1/2/4: within 2e-3), and the 8-bit state really differs from fp32's.
+// A few steps on the tiny model: losses within 2e-3 relative of the fp32-state run at every step
+// (measured at W 1/2/4: at most 3.9e-4; the first two steps equal, as the first update runs on a
+// zero state and the second's dequantized moments barely move its loss), and the runs differ.
 TEST(Int8Moments, TracksTheFp32StateRun) {
   std::vector<double> losses[2];
   for (int q = 0; q < 2; ++q) {
@@ -129,7 +130,7 @@ TEST(Int8Moments, TracksTheFp32StateRun) {
   }
   bool differs = false;
   for (size_t s = 0; s < losses[0].size(); ++s) {
-    EXPECT_NEAR(losses[1][s], losses[0][s], 1e-2 * losses[0][s]) << "step " << s;
+    EXPECT_NEAR(losses[1][s], losses[0][s], 2e-3 * losses[0][s]) << "step " << s;
     differs |= losses[1][s] != losses[0][s];
   }
   EXPECT_TRUE(differs) << "8-bit moments changed nothing: were they used?";
