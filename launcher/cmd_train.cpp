@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <filesystem>
+#include <numeric>
 #include <iostream>
 
 #include "launcher/bootstrap.h"
@@ -50,6 +51,8 @@ fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc)
   o.prefetch = cfg.fsdp.prefetch;
   o.limit_all_gathers = static_cast<int>(cfg.fsdp.limit_all_gathers);
   o.accumulate = cfg.fsdp.accumulate;
+  // 8-bit moments: every shard and parameter starts at a whole block (runtime/optim/quant8.h).
+  o.align = std::lcm(o.align, optim::state_alignment(optim::state_scalar_type(cfg.optim.state_dtype)));
   return o;
 }
 
@@ -124,7 +127,7 @@ train::TrainOptions train_options_from(const Config& cfg) {
   t.beta2 = cfg.train.beta2;
   t.eps = cfg.train.eps;
   t.clip = cfg.train.clip;
-  t.optimizer_state_dtype = fsdp::scalar_type(cfg.optim.state_dtype);
+  t.optimizer_state_dtype = optim::state_scalar_type(cfg.optim.state_dtype);
   t.max_skipped_steps = cfg.train.max_skipped_steps;
   // fp16 anywhere in the gradient path gets dynamic loss scaling (runtime/train/numerics.h).
   t.loss_scaling = cfg.fsdp.mixed_precision == util::FloatType::F16 || cfg.fsdp.reduce_dtype == util::FloatType::F16;

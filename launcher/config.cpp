@@ -51,12 +51,6 @@ ConfigKey choice(S Config::*section, E S::*member, const char* key, const util::
   return k;
 }
 
-// optim.state_dtype: fp32 or bf16, the first two of util::float_type_names() (so index i is FloatType(i)).
-const util::Names& state_dtype_names() {
-  static const util::Names names(util::float_type_names().begin(), util::float_type_names().begin() + 2);
-  return names;
-}
-
 }  // namespace
 
 const std::vector<ConfigKey>& config_schema() {
@@ -125,8 +119,8 @@ const std::vector<ConfigKey>& config_schema() {
       choice(&C::fsdp, &FsdpSection::accumulate, "fsdp.accumulate", fsdp::accumulate_names(), fsdp::Accumulate::Sharded,
              "Gradient accumulation over train.grad_accum micro-steps: sharded (every micro-step reduce-scatters into the fp32 gradient shard; nothing model-sized is kept between micro-steps) or unsharded (micro-steps before the last accumulate a full-size fp32 gradient per unit locally, like no_sync(); one reduction per step: less traffic, 4 bytes per parameter more memory). no_shard adds into its (full) gradient either way."),
       // optim
-      choice(&C::optim, &OptimSection::state_dtype, "optim.state_dtype", state_dtype_names(), FloatType::F32,
-             "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient) or bf16 (12 bytes; each update is computed in fp32 and rounded once)."),
+      choice(&C::optim, &OptimSection::state_dtype, "optim.state_dtype", optim::state_dtype_names(), optim::StateDtype::F32,
+             "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient), bf16 (12 bytes; each update is computed in fp32 and rounded once) or int8 (10.004 bytes: 8-bit block-wise quantization as Dettmers et al. 2021, bitsandbytes' dynamic map, an fp32 absmax per block of 2048 elements; updates computed in fp32; FSDP shards aligned to whole blocks, so checkpoints reshard without re-quantizing; its checkpoints are format version 2). Resume with the value the checkpoint was saved with."),
       field(&C::optim, &OptimSection::in_backward, "optim.in_backward", false,
             "Run each unit's AdamW update in backward as soon as its gradient shard is reduced, and free that shard (torchtune's optimizer_in_bwd): gradient memory of a few units instead of 4 bytes per parameter. Needs train.clip 0 and no fp16; a non-finite gradient stops the run instead of skipping the step (docs/FSDP.md)."),
       // checkpoint

@@ -74,7 +74,7 @@ struct FsdpSection {
   fsdp::Accumulate accumulate{};
 };
 struct OptimSection {
-  util::FloatType state_dtype{};
+  optim::StateDtype state_dtype{};
   bool in_backward = false;
 };
 struct CheckpointSection {

@@ -176,7 +176,9 @@ std::vector<Knob> knobs(const Config& cfg, const model::ModelConfig& mc) {
                  }});
   }
   if (to.optimizer_state_dtype == at::kFloat)
-    k.push_back({"optim.state_dtype=bf16", [](Config& c, PlanRequest&) { c.optim.state_dtype = util::FloatType::BF16; }});
+    k.push_back({"optim.state_dtype=bf16", [](Config& c, PlanRequest&) { c.optim.state_dtype = optim::StateDtype::BF16; }});
+  if (to.optimizer_state_dtype != at::kByte)
+    k.push_back({"optim.state_dtype=int8", [](Config& c, PlanRequest&) { c.optim.state_dtype = optim::StateDtype::Int8; }});
   if (!to.optimizer_in_backward && !to.loss_scaling)  // fp16 cannot (config check)
     k.push_back({"optim.in_backward=true train.clip=0 (no gradient clipping)", [](Config& c, PlanRequest&) {
                    c.optim.in_backward = true;

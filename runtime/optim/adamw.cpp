@@ -271,6 +271,15 @@ at::ScalarType parse_state_dtype(const std::string& s) {
   throw TESSERA_INPUT_ERROR("optim.state_dtype '" + s + "' is not one of fp32, bf16, int8");
 }
 
+at::ScalarType state_scalar_type(StateDtype d) {
+  switch (d) {
+    case StateDtype::F32: return at::kFloat;
+    case StateDtype::BF16: return at::kBFloat16;
+    case StateDtype::Int8: return at::kByte;
+  }
+  throw TESSERA_INPUT_ERROR("unknown optim.state_dtype");
+}
+
 int64_t state_alignment(at::ScalarType state_dtype) { return state_dtype == at::kByte ? q8::kDefaultBlock : 1; }
 
 double state_bytes_per_param(at::ScalarType state_dtype) {

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "runtime/named_shards.h"
+#include "runtime/optim/names.h"
 #include "runtime/optim/quant8.h"
 
 namespace tessera::optim {
@@ -117,6 +118,8 @@ class AdamW {
 
 // fp32 | bf16 | int8 (the 8-bit state: at::kByte); Error(Input) otherwise.
 at::ScalarType parse_state_dtype(const std::string& s);
+// optim.state_dtype as AdamWOptions::state_dtype: kFloat, kBFloat16, kByte (8-bit).
+at::ScalarType state_scalar_type(StateDtype d);
 // The FSDP alignment (elements) a state dtype needs so that its blocks are the same at every world
 // size and checkpoints reshard them: the 8-bit block size (q8::kDefaultBlock), else 1.
 int64_t state_alignment(at::ScalarType state_dtype);

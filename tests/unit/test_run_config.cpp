@@ -84,7 +84,7 @@ TEST(RunConfig, TypedFieldsHoldWhatWasSet) {
   EXPECT_EQ(c.fsdp.mixed_precision, util::FloatType::BF16);
   EXPECT_EQ(c.fsdp.strategy, fsdp::Strategy::HybridShard);
   EXPECT_EQ(c.data.truncation, data::Truncation::Left);
-  EXPECT_EQ(c.optim.state_dtype, util::FloatType::BF16);
+  EXPECT_EQ(c.optim.state_dtype, optim::StateDtype::BF16);
   EXPECT_EQ(c.train.preempt_signal, PreemptSignal::USR1);
   EXPECT_EQ(c.train.profile_steps, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(c.fsdp.activation_checkpointing, Recompute::False);
