@@ -2,10 +2,13 @@
 // keep-last-K) and latest().
 //
 // One save, on every rank:
-//   1. world rank 0 prepares <root>/step-<N>.tmp/ (stale *.tmp from a crash removed); agreement.
-//   2. writers (replicate rank 0) write rank-<shard rank>.bin with a running CRC32C, fsync it.
+//   1. world rank 0 prepares <root>/step-<N>.tmp/ (stale *.tmp from a crash removed); agreement;
+//      writers (replicate rank 0) create rank-<shard rank>.bin with all its blocks allocated
+//      (fallocate: a full disk fails here, in save(), async or not); agreement.
+//   2. writers write their file with a running CRC32C (and one per slice), fsync it.
 //      async: the shards were cloned in save() and this runs on a background thread.
-//   3. agreement on errors; CRCs and sizes summed to every rank (each writer fills its own slot).
+//   3. agreement on errors (any error removes step-<N>.tmp); file and slice CRCs and sizes summed to
+//      every rank (each writer fills its own slots).
 //   4. world rank 0 writes manifest.json, fsyncs it and the directory, renames step-<N>.tmp to
 //      step-<N> (an existing step-<N> is moved aside first and deleted after), fsyncs the root,
 //      points <root>/latest at step-<N>, on the lineage's first save retires newer checkpoints of
@@ -101,6 +104,7 @@ struct Job {
   // Pieces (layout.h) of every rank file, numbered rank by rank: rank r's are [piece_base[r],
   // piece_base[r + 1]).
   std::vector<int64_t> piece_base;
+  std::shared_ptr<io::File> file;  // writer: its rank file in tmp, blocks allocated (create_file)
   json manifest;  // leader: everything but the checksums
   std::vector<std::pair<size_t, size_t>> piece_slot;  // leader: piece -> (tensor, slice) in the manifest
 };
@@ -188,6 +192,7 @@ struct Checkpointer::Impl {
   void collect(Job& job, const std::vector<fsdp::UnitShard>& shards, const std::vector<NamedShards>& kinds,
                bool async);
   // Returns the CRC32C of each piece, in layout order.
+  void create_file(Job& job);
   std::vector<uint32_t> write_file(const Job& job, uint32_t& crc, uint64_t& bytes);
   void publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes,
                const std::vector<uint32_t>& piece_crcs);
@@ -241,15 +246,21 @@ static std::string no_space_message(const Job& job, const std::string& what) {
          (kept.empty() ? std::string("there is no earlier checkpoint") : "the previous checkpoint " + kept + " is kept");
 }
 
-std::vector<uint32_t> Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
+// The writer's rank file with all its blocks allocated: a full disk fails here, naming the bytes,
+// not halfway through the data (and, called by save(), before an async save returns).
+void Checkpointer::Impl::create_file(Job& job) {
   const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
-  const std::vector<Piece> layout = file_layout(job.plans, job.shard_rank, job.layouts);
-  io::File f = io::File::create(path);
-  try {  // the whole file's blocks first: a full disk fails here, naming the bytes, not halfway through
-    f.reserve(file_bytes(layout));
+  job.file = std::make_shared<io::File>(io::File::create(path));
+  try {
+    job.file->reserve(file_bytes(file_layout(job.plans, job.shard_rank, job.layouts)));
   } catch (const Error& e) {
     throw TESSERA_INPUT_ERROR(no_space_message(job, e.what()));
   }
+}
+
+std::vector<uint32_t> Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
+  const std::vector<Piece> layout = file_layout(job.plans, job.shard_rank, job.layouts);
+  io::File& f = *job.file;
   io::ChecksumWriter w(f);
   std::vector<uint32_t> piece_crcs;
   at::Tensor widened;  // fp32 staging for kinds kept in another dtype (bf16 moments), a block at a time
@@ -491,6 +502,11 @@ SaveTiming Checkpointer::save(int64_t step, fsdp::Engine& engine, const std::vec
   if (job.leader)
     job.manifest = manifest_without_checksums(job, groups_.world->size(), engine.options().strategy,
                                               engine.replicate_group().size(), state, job.piece_slot);
+  // Step 1b, on the caller's thread for async saves too: each writer's file with its blocks allocated,
+  // so a full disk stops the run at the step that saves, not one checkpoint interval later.
+  impl_->fail_if_any(job, capture_error([&] {
+    if (job.writer) impl_->create_file(job);
+  }));
 
   if (!opts_.async) {
     SaveTiming t = impl_->run(job);

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The chaos soak's short version (tests/chaos/soak.sh, whose header says how it works) in the test
+# suite: four faults, one of each kind no other test makes on the cluster, in one job that SLURM
+# requeues after each: checkpoint.dir full during a save, the training data truncated under the run,
+# a node lost (its slurmd, slurmstepd and ranks killed: the job comes back on the other node, W 4 -> 2,
+# then grows back to W 4), the newest checkpoint corrupted (skipped for the one before). It must end
+# with every fault survived, the loss within tolerance of an uninterrupted run and the final state
+# byte-identical to the same resharding done by hand. About 2.5 minutes.
+set -euo pipefail
+exec bash "${TESSERA_SRC:?}/tests/chaos/soak.sh" --faults 4 --seed 2 --kinds disk_full,data,node_loss,corrupt
