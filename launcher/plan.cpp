@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -215,18 +216,23 @@ nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, 
   nlohmann::json suggestions = nlohmann::json::array();
   Config all = cfg;
   PlanRequest all_req = req;
-  std::string every;
+  std::vector<std::string> changes;  // "all of": a later knob of the same key (state_dtype=int8 after =bf16) replaces it
   for (const Knob& k : knobs(cfg, mc)) {
     Config c = cfg;
     PlanRequest r = req;
     k.apply(c, r);
     k.apply(all, all_req);
-    every += (every.empty() ? "" : ", ") + k.change;
+    const std::string key = k.change.substr(0, k.change.find('=') + 1);
+    changes.erase(std::remove_if(changes.begin(), changes.end(), [&](const std::string& x) { return x.rfind(key, 0) == 0; }),
+                  changes.end());
+    changes.push_back(k.change);
     const memory::Plan p = plan_run(c, mc, r);
     if (why_not_fit(p, r).empty())
       suggestions.push_back({{"change", k.change}, {"peak_gpu_bytes_per_rank", p.peak_gpu()},
                              {"peak_host_bytes_per_rank", p.peak_host()}});
   }
+  std::string every;
+  for (const std::string& x : changes) every += (every.empty() ? "" : ", ") + x;
   if (suggestions.empty() && !every.empty()) {
     const memory::Plan p = plan_run(all, mc, all_req);
     if (why_not_fit(p, all_req).empty())
