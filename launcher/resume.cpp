@@ -96,9 +96,8 @@ std::string resume_first_intact(train::Trainer& trainer, const std::vector<std::
       trainer.resume(candidates[i]);
       return candidates[i];
     } catch (const checkpoint::DamagedCheckpoint& e) {
-      const bool last = i + 1 == candidates.size();
-      if (print) say_skipped(candidates[i], e.what(), last ? "" : candidates[i + 1]);
-      if (last) throw;
+      if (i + 1 == candidates.size()) throw;  // its own error is the run's last line
+      if (print) say_skipped(candidates[i], e.what(), candidates[i + 1]);
     }
   }
 }

@@ -38,8 +38,8 @@ void keep_global_batch(const std::string& ckpt, int world_size, Config& cfg, tra
 
 // trainer.resume() from the first of `candidates` that is not damaged: on
 // checkpoint::DamagedCheckpoint (thrown on every rank together) the next one is tried, and rank 0
-// (`print`) says on stderr which was skipped and why. Returns the checkpoint resumed from; rethrows
-// the last damage when every candidate is damaged. Collective.
+// (`print`) says on stderr which was skipped and why. Returns the checkpoint resumed from; when the
+// last candidate is damaged too, its error is thrown (the run's one error line). Collective.
 std::string resume_first_intact(train::Trainer& trainer, const std::vector<std::string>& candidates, bool print);
 
 }  // namespace tessera::launcher

@@ -70,6 +70,7 @@ class Soak:
         self.async_next = False
         self.pending_since = None
         self.hurried = 0
+        self.fillers = []  # files filling checkpoint.dir's tmpfs during a disk_full fault
 
     # ---- set-up -------------------------------------------------------------------------------
     def config(self, ck, logdir, steps=None, async_=False):
@@ -186,6 +187,7 @@ class Soak:
                                    f"{job_field(self.job, 'JobState')}, step {self.step()})")
             time.sleep(0.1)
             self.poll()
+            self.top_up()
             self.hurry_requeue()
 
     def hurry_requeue(self):
@@ -256,19 +258,35 @@ class Soak:
         sh("slurmd", "-f", os.environ["SLURM_CONF"], "-N", node)
         log(f"  {node}'s slurmd restarted")
 
-    def inject_disk_full(self):
-        keep = 64 * 1024  # less than any rank file of the tiny model
-        self.filler = f"{self.work}/ckfs/filler"
+    FULL_KEEP = 64 * 1024  # bytes left free: less than any rank file of the tiny model
+
+    def fill(self):
+        """Takes all but FULL_KEEP bytes of checkpoint.dir's file system (in a new filler file);
+        the bytes taken, 0 if there was nothing to take."""
         for _ in range(20):  # a save in flight may take space between statvfs and fallocate
             st = os.statvfs(self.ck)
-            free = st.f_bavail * st.f_frsize
+            take = st.f_bavail * st.f_frsize - self.FULL_KEEP
+            if take <= 0:
+                return 0
+            path = f"{self.work}/ckfs/filler{len(self.fillers)}"
             try:
-                with open(self.filler, "wb") as f:
-                    os.posix_fallocate(f.fileno(), 0, max(free - keep, 1))
-                return f"{self.work}/ckfs filled: {free - keep} bytes, {keep} left"
+                with open(path, "wb") as f:
+                    self.fillers.append(path)
+                    os.posix_fallocate(f.fileno(), 0, take)
+                return take
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError(f"cannot fill {self.work}/ckfs")
+
+    def top_up(self):
+        # While the disk is to stay full, what the run frees (a save pruning an older checkpoint, a
+        # failed save's .tmp) is taken again: the disk stays full until the run has ended.
+        if self.fillers:
+            self.fill()
+
+    def inject_disk_full(self):
+        took = self.fill()
+        return f"{self.work}/ckfs filled: {took} bytes, {self.FULL_KEEP} left (and kept full)"
 
     def inject_corrupt(self, n):
         # Newest complete checkpoint (the one `latest` names), once it is reported complete.
@@ -317,7 +335,9 @@ class Soak:
     def repair(self, kind):
         """What an operator (or time) fixes once the run has ended."""
         if kind == "disk_full":
-            os.remove(self.filler)
+            for path in self.fillers:
+                os.remove(path)
+            self.fillers = []
         elif kind == "data":
             shutil.copy(self.data + ".orig", self.data + ".tmp")
             os.replace(self.data + ".tmp", self.data)
@@ -351,9 +371,9 @@ class Soak:
         self.wait(f"step {target}", lambda: self.step() >= min(target, self.steps - 1) or run["rc"] is not None, 300)
         if run["rc"] is not None or self.step() >= self.steps - 1:
             return False
+        how = self.inject(kind, n)  # (corrupt waits for a newer checkpoint first)
         at = self.step()
         t0 = time.time()
-        how = self.inject(kind, n)
         log(f"fault {n + 1} {kind}{note} at step {at}: {how}")
         self.wait("the run to end", lambda: run["rc"] is not None or self.runs[-1] is not run
                   or job_field(self.job, "JobState") not in ("RUNNING", "COMPLETING"), 300)
