@@ -183,7 +183,10 @@ struct MomentAccess {
     if (ms.scalar_type() == at::kFloat) return {ms, vs};
     if (!am_all) return {ms.to(at::kFloat), vs.to(at::kFloat)};
     const int64_t nb = (pc.len + block - 1) / block;
-    at::Tensor m = at::zeros({nb * block}, ms.options().dtype(at::kFloat)), v = at::zeros_like(m);
+    // Whole blocks: every element is written below; a partial last block's tail must read as 0.
+    const auto f32 = ms.options().dtype(at::kFloat);
+    at::Tensor m = nb * block == pc.len ? at::empty({nb * block}, f32) : at::zeros({nb * block}, f32);
+    at::Tensor v = nb * block == pc.len ? at::empty_like(m) : at::zeros_like(m);
     q8::dequantize_into(ms, (*am_all)[pc.shard].narrow(0, pc.begin / block, nb), block, *cm, m);
     q8::dequantize_into(vs, (*av_all)[pc.shard].narrow(0, pc.begin / block, nb), block, *cv, v);
     return {m, v};
