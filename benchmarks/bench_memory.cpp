@@ -68,6 +68,8 @@ std::vector<Case> cases(bool quick) {
     v.push_back(train("mid W2 full_shard bf16", "mid", 2, {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}}));
     v.push_back(train("mid W4 full_shard bf16", "mid", 4, {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}}));
     v.push_back(train("mid W2 full_shard bf16 fp32-reduce", "mid", 2, {{"fsdp.mixed_precision", "bf16"}}));
+    v.push_back(train("mid W2 full_shard bf16 state int8", "mid", 2,
+                      {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"optim.state_dtype", "int8"}}));
     v.push_back(train("mid W2 full_shard fp32 AC", "mid", 2, {{"fsdp.activation_checkpointing", "true"}}));
   }
   return v;
