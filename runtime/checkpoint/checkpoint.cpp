@@ -4,7 +4,8 @@
 // One save, on every rank:
 //   1. world rank 0 prepares <root>/step-<N>.tmp/ (stale *.tmp from a crash removed); agreement;
 //      writers (replicate rank 0) create rank-<shard rank>.bin with all its blocks allocated
-//      (fallocate: a full disk fails here, in save(), async or not); agreement.
+//      (fallocate: a full disk fails here, in save(), async or not), and world rank 0 manifest.json
+//      with the bytes of its longest text; agreement.
 //   2. writers write their file with a running CRC32C (and one per slice), fsync it.
 //      async: the shards were cloned in save() and this runs on a background thread.
 //   3. agreement on errors (any error removes step-<N>.tmp); file and slice CRCs and sizes summed to
@@ -105,6 +106,7 @@ struct Job {
   // piece_base[r + 1]).
   std::vector<int64_t> piece_base;
   std::shared_ptr<io::File> file;  // writer: its rank file in tmp, blocks allocated (create_file)
+  std::shared_ptr<io::File> manifest_file;  // leader: manifest.json in tmp, its largest size allocated
   json manifest;  // leader: everything but the checksums
   std::vector<std::pair<size_t, size_t>> piece_slot;  // leader: piece -> (tensor, slice) in the manifest
 };
@@ -235,6 +237,19 @@ void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& s
   }
 }
 
+// The complete manifest.json text: the leader's manifest with the checksums and sizes of every file
+// and slice.
+static std::string manifest_text(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes,
+                                 const std::vector<uint32_t>& piece_crcs) {
+  json manifest = job.manifest;
+  for (int r = 0; r < job.shard_size; ++r)
+    manifest["files"].push_back({{"name", rank_file_name(r)}, {"bytes", sizes[r]}, {"crc32c", crcs[r]}});
+  json& tensors = manifest["tensors"];
+  for (size_t i = 0; i < job.piece_slot.size(); ++i)
+    tensors[job.piece_slot[i].first]["slices"][job.piece_slot[i].second]["crc32c"] = piece_crcs[i];
+  return manifest.dump(1) + "\n";
+}
+
 // A save that failed for want of space: the error of `what` with the step, the size of the whole
 // checkpoint and what stays (the checkpoint latest() names: nothing complete is touched).
 static std::string no_space_message(const Job& job, const std::string& what) {
@@ -248,11 +263,19 @@ static std::string no_space_message(const Job& job, const std::string& what) {
 
 // The writer's rank file with all its blocks allocated: a full disk fails here, naming the bytes,
 // not halfway through the data (and, called by save(), before an async save returns).
+// The leader's manifest.json too, with the bytes of its longest text (every checksum and size at
+// its most digits): once save() returns, the one write left that could meet a full disk is `latest`.
 void Checkpointer::Impl::create_file(Job& job) {
   const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
   job.file = std::make_shared<io::File>(io::File::create(path));
   try {
     job.file->reserve(file_bytes(file_layout(job.plans, job.shard_rank, job.layouts)));
+    if (!job.leader) return;
+    job.manifest_file = std::make_shared<io::File>(io::File::create((fs::path(job.tmp) / "manifest.json").string()));
+    const size_t pieces = static_cast<size_t>(job.piece_base.back());
+    job.manifest_file->reserve(manifest_text(job, std::vector<uint32_t>(job.shard_size, UINT32_MAX),
+                                             std::vector<uint64_t>(job.shard_size, UINT64_MAX),
+                                             std::vector<uint32_t>(pieces, UINT32_MAX)).size());
   } catch (const Error& e) {
     throw TESSERA_INPUT_ERROR(no_space_message(job, e.what()));
   }
@@ -296,17 +319,11 @@ std::vector<uint32_t> Checkpointer::Impl::write_file(const Job& job, uint32_t& c
 
 void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& sizes,
                                  const std::vector<uint32_t>& piece_crcs) {
-  json manifest = job.manifest;
-  for (int r = 0; r < job.shard_size; ++r)
-    manifest["files"].push_back({{"name", rank_file_name(r)}, {"bytes", sizes[r]}, {"crc32c", crcs[r]}});
-  json& tensors = manifest["tensors"];
-  for (size_t i = 0; i < job.piece_slot.size(); ++i)
-    tensors[job.piece_slot[i].first]["slices"][job.piece_slot[i].second]["crc32c"] = piece_crcs[i];
-  const std::string mpath = (fs::path(job.tmp) / "manifest.json").string();
   {
-    io::File f = io::File::create(mpath);
-    const std::string text = manifest.dump(1) + "\n";
+    io::File& f = *job.manifest_file;
+    const std::string text = manifest_text(job, crcs, sizes, piece_crcs);
     f.write_all(text.data(), text.size());
+    f.truncate(text.size());  // what reserve() allocated beyond the text
     f.fsync();
     f.close();
   }

@@ -82,6 +82,11 @@ bool File::reserve(uint64_t bytes) {
                             " bytes free)");
 }
 
+void File::truncate(uint64_t bytes) {
+  if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
+    throw TESSERA_INPUT_ERROR("cannot truncate " + path_ + ": " + errno_message());
+}
+
 void File::fsync() {
   if (::fsync(fd_) != 0) throw TESSERA_INPUT_ERROR("cannot fsync " + path_ + ": " + errno_message());
 }

@@ -27,6 +27,7 @@ class File {
   // Exactly n bytes at `offset`; a short file is an error naming the path.
   void pread_all(void* data, size_t n, uint64_t offset) const;
   size_t read_some(void* data, size_t n);  // sequential read, 0 at end of file
+  void truncate(uint64_t bytes);  // the file's size becomes `bytes` (ftruncate)
   void fsync();
   void close();  // checks close() errors (delayed write errors surface here)
 

@@ -6,6 +6,8 @@
 // End to end through `tessera train` (fallback, elastic resume): tests/mpi/resume_faults.sh.
 #include "tests/unit/test_checkpoint_util.h"
 
+#include "runtime/checkpoint/io.h"
+
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -134,4 +136,35 @@ TEST_F(CheckpointFaults, FullDiskDuringSaveNamesPathAndBytesAndKeepsThePrevious)
   // Room again (the previous one pruned by hand): the same save succeeds.
   fs::remove_all(first);
   EXPECT_EQ(Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)).dir, root + "/step-2");
+}
+
+// Room for the rank file but not for the manifest, on an async save: save() itself fails (the
+// leader allocates manifest.json's longest text with the rank files), so the run stops at the step
+// that saves, not when the background write reaches the manifest some steps later.
+TEST_F(CheckpointFaults, AsyncSaveWithoutRoomForTheManifestFailsInSave) {
+  const std::string probe_root = dir + "/probe";
+  const uint64_t rank_bytes = fs::file_size(save_steps(probe_root, {1}) + "/rank-00000.bin");
+  mounted_at = dir + "/small";
+  fs::create_directories(mounted_at);
+  if (::mount("tmpfs", mounted_at.c_str(), "tmpfs", 0, "size=64m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
+  mounted = true;
+  const std::string root = mounted_at + "/ck";
+  fs::create_directories(root);
+  const uint64_t page = 4096, rank_pages = (rank_bytes + page - 1) / page * page;
+  const uint64_t free_now = static_cast<uint64_t>(tessera::checkpoint::io::free_bytes(root));
+  ASSERT_GT(free_now, rank_pages + page);
+  {  // all but the rank file's pages taken
+    tessera::checkpoint::io::File filler = tessera::checkpoint::io::File::create(mounted_at + "/filler");
+    ASSERT_TRUE(filler.reserve(free_now - rank_pages));
+  }
+  ASSERT_EQ(tessera::checkpoint::io::free_bytes(root), static_cast<int64_t>(rank_pages));
+  auto e = make_engine(self_groups());
+  fill(*e, 2);
+  Checkpointer ck(root, {2, true}, self_groups());
+  const std::string msg = error_of([&] { ck.save(2, *e, e->kinds, test_state(2)); });
+  EXPECT_EQ(msg.rfind("checkpoint step-2 does not fit in checkpoint.dir " + root + ": cannot allocate ", 0), 0u) << msg;
+  EXPECT_NE(msg.find(" bytes for " + root + "/step-2.tmp/manifest.json: No space left on device ("), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(root + "/step-2.tmp"));
+  EXPECT_EQ(tessera::checkpoint::latest(root), "");
 }
