@@ -78,7 +78,12 @@ at::Tensor quantize(const at::Tensor& x, int64_t block, const CodebookTensors& c
   const at::Tensor blocks = x.view({-1, block});
   absmax.copy_(blocks.abs().amax(1));
   const at::Tensor inv = at::where(absmax > 0, absmax.reciprocal(), at::zeros_like(absmax));
-  at::Tensor idx = at::searchsorted(cb.mid, (blocks * inv.unsqueeze(1)).view(-1), /*out_int32=*/true, /*right=*/false);
+  const at::Tensor xn = (blocks * inv.unsqueeze(1)).view(-1);
+  at::Tensor idx = at::searchsorted(cb.mid, xn, /*out_int32=*/true, /*right=*/false);
+  // A value that is not 0 never becomes 0: the smallest code of its sign (Codebook::encode).
+  const at::Tensor at_zero = idx.eq(cb.zero).logical_and(xn.ne(0));
+  idx.add_(at_zero.logical_and(xn.gt(0)).to(idx.scalar_type()));
+  if (cb.zero > 0) idx.sub_(at_zero.logical_and(xn.lt(0)).to(idx.scalar_type()));
   if (cb.zero != 0) idx.sub_(cb.zero).bitwise_and_(255);
   return idx.to(at::kByte);
 }
