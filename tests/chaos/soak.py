@@ -68,9 +68,8 @@ class Soak:
         self.metrics_pos = 0
         self.steps_seen = []  # (time, step, loss) of the soak job, in order
         self.async_next = False
-        self.pending_since = None
-        self.hurried = 0
         self.fillers = []  # files filling checkpoint.dir's tmpfs during a disk_full fault
+        self.unplanned = []  # runs that ended without a fault (said in the summary)
 
     # ---- set-up -------------------------------------------------------------------------------
     def config(self, ck, logdir, steps=None, async_=False):
@@ -188,19 +187,6 @@ class Soak:
             time.sleep(0.1)
             self.poll()
             self.top_up()
-            self.hurry_requeue()
-
-    def hurry_requeue(self):
-        # A requeued job waits out the credential lifetime (cred_expire) first; the tests skip it, but
-        # only 2 s after the requeue: a start within the second of the revocation is refused ("Job
-        # credential revoked") and the job ends FAILED.
-        if job_field(self.job, "JobState") != "PENDING" or job_field(self.job, "Restarts") in ("", "0"):
-            self.pending_since = None
-            return
-        self.pending_since = self.pending_since or time.time()
-        if time.time() - self.pending_since >= 2 and time.time() - self.hurried >= 2:
-            sh("scontrol", "update", f"JobId={self.job}", "StartTime=now", check=False)
-            self.hurried = time.time()
 
     def ranks(self):
         """[(pid, rank, node)] of the job's tessera processes."""
@@ -368,9 +354,17 @@ class Soak:
         else:
             note = ""
         target = run["start"] + self.rng.randint(1, 2 * self.a.every)
+        if kind == "node_loss":
+            # After the first checkpoint: a run that starts over on fewer ranks has a global batch of
+            # its own (nothing pins it before a checkpoint), and could never grow back.
+            target = max(target, self.a.every + 1)
         self.wait(f"step {target}", lambda: self.step() >= min(target, self.steps - 1) or run["rc"] is not None, 300)
-        if run["rc"] is not None or self.step() >= self.steps - 1:
-            return False
+        if self.step() >= self.steps - 1:
+            return "end"
+        if run["rc"] is not None:  # the run ended before the fault, by itself: said, and counted
+            self.unplanned.append(f"run {run['n']} ended before fault {n + 1}: {ended_how('kill9', run, self.runs)}")
+            log("  " + self.unplanned[-1] + "; the fault goes to the next run")
+            return "again"
         how = self.inject(kind, n)  # (corrupt waits for a newer checkpoint first)
         at = self.step()
         t0 = time.time()
@@ -391,7 +385,7 @@ class Soak:
                             "start_to_step_s": new["first_step_t"] - new["t_start"],
                             "lost": max(last - new["start"], 0), "W": new["W"],
                             "restarts": len(self.runs) - self.runs.index(run) - 1})
-        return True
+        return "done"
 
     def toggle_async(self):
         self.async_next = not self.async_next  # the next run saves the other way (sync / async)
@@ -410,8 +404,11 @@ class Soak:
         log("fault schedule: " + " ".join(kinds))
         t0 = time.time()
         for n, kind in enumerate(kinds):
-            self.wait("the job to train", self.running_training, 600)
-            if not self.fault(n, kind):
+            outcome = "again"
+            while outcome == "again":
+                self.wait("the job to train", self.running_training, 600)
+                outcome = self.fault(n, kind)
+            if outcome == "end":
                 log(f"the run reached its end before fault {n + 1}: raise --steps")
                 break
         self.wait("the job to complete", lambda: job_field(self.job, "JobState") in DONE, 900)
@@ -438,10 +435,10 @@ def ended_how(kind, run, runs):
     if kind == "corrupt":  # the skip is said by the run that resumes
         lines = [l for r in runs[runs.index(run) + 1:] for l in r["lines"]]
     base = kind.split(" ")[0]
+    rc = "" if run["rc"] is None else f"exit {run['rc']}" + (" (a rank killed), then " if base == "corrupt" else ": ")
     for pattern in ENDINGS.get(base, []) + ENDINGS["kill9"]:
         for line in lines:
             if re.fullmatch(pattern, line.strip()):
-                rc = "" if run["rc"] is None else f"exit {run['rc']}: "
                 return rc + line.strip()
     return f"exit {run['rc']}" if run["rc"] is not None else "job ended (no exit line)"
 
@@ -556,6 +553,10 @@ class Report(Soak):
         print(f"\nfaults survived: {len(self.faults)} of {self.a.faults} injected ({survived} within the loss bound); "
               f"runs: {len(self.runs)}; world sizes along the final lineage: "
               + ", ".join(f"W {w} from step {s}" for s, w in segments))
+        for u in self.unplanned:
+            print("a run ended without a fault: " + u)
+        if len(self.faults) < self.a.faults:
+            problems.append(f"only {len(self.faults)} of {self.a.faults} faults were made (raise --steps)")
         if not os.path.isdir(final):
             problems.append(f"no final checkpoint {final}")
         elif len(segments) <= 1 and segments and segments[0][1] == 4:
