@@ -5,6 +5,7 @@
 # a node lost (its slurmd, slurmstepd and ranks killed: the job comes back on the other node, W 4 -> 2,
 # then grows back to W 4), the newest checkpoint corrupted (skipped for the one before). It must end
 # with every fault survived, the loss within tolerance of an uninterrupted run and the final state
-# byte-identical to the same resharding done by hand. About 2.5 minutes.
+# byte-identical to the same resharding done by hand. About 3 minutes (each requeue waits out the
+# local cluster's cred_expire, 10 s).
 set -euo pipefail
 exec bash "${TESSERA_SRC:?}/tests/chaos/soak.sh" --faults 4 --seed 2 --kinds disk_full,data,node_loss,corrupt
