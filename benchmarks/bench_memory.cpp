@@ -70,6 +70,9 @@ std::vector<Case> cases(bool quick) {
     v.push_back(train("mid W2 full_shard bf16 fp32-reduce", "mid", 2, {{"fsdp.mixed_precision", "bf16"}}));
     v.push_back(train("mid W2 full_shard bf16 state int8", "mid", 2,
                       {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"optim.state_dtype", "int8"}}));
+    for (const char* offload : {"optimizer", "params"})
+      v.push_back(train(std::string("mid W2 full_shard bf16 offload ") + offload, "mid", 2,
+                        {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"fsdp.offload", offload}}));
     v.push_back(train("mid W2 full_shard fp32 AC", "mid", 2, {{"fsdp.activation_checkpointing", "true"}}));
   }
   return v;
@@ -218,6 +221,10 @@ void print_row(const json& row) {
   for (auto it = measured.begin(); it != measured.end(); ++it)
     if (it->is_number_integer() && it.key() != "peak_rss" && it.key() != "tracked" && it->get<int64_t>() >= (1 << 20))
       breakdown += it.key() + " " + mib(it->get<int64_t>()) + ", ";
+  // Which of them live in host memory on a GPU run (fsdp.offload's shard state, loading, checkpoints).
+  if (measured.contains("placement"))
+    for (const auto& [cat, bytes] : measured["placement"]["host"].items())
+      if (bytes.get<int64_t>() >= (1 << 20)) breakdown += "host " + cat + " " + mib(bytes.get<int64_t>()) + ", ";
   std::printf("%-44s %9s %9s %+6.1f%% %9s %7.3f  %s(peak at %s)\n", row["name"].get<std::string>().c_str(),
               mib(row["measured_peak_bytes"].get<int64_t>()).c_str(), mib(row["predicted_bytes"].get<int64_t>()).c_str(),
               100 * row["prediction_error"].get<double>(), mib(row["floor_bytes"].get<int64_t>()).c_str(),

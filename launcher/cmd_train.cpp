@@ -51,6 +51,7 @@ fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc)
   o.prefetch = cfg.fsdp.prefetch;
   o.limit_all_gathers = static_cast<int>(cfg.fsdp.limit_all_gathers);
   o.accumulate = cfg.fsdp.accumulate;
+  o.offload = cfg.fsdp.offload;
   // 8-bit moments: every shard and parameter starts at a whole block (runtime/optim/quant8.h).
   o.align = std::lcm(o.align, optim::state_alignment(optim::state_scalar_type(cfg.optim.state_dtype)));
   return o;

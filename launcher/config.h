@@ -72,6 +72,7 @@ struct FsdpSection {
   bool prefetch = false;
   int64_t limit_all_gathers = 0;
   fsdp::Accumulate accumulate{};
+  fsdp::Offload offload{};
 };
 struct OptimSection {
   optim::StateDtype state_dtype{};

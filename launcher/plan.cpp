@@ -52,6 +52,7 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
   r.accumulate_unsharded = fo.accumulate == fsdp::Accumulate::Unsharded;
   r.grad_accum = to.grad_accum;
   r.optimizer_in_backward = to.optimizer_in_backward;
+  r.offload = fo.offload;
   r.checkpoint_async = to.checkpoint_async;
   r.load = cfg.model.path.empty() ? fsdp::LoadMode::Parallel : cfg.model.load;  // a preset is initialised in place
   r.gpu = req.gpu;
@@ -82,7 +83,8 @@ std::string why_not_fit(const memory::Plan& plan, const PlanRequest& req) {
            ") exceeds " + human(req.gpu_mem);
   if (req.host_mem > 0 && host_bytes_per_node(plan, req) > req.host_mem)
     return "host RAM " + human(host_bytes_per_node(plan, req)) + " per node (" + std::to_string(req.ranks_per_node) +
-           " ranks) exceeds " + human(req.host_mem);
+           " ranks" + (plan.offload != fsdp::Offload::None ? ", fsdp.offload=" + fsdp::to_string(plan.offload) + " keeps the shard state there" : "") +
+           ") exceeds " + human(req.host_mem);
   return "";
 }
 
@@ -194,6 +196,11 @@ std::vector<Knob> knobs(const Config& cfg, const model::ModelConfig& mc) {
     k.push_back({"checkpoint.async=false", [](Config& c, PlanRequest&) { c.checkpoint.async = false; }});
   if (cfg.model.load == fsdp::LoadMode::Naive)
     k.push_back({"model.load=rank0", [](Config& c, PlanRequest&) { c.model.load = fsdp::LoadMode::Rank0; }});
+  // Host offload last: it trades PCIe traffic and host memory for GPU memory (only a GPU run has any).
+  if (fo.offload == fsdp::Offload::None)
+    k.push_back({"fsdp.offload=optimizer", [](Config& c, PlanRequest&) { c.fsdp.offload = fsdp::Offload::Optimizer; }});
+  if (fo.offload != fsdp::Offload::Params)
+    k.push_back({"fsdp.offload=params", [](Config& c, PlanRequest&) { c.fsdp.offload = fsdp::Offload::Params; }});
   return k;
 }
 
@@ -255,7 +262,7 @@ nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, 
     else if (impossible)
       *impossible = "and no setting of activation checkpointing, limit_all_gathers, micro-batch, optimizer state dtype, "
                     "optimizer in backward, "
-                    "strategy or up to 8192 ranks brings it under the limit";
+                    "host offload, strategy or up to 8192 ranks brings it under the limit";
   }
   return suggestions;
 }
@@ -338,11 +345,27 @@ nlohmann::json plan_as_json(const PlanOutcome& o, const model::ModelConfig& mc, 
           {"peak_host_bytes_per_rank", plan.peak_host()},
           {"peak_gpu_bytes_per_rank", plan.peak_gpu()},
           {"host_bytes_per_node", host_bytes_per_node(plan, req)},
+          {"gpu_bytes_per_node", plan.peak_gpu() * req.ranks_per_node},
+          {"offload", fsdp::to_string(run.offload)},
+          {"pcie_bytes_per_step", {{"up", plan.pcie.up}, {"down", plan.pcie.down},
+                                   {"seconds_at_25GBps", plan.pcie.seconds(memory::kPcieBytesPerSecond)}}},
           {"gpu_mem", req.gpu_mem},
           {"host_mem", req.host_mem},
           {"fits", o.why.empty()},
           {"why_not", o.why},
           {"suggestions", o.suggestions}};
+}
+
+// Host offload's PCIe traffic per rank and step, and its time on a PCIe 4.0 x16 link.
+void print_pcie(const memory::Plan& plan, const memory::RunShape& run) {
+  if (run.offload == fsdp::Offload::None) return;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "  PCIe per rank and step (fsdp.offload=%s): %s down (gradient shards), %s up (parameter shards), "
+                ">= %.2f s at %.0f GB/s each way\n",
+                fsdp::to_string(run.offload).c_str(), human(plan.pcie.down).c_str(), human(plan.pcie.up).c_str(),
+                plan.pcie.seconds(memory::kPcieBytesPerSecond), memory::kPcieBytesPerSecond / 1e9);
+  std::cout << line;
 }
 
 // The human table: one line about the run, a row per phase, the step's categories, host per node.
@@ -354,7 +377,9 @@ void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::Mode
             << plan.shard_size << ", " << (req.gpu ? "GPU" : "CPU") << ", compute " << run.param_bytes * 8
             << "-bit, reduce " << run.reduce_bytes * 8 << "-bit, moments " << run.state_bytes * 8 << "-bit, "
             << (run.activation_checkpointing ? "activation checkpointing" : "no activation checkpointing")
-            << ", micro-batch " << to.micro_batch << " x " << to.seq_len << " tokens" << std::endl;
+            << ", micro-batch " << to.micro_batch << " x " << to.seq_len << " tokens"
+            << (run.offload != fsdp::Offload::None ? ", fsdp.offload=" + fsdp::to_string(run.offload) : std::string())
+            << (run.optimizer_in_backward ? ", optimizer in backward" : "") << std::endl;
   char line[256];
   std::snprintf(line, sizeof line, "  %-22s %14s %14s  %s\n", "phase", "GPU per rank", "host per rank", "peak at");
   std::cout << line;
@@ -373,8 +398,17 @@ void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::Mode
   for (int c = 0; c < memory::kNumCategories; ++c)
     if (t.bytes.bytes[c] > 0) std::cout << " " << memory::name(static_cast<memory::Category>(c)) << " " << human(t.bytes.bytes[c]) << ";";
   std::cout << " " << (req.gpu ? "CUDA context + NCCL " : "process base + untracked ") << human(t.base + t.untracked) << std::endl;
+  if (req.gpu && plan.train_host.bytes.total() > 0) {  // host offload: the step's bytes in host memory
+    std::cout << "  training step on the host by category:";
+    for (int c = 0; c < memory::kNumCategories; ++c)
+      if (plan.train_host.bytes.bytes[c] > 0)
+        std::cout << " " << memory::name(static_cast<memory::Category>(c)) << " " << human(plan.train_host.bytes.bytes[c]) << ";";
+    std::cout << std::endl;
+  }
+  if (req.gpu) std::cout << "  GPU per node: " << human(plan.peak_gpu() * req.ranks_per_node) << std::endl;
   std::cout << "  host per node: " << human(host_bytes_per_node(plan, req))
             << (req.host_mem ? " of " + human(req.host_mem) : std::string()) << std::endl;
+  print_pcie(plan, run);
 }
 
 // "fits", or "does not fit: ..." and each change that would make it fit. The exit code.

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 
+#include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
@@ -33,6 +34,8 @@ Accumulate parse_accumulate(const std::string& s) {
   return parse_named<Accumulate>(accumulate_names(), s, "fsdp.accumulate");
 }
 std::string to_string(Accumulate a) { return accumulate_names().at(static_cast<size_t>(a)); }
+Offload parse_offload(const std::string& s) { return parse_named<Offload>(offload_names(), s, "fsdp.offload"); }
+std::string to_string(Offload o) { return offload_names().at(static_cast<size_t>(o)); }
 
 namespace {
 
@@ -83,6 +86,10 @@ struct Engine::Impl {
     comm::WorkPtr gather_work;
     at::Tensor gather_input;  // master cast to param dtype, alive while gathering
     at::Tensor accum;         // unsharded accumulation: fp32 full-size gradient of earlier micro-steps
+    // Host offload: the compute-dtype parameter shard (optimizer: on the device; params: on the
+    // host), made again from the master before the next gather when `stale`.
+    at::Tensor param_shard;
+    bool stale = true;
   };
 
   Options opts;
@@ -96,6 +103,18 @@ struct Engine::Impl {
   bool sync = true;
   std::function<void(int)> grad_ready;  // Engine::on_grad_ready
   MemoryStats mem;
+  Traffic traffic;  // host offload's copies
+
+  bool offloaded() const { return opts.offload != Offload::None; }
+  memory::Where state_where() const { return offloaded() ? memory::Where::Host : memory::Where::Device; }
+  // fp32 shard state where Options::offload puts it: the device, or host memory (pinned for a GPU).
+  at::Tensor state_zeros(int64_t n) const {
+    if (!offloaded()) return at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(opts.device));
+    return device::host_buffer({n}, at::kFloat, opts.device).zero_();
+  }
+  void mark_stale() {
+    for (Unit& u : units) u.stale = true;
+  }
 
   bool reshard_after_forward() const {
     return opts.strategy == Strategy::FullShard || opts.strategy == Strategy::HybridShard;
@@ -119,13 +138,69 @@ struct Engine::Impl {
 
   bool is_layer(int ui) const { return ui > 0; }
 
+  // ---- host offload ------------------------------------------------------------------------
+  // The all-gather's input under offload: the device's parameter shard (optimizer), or the host's
+  // copied up into a device buffer that lives while the gather runs (params).
+  at::Tensor offloaded_gather_input(Unit& u) {
+    if (u.stale) refresh_param_shard(u);
+    if (opts.offload == Offload::Optimizer) return u.param_shard;
+    memory::Scope scope(memory::Category::CommBuffers);
+    at::Tensor in = at::empty({u.shard->plan.chunk}, at::TensorOptions().dtype(opts.param_dtype).device(opts.device));
+    in.copy_(u.param_shard, /*non_blocking=*/true);
+    traffic.up += in.nbytes();
+    return in;
+  }
+  // The parameter shard made again from the (host) master: cast on the host, then copied up
+  // (optimizer); params keeps it on the host (the master itself in fp32).
+  void refresh_param_shard(Unit& u) {
+    const at::Tensor& master = u.shard->master;
+    const int64_t n = u.shard->plan.chunk;
+    const bool device_side = opts.offload == Offload::Optimizer;
+    if (!u.param_shard.defined()) {
+      memory::Scope scope(memory::Category::ParamShard, device_side ? memory::Where::Device : memory::Where::Host);
+      const auto dev = at::TensorOptions().dtype(opts.param_dtype).device(opts.device);
+      if (device_side) u.param_shard = at::empty({n}, dev);
+      else if (opts.param_dtype != at::kFloat) u.param_shard = device::host_buffer({n}, opts.param_dtype, opts.device);
+    }
+    if (!device_side && opts.param_dtype == at::kFloat) {
+      u.param_shard = master;  // the host's fp32 shard is the master
+    } else if (!device_side) {
+      u.param_shard.copy_(master);  // the cast, on the host
+    } else {
+      at::Tensor cast;
+      {
+        memory::Scope scope(memory::Category::ParamShard, memory::Where::Host);
+        cast = master.scalar_type() == opts.param_dtype ? master : master.to(opts.param_dtype);
+      }
+      u.param_shard.copy_(cast);
+      traffic.up += u.param_shard.nbytes();
+    }
+    u.stale = false;
+  }
+  // A reduced gradient chunk on the device (any dtype) into the host gradient shard: copied down
+  // into a host staging buffer, then added there.
+  void add_down(Unit& u, const at::Tensor& chunk) {
+    at::Tensor staged;
+    {
+      memory::Scope scope(memory::Category::GradShard, memory::Where::Host);
+      staged = device::host_buffer({chunk.numel()}, chunk.scalar_type(), opts.device);
+    }
+    staged.copy_(chunk);
+    traffic.down += staged.nbytes();
+    add_scaled(grad_shard(u), staged, 1.0);
+  }
+
   void gather_async(int ui) {
     Unit& u = units[ui];
     if (u.state != GatherState::Free) return;
     alloc_storage(u);
-    memory::Scope scope(memory::Category::CommBuffers);
-    u.gather_input = u.shard->master.scalar_type() == opts.param_dtype ? u.shard->master
-                                                                      : u.shard->master.to(opts.param_dtype);
+    if (offloaded()) {
+      u.gather_input = offloaded_gather_input(u);
+    } else {
+      memory::Scope scope(memory::Category::CommBuffers);
+      u.gather_input = u.shard->master.scalar_type() == opts.param_dtype ? u.shard->master
+                                                                        : u.shard->master.to(opts.param_dtype);
+    }
     u.gather_work = shard_comm->all_gather_into(u.full, u.gather_input);
     u.state = GatherState::Gathering;
     mem.gathered_bytes_now += u.full_bytes;
@@ -176,8 +251,8 @@ struct Engine::Impl {
   // ---- gradients ---------------------------------------------------------------------------
   at::Tensor& grad_shard(Unit& u) {
     if (!u.shard->grad.defined()) {
-      memory::Scope scope(memory::Category::GradShard);
-      u.shard->grad = at::zeros({u.shard->plan.chunk}, u.shard->master.options());
+      memory::Scope scope(memory::Category::GradShard, state_where());
+      u.shard->grad = state_zeros(u.shard->plan.chunk);
     }
     return u.shard->grad;
   }
@@ -190,8 +265,16 @@ struct Engine::Impl {
     for (const auto& g : grads) memory::retag(g, memory::Category::UnsharedGrads);
     const double scale = 1.0 / static_cast<double>(dp_size);
     if (shard_comm->size() == 1) {
-      // The shard is the whole unit (no_shard, or one rank): add straight into the gradient.
-      add_into(grad_shard(u), plan, grads, scale);
+      // The shard is the whole unit (no_shard, or one rank): add straight into the gradient (with
+      // offload: into a device chunk, then down into the host's).
+      if (offloaded()) {
+        memory::Scope scope(memory::Category::UnsharedGrads);
+        at::Tensor chunk = at::zeros({plan.chunk}, at::TensorOptions().dtype(at::kFloat).device(opts.device));
+        add_into(chunk, plan, grads, scale);
+        add_down(u, chunk);
+      } else {
+        add_into(grad_shard(u), plan, grads, scale);
+      }
       if (sync) final_grad(ui);
       return;
     }
@@ -233,7 +316,8 @@ struct Engine::Impl {
     }
     r.flat = at::Tensor();
     Unit& u = units[r.unit];
-    add_scaled(grad_shard(u), r.out, 1.0);
+    if (offloaded()) add_down(u, r.out);
+    else add_scaled(grad_shard(u), r.out, 1.0);
     r.out = at::Tensor();
     if (r.final) final_grad(r.unit);
   }
@@ -251,8 +335,15 @@ struct Engine::Impl {
     Reduction r;
     r.unit = ui;
     {
-      memory::Scope scope(memory::Category::CommBuffers);
+      memory::Scope scope(memory::Category::CommBuffers, state_where());
       r.out = u.shard->grad.scalar_type() == opts.reduce_dtype ? u.shard->grad : u.shard->grad.to(opts.reduce_dtype);
+    }
+    if (offloaded()) {  // the host's shard (cast there) copied up for the device's all-reduce
+      memory::Scope scope(memory::Category::CommBuffers);
+      at::Tensor up = at::empty({r.out.numel()}, r.out.options().device(opts.device));
+      up.copy_(r.out);
+      traffic.up += up.nbytes();
+      r.out = up;
     }
     r.work = replicate_comm->all_reduce(r.out, comm::ReduceOp::Sum);
     replicating.push_back(std::move(r));
@@ -267,6 +358,7 @@ struct Engine::Impl {
       r.work->wait();
     }
     at::Tensor& grad = units[r.unit].shard->grad;
+    if (offloaded()) traffic.down += r.out.nbytes();  // the device's result back into the host shard
     if (!r.out.is_same(grad)) grad.copy_(r.out);
     if (grad_ready) grad_ready(r.unit);
   }
@@ -417,8 +509,8 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
     const auto& plan = u.shard->plan;
     auto f32 = at::TensorOptions().dtype(at::kFloat).device(opts.device);
     {
-      memory::Scope scope(memory::Category::Master);
-      u.shard->master = at::zeros({plan.chunk}, f32);
+      memory::Scope scope(memory::Category::Master, im.state_where());
+      u.shard->master = im.state_zeros(plan.chunk);
     }
     // Weight decay by ranges of the shard (merged where adjacent slices both decay).
     for (const auto& s : plan.slices(r)) {
@@ -486,6 +578,11 @@ void Engine::reshard_all() {
   for (size_t ui = 0; ui < impl_->units.size(); ++ui) impl_->reshard(static_cast<int>(ui));
 }
 
+void Engine::after_step() {
+  reshard_all();
+  impl_->mark_stale();  // offload: the masters changed; the next gathers take them
+}
+
 void Engine::on_grad_ready(std::function<void(int unit)> hook) { impl_->grad_ready = std::move(hook); }
 
 void Engine::release_grad(int unit) { impl_->units[unit].shard->grad = at::Tensor(); }
@@ -495,15 +592,23 @@ void Engine::zero_grad() {
     if (u.shard->grad.defined()) u.shard->grad.zero_();
 }
 
-const std::vector<UnitShard>& Engine::shards() const { return impl_->shards; }
+// Whoever reaches the masters through shards() or named_state() may write them (the loader,
+// checkpoint load): under offload the parameter shards are made from them again before the next
+// gathers (a copy too many where they were only read).
+const std::vector<UnitShard>& Engine::shards() const {
+  impl_->mark_stale();
+  return impl_->shards;
+}
 
 optim::ShardView Engine::optimizer_view() {
   optim::ShardView view;
-  for (const UnitShard& sh : impl_->shards) view.shards.push_back({sh.master, sh.grad, sh.decay});
+  for (const UnitShard& sh : impl_->shards) view.shards.push_back({sh.master, sh.grad, sh.decay, impl_->offloaded()});
   view.group = &shard_group();
+  view.device = opts_.device;
   return view;
 }
 NamedShards Engine::named_state() const {
+  impl_->mark_stale();
   NamedShards s{"param", {}};
   for (const auto& u : impl_->shards) s.per_unit.push_back(u.master);
   return s;
@@ -512,6 +617,7 @@ comm::Communicator& Engine::shard_group() { return *impl_->shard_comm; }
 comm::Communicator& Engine::replicate_group() { return *impl_->replicate_comm; }
 int64_t Engine::num_layers() const { return static_cast<int64_t>(impl_->units.size()) - 1; }
 MemoryStats Engine::memory() const { return impl_->mem; }
+Traffic Engine::traffic() const { return impl_->traffic; }
 int64_t Engine::live_bytes(int unit) const {
   return static_cast<int64_t>(impl_->units.at(unit).full.storage().nbytes());
 }
@@ -519,8 +625,11 @@ int64_t Engine::live_bytes(int unit) const {
 at::Tensor Engine::gather_param(int unit, int param) {
   Impl& im = *impl_;
   const UnitShard& sh = im.shards.at(unit);
-  at::Tensor full = at::empty({sh.plan.padded_total}, sh.master.options());
-  im.shard_comm->all_gather_into(full, sh.master)->wait();
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(opts_.device);
+  at::Tensor full = at::empty({sh.plan.padded_total}, f32);
+  at::Tensor in = sh.master;
+  if (im.offloaded()) in = at::empty({sh.plan.chunk}, f32).copy_(sh.master);  // the collective takes device tensors
+  im.shard_comm->all_gather_into(full, in)->wait();
   const auto& slot = sh.plan.params.at(param);
   return full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone();
 }

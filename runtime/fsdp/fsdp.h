@@ -53,6 +53,27 @@
 // after the collective's stream, so all-gathers, compute and reduce-scatters overlap as far as the
 // prefetch limit allows.
 //
+// Host offload (Options::offload, fsdp.offload; the memory model's "Host offload" terms):
+//   optimizer  the fp32 master and gradient shards live in host memory (pinned when the device is a
+//              GPU) and the optimizer steps them there (AdamW's fused CPU loop; its moments follow
+//              the shards). The device keeps the parameter shard in the compute dtype, the
+//              all-gather's input: made from the master (cast on the host, copied up) before the
+//              first gather after the master changed (after_step(), or any access through shards()
+//              or named_state(), which the loader and checkpoints write through). Each reduced
+//              gradient chunk is copied down (into a host staging buffer) when its reduce-scatter
+//              retires and added into the host shard there; with one shard rank (no_shard, one
+//              rank) the unit's gradient is gathered into a device chunk first and copied down the
+//              same way; with replicas the final shard is copied up for the replica all-reduce and
+//              back down.
+//   params     as optimizer, and the compute-dtype parameter shard lives on the host too (the
+//              master itself when the compute dtype is fp32): every all-gather, in forward and in
+//              backward, first copies it up into a device buffer that lives until the gather ends.
+// The copies are real copies between separate tensors also on a CPU-only machine (where "device"
+// and "host" are the same memory), so the path and its arithmetic are the ones a GPU runs, and the
+// losses equal those without offload bit for bit (the same additions in the same order: a
+// reduced chunk is added into the gradient shard whether it arrives on the host or not). Every
+// copy is counted (traffic()): what `tessera plan` predicts as PCIe bytes per step.
+//
 // Threads: one thread drives an Engine (the trainer's): begin_forward, run_layer, the layer's
 // autograd backward (LibTorch runs CPU backward on the thread that called backward(); on a GPU,
 // autograd's device thread for that GPU, one at a time), finish_backward and the accessors. The
@@ -96,6 +117,8 @@ Strategy parse_strategy(const std::string& s);
 std::string to_string(Strategy s);
 Accumulate parse_accumulate(const std::string& s);  // sharded | unsharded
 std::string to_string(Accumulate a);
+Offload parse_offload(const std::string& s);  // none | optimizer | params
+std::string to_string(Offload o);
 // Gradient reductions (flat buffers) in flight at once; see the header comment.
 constexpr int kMaxReductionsInFlight = 2;
 at::ScalarType parse_dtype(const std::string& s);  // fp32 | bf16 | fp16
@@ -119,6 +142,7 @@ struct Options {
   Accumulate accumulate = Accumulate::Sharded;  // gradient accumulation over micro-steps
   int64_t align = 16;         // elements; parameter offsets in the flat buffer are multiples of this
   at::Device device = at::Device(at::kCPU);  // where shards, optimizer state and gathered buffers live
+  Offload offload = Offload::None;  // host offload of the shard state (see the header comment)
 };
 
 // One unit as the caller describes it: its parameters (tensors owned by the model's modules, may
@@ -149,11 +173,19 @@ struct UnitShard {
   std::string name;
   ShardPlan plan;        // over the shard group
   int shard_rank = 0;    // this rank's index in the shard group
-  // On Options::device (code reading them through data_ptr must stage CPU copies elsewhere).
+  // On Options::device (code reading them through data_ptr must stage CPU copies elsewhere), or in
+  // host memory under host offload (Options::offload).
   at::Tensor master;     // fp32 [chunk]
   at::Tensor grad;       // fp32 [chunk]; undefined until the first backward (evaluation: never)
   // Elements of the shard where weight decay applies: (offset, length), sorted and disjoint.
   std::vector<std::pair<int64_t, int64_t>> decay;
+};
+
+// Bytes copied between the device and the host by host offload since the engine was built: `up`
+// host -> device (parameter shards, replica all-reduce inputs), `down` device -> host (reduced
+// gradient chunks, replica all-reduce results). Zero without offload.
+struct Traffic {
+  int64_t up = 0, down = 0;
 };
 
 struct MemoryStats {
@@ -183,8 +215,9 @@ class Engine {
   void finish_backward();
   // After a forward without grad (evaluation): frees everything gathered.
   void reshard_all();
-  // After the optimizer changed the master shards: drops every gathered copy.
-  void after_step() { reshard_all(); }
+  // After the optimizer changed the master shards: drops every gathered copy (and, under offload,
+  // the parameter shards made from the old masters).
+  void after_step();
   void zero_grad();
   // optim.in_backward: `hook(unit)` runs as soon as that unit's gradient shard is final in the last
   // micro-step's backward (its reduce-scatter retired and, with replicas, its all-reduce), on the
@@ -208,6 +241,8 @@ class Engine {
   at::Tensor gather_param(int unit, int param);
   // Bytes of the live gathered storage of a unit (0 when resharded): measured, not tracked.
   int64_t live_bytes(int unit) const;
+  // Host offload's copies so far (zero without offload).
+  Traffic traffic() const;
 
   struct Impl;
 

@@ -33,6 +33,7 @@ const char* name(Category c) {
     case Category::SavedTensors: return "saved_tensors";
     case Category::Loader: return "loader";
     case Category::Checkpoint: return "checkpoint";
+    case Category::ParamShard: return "param_shard";
     case Category::Count: break;
   }
   return "?";
@@ -43,6 +44,20 @@ int64_t Snapshot::total() const {
   for (int64_t b : bytes) t += b;
   return t;
 }
+int64_t Snapshot::host_total() const {
+  int64_t t = 0;
+  for (int64_t b : host_bytes) t += b;
+  return t;
+}
+nlohmann::json Snapshot::placement_json() const {
+  nlohmann::json device = nlohmann::json::object(), host = nlohmann::json::object();
+  for (int c = 0; c < kNumCategories; ++c) {
+    const char* n = name(static_cast<Category>(c));
+    if (bytes[c] != host_bytes[c]) device[n] = bytes[c] - host_bytes[c];
+    if (host_bytes[c] != 0) host[n] = host_bytes[c];
+  }
+  return {{"device", device}, {"host", host}};
+}
 
 namespace {
 
@@ -50,11 +65,16 @@ std::atomic<const char*> g_phase{""};
 thread_local Category t_default = Category::Other;
 thread_local int t_depth = 0;
 thread_local Category t_current = Category::Other;
+thread_local Where t_where = Where::Device;
 
 struct Entry {
   size_t bytes;
   Category cat;
+  bool host;  // Where::Host
 };
+
+// The placement of an allocation of category c made under placement w.
+bool on_host(Category c, Where w) { return w == Where::Host || c == Category::Loader || c == Category::Checkpoint; }
 
 // Blocks of at least this size are the ones glibc maps and unmaps (the fixed mmap threshold of
 // configure_process_allocators): the ones the cache keeps.
@@ -99,8 +119,9 @@ struct State {
     cached = 0;
   }
 
-  void add(int c, int64_t n) {
+  void add(int c, int64_t n, bool host) {
     live.bytes[c] += n;
+    if (host) live.host_bytes[c] += n;
     live_total += n;
     if (live_total > peak_total) {
       peak_total = live_total;
@@ -108,8 +129,9 @@ struct State {
       peak.phase = g_phase.load(std::memory_order_relaxed);
     }
   }
-  void sub(int c, int64_t n) {
+  void sub(int c, int64_t n, bool host) {
     live.bytes[c] -= n;
+    if (host) live.host_bytes[c] -= n;
     live_total -= n;
   }
 };
@@ -131,7 +153,7 @@ void tracked_free(void* p) {
     auto it = s.entries.find(p);
     if (it != s.entries.end()) {
       const size_t bytes = it->second.bytes;
-      s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(bytes));
+      s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(bytes), it->second.host);
       s.entries.erase(it);
       // It was live a moment ago, so keeping it cannot break the invariant.
       if (s.caching && bytes >= kCachedMin) {
@@ -171,14 +193,15 @@ class TrackingAllocator final : public compat::CpuAllocator {
   at::DataPtr allocate_bytes(size_t n) override {
     State& s = state();
     const Category c = current_category();
+    const bool host = on_host(c, t_where);
     void* p = nullptr;
     if (n >= kCachedMin) {
       std::lock_guard<std::mutex> lock(s.mu);
       size_t block = n;
       if (s.caching && (p = take_cached(s, n, c, &block)) != nullptr) {
         ++s.stats.hits;
-        s.entries[p] = {block, c};
-        s.add(static_cast<int>(c), static_cast<int64_t>(block));
+        s.entries[p] = {block, c, host};
+        s.add(static_cast<int>(c), static_cast<int64_t>(block), host);
         return {p, p, &tracked_free, at::Device(at::DeviceType::CPU)};
       }
     }
@@ -187,8 +210,8 @@ class TrackingAllocator final : public compat::CpuAllocator {
     if (p != nullptr) {
       std::lock_guard<std::mutex> lock(s.mu);
       if (n >= kCachedMin) ++s.stats.misses;
-      s.entries[p] = {n, c};
-      s.add(static_cast<int>(c), static_cast<int64_t>(n));
+      s.entries[p] = {n, c, host};
+      s.add(static_cast<int>(c), static_cast<int64_t>(n), host);
       s.evict_over_budget(evicted);
     }
     free_blocks(evicted);
@@ -210,18 +233,21 @@ int64_t read_status_kib(const char* key) {
 
 }  // namespace
 
-Scope::Scope(Category c) : prev_(t_depth > 0 ? t_current : t_default) {
+Scope::Scope(Category c, Where where) : prev_(t_depth > 0 ? t_current : t_default), prev_where_(t_where) {
   ++t_depth;
   t_current = c;
+  t_where = where;
 }
 Scope::~Scope() {
   --t_depth;
   t_current = prev_;
+  t_where = prev_where_;
 }
 
 const char* set_phase(const char* label) { return g_phase.exchange(label, std::memory_order_relaxed); }
 
 Category current_category() { return t_depth > 0 ? t_current : t_default; }
+Where current_where() { return t_where; }
 void set_thread_default(Category c) { t_default = c; }
 
 void install() {
@@ -292,9 +318,9 @@ void retag(const at::Tensor& t, Category c) {
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.entries.find(p);
   if (it == s.entries.end() || it->second.cat == c) return;
-  s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(it->second.bytes));
+  s.sub(static_cast<int>(it->second.cat), static_cast<int64_t>(it->second.bytes), it->second.host);
   it->second.cat = c;
-  s.add(static_cast<int>(c), static_cast<int64_t>(it->second.bytes));
+  s.add(static_cast<int>(c), static_cast<int64_t>(it->second.bytes), it->second.host);
 }
 
 void retag_all(Category from, Category to) {
@@ -306,6 +332,10 @@ void retag_all(Category from, Category to) {
       e.cat = to;
       s.live.bytes[static_cast<int>(from)] -= static_cast<int64_t>(e.bytes);
       s.live.bytes[static_cast<int>(to)] += static_cast<int64_t>(e.bytes);
+      if (e.host) {
+        s.live.host_bytes[static_cast<int>(from)] -= static_cast<int64_t>(e.bytes);
+        s.live.host_bytes[static_cast<int>(to)] += static_cast<int64_t>(e.bytes);
+      }
     }
 }
 
@@ -316,6 +346,7 @@ nlohmann::json Breakdown::to_json() const {
                       {"untracked", untracked()},
                       {"peak_phase", tracked.phase}};
   for (int c = 0; c < kNumCategories; ++c) j[name(static_cast<Category>(c))] = tracked.bytes[c];
+  j["placement"] = tracked.placement_json();
   return j;
 }
 

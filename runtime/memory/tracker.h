@@ -40,23 +40,34 @@ enum class Category : int {
   SavedTensors,    // what forward left alive for backward (autograd's saved tensors, layer inputs)
   Loader,          // weight loading staging buffers
   Checkpoint,      // checkpoint snapshots and staging
+  ParamShard,      // fsdp.offload: the compute-dtype parameter shard kept beside the host master
+                   // (optimizer: on the device, the all-gather's input; params: on the host)
   Count
 };
 constexpr int kNumCategories = static_cast<int>(Category::Count);
 const char* name(Category c);
 
-// Allocations made on this thread while a Scope is alive are charged to its category.
+// Where the bytes of an allocation live on a GPU run: the device, or host memory (fsdp.offload's
+// shard state, loading and checkpoint staging). On a CPU run both are this process's memory and the
+// tracker sees all of it; the placement says where each byte would be on a GPU, so the breakdown
+// and the plan split every category the same way (Snapshot::host_bytes).
+enum class Where { Device, Host };
+
+// Allocations made on this thread while a Scope is alive are charged to its category, placed on the
+// device unless `where` says host. Loader and Checkpoint bytes are host bytes whatever the scope says.
 class Scope {
  public:
-  explicit Scope(Category c);
+  explicit Scope(Category c, Where where = Where::Device);
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
  private:
   Category prev_;
+  Where prev_where_;
 };
 Category current_category();
+Where current_where();
 // The category of this thread when no Scope is open (e.g. CommBuffers for a communication thread).
 void set_thread_default(Category c);
 
@@ -101,9 +112,14 @@ CacheStats cache_stats();
 bool installed();
 
 struct Snapshot {
-  std::array<int64_t, kNumCategories> bytes{};
+  std::array<int64_t, kNumCategories> bytes{};       // every byte, by category
+  std::array<int64_t, kNumCategories> host_bytes{};  // the part of bytes[c] placed in host memory (Where::Host)
   const char* phase = "";  // peak(): the phase label current when the peak was reached
   int64_t total() const;
+  int64_t host_total() const;
+  int64_t device_total() const { return total() - host_total(); }
+  // {"device": {"<category>": bytes, ...}, "host": {...}}: the non-zero categories on each side.
+  nlohmann::json placement_json() const;
 };
 
 // Labels what the process is doing now ("forward", "backward", "layer reduction", "optimizer",
@@ -130,7 +146,8 @@ struct Breakdown {
   Snapshot tracked;
   int64_t process_base = 0, peak_rss = 0;
   int64_t untracked() const { return peak_rss - process_base - tracked.total(); }
-  // {"process_base": .., "peak_rss": .., "tracked": .., "untracked": .., "<category>": .., ...}
+  // {"process_base": .., "peak_rss": .., "tracked": .., "untracked": .., "<category>": .., ...,
+  //  "placement": {"device": {...}, "host": {...}}} (Snapshot::placement_json)
   nlohmann::json to_json() const;
 };
 

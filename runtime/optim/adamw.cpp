@@ -313,8 +313,8 @@ void AdamW::ensure_state(const std::vector<ParamShard>& shards) {
     absmax_avg_.resize(shards.size());
     absmax_avg_sq_.resize(shards.size());
   }
-  memory::Scope scope(memory::Category::Optimizer);
   for (size_t i = 0; i < shards.size(); ++i) {
+    memory::Scope scope(memory::Category::Optimizer, shards[i].host ? memory::Where::Host : memory::Where::Device);
     const at::Tensor& p = shards[i].param;
     auto opts = p.options().dtype(options_.state_dtype);
     if (!exp_avg_[i].defined()) exp_avg_[i] = at::zeros({p.numel()}, opts);

@@ -67,6 +67,9 @@ struct ParamShard {
   at::Tensor param;          // fp32 master shard, updated in place
   at::Tensor grad;           // fp32 gradient shard; undefined -> the shard is skipped this step
   std::vector<Range> decay;  // where weight decay applies (sorted, disjoint); empty: nowhere
+  // The shard lives in host memory (fsdp.offload): its moments are allocated beside it and charged
+  // to host memory in the memory breakdown (memory::Where::Host); on a CPU shard the fused loop runs.
+  bool host = false;
 };
 
 class AdamW {

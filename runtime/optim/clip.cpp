@@ -77,13 +77,15 @@ at::Tensor partial_square_sums(const std::vector<at::Tensor>& grads, comm::Commu
 
 at::Tensor gather_partials(const at::Tensor& local, comm::Communicator* shard_group) {
   if (shard_group == nullptr || shard_group->size() == 1) return local;
-  const at::Tensor bits_in = local.view(at::kLong);
+  // Host gradients (fsdp.offload) on a device group: the partial sums travel through the group's device.
+  const at::Tensor on_group = local.device() == shard_group->device() ? local : local.to(shard_group->device());
+  const at::Tensor bits_in = on_group.view(at::kLong);
   at::Tensor bits_out = at::empty({shard_group->size()}, bits_in.options());
   {
     profile::Phase sync(profile::Part::SyncWait);  // the slowest rank's backward shows here
     shard_group->all_gather_into(bits_out, bits_in)->wait();
   }
-  return bits_out.view(at::kDouble);
+  return bits_out.view(at::kDouble).to(local.device());
 }
 
 double clip_coefficient(double norm, double max_norm) {

@@ -26,10 +26,10 @@ Clipped clip(const ShardView& view, double max_norm, bool fused_cpu) {
   Clipped c;
   if (fused_cpu && on_cpu(view)) {  // the host's norm; AdamW's pass multiplies by the coefficient
     const double norm = global_grad_norm(grads, view.group);
-    c.norm = at::scalar_tensor(norm, at::kDouble);
+    c.norm = at::scalar_tensor(norm, at::kDouble).to(view.device);  // a copy up only under offload on a GPU
     c.grad_scale = static_cast<float>(clip_coefficient(norm, max_norm));
   } else {
-    c.norm = clip_grad_norm_on_device(grads, max_norm, view.group);
+    c.norm = clip_grad_norm_on_device(grads, max_norm, view.group).to(view.device);
   }
   return c;
 }

@@ -23,12 +23,15 @@ namespace tessera::optim {
 struct ShardView {
   std::vector<ParamShard> shards;
   comm::Communicator* group = nullptr;  // null or size 1: the norm is the local one
+  // The engine's compute device: where clip() leaves the norm (the loss is there), also when the
+  // shards live in host memory (fsdp.offload).
+  at::Device device = at::kCPU;
   // The gradient shards (the same tensors as shards[i].grad: in-place changes reach the step).
   std::vector<at::Tensor> grads() const;
 };
 
 struct Clipped {
-  at::Tensor norm;         // the global gradient norm before clipping: 0-dim double
+  at::Tensor norm;         // the global gradient norm before clipping: 0-dim double, on view.device
   float grad_scale = 1.0f; // for AdamW::step: the clipping coefficient when folded, else 1
 };
 

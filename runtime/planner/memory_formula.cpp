@@ -14,6 +14,7 @@ nlohmann::json PhaseEstimate::to_json() const {
                       {"peak_at", bytes.phase}};
   for (int c = 0; c < kNumCategories; ++c)
     if (bytes.bytes[c] != 0) j[name(static_cast<Category>(c))] = bytes.bytes[c];
+  j["placement"] = bytes.placement_json();
   return j;
 }
 
@@ -28,25 +29,52 @@ namespace {
 
 using C = Category;
 
+// Which categories are host bytes (Where::Host, as the tracker places them): loading and
+// checkpoint staging always; the shard state under host offload, and its parameter shard with params.
+using Placement = std::array<bool, kNumCategories>;
+Placement placement_of(const RunShape& run) {
+  Placement host{};
+  host[static_cast<int>(C::Loader)] = host[static_cast<int>(C::Checkpoint)] = true;
+  if (run.offload != fsdp::Offload::None)
+    for (C c : {C::Master, C::GradShard, C::Optimizer}) host[static_cast<int>(c)] = true;
+  host[static_cast<int>(C::ParamShard)] = run.offload == fsdp::Offload::Params;
+  return host;
+}
+
 // One moment of a phase: what is alive then.
 struct Moment {
   Snapshot s;
-  explicit Moment(const char* at) { s.phase = at; }
+  Placement host{};
+  explicit Moment(const char* at, const Placement& where = {}) : host(where) { s.phase = at; }
   Moment& add(C c, int64_t b) {
     s.bytes[static_cast<int>(c)] += b;
+    if (host[static_cast<int>(c)]) s.host_bytes[static_cast<int>(c)] += b;
     return *this;
   }
 };
 
-// Keeps the moment with the largest total.
+// Keeps the moment with the largest total, and those with the most device and the most host bytes.
 struct Peak {
-  Snapshot best;
+  Snapshot best, best_device, best_host;
   bool any = false;
   void offer(const Moment& m) {
     if (!any || m.s.total() > best.total()) best = m.s;
+    if (!any || m.s.device_total() > best_device.device_total()) best_device = m.s;
+    if (!any || m.s.host_total() > best_host.host_total()) best_host = m.s;
     any = true;
   }
 };
+
+// The device's or the host's part of a snapshot.
+Snapshot device_part(Snapshot s) {
+  for (int c = 0; c < kNumCategories; ++c) s.bytes[c] -= s.host_bytes[c];
+  s.host_bytes = {};
+  return s;
+}
+Snapshot host_part(Snapshot s) {
+  s.bytes = s.host_bytes;
+  return s;
+}
 
 struct Sizes {
   int S = 1, R = 1, L = 0;
@@ -120,8 +148,32 @@ int64_t layers_gathered_backward(const RunShape& run, const Sizes& z, int i) {
   return i + 1;
 }
 
-// The training step on the memory that holds the shards (the host on CPU, the GPU otherwise).
-Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
+// The parameter shard host offload keeps in the compute dtype (optimizer: on the device; params: on
+// the host, none in fp32 where the master is that shard).
+int64_t param_shard_bytes(const RunShape& run, const Sizes& z) {
+  if (run.offload == fsdp::Offload::Optimizer || (run.offload == fsdp::Offload::Params && run.param_bytes != 4))
+    return run.param_bytes * z.sum_chunk;
+  return 0;
+}
+// The all-gather's input buffer while a layer gathers: the master's cast (none in fp32), none under
+// optimizer offload (the device's parameter shard is the input), a copy from the host under params.
+int64_t gather_input_bytes(const RunShape& run, const Sizes& z) {
+  const int64_t p = run.param_bytes;
+  if (run.offload == fsdp::Offload::Optimizer) return 0;
+  if (run.offload == fsdp::Offload::Params) return z.layer_chunk * p;
+  return p == 4 ? 0 : z.layer_chunk * p;
+}
+
+// Host offload: a retiring reduction's chunk staged on the host (with one shard rank, from a device
+// chunk in fp32).
+void add_offload_staging(Moment& m, const RunShape& run, int64_t chunk, bool reduce_scatter) {
+  if (run.offload == fsdp::Offload::None) return;
+  if (reduce_scatter) m.add(C::GradShard, chunk * run.reduce_bytes);
+  else m.add(C::UnsharedGrads, 4 * chunk).add(C::GradShard, 4 * chunk);
+}
+
+// The training step, every byte placed (the host's and the device's peaks may be different moments).
+Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   const int64_t p = run.param_bytes, r = run.reduce_bytes, K = fsdp::kMaxReductionsInFlight;
   const bool ac = run.activation_checkpointing;
   const int64_t per_layer_saved = ac ? a.layer_input : a.layer_saved;
@@ -130,7 +182,8 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
   // `layers_reduced`: the last micro-step's layer reductions are done, so with unsharded
   // accumulation only the root's accumulator is left.
   auto base = [&](const char* at, bool layers_reduced = false) {
-    Moment m(at);
+    Moment m(at, placement_of(run));
+    m.add(C::ParamShard, param_shard_bytes(run, z));
     // optim.in_backward with one micro-step: a unit's shard lives from its reduction to its update.
     const bool one_grad = run.optimizer_in_backward && run.grad_accum == 1;
     m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * (one_grad ? z.max_chunk : z.sum_chunk));
@@ -148,13 +201,14 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
   // reduction's input itself when the reduce dtype is fp32 (otherwise a cast copy of it).
   const bool flat_is_accum = run.accumulate_unsharded && run.grad_accum > 1 && r == 4;
   auto reductions = [&](Moment& m, int64_t n) {
+    if (n > 0 || !reduce_scatter) add_offload_staging(m, run, z.layer_chunk, reduce_scatter);
     if (!reduce_scatter) return;
     if (!flat_is_accum) m.add(C::UnsharedGrads, n * z.layer_padded * r);
     m.add(C::CommBuffers, n * z.layer_chunk * r);
     if (widen && n > 0) m.add(C::CommBuffers, std::min(4 * z.layer_padded, comm::kHostWidenedReductionBytes));  // one at a time
     if (z.R > 1 && r != 4) m.add(C::CommBuffers, std::min<int64_t>(n, K) * z.layer_chunk * r);  // replica casts
   };
-  const int64_t gather_cast = p == 4 ? 0 : z.layer_chunk * p;  // master cast while a layer gathers
+  const int64_t gather_cast = gather_input_bytes(run, z);
   Peak peak;
   // Forward.
   for (int i = 0; i < z.L; ++i) {
@@ -209,29 +263,51 @@ Snapshot train_step(const Sizes& z, const ActivationTerms& a, const RunShape& ru
     } else {
       m.add(C::UnsharedGrads, z.numel[0] * p);
     }
+    add_offload_staging(m, run, z.chunk[0], reduce_scatter);
     if (z.R > 1 && r != 4) m.add(C::CommBuffers, z.chunk[0] * r);
     peak.offer(m);
   }
   peak.offer(base("optimizer"));
-  return peak.best;
+  return peak;
 }
 
 // Forward without gradients (evaluation, validation): masters, gathered units, one layer at work.
-Snapshot eval_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
+Peak eval_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   const int64_t p = run.param_bytes;
+  const Placement where = placement_of(run);
   Peak peak;
   for (int i = 0; i < z.L; ++i) {
-    Moment m("forward (no grad)");
-    m.add(C::Master, 4 * z.sum_chunk);
+    Moment m("forward (no grad)", where);
+    m.add(C::Master, 4 * z.sum_chunk).add(C::ParamShard, param_shard_bytes(run, z)).add(C::CommBuffers, gather_input_bytes(run, z));
     m.add(C::GatheredParams, z.padded[0] * p + layers_gathered_forward(run, z, i) * z.layer_padded * p);
     m.add(C::Activations, 3 * a.layer_input + a.layer_forward_transient);
     peak.offer(m);
   }
-  Moment h("logits");
-  h.add(C::Master, 4 * z.sum_chunk).add(C::GatheredParams, z.padded[0] * p);
+  Moment h("logits", where);
+  h.add(C::Master, 4 * z.sum_chunk).add(C::ParamShard, param_shard_bytes(run, z)).add(C::GatheredParams, z.padded[0] * p);
   h.add(C::Activations, a.layer_input + a.logits + (p == 4 ? 0 : 4 * a.logits / p));
   peak.offer(h);
-  return peak.best;
+  return peak;
+}
+
+// Host offload's PCIe bytes per optimizer step (memory_formula.h).
+Pcie pcie_per_step(const Sizes& z, const RunShape& run) {
+  Pcie t;
+  if (run.offload == fsdp::Offload::None) return t;
+  const int64_t p = run.param_bytes, r = run.reduce_bytes, M = run.grad_accum;
+  if (z.S > 1) t.down = (run.accumulate_unsharded && M > 1 ? 1 : M) * z.sum_chunk * r;
+  else t.down = M * z.sum_chunk * 4;
+  if (z.R > 1) {
+    t.up += z.sum_chunk * r;
+    t.down += z.sum_chunk * r;
+  }
+  if (run.offload == fsdp::Offload::Optimizer) {
+    t.up += z.sum_chunk * p;
+  } else {
+    const int64_t regathered = reshards_after_forward(run.strategy) ? z.sum_chunk - z.chunk[0] : 0;
+    t.up += M * (z.sum_chunk + regathered) * p;
+  }
+  return t;
 }
 
 PhaseEstimate host_phase(Snapshot s) {
@@ -250,12 +326,16 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   plan.shard_size = z.S;
   plan.replicate_size = z.R;
   plan.shard_elements = z.sum_chunk;
+  plan.offload = run.offload;
+  plan.pcie = pcie_per_step(z, run);
+  const bool offload = run.offload != fsdp::Offload::None;
+  const Placement where = placement_of(run);
   const int64_t state_kinds_bytes = 4 * z.sum_chunk + optimizer_bytes(run, z.sum_chunk);
 
   // Loading (host memory always: the loader moves host bytes, masters on a GPU go through a host
   // buffer of one unit's shard).
-  Moment reader("load"), other("load");
-  const int64_t masters_on_host = run.gpu ? 2 * 4 * z.max_chunk : 4 * z.sum_chunk;
+  Moment reader("load", where), other("load", where);
+  const int64_t masters_on_host = run.gpu && !offload ? 2 * 4 * z.max_chunk : 4 * z.sum_chunk;
   reader.add(C::Master, masters_on_host);
   other.add(C::Master, masters_on_host);
   switch (run.load) {
@@ -270,13 +350,20 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   plan.load_other = host_phase(other.s);
 
   // Saving: a host snapshot of every kind when asynchronous or when the shards are on a GPU.
-  Moment save("save");
-  if (!run.gpu) save.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * z.sum_chunk).add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
-  if (run.checkpoint_async || run.gpu) save.add(C::Checkpoint, state_kinds_bytes);
+  // Under offload the shard state is host memory, written as it is by a synchronous save.
+  Moment save("save", where);
+  if (!run.gpu || offload) {
+    // optim.in_backward released every gradient shard at its update (between steps: none).
+    const bool grads_kept = !run.optimizer_in_backward;
+    save.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, grads_kept ? 4 * z.sum_chunk : 0).add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
+    if (run.offload == fsdp::Offload::Params) save.add(C::ParamShard, param_shard_bytes(run, z));
+  }
+  if (run.checkpoint_async || (run.gpu && !offload)) save.add(C::Checkpoint, state_kinds_bytes);
   plan.save_host = host_phase(save.s);
 
-  const Snapshot train = train_step(z, act, run);
-  const Snapshot eval = eval_step(z, act, run);
+  const Peak train_peak = train_step(z, act, run), eval_peak = eval_step(z, act, run);
+  const Snapshot& train = train_peak.best;
+  const Snapshot& eval = eval_peak.best;
   {
     const int64_t p = run.param_bytes;
     const int64_t layers = reshards_after_forward(run.strategy)
@@ -306,12 +393,16 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     plan.eval_host = host_phase(eval);
     return plan;
   }
-  plan.train_host = host_phase(Moment("train").s);
-  plan.eval_host = host_phase(Moment("eval").s);
+  // The host holds what offload placed there (its own peak moment), the GPU the rest.
+  const auto host_of = [](const Peak& pk, const char* none) {
+    return pk.best_host.host_total() > 0 ? host_part(pk.best_host) : Moment(none).s;
+  };
+  plan.train_host = host_phase(host_of(train_peak, "train"));
+  plan.eval_host = host_phase(host_of(eval_peak, "eval"));
   const int communicators = 1 + (z.S > 1 && z.R > 1 ? 2 : 0);  // world; hybrid adds intra and inter
   for (PhaseEstimate* e : {&plan.train_gpu, &plan.eval_gpu}) e->base = kCudaContextBytes + communicators * kNcclBytesPerCommunicator;
-  plan.train_gpu.bytes = train;
-  plan.eval_gpu.bytes = eval;
+  plan.train_gpu.bytes = device_part(train_peak.best_device);
+  plan.eval_gpu.bytes = device_part(eval_peak.best_device);
   return plan;
 }
 

@@ -37,9 +37,23 @@
 // Host backend (MPI): 16-bit reductions run in fp32 through an accumulator of at most
 // kHostWidenedReductionBytes (4 P_u when smaller), and the ring's scratch (its 1/S of that,
 // malloc'd: untracked) stays between steps.
+// Host offload (fsdp.offload; fsdp.h "Host offload"): the same terms, placed. optimizer: master,
+// gradient shard and optimizer state are host bytes (Snapshot::host_bytes); the device keeps the
+// parameter shard in the compute dtype, param_shard p sum c_u, as the all-gather's input (no cast
+// buffer); each retiring reduction stages its chunk on the host (grad_shard, c_u r; 4 c_u from a
+// device chunk of 4 c_u, unsharded_grads, when S = 1). params: param_shard on the host (none when
+// p = 4: the master is the shard) and a device buffer c_u p per gather. A GPU plan then has host
+// bytes in its training step and evaluation; loading keeps the masters on the host, and a
+// synchronous save writes them from there (no snapshot).
+// PCIe bytes per rank and optimizer step (Plan::pcie; M micro-steps): down, the reduced chunks,
+// M r sum c_u (r sum c_u once with unsharded accumulation; 4 M sum c_u when S = 1); up, the
+// parameter shards: optimizer p sum c_u once (after the step), params M p (sum c_u + the layers'
+// sum c_u again when the strategy re-gathers in backward); with replicas (R > 1) the final gradient
+// shard r sum c_u up and down for the replica all-reduce.
 // Plus, per process: the base (libraries, MPI, LibTorch: measured, kHostBaseBytes) and, on a GPU,
 // the CUDA context and NCCL's buffers (kCudaContextBytes, kNcclBytesPerCommunicator).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -92,6 +106,7 @@ struct RunShape {
   int limit_all_gathers = 2;
   bool prefetch = true, activation_checkpointing = false, accumulate_unsharded = false;
   bool optimizer_in_backward = false;  // optim.in_backward: one unit's gradient shard at a time
+  fsdp::Offload offload = fsdp::Offload::None;  // fsdp.offload: shard state in host memory
   int64_t grad_accum = 1;
   bool checkpoint_async = false;
   LoadMode load = LoadMode::Rank0;
@@ -108,6 +123,16 @@ struct PhaseEstimate {
   nlohmann::json to_json() const;
 };
 
+// Host offload's copies between the device and the host, bytes per rank and optimizer step.
+struct Pcie {
+  int64_t up = 0, down = 0;  // host -> device, device -> host
+  // Seconds per step at `bytes_per_s` each way, the two directions overlapping.
+  double seconds(double bytes_per_s) const { return static_cast<double>(std::max(up, down)) / bytes_per_s; }
+};
+// A PCIe 4.0 x16 link (A100 nodes): 32 GB/s per direction nominal, ~25 GB/s reached by pinned
+// copies in vendor benchmarks. Not measured by this project (no GPU has run it).
+constexpr double kPcieBytesPerSecond = 25e9;
+
 struct Plan {
   // Host: every phase; GPU (gpu runs only): train and eval.
   PhaseEstimate load_reader, load_other, train_host, save_host, eval_host;
@@ -119,6 +144,8 @@ struct Plan {
   // implementation (reduction buffers in the reduce dtype, collective buffers).
   int64_t train_floor = 0, eval_floor = 0;
   int shard_size = 1, replicate_size = 1;
+  fsdp::Offload offload = fsdp::Offload::None;
+  Pcie pcie;  // host offload's traffic per step (zero without offload)
   int64_t shard_elements = 0;   // sum of c_u
   int64_t peak_host() const;    // max over the host phases (the reading rank's load included)
   int64_t peak_gpu() const;     // 0 for CPU runs

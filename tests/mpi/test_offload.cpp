@@ -1,0 +1,159 @@
+// fsdp.offload under mpirun (np 1, 2, 4): the shard state in host memory, AdamW on the host, the
+// parameter shard copied up (optimizer: once per step; params: before every all-gather) and every
+// reduced gradient chunk copied down. On this CPU-only machine "device" and "host" are the same
+// memory, but the engine keeps separate tensors and copies between them, as on a GPU:
+//  - the losses, masters and moments equal the run without offload bit for bit (the same
+//    additions in the same order), under full_shard, shard_grad_op and no_shard, fp32 and bf16
+//    compute, with accumulation, and combined with optim.in_backward and 8-bit moments;
+//  - the bytes copied each way per step are the planner's PCIe bytes (memory::Plan::pcie);
+//  - the memory breakdown places master, gradient shard and optimizer state on the host, the
+//    parameter shard on the device (optimizer) or the host (params), as the planner does.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "launcher/model_lm.h"
+#include "runtime/memory/tracker.h"
+#include "runtime/planner/memory_formula.h"
+#include "tests/support/train_support.h"
+
+using namespace tessera;
+
+namespace {
+
+const model::ModelConfig& four_layers() {
+  static const model::ModelConfig c = test::tiny_model(4);
+  return c;
+}
+
+std::shared_ptr<data::TokenDataset> rows() {
+  static std::shared_ptr<data::TokenDataset> d;
+  if (d) return d;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "row " + std::to_string(i * 37 % 89) + " of the host offload test\n";
+  return d = test::dataset_of("rows.txt", text, 32);
+}
+
+struct Case {
+  fsdp::Strategy strategy = fsdp::Strategy::FullShard;
+  at::ScalarType dtype = at::kFloat;
+  int64_t accum = 1;
+  fsdp::Offload offload = fsdp::Offload::Optimizer;
+  bool in_backward = false;
+  at::ScalarType state = at::kFloat;
+  std::string name() const {
+    return fsdp::to_string(strategy) + " " + c10::toString(dtype) + " accum " + std::to_string(accum) + " offload " +
+           fsdp::to_string(offload) + (in_backward ? " in_backward" : "") + (state == at::kByte ? " int8" : "");
+  }
+};
+
+train::TrainOptions options(const Case& c) {
+  train::TrainOptions t = test::short_run();
+  t.steps = 3;
+  t.grad_accum = c.accum;
+  t.lr = 3e-3;
+  t.clip = c.in_backward ? 0 : 1.0;  // clipping on where it may be: the host's norm folds into AdamW
+  t.optimizer_in_backward = c.in_backward;
+  t.optimizer_state_dtype = c.state;
+  return t;
+}
+
+fsdp::Options engine_options(const Case& c, fsdp::Offload offload) {
+  fsdp::Options fo;
+  fo.strategy = c.strategy;
+  fo.param_dtype = c.dtype;
+  fo.offload = offload;
+  if (c.state == at::kByte) fo.align = 2048;  // whole 8-bit blocks, as the launcher aligns them
+  return fo;
+}
+
+std::unique_ptr<train::Trainer> trainer(const Case& c, fsdp::Offload offload) {
+  auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(four_layers()), test::world_groups(),
+                                             engine_options(c, offload), options(c), rows(), nlohmann::json::object());
+  test::init_weights(*tr, four_layers());
+  return tr;
+}
+
+// The planner's view of the same run.
+memory::Plan plan_of(const Case& c) {
+  memory::RunShape run;
+  run.strategy = c.strategy;
+  run.world = run.ranks_per_node = test::world_groups().world->size();
+  run.param_bytes = static_cast<int>(c10::elementSize(c.dtype));
+  run.grad_accum = c.accum;
+  run.offload = c.offload;
+  run.optimizer_in_backward = c.in_backward;
+  run.align = engine_options(c, c.offload).align;
+  return memory::estimate(launcher::memory_shape(four_layers()), {}, run);
+}
+
+int cat(memory::Category c) { return static_cast<int>(c); }
+
+}  // namespace
+
+TEST(Offload, EqualsTheRunWithoutOffloadBitForBit) {
+  using S = fsdp::Strategy;
+  using O = fsdp::Offload;
+  const std::vector<Case> cases = {
+      {S::FullShard, at::kFloat, 2, O::Optimizer},
+      {S::FullShard, at::kBFloat16, 1, O::Params},
+      {S::ShardGradOp, at::kFloat, 1, O::Params},
+      {S::NoShard, at::kBFloat16, 2, O::Optimizer},
+      {S::FullShard, at::kBFloat16, 1, O::Optimizer, /*in_backward=*/true, at::kByte},
+  };
+  for (const Case& c : cases) {
+    auto plain = trainer(c, O::None), off = trainer(c, c.offload);
+    for (int s = 0; s < 2; ++s) {  // the second step starts from offloaded, updated state
+      const train::StepRecord a = plain->train_step(), b = off->train_step();
+      EXPECT_EQ(a.loss, b.loss) << c.name() << ", step " << s + 1;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << c.name() << ", step " << s + 1;
+    }
+    EXPECT_TRUE(test::bit_identical(test::local_state(*plain), test::local_state(*off))) << c.name() << ": masters and moments";
+    EXPECT_EQ(plain->engine().traffic().up + plain->engine().traffic().down, 0) << "no copies without offload";
+    EXPECT_GT(off->engine().traffic().down, 0) << c.name();
+  }
+}
+
+TEST(Offload, CopiesPerStepAreThePlannersPcieBytes) {
+  using S = fsdp::Strategy;
+  using O = fsdp::Offload;
+  for (const Case& c : {Case{S::FullShard, at::kBFloat16, 2, O::Optimizer}, Case{S::FullShard, at::kBFloat16, 2, O::Params},
+                        Case{S::ShardGradOp, at::kFloat, 1, O::Params}, Case{S::NoShard, at::kFloat, 2, O::Optimizer}}) {
+    auto tr = trainer(c, c.offload);
+    tr->train_step();
+    const fsdp::Traffic before = tr->engine().traffic();
+    tr->train_step();
+    const fsdp::Traffic after = tr->engine().traffic();
+    const memory::Pcie predicted = plan_of(c).pcie;
+    EXPECT_EQ(after.up - before.up, predicted.up) << c.name() << ": bytes up in one step";
+    EXPECT_EQ(after.down - before.down, predicted.down) << c.name() << ": bytes down in one step";
+    EXPECT_GT(predicted.up, 0);
+  }
+}
+
+TEST(Offload, BreakdownPlacesTheShardStateOnTheHost) {
+  using O = fsdp::Offload;
+  for (const O offload : {O::None, O::Optimizer, O::Params}) {
+    Case c{fsdp::Strategy::FullShard, at::kBFloat16, 1, offload};
+    auto tr = trainer(c, offload);
+    tr->train_step();
+    const memory::Snapshot m = tr->train_step().memory.tracked;
+    const memory::Snapshot p = plan_of(c).train_host.bytes;  // a CPU plan: every byte, each placed
+    const std::string what = "offload " + fsdp::to_string(offload);
+    for (const memory::Category k : {memory::Category::Master, memory::Category::Optimizer}) {
+      EXPECT_GT(m.bytes[cat(k)], 0) << what << " " << memory::name(k);
+      EXPECT_EQ(m.host_bytes[cat(k)], offload == O::None ? 0 : m.bytes[cat(k)]) << what << " " << memory::name(k);
+      EXPECT_EQ(m.bytes[cat(k)], p.bytes[cat(k)]) << what << " " << memory::name(k) << " measured vs planned";
+      EXPECT_EQ(m.host_bytes[cat(k)], p.host_bytes[cat(k)]) << what << " " << memory::name(k) << " on the host";
+    }
+    // The gradient shard: every unit's on the host under offload (plus a staged chunk at the peak).
+    const int g = cat(memory::Category::GradShard);
+    if (offload == O::None) EXPECT_EQ(m.host_bytes[g], 0);
+    else EXPECT_GE(m.host_bytes[g], m.bytes[cat(memory::Category::Master)]) << what;
+    // bf16 parameter shard: the device's with optimizer, the host's with params; as planned.
+    const int ps = cat(memory::Category::ParamShard);
+    EXPECT_EQ(m.bytes[ps], offload == O::None ? 0 : m.bytes[cat(memory::Category::Master)] / 2) << what;
+    EXPECT_EQ(m.host_bytes[ps], offload == O::Params ? m.bytes[ps] : 0) << what;
+    EXPECT_EQ(m.bytes[ps], p.bytes[ps]) << what;
+    EXPECT_EQ(m.host_bytes[ps], p.host_bytes[ps]) << what;
+  }
+}
