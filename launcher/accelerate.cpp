@@ -492,8 +492,8 @@ class Translator {
       say(p, v, "nothing to set: it decides how fsdp_reshard_after_forward and the other keys read");
     } else if (key == "fsdp_offload_params") {
       say(p, v, !as_bool(p, v) ? "same in Tessera: shards, gradients and optimizer state stay on the rank's device"
-                               : "not honoured: offload is not supported: shards, gradients and AdamW state stay on the rank's "
-                                 "device; spread them over more GPUs instead (more nodes with full_shard)");
+                               : set("fsdp.offload", "params") + " (master, gradient shard, AdamW state and the parameter "
+                                 "shard in host memory, AdamW on the host; docs/MEMORY.md#host-offload-fsdpoffload)");
     } else if (key == "fsdp_auto_wrap_policy") {
       std::string w = v.is_null() ? "NO_WRAP" : as_name(p, v, kWrap);
       say(p, v, w == "TRANSFORMER_BASED_WRAP"

@@ -75,7 +75,8 @@ TEST(Accelerate, FixturesTranslateExactly) {
 
 TEST(Accelerate, ReportsWhatItCannotHonourAndWhy) {
   const AccelerateTranslation off = translate_accelerate_file((fixtures() / "offload.yaml").string());
-  EXPECT_NE(report_line(off, "fsdp_config.offload_params").find("true -> not honoured: offload is not supported"), std::string::npos);
+  EXPECT_NE(report_line(off, "fsdp_config.offload_params").find("true -> fsdp.offload = \"params\" (master, gradient shard"), std::string::npos);
+  EXPECT_EQ(off.config["fsdp"]["offload"], "params");
   EXPECT_NE(report_line(off, "fsdp_config.sharding_strategy").find("HYBRID_SHARD_ZERO2 -> fsdp.strategy = \"hybrid_shard\" (nearest equivalent"),
             std::string::npos);
   EXPECT_NE(report_line(off, "fsdp_config.auto_wrap_policy").find("not honoured: Tessera always makes one unit per decoder layer"),
