@@ -87,8 +87,9 @@ TEST(InBackward, GradientShardsAreNeverAllAliveTogether) {
     auto tr = trainer(options(in_backward, 1));
     tr->train_step();
     const train::StepRecord r = tr->train_step();
-    if (in_backward)
+    if (in_backward) {
       for (const auto& sh : tr->engine().shards()) EXPECT_FALSE(sh.grad.defined()) << sh.name << " kept its gradient";
+    }
     return r.memory.tracked.bytes[static_cast<int>(memory::Category::GradShard)];
   };
   const int64_t plain = grad_bytes_at_peak(false), early = grad_bytes_at_peak(true);

@@ -21,7 +21,7 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/planner/memory_formula.h"
 #include "runtime/train/trainer.h"
-#include "tests/support/test_support.h"
+#include "tests/support/train_support.h"
 
 using namespace tessera;
 
@@ -50,18 +50,15 @@ std::shared_ptr<data::TokenDataset> dataset(int64_t seq_len) {
   return data::load_dataset({path}, tok, po);
 }
 
+// train_support.h's short run, longer (8 steps of 2 x 2 rows), with clipping and a cosine floor.
 train::TrainOptions options(at::ScalarType state_dtype) {
-  train::TrainOptions t;
+  train::TrainOptions t = test::short_run();
   t.steps = 8;
   t.micro_batch = 2;
-  t.grad_accum = 2;
-  t.seq_len = 32;
-  t.lr = 2e-3;
   t.min_lr = 2e-4;
   t.warmup_steps = 2;
   t.clip = 0.5;
   t.optimizer_state_dtype = state_dtype;
-  t.quiet = true;
   return t;
 }
 
