@@ -21,18 +21,8 @@ using namespace tessera;
 
 namespace {
 
-const model::ModelConfig& four_layers() {
-  static const model::ModelConfig c = test::tiny_model(4);
-  return c;
-}
-
-std::shared_ptr<data::TokenDataset> rows() {
-  static std::shared_ptr<data::TokenDataset> d;
-  if (d) return d;
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i * 31 % 97) + " of the in-backward test\n";
-  return d = test::dataset_of("rows.txt", text, 32);
-}
+const model::ModelConfig& four_layers() { return test::four_layer_model(); }
+std::shared_ptr<data::TokenDataset> rows() { return test::numbered_rows("line", 31, 97, "in-backward"); }
 
 // test::short_run, without clipping, `accum` micro-steps, 4 steps at lr 3e-3.
 train::TrainOptions options(bool in_backward, int64_t accum = 2) {

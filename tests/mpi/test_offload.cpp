@@ -20,18 +20,8 @@ using namespace tessera;
 
 namespace {
 
-const model::ModelConfig& four_layers() {
-  static const model::ModelConfig c = test::tiny_model(4);
-  return c;
-}
-
-std::shared_ptr<data::TokenDataset> rows() {
-  static std::shared_ptr<data::TokenDataset> d;
-  if (d) return d;
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "row " + std::to_string(i * 37 % 89) + " of the host offload test\n";
-  return d = test::dataset_of("rows.txt", text, 32);
-}
+const model::ModelConfig& four_layers() { return test::four_layer_model(); }
+std::shared_ptr<data::TokenDataset> rows() { return test::numbered_rows("row", 37, 89, "host offload"); }
 
 struct Case {
   fsdp::Strategy strategy = fsdp::Strategy::FullShard;

@@ -33,6 +33,21 @@ inline std::shared_ptr<data::TokenDataset> dataset_of(const std::string& name, c
   return data::load_dataset({dir.write(name, contents)}, tok, po);
 }
 
+// The 4-layer tiny model of the step tests (in_backward, offload), made once.
+inline const model::ModelConfig& four_layer_model() {
+  static const model::ModelConfig c = tiny_model(4);
+  return c;
+}
+
+// 200 short numbered lines ("<word> <k> of the <what> test"), as 32-token rows, made once per process.
+inline std::shared_ptr<data::TokenDataset> numbered_rows(const std::string& word, int mul, int mod, const std::string& what) {
+  static std::shared_ptr<data::TokenDataset> d;
+  if (d) return d;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += word + " " + std::to_string(i * mul % mod) + " of the " + what + " test\n";
+  return d = dataset_of("rows.txt", text, 32);
+}
+
 // A short run: 5 steps of 2 micro-batches of 1 row of 32 tokens, lr 2e-3 after 1 warmup step, no
 // progress lines; a test changes what it needs.
 inline train::TrainOptions short_run() {
