@@ -24,7 +24,7 @@ run's byte for byte (with a world-size change: equal the same resharding done by
 within LOSS_TOLERANCE of the uninterrupted run); every checkpoint still on disk verifies except the
 ones corrupted on purpose (which must fail).
 """
-import argparse, json, os, random, re, shutil, signal, subprocess, sys, time
+import argparse, json, os, random, re, shutil, signal, subprocess, sys, threading, time
 
 SRC = os.environ["TESSERA_SRC"]
 BIN = os.environ["TESSERA_BIN"]
@@ -240,9 +240,14 @@ class Soak:
         return f"{node}: slurmd, its slurmstepd and ranks killed ({len(pids)} processes)"
 
     def restore_node(self):
+        # On a thread of its own: starting slurmd takes seconds under load, and the run (now on
+        # fewer, faster ranks) must not train to its end before the next fault.
         node, self.lost_node = self.lost_node, None
-        sh("slurmd", "-f", os.environ["SLURM_CONF"], "-N", node)
-        log(f"  {node}'s slurmd restarted")
+
+        def start():
+            sh("slurmd", "-f", os.environ["SLURM_CONF"], "-N", node)
+            log(f"  {node}'s slurmd restarted")
+        threading.Thread(target=start, daemon=True).start()
 
     FULL_KEEP = 64 * 1024  # bytes left free: less than any rank file of the tiny model
 
@@ -279,6 +284,22 @@ class Soak:
         start = open(f"{self.ck}/latest").read().strip() if os.path.exists(f"{self.ck}/latest") else ""
         self.wait("a newer complete checkpoint",
                   lambda: os.path.exists(f"{self.ck}/latest") and open(f"{self.ck}/latest").read().strip() != start, 120)
+        # The job is frozen (SIGSTOP, well within comm.timeout_s) from here to the kill, so that the
+        # checkpoint damaged is still the newest one when the run ends: a fast run would otherwise
+        # publish newer ones in between, and resume from those.
+        frozen = [pid for pid, _, _ in self.ranks()]
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            return self.damage_newest(n)
+        finally:
+            for pid in frozen:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
+    def damage_newest(self, n):
         name = open(f"{self.ck}/latest").read().strip()
         d = f"{self.ck}/{name}"
         if n % 2 == 0:

@@ -8,4 +8,4 @@
 # byte-identical to the same resharding done by hand. About 3 minutes (each requeue waits out the
 # local cluster's cred_expire, 10 s).
 set -euo pipefail
-exec bash "${TESSERA_SRC:?}/tests/chaos/soak.sh" --faults 4 --seed 2 --kinds disk_full,data,node_loss,corrupt
+exec bash "${TESSERA_SRC:?}/tests/chaos/soak.sh" --faults 4 --seed 2 --kinds disk_full,data,node_loss,corrupt --steps 80
