@@ -1,6 +1,6 @@
 // `tessera bench <what>`: the benchmarks' one entry point, a command of the tessera binary.
 // benchmarks/ builds on launcher/ (bootstrap, CLI, config), never the other way round: launcher's
-// command table does not know this command; launcher/main.cpp, which links both, adds it.
+// command table does not know this command; app/main.cpp, which links both, adds it.
 #pragma once
 #include "launcher/commands.h"
 

@@ -53,12 +53,12 @@ done < <(grep -lE 'std::thread\(|\.sa_(handler|sigaction) = ' -r "$SRC/launcher"
            --include='*.cpp' --include='*.h' | sort)
 check "every file that starts a thread or installs a handler is in ## Threads ($starters files)" test $unlisted -eq 0 -a $starters -ge 5
 # The layers' order (## Layers): a folder includes only itself and the folders before it; the
-# program's main() (launcher/main.cpp) is above them all (it adds benchmarks/' command to the table).
-layers=(util model runtime tools launcher benchmarks) wrong=0
+# program's main() (app/main.cpp) is above them all (it adds benchmarks/' command to the table).
+layers=(util model runtime tools launcher benchmarks app) wrong=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   later=$(IFS='|'; echo "${layers[*]:i+1}")
   [ -n "$later" ] || continue
-  if grep -rnE "#include \"($later)/" "$SRC/${layers[i]}" --include='*.h' --include='*.cpp' | grep -v "^$SRC/launcher/main.cpp:" > "$T/up"; then
+  if grep -rnE "#include \"($later)/" "$SRC/${layers[i]}" --include='*.h' --include='*.cpp' > "$T/up"; then
     echo "includes a later layer:"; sed "s|^$SRC/||" "$T/up"; wrong=1
   fi
 done
@@ -92,15 +92,15 @@ if [ -n "${TESSERA_BIN:-}" ] && [ -x "$TESSERA_BIN/tessera" ] && [ -x "$TESSERA_
 else
   echo "FAIL: TESSERA_BIN must hold tessera and tessera-faults"; exit 1
 fi
-# No include cycle between folders (runtime's sub-folders each count as one; main() is its own,
+# No include cycle between folders (runtime's sub-folders each count as one; app/, main(), is
 # above all): every edge "A includes B" goes into tsort, which reports a loop when the folders cannot be ordered.
-folder_of() { case "$1" in launcher/main.cpp) echo main ;; runtime/*/*) echo "${1%/*}" ;; *) echo "${1%%/*}" ;; esac; }
+folder_of() { case "$1" in runtime/*/*) echo "${1%/*}" ;; *) echo "${1%%/*}" ;; esac; }
 : > "$T/edges"
 while IFS=: read -r file inc; do
   from=$(folder_of "${file#$SRC/}") to=$(folder_of "$inc")
   [ "$from" = "$to" ] || echo "$from $to" >> "$T/edges"
 done < <(grep -rhoE --with-filename '#include "(util|model|runtime|tools|launcher|benchmarks)/[^"]+"' \
-           "$SRC/util" "$SRC/model" "$SRC/runtime" "$SRC/tools" "$SRC/launcher" "$SRC/benchmarks" \
+           "$SRC/util" "$SRC/model" "$SRC/runtime" "$SRC/tools" "$SRC/launcher" "$SRC/benchmarks" "$SRC/app" \
            --include='*.h' --include='*.cpp' | sed -E 's/#include "([^"]+)"/\1/')
 sort -u "$T/edges" -o "$T/edges"
 if ! tsort "$T/edges" > /dev/null 2> "$T/loop"; then echo "folders include each other:"; cat "$T/loop"; fi
