@@ -792,7 +792,7 @@ function(tessera_add_cuda_typecheck)
     file(WRITE ${_gen}/c10/cuda/impl/cuda_cmake_macros.h
          "#pragma once\n// Written by Tessera's CMake for the CUDA type check (CPU-only LibTorch).\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
   endif()
-  file(GLOB_RECURSE _src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*.cpp ${CMAKE_SOURCE_DIR}/launcher/*.cpp
+  file(GLOB_RECURSE _src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*.cpp ${CMAKE_SOURCE_DIR}/launcher/*.cpp ${CMAKE_SOURCE_DIR}/app/*.cpp
        ${CMAKE_SOURCE_DIR}/benchmarks/*.cpp ${CMAKE_SOURCE_DIR}/tests/*.cpp)
   if(TESSERA_BUILD_TESTS)
     find_package(GTest REQUIRED)  # tests/ found it too, but imported targets stay in their directory
