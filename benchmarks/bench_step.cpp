@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "benchmarks/bench_step_modes.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/child_process.h"
 #include "launcher/bootstrap.h"
@@ -100,12 +101,15 @@ launcher::po::options_description step_options() {
       ("op-counts", po::value<bool>()->default_value(true),
        "in process: also count operators and host syncs per step (the CPU step, the step as on a GPU, eager)")  //
       ("baseline", po::value<std::string>()->default_value("single"),
-       "in process: single (also time one plain LibTorch process with the same global batch) or none")
+       "in process: single (also time one plain LibTorch process with the same global batch) or none")  //
+      ("modes", po::value<std::string>(),
+       "in process: time these modes against the default in interleaved rounds instead (default, in_backward, int8, "
+       "bf16, offload_optimizer, offload_params, or several joined by '+'; see bench_step_modes.h)")
       // peer driver
       ("peer", "run as the driver: Tessera (mpirun) against the PyTorch DDP peer in interleaved rounds")  //
       ("np", po::value<int>()->default_value(2), "peer: ranks per run (hybrid_shard: 2 emulated nodes of --np ranks)")  //
       ("global-batch", po::value<int64_t>()->default_value(4), "peer: sequences per step, all ranks together")  //
-      ("rounds", po::value<int>()->default_value(3), "peer: rounds (each runs every configuration once, shuffled)")  //
+      ("rounds", po::value<int>()->default_value(3), "peer and --modes: rounds (each runs every configuration once, shuffled)")  //
       ("strategies", po::value<std::string>()->default_value("full_shard,shard_grad_op,no_shard,hybrid_shard"),
        "peer: Tessera strategies to measure")  //
       ("dtypes", po::value<std::string>()->default_value("fp32,bf16"), "peer: dtypes to measure")  //
@@ -326,6 +330,32 @@ void report_step_bench(const StepBench& s, bool as_json) {
   if (!s.ops.is_null()) print_op_counts(s.ops);
 }
 
+// --data as byte tokens in rows of seq_len (one text piece per row: plain causal attention).
+std::shared_ptr<data::TokenDataset> bench_dataset(const launcher::po::variables_map& vm, const model::ModelConfig& cfg,
+                                                  int64_t seq_len) {
+  data::ByteTokenizer tok;
+  TESSERA_CHECK_INPUT(tok.vocab_size() <= cfg.vocab_size,
+                      "bench step: byte tokens need a vocab_size of at least " + std::to_string(tok.vocab_size()) +
+                          ", model " + model_name(vm) + " has " + std::to_string(cfg.vocab_size));
+  data::PackOptions pack;
+  pack.seq_len = seq_len;
+  pack.packing = false;
+  pack.vocab_limit = cfg.vocab_size;
+  return data::load_dataset({vm["data"].as<std::string>()}, tok, pack);
+}
+
+// --modes: the default's options as run_in_process built them, handed to bench_step_modes.cpp.
+int run_modes(const launcher::po::variables_map& vm, const std::vector<StepMode>& modes, const StepBench& s,
+              const model::ModelConfig& cfg, const fsdp::Options& fopts, const train::TrainOptions& topts,
+              std::shared_ptr<data::TokenDataset> dataset) {
+  StepModesRun r;
+  r.cfg = cfg, r.model = model_name(vm), r.strategy = vm["strategy"].as<std::string>(), r.dtype = s.dtype;
+  r.fopts = fopts, r.topts = topts, r.dataset = std::move(dataset);
+  r.warmup = s.warmup, r.steps = s.steps, r.rounds = vm["rounds"].as<int>();
+  r.seq_len = s.T, r.micro_batch = s.M, r.json = vm.count("json") > 0;
+  return run_step_modes(r, modes);
+}
+
 int run_in_process(const launcher::po::variables_map& vm) {
   using namespace tessera::launcher;
   const Bootstrap& b = current();
@@ -334,21 +364,17 @@ int run_in_process(const launcher::po::variables_map& vm) {
   s.T = vm["seq-len"].as<int64_t>(), s.M = vm["micro-batch"].as<int64_t>();
   s.steps = vm["steps"].as<int>(), s.warmup = vm["warmup"].as<int>();
   s.baseline = vm["baseline"].as<std::string>(), s.dtype = vm["dtype"].as<std::string>();
-  TESSERA_CHECK_INPUT(s.T > 0 && s.M > 0 && s.steps > 0 && s.warmup >= 0,
-                      "--seq-len, --micro-batch and --steps must be positive, --warmup >= 0");
-  TESSERA_CHECK_INPUT(s.baseline == "single" || s.baseline == "none", "--baseline must be single or none, got '" + s.baseline + "'");
+  std::vector<StepMode> modes;
+  collectively([&] {  // bad input: one line (rank 0's), exit code 2 on every rank
+    TESSERA_CHECK_INPUT(s.T > 0 && s.M > 0 && s.steps > 0 && s.warmup >= 0,
+                        "--seq-len, --micro-batch and --steps must be positive, --warmup >= 0");
+    TESSERA_CHECK_INPUT(s.baseline == "single" || s.baseline == "none", "--baseline must be single or none, got '" + s.baseline + "'");
+    if (vm.count("modes")) modes = parse_step_modes(vm["modes"].as<std::string>());
+  });
   fsdp::Options fopts;
   fopts.strategy = fsdp::parse_strategy(vm["strategy"].as<std::string>());
   fopts.param_dtype = fsdp::parse_dtype(s.dtype);
-  data::ByteTokenizer tok;
-  TESSERA_CHECK_INPUT(tok.vocab_size() <= cfg.vocab_size,
-                      "bench step: byte tokens need a vocab_size of at least " + std::to_string(tok.vocab_size()) +
-                          ", model " + model_name(vm) + " has " + std::to_string(cfg.vocab_size));
-  data::PackOptions pack;
-  pack.seq_len = s.T;
-  pack.packing = false;  // one text piece per row: plain causal attention in both runs
-  pack.vocab_limit = cfg.vocab_size;
-  auto dataset = data::load_dataset({vm["data"].as<std::string>()}, tok, pack);
+  auto dataset = bench_dataset(vm, cfg, s.T);
   s.W = b.world_size;
   MPI_Allreduce(&b.threads, &s.total_threads, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   train::TrainOptions topts;
@@ -356,6 +382,7 @@ int run_in_process(const launcher::po::variables_map& vm) {
   topts.micro_batch = s.M;
   topts.seq_len = s.T;
   topts.quiet = true;
+  if (!modes.empty()) return run_modes(vm, modes, s, cfg, fopts, topts, dataset);
   s.fsdp = time_fsdp(cfg, fopts, topts, dataset, s.warmup, s.steps, static_cast<double>(s.W * s.M * s.T));
   // Operators and host syncs per step; then one plain process, same global batch, all the threads.
   const bool counted = vm["op-counts"].as<bool>();
@@ -794,6 +821,20 @@ int run_driver(Driver& d) {
   return 0;
 }
 
+// --modes runs in process and replaces the single-process baseline and the operator counts; --rounds
+// applies to it and to --peer.
+void check_modes_options(const launcher::po::variables_map& vm, bool peer) {
+  auto given = [&](const char* o) { return vm.count(o) && !vm[o].defaulted(); };
+  const bool modes = vm.count("modes") > 0;
+  TESSERA_CHECK_INPUT(!peer || !modes, "bench step: --modes does not apply with --peer (it runs under mpirun)");
+  TESSERA_CHECK_INPUT(peer || modes || !given("rounds"), "bench step: --rounds applies only with --peer or --modes");
+  TESSERA_CHECK_INPUT(!modes || vm["rounds"].as<int>() >= 1, "bench step: --rounds must be >= 1");
+  TESSERA_CHECK_INPUT(!modes || !given("baseline") || vm["baseline"].as<std::string>() == "none",
+                      "bench step: --modes times the modes against the default step: --baseline must be none");
+  TESSERA_CHECK_INPUT(!modes || !given("op-counts") || !vm["op-counts"].as<bool>(),
+                      "bench step: --modes does not count operators: --op-counts must be false");
+}
+
 }  // namespace
 
 bool bench_step_is_driver(const std::vector<std::string>& args) {
@@ -804,7 +845,8 @@ int run_bench_step(const std::vector<std::string>& args) {
   auto vm = launcher::parse_command(
       "tessera bench step [--preset small] [--seq-len 256] [--micro-batch 2] [--steps 4] [--strategy S] [--dtype fp32|bf16] "
       "(under mpirun), or as one plain process: tessera bench step --peer [--np 2] [--global-batch 4] [--rounds 3] "
-      "[--strategies a,b] [--dtypes fp32,bf16] [--threads N] [--json]",
+      "[--strategies a,b] [--dtypes fp32,bf16] [--threads N] [--json]; under mpirun with --baseline none --modes "
+      "default,in_backward,int8,bf16,offload_optimizer,offload_params [--rounds 3]: each mode's step time / the default's",
       step_options(), args);
   if (!vm) return 0;
   const bool peer = vm->count("peer") > 0;
@@ -812,7 +854,7 @@ int run_bench_step(const std::vector<std::string>& args) {
   const std::vector<std::pair<const char*, const char*>> in_process_only = {
       {"micro-batch", "--global-batch"}, {"strategy", "--strategies"}, {"dtype", "--dtypes"}, {"baseline", nullptr},
       {"op-counts", nullptr}};
-  const char* const driver_only[] = {"np", "global-batch", "rounds", "strategies", "dtypes", "python",
+  const char* const driver_only[] = {"np", "global-batch", "strategies", "dtypes", "python",
                                      "peer-script", "mpirun", "timeout", "verbose"};
   auto given = [&](const char* o) { return vm->count(o) && !(*vm)[o].defaulted(); };
   for (const auto& [o, instead] : in_process_only)
@@ -820,6 +862,7 @@ int run_bench_step(const std::vector<std::string>& args) {
                                                 (instead ? std::string(" (use ") + instead + ")" : ""));
   for (const char* o : driver_only)
     TESSERA_CHECK_INPUT(peer || !given(o), std::string("bench step: --") + o + " applies only with --peer");
+  launcher::collectively([&] { check_modes_options(*vm, peer); });
   if (peer) {
     // Under mpirun or srun every rank would launch the whole benchmark: refuse, one line from rank 0.
     for (const char* rank_var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})

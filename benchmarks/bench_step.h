@@ -10,6 +10,8 @@ namespace tessera::bench {
 // against one plain LibTorch process (no sharding, torch::optim::AdamW) running the same global
 // batch with the same total threads, measured in the same run; prints both and the ratio.
 // `--baseline none` times FSDP alone (one JSON line with --json: what the peer driver reads).
+// `--modes LIST` times the memory modes of issue 36 (optim.in_backward, optim.state_dtype,
+// fsdp.offload) against the default step in interleaved rounds instead (bench_step_modes.h).
 //
 // The peer driver, `tessera bench step --peer` as ONE plain process (no mpirun): interleaved rounds
 // in which every configuration runs once, in a shuffled order -- Tessera as `mpirun -np R tessera

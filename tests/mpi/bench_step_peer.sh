@@ -3,7 +3,8 @@
 # process, it launches Tessera under real mpirun (shared memory, and 2 emulated nodes over TCP for
 # hybrid_shard) and the PyTorch DDP peer (benchmarks/torch_peer.py, gloo), and prints for every
 # requested configuration the medians of both, the ratio and the issue's goals; --strategies and
-# --dtypes narrow the set; bad input is one line and exit code 2, also under mpirun.
+# --dtypes narrow the set; bad input is one line and exit code 2, also under mpirun. And the in-process
+# `bench step --modes` (issue 36: each memory mode's step time / the default's, same run; seconds).
 set -u
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
@@ -79,3 +80,39 @@ rc=$?
 [ "$(grep -c '^tessera: error' "$WORK/err")" = 1 ] || fail "under mpirun: want one error line: $(cat "$WORK/err")"
 grep -q "run it as one plain process, not under mpirun" "$WORK/err" || fail "under mpirun: $(cat "$WORK/err")"
 echo "ok: bad input"
+
+# 4. In process, --modes (issue 36): every memory mode's step time against the default in the same
+#    run, under mpirun; the default is measured even when not listed, and comes first.
+"${MPIRUN[@]}" -np 2 "$BIN" bench step --baseline none --preset tiny --seq-len 32 --micro-batch 2 --steps 1 \
+  --rounds 2 --modes in_backward+offload_params,int8 --json >"$WORK/m.json" 2>"$WORK/m.err" ||
+  fail "bench step --modes exited $?: $(tail -3 "$WORK/m.err")"
+/usr/bin/python3 - "$WORK/m.json" <<'PY' || fail "--modes JSON: $(cat "$WORK/m.json")"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, "want one JSON line (rank 0), got %d" % len(lines)
+j = json.loads(lines[0])
+assert j["what"] == "modes" and j["world_size"] == 2 and j["rounds"] == 2 and j["steps"] == 1, j
+m = j["modes"]
+assert [r["mode"] for r in m] == ["default", "in_backward+offload_params", "int8"], m
+assert m[1]["keys"] == "optim.in_backward=true train.clip=0 fsdp.offload=params" and m[0]["keys"] == "", m
+for r in m:
+    assert len(r["samples"]) == 2 and r["tokens_per_s"] > 0 and r["time"]["step_s"] > 0, r
+    assert abs(r["step_time_ratio"] * r["tokens_per_s"] - m[0]["tokens_per_s"]) < 1e-9 * m[0]["tokens_per_s"], r
+assert m[0]["step_time_ratio"] == 1.0, m[0]
+PY
+"${MPIRUN[@]}" -np 2 "$BIN" bench step --baseline none --op-counts false --preset tiny --seq-len 32 --steps 1 \
+  --rounds 1 --modes default,bf16 >"$WORK/m.txt" 2>"$WORK/m.err" || fail "bench step --modes (text) exited $?: $(tail -3 "$WORK/m.err")"
+grep -qE '^default +[0-9.]+ +[0-9.]+ +1\.000  \(none\)$' "$WORK/m.txt" || fail "--modes: no default row: $(cat "$WORK/m.txt")"
+grep -qE '^bf16 +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{3}  optim\.state_dtype=bf16$' "$WORK/m.txt" ||
+  fail "--modes: no bf16 row: $(cat "$WORK/m.txt")"
+grep -q "in_backward runs with train.clip = 0" "$WORK/m.txt" || fail "--modes: no note on clipping: $(cat "$WORK/m.txt")"
+echo "ok: --modes"
+expect_error 2 "unknown mode 'int9' (did you mean 'int8'?)" "$BIN" bench step --baseline none --modes default,int9
+expect_error 2 "mode 'int8+bf16' sets optim.state_dtype twice" "$BIN" bench step --baseline none --modes int8+bf16
+expect_error 2 "bench step: --modes does not apply with --peer" "$BIN" bench step --peer "${FAST[@]}" --modes int8
+expect_error 2 "bench step: --rounds applies only with --peer or --modes" "$BIN" bench step --rounds 2
+"${MPIRUN[@]}" -np 2 "$BIN" bench step --baseline none --modes offload_gpu >"$WORK/out" 2>"$WORK/err"
+rc=$?
+[ "$rc" = 2 ] || fail "--modes under mpirun: exit $rc (want 2): $(cat "$WORK/err")"
+[ "$(grep -c '^tessera: error' "$WORK/err")" = 1 ] || fail "--modes under mpirun: want one error line: $(cat "$WORK/err")"
+echo "ok: --modes bad input"
