@@ -73,6 +73,14 @@ std::vector<Case> cases(bool quick) {
     for (const char* offload : {"optimizer", "params"})
       v.push_back(train(std::string("mid W2 full_shard bf16 offload ") + offload, "mid", 2,
                         {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"fsdp.offload", offload}}));
+    // optim.in_backward (it needs train.clip = 0): one unit's gradient shard alive at a time. Then
+    // every memory mode at once, as the 70B one-node plan uses them.
+    v.push_back(train("mid W2 full_shard bf16 in_backward", "mid", 2,
+                      {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"optim.in_backward", true},
+                       {"train.clip", 0.0}}));
+    v.push_back(train("mid W2 full_shard bf16 combined: in_backward int8 offload params", "mid", 2,
+                      {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"optim.in_backward", true},
+                       {"train.clip", 0.0}, {"optim.state_dtype", "int8"}, {"fsdp.offload", "params"}}));
     v.push_back(train("mid W2 full_shard fp32 AC", "mid", 2, {{"fsdp.activation_checkpointing", "true"}}));
   }
   return v;
