@@ -90,7 +90,10 @@
 //    themselves lock inside the backend.
 //  - The loader (loader.h), the optimizer and checkpoint save/load read and write shards() from
 //    the same thread, between steps (never during a forward or backward); an async checkpoint copies
-//    the shards on this thread before its writer thread starts.
+//    the shards on this thread before its writer thread starts. The exception is on_grad_ready
+//    (optim.in_backward): a unit's master and gradient shard are updated during backward, after its
+//    hook: by the hook itself, or under offload on the trainer's host optimizer thread
+//    (runtime/train/host_update.h), which touches only them.
 //  - begin_forward, run_layer (and the backward it records), finish_backward and gather_param issue
 //    collectives: every rank of the engine's groups calls them in the same order. reshard_all,
 //    after_step and zero_grad are local (they only wait for gathers already issued); the
@@ -223,7 +226,10 @@ class Engine {
   // micro-step's backward (its reduce-scatter retired and, with replicas, its all-reduce), on the
   // thread that runs backward (the caller of backward(); autograd's device thread on a GPU). The
   // hook may update the unit's master and release_grad(unit): then the gradient shards of all units
-  // are never alive together. The root unit's comes last, in finish_backward. Null: no hook.
+  // are never alive together. The root unit's comes last, in finish_backward. Null: no hook. After
+  // its hook the engine neither reads nor writes that unit's master or gradient shard until
+  // after_step(), so the hook may hand them to another thread that updates them meanwhile (the
+  // trainer's host optimizer thread under offload), if that thread is done before after_step().
   void on_grad_ready(std::function<void(int unit)> hook);
   void release_grad(int unit);  // drops shards()[unit].grad (zero_grad and the next backward make it again)
 

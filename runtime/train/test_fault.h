@@ -17,6 +17,10 @@
 //               loss-scale unscale and the norm (numerics guard tests)
 //   nan-loss    in optimizer step <step>, rank <rank>'s local loss sum becomes NaN before the loss
 //               all-reduce (its gradients stay finite)
+//   hold-host-update
+//               optim.in_backward under fsdp.offload, optimizer step <step>: rank <rank>'s host
+//               optimizer thread starts each unit's update only once the next unit's gradient shard
+//               is final or the backward ended (host_update.h, begin(hold); tests/mpi/test_offload.cpp)
 //
 // THREADS: install_fault_hook runs during static initialisation (before main); test_fault is
 // called by the trainer's thread.

@@ -25,6 +25,7 @@
 #include "runtime/optim/schedule.h"
 #include "runtime/optim/shard_view.h"
 #include "runtime/profile/phase.h"
+#include "runtime/train/host_update.h"
 #include "runtime/train/numerics.h"
 #include "runtime/train/tensorboard.h"
 #include "runtime/train/test_fault.h"
@@ -124,6 +125,7 @@ struct QueuedStep {
   bool skipped = false;       // the numerics guard skipped the optimizer (numerics.h)
   int64_t skipped_total = 0;  // skipped steps of the run so far
   float loss_scale = 1;       // the loss scale the step ran with
+  int64_t overlapped_updates = 0;  // optim.in_backward under offload (HostUpdateThread::overlapped)
 };
 
 struct Trainer::Impl {
@@ -190,7 +192,11 @@ struct Trainer::Impl {
   // backward, each unit's update from the engine's on_grad_ready hook, the norm checked after.
   bool loss_finite_before_update(QueuedStep& q);
   void update_in_backward(int unit);
+  void update_unit(int unit, const std::vector<optim::ParamShard>& shards);
   void finish_in_backward(QueuedStep& q);
+  // fsdp.offload with optim.in_backward: the thread that runs update_unit while backward goes on
+  // (host_update.h); null otherwise (the hook updates on the thread that runs backward).
+  std::unique_ptr<HostUpdateThread> host_updates;
   struct InBackward {
     bool open = false;            // the hook updates units (the last micro-step's backward)
     int64_t step_count = 0;       // AdamW's step count before this step (each unit takes step + 1)
@@ -257,6 +263,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
     TESSERA_CHECK_INPUT(opts.clip <= 0 && !opts.loss_scaling,
                         "optim.in_backward needs train.clip = 0 and no fp16 loss scaling (fsdp.mixed_precision / fsdp.reduce_dtype fp16)");
     im.engine->on_grad_ready([&im](int unit) { im.update_in_backward(unit); });
+    if (fsdp_opts.offload != fsdp::Offload::None) im.host_updates = std::make_unique<HostUpdateThread>();
   }
   im.scaler = LossScaler(opts.loss_scaling);
   im.schedule = {opts.lr, opts.min_lr, opts.warmup_steps, opts.steps, opts.schedule};
@@ -285,6 +292,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
 // any NCCL work still using them: nothing here waits for the GPU.
 Trainer::~Trainer() {
   Impl& im = *impl_;
+  im.host_updates.reset();  // joined first: its jobs use the optimizer and the engine's shards
   im.checkpointer.reset();
   im.sampler.reset();
   im.adamw.reset();
@@ -440,24 +448,38 @@ bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
   }
   q.lr = optim::lr_at(step, schedule);
   in_bwd = {!q.skipped, adamw->step_count(), q.lr, {}, &q};
+  if (host_updates) host_updates->begin(test_fault("hold-host-update", groups.world->rank(), step + 1));
   return !q.skipped;
 }
 
 // The engine's on_grad_ready hook: AdamW on this unit's shard alone, with the step count every unit
-// of this step shares, then its gradient shard released.
+// of this step shares, then its gradient shard released. Under offload the update is handed to the
+// host optimizer thread, which holds the shard until it is done; the hook's optimizer time is then
+// the wait for the previous unit's update (host_update.h: one in flight).
 void Trainer::Impl::update_in_backward(int unit) {
   if (!in_bwd.open) return;  // micro-steps before the last never call it; a skipped step neither
-  memory::Scope opt_scope(memory::Category::Optimizer);
   profile::Phase optimizer(profile::Part::Optimizer);
   optim::ShardView view = engine->optimizer_view();
   for (size_t i = 0; i < view.shards.size(); ++i)
     if (static_cast<int>(i) != unit) view.shards[i].grad = at::Tensor();  // this unit alone
   if (unit == 1) inject_inf_grad(view);  // test binaries: after the later layers were updated
-  const at::Tensor& g = view.shards[unit].grad;
-  in_bwd.square_sums.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble).square().reshape({1}));
-  adamw->set_step_count(in_bwd.step_count);
-  adamw->step(view.shards, in_bwd.lr, 1.0f);
+  if (host_updates)
+    host_updates->submit([this, unit, shards = std::move(view.shards)] { update_unit(unit, shards); });
+  else
+    update_unit(unit, view.shards);
   engine->release_grad(unit);
+}
+
+// One unit's update and its gradient's sum of squares, on the thread that runs it (the host
+// optimizer thread under offload: it touches only this unit's master, gradient and moments, and
+// AdamW, which no other thread uses until finish_in_backward has drained it).
+void Trainer::Impl::update_unit(int unit, const std::vector<optim::ParamShard>& shards) {
+  const optim::ParamShard& s = shards[static_cast<size_t>(unit)];
+  memory::Scope opt_scope(memory::Category::Optimizer, s.host ? memory::Where::Host : memory::Where::Device);
+  in_bwd.square_sums.push_back(
+      at::linalg_vector_norm(s.grad, 2, c10::nullopt, false, at::kDouble).square().reshape({1}));
+  adamw->set_step_count(in_bwd.step_count);
+  adamw->step(shards, in_bwd.lr, 1.0f);
 }
 
 // After the last backward: the step's gradient norm from the updated units' sums (the step's second
@@ -465,6 +487,11 @@ void Trainer::Impl::update_in_backward(int unit) {
 // before anything of this step is saved, and the last checkpoint stays its last good state.
 void Trainer::Impl::finish_in_backward(QueuedStep& q) {
   in_bwd.open = false;
+  if (host_updates) {
+    profile::Phase optimizer(profile::Part::Optimizer);  // the host's updates still running after backward
+    host_updates->drain();  // a job's exception surfaces here, on this thread
+    q.overlapped_updates = host_updates->overlapped();
+  }
   double norm = 0;
   if (!q.skipped) {
     const at::Tensor local = in_bwd.square_sums.empty() ? at::zeros({1}, q.loss_sum.options())
@@ -503,11 +530,17 @@ QueuedStep Trainer::Impl::queue_step() {
   const double scale = static_cast<double>(groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
   q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   q.loss_scale = scaler.scale();  // 1 unless fp16 loss scaling
-  for (size_t a = 0; a < batches.size(); ++a) {
-    const bool last = a + 1 == batches.size();
-    const at::Tensor loss = forward(batches[a], scale, last, q);
-    if (last && opts.optimizer_in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
-    backward(loss, scale, q);
+  try {
+    for (size_t a = 0; a < batches.size(); ++a) {
+      const bool last = a + 1 == batches.size();
+      const at::Tensor loss = forward(batches[a], scale, last, q);
+      if (last && opts.optimizer_in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
+      backward(loss, scale, q);
+    }
+  } catch (...) {
+    in_bwd.open = false;
+    if (host_updates) host_updates->abandon();  // no job outlives the step that handed it over
+    throw;
   }
   if (opts.optimizer_in_backward) finish_in_backward(q);
   else optimizer_step(q);
@@ -553,6 +586,7 @@ StepRecord Trainer::Impl::record(const QueuedStep& q) {
   r.lr = q.lr;
   r.skipped = q.skipped;
   r.skipped_steps = q.skipped_total;
+  r.overlapped_updates = q.overlapped_updates;
   r.loss_scale = im.scaler.enabled() ? q.loss_scale : 0.0;
   r.time = profile::end_step();
   r.step_time_s = seconds_since(q.t0);
@@ -667,6 +701,7 @@ class RunLog {
                           {"skipped", r.skipped},
                           {"skipped_steps", r.skipped_steps}};
     if (im_.scaler.enabled()) rec["loss_scale"] = r.loss_scale;
+    if (im_.host_updates) rec["overlapped_updates"] = r.overlapped_updates;  // in_backward under offload
     if (r.evaluated) {
       rec["val_loss"] = r.val_loss;
       rec["val_ppl"] = std::exp(r.val_loss);

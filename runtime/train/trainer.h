@@ -23,9 +23,19 @@
 //    on this thread, then one writer thread writes them and runs the save's agreements on the
 //    Checkpointer's private duplicate of the host world (never the engine's communicators); the next
 //    save, the end of run() or the Trainer's destruction joins it (runtime/checkpoint/checkpoint.h).
+//  - optim.in_backward under fsdp.offload: one host optimizer thread per Trainer
+//    (runtime/train/host_update.h), started by the constructor and joined first by the destructor.
+//    The engine's on_grad_ready hook (on the thread that runs backward) hands it each unit's AdamW
+//    update and gradient sum of squares, then releases the unit's gradient shard (engine calls stay
+//    on the driving thread; the job holds the tensors it needs). The thread touches only that
+//    unit's master, gradient shard and moments, and AdamW, which nothing else uses until
+//    finish_in_backward drains it -- before the norm, the guard and Engine::after_step; a job's
+//    exception is rethrown there, and a step that throws waits for the job in hand first. Without
+//    in_backward the host AdamW runs after backward on this thread (clipping needs the global norm
+//    first).
 //  - Host memory tracking (runtime/memory/tracker.h): the memory::Scope the step opens is per
 //    thread, so it covers CPU backward (same thread) but not the communication threads, which charge
-//    comm_buffers.
+//    comm_buffers; the host optimizer thread opens its own (optimizer, on the host).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -133,6 +143,10 @@ struct StepRecord {
   bool skipped = false;       // non-finite loss or gradient norm: the optimizer did not run (every rank)
   int64_t skipped_steps = 0;  // skipped steps of the run so far (this one included)
   double loss_scale = 0;      // the fp16 loss scale this step ran with (0: no loss scaling)
+  // optim.in_backward under fsdp.offload: units whose host AdamW update was still running when the
+  // backward handed over the next unit (it overlapped the backward; host_update.h). 0 otherwise:
+  // an update on the thread that runs backward never overlaps it.
+  int64_t overlapped_updates = 0;
 };
 
 struct RunResult {

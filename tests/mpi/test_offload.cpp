@@ -4,12 +4,20 @@
 // memory, but the engine keeps separate tensors and copies between them, as on a GPU:
 //  - the losses, masters and moments equal the run without offload bit for bit (the same
 //    additions in the same order), under full_shard, shard_grad_op and no_shard, fp32 and bf16
-//    compute, with accumulation, and combined with optim.in_backward and 8-bit moments;
+//    compute, with accumulation, and combined with optim.in_backward (fp32 and 8-bit moments),
+//    whose host updates run on the host optimizer thread (runtime/train/host_update.h) against the
+//    inline updates of the run without offload;
+//  - that thread's updates overlap the backward: held until the next unit's gradient is final, every
+//    unit but the root is updated after the backward went past it, with the same bits;
+//  - with it, a non-finite loss still skips the step with every unit untouched and a non-finite
+//    gradient still stops the run;
 //  - the bytes copied each way per step are the planner's PCIe bytes (memory::Plan::pcie);
 //  - the memory breakdown places master, gradient shard and optimizer state on the host, the
 //    parameter shard on the device (optimizer) or the host (params), as the planner does.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cstdio>
 
 #include "launcher/model_lm.h"
 #include "runtime/memory/tracker.h"
@@ -91,6 +99,7 @@ TEST(Offload, EqualsTheRunWithoutOffloadAndCopiesWhatThePlanSays) {
       {S::ShardGradOp, at::kFloat, 1, O::Params},
       {S::NoShard, at::kBFloat16, 2, O::Optimizer},
       {S::FullShard, at::kBFloat16, 1, O::Optimizer, /*in_backward=*/true, at::kByte},
+      {S::FullShard, at::kFloat, 2, O::Params, /*in_backward=*/true},
   };
   for (const Case& c : cases) {
     auto plain = trainer(c, O::None), off = trainer(c, c.offload);
@@ -138,4 +147,56 @@ TEST(Offload, BreakdownPlacesTheShardStateOnTheHost) {
     EXPECT_EQ(m.bytes[ps], p.bytes[ps]) << what;
     EXPECT_EQ(m.host_bytes[ps], p.host_bytes[ps]) << what;
   }
+}
+
+// optim.in_backward under offload: each unit's host AdamW update runs on the host optimizer thread
+// while the backward goes on. The test fault hold-host-update starts each update only once the
+// backward has made the next unit's gradient shard final (the root's at the end of backward), so
+// every unit but the root is updated after the backward went past it -- impossible if the hook ran
+// the update itself, as the run without offload does (its count is 0) -- and the step's losses,
+// norms, masters and moments are still those of that run, bit for bit. A third step unheld
+// reports the overlap it had (not asserted: it depends on timing).
+TEST(Offload, InBackwardHostUpdatesOverlapTheBackward) {
+  const Case c{fsdp::Strategy::FullShard, at::kFloat, 1, fsdp::Offload::Optimizer, /*in_backward=*/true};
+  auto plain = trainer(c, fsdp::Offload::None), off = trainer(c, c.offload);
+  const int64_t units = static_cast<int64_t>(off->engine().shards().size());
+  {
+    test::FaultScope hold("hold-host-update@" + std::to_string(test::world_groups().world->rank()) + ":*");
+    for (int s = 0; s < 2; ++s) {
+      const train::StepRecord a = plain->train_step(), b = off->train_step();
+      EXPECT_EQ(a.loss, b.loss) << "step " << s + 1;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s + 1;
+      EXPECT_EQ(a.overlapped_updates, 0) << "inline updates never overlap the backward";
+      EXPECT_EQ(b.overlapped_updates, units - 1) << "step " << s + 1 << ": updates done after the backward went on";
+    }
+  }
+  const train::StepRecord a = plain->train_step(), b = off->train_step();
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_LE(b.overlapped_updates, units - 1);
+  std::printf("unheld step: %ld of %ld host updates overlapped the backward\n", static_cast<long>(b.overlapped_updates),
+              static_cast<long>(units));
+  EXPECT_TRUE(test::bit_identical(test::local_state(*plain), test::local_state(*off))) << "masters and moments";
+}
+
+// The numerics guard's rules of optim.in_backward hold with the host optimizer thread: a
+// non-finite loss skips the step before any unit is handed over (every unit untouched), and a
+// non-finite gradient (written into unit 1's shard before it is handed over) stops the run once
+// the thread has drained, with the message of the run without offload.
+TEST(Offload, InBackwardSkipsAndStopsAsWithoutOffload) {
+  const Case c{fsdp::Strategy::FullShard, at::kFloat, 1, fsdp::Offload::Params, /*in_backward=*/true};
+  const int last = test::world_groups().world->size() - 1;
+  {
+    test::FaultScope fault("nan-loss@" + std::to_string(last) + ":2");
+    auto tr = trainer(c, c.offload);
+    tr->train_step();
+    const auto before = test::local_state(*tr);
+    EXPECT_TRUE(tr->train_step().skipped);
+    EXPECT_TRUE(test::bit_identical(before, test::local_state(*tr))) << "the skipped step";
+    EXPECT_FALSE(tr->train_step().skipped);
+  }
+  test::FaultScope fault("inf-grad@0:2");
+  auto tr = trainer(c, c.offload);
+  tr->train_step();
+  const std::string msg = test::error_of([&] { tr->train_step(); });
+  EXPECT_NE(msg.find("non-finite gradient norm with optim.in_backward"), std::string::npos) << msg;
 }
