@@ -7,7 +7,8 @@
 //      (fallocate: a full disk fails here, in save(), async or not), and world rank 0 manifest.json
 //      with the bytes of its longest text; agreement.
 //   2. writers write their file with a running CRC32C (and one per slice), fsync it.
-//      async: the shards were cloned in save() and this runs on a background thread.
+//      sync: from the shards themselves (a GPU's through a host staging buffer of kStagingBytes);
+//      async: the shards were copied into a host snapshot in save() and this runs on a background thread.
 //   3. agreement on errors (any error removes step-<N>.tmp); file and slice CRCs and sizes summed to
 //      every rank (each writer fills its own slots).
 //   4. world rank 0 writes manifest.json, fsyncs it and the directory, renames step-<N>.tmp to
@@ -101,7 +102,7 @@ struct Job {
   std::vector<std::string> unit_names;
   std::vector<std::string> kinds;
   std::vector<KindLayout> layouts;  // per kind: bytes per stored element, shard elements per value
-  std::vector<std::vector<at::Tensor>> data;  // writer: [unit][kind], host tensors (fp32 or bf16)
+  std::vector<std::vector<at::Tensor>> data;  // writer: [unit][kind]: the shards (sync) or their host snapshot (async)
   // Pieces (layout.h) of every rank file, numbered rank by rank: rank r's are [piece_base[r],
   // piece_base[r + 1]).
   std::vector<int64_t> piece_base;
@@ -221,10 +222,11 @@ void Checkpointer::Impl::collect(Job& job, const std::vector<fsdp::UnitShard>& s
       const at::Tensor& live = kinds[k].per_unit[u];
       TESSERA_CHECK(live.numel() * kinds[k].block == sh.plan.chunk,
                     "checkpoint kind " + kinds[k].kind + " of unit " + sh.name + " is not shaped like its shard");
-      // Shards on a device are always snapshot to host memory (the writer reads through data_ptr),
-      // pinned (DMA); the copy waits for the device work that produced them.
-      const bool on_host = live.is_cpu();
-      if (!async && on_host) {
+      // A synchronous save writes the shards as they are, on this thread: host shards from their
+      // memory, a GPU's streamed down through write_piece's staging buffer (no snapshot). An async
+      // save copies them into the reused host snapshot (pinned for a GPU; the copy waits for the
+      // device work that produced them), which its writer thread reads while training goes on.
+      if (!async) {
         job.data.back().push_back(live);
         continue;
       }
@@ -281,32 +283,35 @@ void Checkpointer::Impl::create_file(Job& job) {
   }
 }
 
+// One piece's bytes as the file stores them (F32, or U8 for 8-bit state). A host tensor already
+// in that dtype is written from its own memory; anything else goes through one host staging
+// buffer of kStagingBytes, a block at a time: a kind kept in bf16 (widened to fp32 there), and a
+// shard on a GPU (a synchronous save streams it down block by block instead of taking a snapshot).
+static void write_piece(io::ChecksumWriter& w, const at::Tensor& t, const Piece& p, at::Tensor& staging) {
+  const at::ScalarType stored = t.scalar_type() == at::kByte ? at::kByte : at::kFloat;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(stored));
+  if (t.is_cpu() && t.scalar_type() == stored) {
+    w.write(static_cast<const char*>(t.data_ptr()) + p.shard_offset * elem, static_cast<size_t>(p.length * elem));
+    return;
+  }
+  if (!staging.defined()) staging = device::host_buffer({kStagingBytes}, at::kByte, t.device());
+  const at::Tensor block = staging.view(stored);
+  for (int64_t b = 0; b < p.length; b += block.numel()) {
+    const int64_t n = std::min(block.numel(), p.length - b);
+    block.narrow(0, 0, n).copy_(t.narrow(0, p.shard_offset + b, n));  // waits for the device
+    w.write(block.data_ptr(), static_cast<size_t>(n * elem));
+  }
+}
+
 std::vector<uint32_t> Checkpointer::Impl::write_file(const Job& job, uint32_t& crc, uint64_t& bytes) {
   const std::vector<Piece> layout = file_layout(job.plans, job.shard_rank, job.layouts);
   io::File& f = *job.file;
   io::ChecksumWriter w(f);
   std::vector<uint32_t> piece_crcs;
-  at::Tensor widened;  // fp32 staging for kinds kept in another dtype (bf16 moments), a block at a time
+  at::Tensor staging;  // host, pinned for a GPU; charged to the checkpoint category (save()'s scope)
   for (const Piece& p : layout) {
-    const at::Tensor& t = job.data[p.unit][p.kind];
     w.start_piece();
-    if (t.scalar_type() == at::kByte) {  // 8-bit optimizer state: stored as it is (U8)
-      w.write(t.data_ptr<uint8_t>() + p.shard_offset, static_cast<size_t>(p.length));
-      piece_crcs.push_back(w.piece_crc());
-      continue;
-    }
-    if (t.scalar_type() == at::kFloat) {
-      w.write(t.data_ptr<float>() + p.shard_offset, static_cast<size_t>(p.length) * sizeof(float));
-      piece_crcs.push_back(w.piece_crc());
-      continue;
-    }
-    constexpr int64_t kBlock = int64_t(1) << 20;
-    if (!widened.defined()) widened = at::empty({kBlock}, at::TensorOptions().dtype(at::kFloat));
-    for (int64_t b = 0; b < p.length; b += kBlock) {
-      const int64_t n = std::min(kBlock, p.length - b);
-      widened.narrow(0, 0, n).copy_(t.narrow(0, p.shard_offset + b, n));
-      w.write(widened.data_ptr<float>(), static_cast<size_t>(n) * sizeof(float));
-    }
+    write_piece(w, job.data[p.unit][p.kind], p, staging);
     piece_crcs.push_back(w.piece_crc());
   }
   w.flush();

@@ -9,6 +9,11 @@
 
 namespace tessera::checkpoint {
 
+// Host bytes a writer stages through, a block at a time, for what it cannot write from the
+// shard's own memory: a kind kept in bf16 (widened to fp32) and, in a synchronous save, a shard
+// on a GPU (copied down block by block). The memory model's checkpoint term of a synchronous save.
+constexpr int64_t kStagingBytes = int64_t(4) << 20;
+
 // One contiguous run of elements (fp32, or 1-byte codes) in a rank file: elements
 // [param_offset, +length) of parameter `param` of unit `unit`, of the kind'th state kind saved,
 // taken from the rank's shard (or, for a block kind, its per-block tensor) at shard_offset, stored

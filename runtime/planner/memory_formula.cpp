@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/checkpoint/layout.h"
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/error.h"
 #include "runtime/fsdp/fsdp.h"
@@ -349,8 +350,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   plan.load_reader = host_phase(reader.s);
   plan.load_other = host_phase(other.s);
 
-  // Saving: a host snapshot of every kind when asynchronous or when the shards are on a GPU.
-  // Under offload the shard state is host memory, written as it is by a synchronous save.
+  // Saving: the host shard state (offload, CPU) is written as it is by a synchronous save.
   Moment save("save", where);
   if (!run.gpu || offload) {
     // optim.in_backward released every gradient shard at its update (between steps: none).
@@ -358,7 +358,11 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     save.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, grads_kept ? 4 * z.sum_chunk : 0).add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
     if (run.offload == fsdp::Offload::Params) save.add(C::ParamShard, param_shard_bytes(run, z));
   }
-  if (run.checkpoint_async || (run.gpu && !offload)) save.add(C::Checkpoint, state_kinds_bytes);
+  // A snapshot of every kind when asynchronous; a synchronous save streams a GPU's shards (and
+  // widens bf16 moments) through one staging buffer of checkpoint::kStagingBytes.
+  const bool staged = (run.gpu && !offload) || run.state_bytes == 2;
+  if (run.checkpoint_async) save.add(C::Checkpoint, state_kinds_bytes);
+  else if (staged) save.add(C::Checkpoint, checkpoint::kStagingBytes);
   plan.save_host = host_phase(save.s);
 
   const Peak train_peak = train_step(z, act, run), eval_peak = eval_step(z, act, run);

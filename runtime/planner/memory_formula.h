@@ -33,7 +33,9 @@
 // Evaluation: master + gathered params as in forward + one layer's inference working set + logits.
 // Load (host): masters + the loader's staging (model.load: rank0 reading rank: 2 units as stored;
 // parallel: none; naive: the whole model in fp32). Save (host): a snapshot of every kind
-// (4 + 2 s) sum c_u when the save is asynchronous or the shards live on a GPU.
+// (4 + 2 s) sum c_u when the save is asynchronous (checkpoint.async); a synchronous save writes
+// host shards from their memory and streams a GPU's through one staging buffer
+// (checkpoint::kStagingBytes, also what widens bf16 moments).
 // Host backend (MPI): 16-bit reductions run in fp32 through an accumulator of at most
 // kHostWidenedReductionBytes (4 P_u when smaller), and the ring's scratch (its 1/S of that,
 // malloc'd: untracked) stays between steps.

@@ -10,6 +10,7 @@
 #include "launcher/plan.h"
 #include "launcher/run_options.h"
 #include "model/config.h"
+#include "runtime/checkpoint/layout.h"
 #include "tests/support/test_support.h"
 
 using namespace tessera;
@@ -51,7 +52,20 @@ TEST(OffloadPlan, OptimizerMovesTheShardStateToTheHost) {
   // Loading and a synchronous save keep the masters on the host, with no snapshot.
   EXPECT_EQ(opt.load_other.bytes.bytes[cat(memory::Category::Master)], 4 * c);
   EXPECT_EQ(opt.save_host.bytes.bytes[cat(memory::Category::Checkpoint)], 0);
-  EXPECT_GT(none.save_host.bytes.bytes[cat(memory::Category::Checkpoint)], 0);
+}
+
+// checkpoint.async is the knob of the save's host cost: a synchronous save streams a GPU's shards
+// down through one staging buffer, an asynchronous one snapshots master and moments on the host.
+TEST(OffloadPlan, ASynchronousSaveStreamsTheGpuShardsAnAsyncOneSnapshotsThem) {
+  const memory::Plan sync = plan_7b({}), async = plan_7b({"checkpoint.async=true"});
+  const int k = cat(memory::Category::Checkpoint);
+  const int64_t c = sync.shard_elements;
+  EXPECT_EQ(sync.save_host.bytes.bytes[k], checkpoint::kStagingBytes);
+  EXPECT_EQ(async.save_host.bytes.bytes[k], 12 * c);  // fp32 master and two fp32 moments
+  EXPECT_LT(sync.save_host.total() * 20, async.save_host.total());  // the process base and 4 MiB vs 9.6 GiB
+  const memory::Plan q8 = plan_7b({"checkpoint.async=true", "optim.state_dtype=int8"});
+  const int64_t c8 = q8.shard_elements;  // shards aligned to whole blocks of 2048
+  EXPECT_EQ(q8.save_host.bytes.bytes[k], 6 * c8 + 8 * c8 / 2048);  // the master, 8-bit moments and their scales
 }
 
 TEST(OffloadPlan, ParamsAlsoMovesTheParameterShard) {
