@@ -42,7 +42,10 @@ constexpr const char* kParamKind = "param";
 
 struct SaveOptions {
   int keep = 2;        // complete checkpoints retained (older ones deleted after a successful save); <=0: all
-  bool async = false;  // snapshot to host memory, write on a background thread
+  // true: snapshot master and moments to host memory, write on a background thread (training goes
+  // on). false: write from the shards themselves, a GPU's streamed down through one host buffer of
+  // kStagingBytes (layout.h): the save's host cost is that buffer, and training waits for it.
+  bool async = false;
 };
 
 struct SaveTiming {
@@ -54,7 +57,8 @@ struct SaveTiming {
 
 // Collective over every group in `groups` used by the engine. `groups` are host communicators (MPI,
 // or self at size 1) even when the engine runs on a GPU over NCCL: shards on a device are snapshot
-// to host memory in save() (sync and async alike) and staged through host memory by load(). `state` is the caller's JSON
+// to host memory in save() (async) or streamed through a host staging buffer (sync), and staged
+// through host memory by load(). `state` is the caller's JSON
 // (step, sampler, scheduler, RNG, config, model config, strategy, layout) stored in the manifest
 // under "state". Every rank must construct it at the same point (it takes the world's
 // host_duplicate(): the checkpoint's own collectives, possibly on a background thread, never
