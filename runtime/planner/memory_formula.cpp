@@ -375,7 +375,10 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
                                : z.L;
     const int64_t gathered = z.padded[0] * p + layers * z.layer_padded * p;
     const auto at = [](const Snapshot& s, C c) { return s.bytes[static_cast<int>(c)]; };
-    plan.train_floor = 8 * z.sum_chunk + optimizer_bytes(run, z.sum_chunk) + gathered + (z.numel[0] + z.layer_numel) * p +
+    // Master and gradient shards; optim.in_backward holds no gradient shard beyond the unit being
+    // reduced, whose full gradients the term after `gathered` already counts.
+    const int64_t shards = (run.optimizer_in_backward ? 4 : 8) * z.sum_chunk;
+    plan.train_floor = shards + optimizer_bytes(run, z.sum_chunk) + gathered + (z.numel[0] + z.layer_numel) * p +
                        at(train, C::SavedTensors) + at(train, C::Activations) +
                        // fsdp.accumulate = unsharded holds a full fp32 gradient by definition
                        (run.accumulate_unsharded && run.grad_accum > 1 && z.S > 1 ? 4 * z.sum_padded : 0);

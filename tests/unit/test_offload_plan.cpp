@@ -180,3 +180,10 @@ TEST(OffloadPlan, TesseraPlanPrintsHostBytesAndPcie) {
                            "PCIe per rank and step (fsdp.offload=params): ", "down (gradient shards)", "up (parameter shards)"})
     EXPECT_NE(out.find(line), std::string::npos) << line << " in:\n" << out;
 }
+
+// The floor of optim.in_backward holds no gradient shard: each unit's is updated and released as
+// its reduction retires, and the unit's full gradients (counted in the floor) outweigh it.
+TEST(OffloadPlan, TheFloorOfInBackwardHasNoGradientShards) {
+  const memory::Plan plain = plan_7b({"train.clip=0"}), ib = plan_7b({"optim.in_backward=true", "train.clip=0"});
+  EXPECT_EQ(plain.train_floor - ib.train_floor, 4 * plain.shard_elements);
+}
