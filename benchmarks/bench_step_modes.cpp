@@ -78,6 +78,15 @@ struct ModeTiming {
   std::vector<double> tps;
   std::vector<profile::Breakdown> times;
   double median_tps() const { return median_of(tps); }
+  // Step time / the default's in each round (the two measured seconds apart, under the same load).
+  std::vector<double> round_ratios(const ModeTiming& base) const {
+    std::vector<double> r;
+    for (size_t i = 0; i < tps.size(); ++i) r.push_back(base.tps[i] / tps[i]);
+    return r;
+  }
+  // The ratio reported: the median over rounds of the ratio within each round, which a load that
+  // changes between rounds (a shared machine) disturbs less than a ratio of medians would.
+  double ratio(const ModeTiming& base) const { return median_of(round_ratios(base)); }
 };
 
 // Every mode once per round for r.steps steps, in a shuffled order (the same on every rank: the
@@ -109,12 +118,12 @@ std::vector<ModeTiming> time_rounds(const StepModesRun& r, const std::vector<Ste
 }
 
 json modes_json(const StepModesRun& r, const std::vector<StepMode>& modes, const std::vector<ModeTiming>& t) {
-  const double base = t[0].median_tps(), global_tokens = static_cast<double>(launcher::current().world_size * r.micro_batch * r.seq_len);
+  const double global_tokens = static_cast<double>(launcher::current().world_size * r.micro_batch * r.seq_len);
   json rows = json::array();
   for (size_t i = 0; i < modes.size(); ++i)
     rows.push_back({{"mode", modes[i].name}, {"keys", modes[i].keys()}, {"tokens_per_s", t[i].median_tps()},
-                    {"step_time_s", global_tokens / t[i].median_tps()}, {"step_time_ratio", base / t[i].median_tps()},
-                    {"tokens_per_s_ratio", t[i].median_tps() / base}, {"samples", t[i].tps},
+                    {"step_time_s", global_tokens / t[i].median_tps()}, {"step_time_ratio", t[i].ratio(t[0])},
+                    {"round_ratios", t[i].round_ratios(t[0])}, {"samples", t[i].tps},
                     {"time", profile::median(t[i].times).to_json()}});
   return {{"bench", "step"}, {"what", "modes"}, {"model", r.model}, {"parameters", r.cfg.num_parameters()},
           {"world_size", launcher::current().world_size}, {"seq_len", r.seq_len}, {"micro_batch", r.micro_batch},
@@ -129,14 +138,14 @@ void print_modes(const StepModesRun& r, const std::vector<StepMode>& modes, cons
          r.model.c_str(), r.cfg.num_parameters() / 1e6, r.strategy.c_str(), r.dtype.c_str(), b.world_size,
          static_cast<long>(r.seq_len), static_cast<long>(r.micro_batch), b.threads);
   printf("# %d round(s), each running every mode for %d step(s) in a shuffled order after %d warm-up step(s) per mode;\n"
-         "#   medians over rounds. The default keeps train.clip = %g; in_backward runs with train.clip = 0 (it needs it).\n"
+         "#   tokens/s and step: medians over rounds; step / default: the median over rounds of the ratio within each\n"
+         "#   round. The default keeps train.clip = %g; in_backward runs with train.clip = 0 (it needs it).\n"
          "#   On a CPU-only machine offload's device<->host copies are memcpy, not PCIe.\n",
          r.rounds, r.steps, r.warmup, r.topts.clip);
   printf("%-36s %10s %10s %16s  %s\n", "mode", "tokens/s", "step (s)", "step / default", "keys");
-  const double base = t[0].median_tps();
   for (size_t i = 0; i < modes.size(); ++i) {
     const double tps = t[i].median_tps();
-    printf("%-36s %10.1f %10.3f %16.3f  %s\n", modes[i].name.c_str(), tps, global_tokens / tps, base / tps,
+    printf("%-36s %10.1f %10.3f %16.3f  %s\n", modes[i].name.c_str(), tps, global_tokens / tps, t[i].ratio(t[0]),
            modes[i].keys().empty() ? "(none)" : modes[i].keys().c_str());
   }
   printf("# Where each mode's step time goes (rank 0, median of its timed steps):\n");

@@ -10,7 +10,8 @@
 // One train::Trainer per mode (the same model, initial weights and dataset) is built and warmed up
 // first; then each round runs every mode for --steps steps, in an order shuffled per round (the
 // same on every rank). Tokens/s per mode is the median over rounds; the default is always measured
-// (added first when the list lacks it) and every ratio is mode / default.
+// (added first when the list lacks it). A mode's ratio is its step time / the default's, within each
+// round (measured seconds apart, under the same load), and its median over rounds.
 #pragma once
 #include <memory>
 #include <string>
