@@ -87,7 +87,7 @@ void HostUpdateThread::run() {
     job = nullptr;  // what the job held (a gradient shard) is freed before the job counts as done
     lock.lock();
     if (error && !error_) error_ = error;
-    if (arrived_ > index_ + 1) ++overlapped_;
+    if (!draining_) ++overlapped_;  // done while the driving thread was still in backward
     busy_ = false;
     cv_.notify_all();
   }

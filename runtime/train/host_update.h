@@ -19,11 +19,12 @@
 // (their units stay untouched), and drain() rethrows it on the driving thread: the same exception
 // object, so the same type and message.
 //
-// Overlap, measured: overlapped() counts the jobs of the window (since begin()) that were still
-// unfinished when the next job arrived, i.e. the backward went on through at least one more unit
-// before that update was done. An update on the driving thread can never be counted (the next
-// unit's hook comes only after it returned). begin(hold = true), for tests: each job starts only
-// once the next one has arrived or drain() was called, so every update but the last overlaps.
+// Overlap, measured: overlapped() counts the jobs of the window (since begin()) that were done
+// before drain() was called, i.e. that ran while the driving thread went on with the backward (what
+// of them the backward still waited for, in submit(), is the trainer's optimizer time). An update
+// on the driving thread is never counted. The root unit's, handed over at the very end of
+// backward, is usually not. begin(hold = true), for tests: each job starts only once the next one
+// has arrived or drain() was called, so every update but the last overlaps the backward.
 //
 // THREADS. begin, submit, drain, abandon and overlapped: the thread that drives the engine (the
 // trainer's; on a GPU also autograd's device thread inside backward -- never both at once). Jobs
@@ -71,7 +72,7 @@ class HostUpdateThread {
   bool stop_ = false, hold_ = false, draining_ = false;
   int64_t arrived_ = 0;     // submit() calls of the window (counted as each is entered)
   int64_t index_ = 0;       // the busy job's place in the window
-  int64_t overlapped_ = 0;  // jobs unfinished when the next one arrived
+  int64_t overlapped_ = 0;  // jobs done before drain() was called
   std::exception_ptr error_;
   std::thread thread_;  // started by the constructor, once the members above exist
 };

@@ -143,9 +143,9 @@ struct StepRecord {
   bool skipped = false;       // non-finite loss or gradient norm: the optimizer did not run (every rank)
   int64_t skipped_steps = 0;  // skipped steps of the run so far (this one included)
   double loss_scale = 0;      // the fp16 loss scale this step ran with (0: no loss scaling)
-  // optim.in_backward under fsdp.offload: units whose host AdamW update was still running when the
-  // backward handed over the next unit (it overlapped the backward; host_update.h). 0 otherwise:
-  // an update on the thread that runs backward never overlaps it.
+  // optim.in_backward under fsdp.offload: units whose host AdamW update was done, on the host
+  // optimizer thread, before the backward ended (it ran alongside the backward; host_update.h).
+  // 0 otherwise: an update on the thread that runs backward never overlaps it.
   int64_t overlapped_updates = 0;
 };
 

@@ -155,7 +155,8 @@ TEST(Offload, BreakdownPlacesTheShardStateOnTheHost) {
 // every unit but the root is updated after the backward went past it -- impossible if the hook ran
 // the update itself, as the run without offload does (its count is 0) -- and the step's losses,
 // norms, masters and moments are still those of that run, bit for bit. A third step unheld
-// reports the overlap it had (not asserted: it depends on timing).
+// reports the overlap it had (not asserted: it depends on timing; on this tiny model even the
+// root's update is often done before the trainer's thread drains the thread).
 TEST(Offload, InBackwardHostUpdatesOverlapTheBackward) {
   const Case c{fsdp::Strategy::FullShard, at::kFloat, 1, fsdp::Offload::Optimizer, /*in_backward=*/true};
   auto plain = trainer(c, fsdp::Offload::None), off = trainer(c, c.offload);
@@ -167,12 +168,12 @@ TEST(Offload, InBackwardHostUpdatesOverlapTheBackward) {
       EXPECT_EQ(a.loss, b.loss) << "step " << s + 1;
       EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s + 1;
       EXPECT_EQ(a.overlapped_updates, 0) << "inline updates never overlap the backward";
-      EXPECT_EQ(b.overlapped_updates, units - 1) << "step " << s + 1 << ": updates done after the backward went on";
+      EXPECT_EQ(b.overlapped_updates, units - 1) << "step " << s + 1 << ": updates done while the backward went on";
     }
   }
   const train::StepRecord a = plain->train_step(), b = off->train_step();
   EXPECT_EQ(a.loss, b.loss);
-  EXPECT_LE(b.overlapped_updates, units - 1);
+  EXPECT_LE(b.overlapped_updates, units);  // the root's too when it is done before finish_in_backward drains
   std::printf("unheld step: %ld of %ld host updates overlapped the backward\n", static_cast<long>(b.overlapped_updates),
               static_cast<long>(units));
   EXPECT_TRUE(test::bit_identical(test::local_state(*plain), test::local_state(*off))) << "masters and moments";

@@ -45,7 +45,8 @@ TEST(HostUpdateThread, SubmitReturnsBeforeTheJobIsDone) {
 }
 
 // In order, one at a time; with hold every job waits for the next one to arrive, so every job but
-// the last is counted as overlapped; without hold the count is what happened, never more.
+// the last is done before drain() and counted as overlapped; without hold the count is what
+// happened, never more.
 TEST(HostUpdateThread, RunsInOrderAndCountsTheOverlap) {
   HostUpdateThread t;
   for (const bool hold : {true, false}) {
