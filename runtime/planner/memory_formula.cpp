@@ -185,9 +185,11 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   auto base = [&](const char* at, bool layers_reduced = false) {
     Moment m(at, placement_of(run));
     m.add(C::ParamShard, param_shard_bytes(run, z));
-    // optim.in_backward with one micro-step: a unit's shard lives from its reduction to its update.
+    // optim.in_backward with one micro-step: a unit's shard lives from its reduction to its update;
+    // under offload the host optimizer thread updates one unit while the next is reduced (two).
     const bool one_grad = run.optimizer_in_backward && run.grad_accum == 1;
-    m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * (one_grad ? z.max_chunk : z.sum_chunk));
+    const int64_t in_bwd_grads = run.offload != fsdp::Offload::None ? std::min(z.sum_chunk, z.max_chunk + z.layer_chunk) : z.max_chunk;
+    m.add(C::Master, 4 * z.sum_chunk).add(C::GradShard, 4 * (one_grad ? in_bwd_grads : z.sum_chunk));
     m.add(C::Optimizer, optimizer_bytes(run, z.sum_chunk));
     if (run.accumulate_unsharded && run.grad_accum > 1 && reduce_scatter)
       m.add(C::UnsharedGrads, 4 * (layers_reduced ? z.padded[0] : z.sum_padded));

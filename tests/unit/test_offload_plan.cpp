@@ -87,6 +87,10 @@ TEST(OffloadPlan, CombinesWithInBackwardAndInt8Moments) {
   // in_backward: one unit's gradient shard on the host instead of every unit's.
   EXPECT_LT(ib.train_host.bytes.bytes[g], opt.train_host.bytes.bytes[g] / 10);
   EXPECT_EQ(ib.train_gpu.bytes.bytes[g], 0);
+  // ... and the next unit's too: the host optimizer thread updates one unit while the backward
+  // reduces the next (a Llama 2 7B layer's shard over 8 ranks: 25.3M elements).
+  const memory::Plan inline_ib = plan_7b({"optim.in_backward=true", "train.clip=0"});
+  EXPECT_GT(ib.train_host.bytes.bytes[g], inline_ib.train_gpu.bytes.bytes[g] + 4 * 25'000'000);
   // int8 moments: 2 + 8/2048 bytes per element, on the host.
   EXPECT_EQ(q8.train_host.bytes.bytes[o], 2 * q8.shard_elements + 8 * q8.shard_elements / 2048);
   EXPECT_EQ(q8.train_gpu.bytes.bytes[o], 0);
