@@ -131,9 +131,7 @@ const std::vector<ConfigKey>& config_schema() {
       field(&C::checkpoint, &CheckpointSection::keep, "checkpoint.keep", 2, "Complete checkpoints to retain.", at_least(1)),
       field(&C::checkpoint, &CheckpointSection::keep_best, "checkpoint.keep_best", false,
             "Also keep the checkpoint with the lowest validation loss (saved whenever validation improves); needs validation data and checkpoint.dir."),
-      field(&C::checkpoint, &CheckpointSection::async, "checkpoint.async", false, "true: snapshot master and moments to host memory and write on a background thread while training goes on. "
-            "false: the save blocks the step and writes the shards as they are (a GPU's streamed down through one 4 MiB "
-            "host buffer: no host snapshot)."),
+      field(&C::checkpoint, &CheckpointSection::async, "checkpoint.async", false, "true: snapshot master and moments to host memory and write on a background thread while training goes on. false: the save blocks the step and writes the shards as they are (a GPU's streamed down through one 4 MiB host buffer: no host snapshot)."),
       field(&C::checkpoint, &CheckpointSection::resume, "checkpoint.resume", "auto",
             "auto: resume from the latest complete checkpoint in checkpoint.dir if any; never; or a checkpoint directory."),
       // eval
