@@ -75,10 +75,8 @@ int64_t minor_faults() {
 }
 
 std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
+  std::vector<std::string> out = split_on(s, ',');
+  out.erase(std::remove(out.begin(), out.end(), std::string()), out.end());
   return out;
 }
 

@@ -9,7 +9,6 @@
 #include <iostream>
 #include <numeric>
 #include <random>
-#include <sstream>
 
 #include "benchmarks/bench_util.h"
 #include "launcher/bootstrap.h"
@@ -24,11 +23,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, sep);) out.push_back(item);
-  return out;
+// Tokens of one step, all ranks together.
+double global_tokens(const StepModesRun& r) {
+  return static_cast<double>(launcher::current().world_size * r.micro_batch * r.seq_len);
 }
 
 // One mode from its name ("in_backward+int8"): its parts checked and put in canonical order.
@@ -36,7 +33,7 @@ StepMode parse_mode(const std::string& given) {
   const auto& names = mode_parts();
   std::vector<bool> has(names.size(), false);
   const std::string where = "bench step: --modes: mode '" + given + "'";
-  for (const std::string& part : split(given, '+')) {
+  for (const std::string& part : split_on(given, '+')) {
     const auto it = std::find(names.begin(), names.end(), part);
     if (it == names.end()) {
       const std::string hint = launcher::closest_match(part, names);
@@ -97,7 +94,6 @@ std::vector<ModeTiming> time_rounds(const StepModesRun& r, const std::vector<Ste
     trainers.push_back(build_trainer(r, m));
     for (int i = 0; i < r.warmup; ++i) trainers.back()->train_step();
   }
-  const double global_tokens = static_cast<double>(launcher::current().world_size * r.micro_batch * r.seq_len);
   std::vector<ModeTiming> out(modes.size());
   std::vector<size_t> order(modes.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -109,7 +105,7 @@ std::vector<ModeTiming> time_rounds(const StepModesRun& r, const std::vector<Ste
       const auto t0 = Clock::now();
       for (int i = 0; i < r.steps; ++i) out[k].times.push_back(trainers[k]->train_step().time);
       MPI_Barrier(MPI_COMM_WORLD);
-      out[k].tps.push_back(global_tokens * r.steps / std::chrono::duration<double>(Clock::now() - t0).count());
+      out[k].tps.push_back(global_tokens(r) * r.steps / std::chrono::duration<double>(Clock::now() - t0).count());
     }
     if (launcher::current().world_rank == 0 && !r.json)
       std::cerr << "# bench step --modes: round " << round + 1 << "/" << r.rounds << " done" << std::endl;
@@ -118,11 +114,10 @@ std::vector<ModeTiming> time_rounds(const StepModesRun& r, const std::vector<Ste
 }
 
 json modes_json(const StepModesRun& r, const std::vector<StepMode>& modes, const std::vector<ModeTiming>& t) {
-  const double global_tokens = static_cast<double>(launcher::current().world_size * r.micro_batch * r.seq_len);
   json rows = json::array();
   for (size_t i = 0; i < modes.size(); ++i)
     rows.push_back({{"mode", modes[i].name}, {"keys", modes[i].keys()}, {"tokens_per_s", t[i].median_tps()},
-                    {"step_time_s", global_tokens / t[i].median_tps()}, {"step_time_ratio", t[i].ratio(t[0])},
+                    {"step_time_s", global_tokens(r) / t[i].median_tps()}, {"step_time_ratio", t[i].ratio(t[0])},
                     {"round_ratios", t[i].round_ratios(t[0])}, {"samples", t[i].tps},
                     {"time", profile::median(t[i].times).to_json()}});
   return {{"bench", "step"}, {"what", "modes"}, {"model", r.model}, {"parameters", r.cfg.num_parameters()},
@@ -133,7 +128,6 @@ json modes_json(const StepModesRun& r, const std::vector<StepMode>& modes, const
 
 void print_modes(const StepModesRun& r, const std::vector<StepMode>& modes, const std::vector<ModeTiming>& t) {
   const auto& b = launcher::current();
-  const double global_tokens = static_cast<double>(b.world_size * r.micro_batch * r.seq_len);
   printf("# bench step --modes: %s (%.1fM parameters), %s %s, W=%d, seq_len %ld, micro-batch %ld, %d thread(s) per rank\n",
          r.model.c_str(), r.cfg.num_parameters() / 1e6, r.strategy.c_str(), r.dtype.c_str(), b.world_size,
          static_cast<long>(r.seq_len), static_cast<long>(r.micro_batch), b.threads);
@@ -145,7 +139,7 @@ void print_modes(const StepModesRun& r, const std::vector<StepMode>& modes, cons
   printf("%-36s %10s %10s %16s  %s\n", "mode", "tokens/s", "step (s)", "step / default", "keys");
   for (size_t i = 0; i < modes.size(); ++i) {
     const double tps = t[i].median_tps();
-    printf("%-36s %10.1f %10.3f %16.3f  %s\n", modes[i].name.c_str(), tps, global_tokens / tps, t[i].ratio(t[0]),
+    printf("%-36s %10.1f %10.3f %16.3f  %s\n", modes[i].name.c_str(), tps, global_tokens(r) / tps, t[i].ratio(t[0]),
            modes[i].keys().empty() ? "(none)" : modes[i].keys().c_str());
   }
   printf("# Where each mode's step time goes (rank 0, median of its timed steps):\n");
@@ -182,7 +176,7 @@ void StepMode::apply(fsdp::Options& f, train::TrainOptions& t) const {
 }
 
 std::vector<StepMode> parse_step_modes(const std::string& list) {
-  const std::vector<std::string> names = split(list, ',');
+  const std::vector<std::string> names = split_on(list, ',');
   TESSERA_CHECK_INPUT(!names.empty(), "bench step: --modes is empty");
   std::vector<StepMode> given;
   for (const std::string& name : names) {

@@ -1,8 +1,11 @@
-// Small helpers shared by the benchmarks: interleaved rounds in a shuffled order, and medians.
+// Small helpers shared by the benchmarks: interleaved rounds in a shuffled order, medians, and
+// option lists.
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace tessera::bench {
@@ -12,6 +15,14 @@ namespace tessera::bench {
 // permutation.
 inline void shuffle_order(std::vector<size_t>& order, std::mt19937& rng) {
   for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+}
+
+// `s` cut at every `sep`, empty pieces kept (a trailing separator adds none).
+inline std::vector<std::string> split_on(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, sep);) out.push_back(item);
+  return out;
 }
 
 // The median of `v` (the upper one of an even count); -1 when empty.
