@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <ATen/ATen.h>
+
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "runtime/checkpoint/checkpoint.h"

@@ -4,6 +4,7 @@
 #include "benchmarks/bench_collectives.h"
 
 #include <mpi.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
 

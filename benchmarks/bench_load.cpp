@@ -12,6 +12,8 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <nlohmann/json.hpp>
 
 #include "launcher/bootstrap.h"

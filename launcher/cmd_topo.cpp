@@ -1,5 +1,6 @@
 // `tessera topo`: what the bootstrap discovered, gathered from every rank and printed by rank 0.
 #include <mpi.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <iostream>

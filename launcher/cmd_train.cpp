@@ -13,6 +13,8 @@
 #include <numeric>
 #include <iostream>
 
+#include <ATen/ATen.h>
+
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
@@ -616,7 +618,7 @@ int run_eval(const std::vector<std::string>& args) {
     std::vector<double> losses;
     int64_t predicted = 0;
     for (const auto& s : sequences) {
-      at::Tensor t = torch::tensor(s, torch::kLong).unsqueeze(0);
+      at::Tensor t = at::tensor(s, at::TensorOptions().dtype(at::kLong)).unsqueeze(0);
       losses.push_back(trainer.sequence_losses(t)[0]);
       predicted += static_cast<int64_t>(s.size()) - 1;
     }

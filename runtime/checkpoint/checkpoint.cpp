@@ -27,6 +27,8 @@
 #include <regex>
 #include <thread>
 
+#include <ATen/ops/zeros.h>
+
 #include "runtime/comm/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
