@@ -3,6 +3,7 @@
 #
 #   bash scripts/build.sh                            # deps, configure build/, build everything
 #   TARGETS=tessera bash scripts/build.sh            # the same, building only the binary
+#   DEPS=--main TARGETS=tessera bash scripts/build.sh  # ... with only the packages it needs (scripts/deps.sh --main)
 #   bash scripts/build.sh --configure DIR [ARG...]   # only: cmake -S <repo> -B DIR ARG... (no deps, no build)
 #
 # Configuring goes through configure() below. CMake reports what Tessera's checks refuse
@@ -55,7 +56,7 @@ if [[ ${1:-} == --configure ]]; then
 fi
 
 cd "$ROOT"
-bash scripts/deps.sh
+bash scripts/deps.sh ${DEPS:-}
 JOBS=${JOBS:-$(nproc)}
 rc=0
 out=$(mktemp)

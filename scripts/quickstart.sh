@@ -5,7 +5,9 @@
 # has no tokenizer.model), with a checkpoint at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TARGETS=tessera bash scripts/build.sh  # the binary alone: the tests are built by scripts/test.sh
+# The binary alone, with only the packages it needs: scripts/test.sh installs the test suite's
+# tools and builds the tests.
+DEPS=--main TARGETS=tessera bash scripts/build.sh
 RUN=${RUN:-runs/quickstart}
 BIN=build/bin/tessera
 rm -rf "$RUN" && mkdir -p "$RUN"
