@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 cd build
 # Two tests at a time on a 2-core machine (CTEST_JOBS to change): tests that start MPI ranks or
-# build take both cores (PROCESSORS in tests/CMakeLists.txt) and run alone.
+# build take both cores (PROCESSORS in tests/CMakeLists.txt) and run alone, except those that mostly
+# wait (on Slurm, on failing ranks), which take one.
 ctest --output-on-failure --timeout 900 -j"${CTEST_JOBS:-$(nproc)}" "$@"

@@ -19,8 +19,8 @@
 # LibTorch precompiled header is ~8 s). Files go into one unit only when the names they define at
 # file scope differ (functions, types, TEST()s, macros, with their namespaces and using-directives); a
 # unit that still fails has the files its errors point at re-checked alone and the rest re-checked as
-# one unit, and only a file that fails alone fails the test. Parallel: $TORCH26_JOBS (default: nproc, at
-# most 8). The fixture compiles while the header is being precompiled.
+# one unit, and only a file that fails alone fails the test. Parallel: $TORCH26_JOBS (default: the
+# processors online, at most 8; not nproc's answer, which the suite's OMP_NUM_THREADS=1 makes 1). The fixture compiles while the header is being precompiled.
 #
 # Environment (cmake/torch26_check.cmake sets the first two for ctest): TORCH26_DIR (default
 # build/torch26), TORCH26_FLAGS (a file, one compiler argument per line: the include directories and
@@ -31,7 +31,7 @@ SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 DIR=${TORCH26_DIR:-${TESSERA_BIN:+$TESSERA_BIN/../torch26}}
 DIR=${DIR:-$SRC/build/torch26}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
-JOBS=${TORCH26_JOBS:-$(n=$(nproc); echo $((n > 8 ? 8 : n)))}
+JOBS=${TORCH26_JOBS:-$(n=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc); echo $((n > 8 ? 8 : n)))}
 CXX=${TORCH26_CXX:-g++}
 export LC_ALL=C  # gcc's messages with plain quotes
 source "$SRC/tests/expect.bash"  # ok, fail, check
