@@ -11,7 +11,7 @@ export TESSERA_GUIDE_BIN=$TESSERA_BIN
 guide_model "$WORK/model"
 # CPU nodes: GPUS_PER_NODE=0 with TASKS_PER_NODE ranks (Makefile.slurm reads both from the environment).
 export MODEL=$WORK/model DATA=$SRC/examples/chat/train.jsonl VAL=$SRC/examples/chat/val.jsonl RUN=$WORK/run \
-       NODES=2 GPUS_PER_NODE=0 TASKS_PER_NODE=2 RANKS=4 SEQ_LEN=256 STEPS=40 EVERY=10 LR=3e-3 TIME=00:10:00 \
+       NODES=2 GPUS_PER_NODE=0 TASKS_PER_NODE=2 RANKS=4 SEQ_LEN=256 STEPS=20 EVERY=10 LR=3e-3 TIME=00:10:00 \
        LAUNCH="srun --nodes=2 --ntasks-per-node=2 --mpi=pmix" PYTHON=/usr/bin/python3 LOCAL=1
 guide_run slurm > "$WORK/guide.log" 2>&1 || { tail -n 40 "$WORK/guide.log" >&2; tail -n 30 "$RUN"/slurm-logs/*.out >&2 || true; fail "the guide's commands (log above)"; }
 echo "ok: every block of docs/GUIDE.md ran (slurm)"
