@@ -757,11 +757,7 @@ function(tessera_add_cuda_sources tgt)
   tessera_use_pch(tessera_nccl)
   if(TESSERA_CUDA_ENABLED)
     target_compile_definitions(tessera_nccl PUBLIC TESSERA_WITH_CUDA=1)
-    target_link_libraries(${tgt} PUBLIC tessera_nccl)
-    tessera_library_parts(${tgt} _parts)  # the objects of ${tgt} (cmake/pch_tiers.cmake) see CUDA too
-    foreach(_part IN LISTS _parts)
-      target_link_libraries(${_part} PUBLIC tessera_nccl)
-    endforeach()
+    target_link_libraries(${tgt}_usage INTERFACE tessera_nccl)  # ${tgt} and its objects' parts (cmake/pch_tiers.cmake)
   else()
     # Link check: a tiny executable that references the backend's factory must link.
     add_executable(tessera_nccl_linkcheck ${CMAKE_SOURCE_DIR}/cmake/nccl_linkcheck.cpp)

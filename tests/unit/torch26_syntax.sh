@@ -31,7 +31,7 @@ SRC=${TESSERA_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 DIR=${TORCH26_DIR:-${TESSERA_BIN:+$TESSERA_BIN/../torch26}}
 DIR=${DIR:-$SRC/build/torch26}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
-JOBS=${TORCH26_JOBS:-$(n=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc); echo $((n > 8 ? 8 : n)))}
+JOBS=${TORCH26_JOBS:-$(n=$(getconf _NPROCESSORS_ONLN); echo $((n > 8 ? 8 : n)))}
 CXX=${TORCH26_CXX:-g++}
 export LC_ALL=C  # gcc's messages with plain quotes
 source "$SRC/tests/expect.bash"  # ok, fail, check
