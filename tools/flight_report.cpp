@@ -222,9 +222,18 @@ struct Pending {
   std::vector<std::string> behind_text, done_text, not_running;
 };
 
-// A member that completed the pending collective: done, or behind when it issued it later than the
+// True when m's record shows a stop that began after it completed `done` (its end_ns) and before
+// `deadline_real` (wall clock: the first member's issue time plus the timeout).
+bool stopped_after(const Member& m, const json* done, int64_t deadline_real) {
+  if (!done || num(*m.record, "stops") <= 0) return false;
+  const int64_t began = num(*m.record, "stop_end_ns") - num(*m.record, "stop_ns");
+  return began >= num(*done, "end_ns") && realtime_of(*m.record, began) <= deadline_real;
+}
+
+// A member that completed the pending collective: done; behind when it issued it later than the
 // timeout after the first member (e.g. stopped before it, and caught up only when it ran again, once
-// the first member had already timed out: its peers' data was buffered for small messages).
+// the first member had already timed out: its peers' data was buffered for small messages); or
+// stopped right after it, before the first member's timeout.
 void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std::set<int>& behind) {
   auto it = m.entries.find(p.stuck);
   auto now = m.entries.find(lc + 1);
@@ -237,6 +246,19 @@ void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std:
                   "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind, and completed it "
                   "when it ran again%s",
                   rank, late / 1e9, p.first_rank, timeout_ns / 1e9, then.c_str());
+    p.not_running.push_back(text);
+    behind.insert(rank);
+    return;
+  }
+  const int64_t deadline = timeout_ns > 0 ? p.t_real + timeout_ns : INT64_MAX;
+  if (stopped_after(m, it != m.entries.end() ? it->second : nullptr, deadline)) {
+    // A sender can complete on its side while its last fragment (e.g. the rendezvous' completion
+    // message over TCP) is still queued in its own process: a stop then holds the others up.
+    char text[240];
+    std::snprintf(text, sizeof(text),
+                  "rank %d completed it on its side, then was stopped for %.1f s (did not run: SIGSTOP or "
+                  "frozen)%s: the rest of its part may never have left it",
+                  rank, num(*m.record, "stop_ns") / 1e9, then.empty() ? "" : (" in #" + std::to_string(lc + 1)).c_str());
     p.not_running.push_back(text);
     behind.insert(rank);
     return;

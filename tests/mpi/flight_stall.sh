@@ -111,9 +111,10 @@ ok "stall: rank 0's last line names rank 1 at collective #$seq"
 "$BIN" diagnose "$T/stall/log" >"$T/stall/diag" || fail "stall: diagnose failed"
 # After rank 0's abort, mpirun continues rank 1 (SIGCONT, then SIGTERM) and it writes a record too,
 # of where it was stopped or of how far it got after it ran again: stopped inside #$seq or the one
-# before (which rank 0 completed), or behind it, or it issued #$seq only after rank 0 had timed out.
+# before (which rank 0 completed), or behind it, or it issued #$seq only after rank 0 had timed out, or
+# it completed #$seq on its side and was stopped in the next one before its last fragment left it.
 # Every way the report names rank 1 as the one holding the collective up.
-grep -qE "^summary: collective #($seq|$((seq - 1))) .* on group 'world' \(mpi, ranks 0-1\) at step [0-9]+, train step did not complete: rank 1 (was stopped for [0-9.]+ s while in it \(did not run: SIGSTOP or frozen\)|was in it for [0-9.]+ s without timing out \(timeout 10 s\): stopped or not running|issued it [0-9.]+ s after rank 0, later than the timeout \(10 s\): behind|has no flight record|last issued #[0-9]+ .*\(behind\))" "$T/stall/diag" ||
+grep -qE "^summary: collective #($seq|$((seq - 1))) .* on group 'world' \(mpi, ranks 0-1\) at step [0-9]+, train step did not complete: rank 1 (was stopped for [0-9.]+ s while in it \(did not run: SIGSTOP or frozen\)|was in it for [0-9.]+ s without timing out \(timeout 10 s\): stopped or not running|issued it [0-9.]+ s after rank 0, later than the timeout \(10 s\): behind|completed it on its side, then was stopped for [0-9.]+ s \(did not run: SIGSTOP or frozen\)|has no flight record|last issued #[0-9]+ .*\(behind\))" "$T/stall/diag" ||
   { cat "$T/stall/diag"; fail "stall: diagnose does not name rank 1 at collective #$seq or the one before"; }
 grep -q "^rank 0 (host .*): timeout: " "$T/stall/diag" || { cat "$T/stall/diag"; fail "stall: diagnose lacks rank 0's timeout"; }
 ok "stall: $(grep '^summary' "$T/stall/diag")"
