@@ -58,8 +58,8 @@ memory::ModelShape memory_shape(const model::ModelConfig& cfg) {
 }
 
 memory::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
-                                               bool fused_attention) {
-  const model::ActivationBytes a = model::activation_bytes(cfg, B, T, elem, fused_attention);
+                                               model::Kernels kernels) {
+  const model::ActivationBytes a = model::activation_bytes(cfg, B, T, elem, kernels);
   memory::ActivationTerms t;
   t.layer_input = a.layer_input;
   t.layer_saved = a.layer_saved;

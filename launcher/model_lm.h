@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "model/activations.h"
 #include "model/config.h"
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/planner/memory_formula.h"
@@ -25,7 +26,7 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg);
 // model/activations.h for a micro-batch [B, T] in a compute dtype of `elem` bytes.
 memory::ModelShape memory_shape(const model::ModelConfig& cfg);
 memory::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
-                                               bool fused_attention);
+                                               model::Kernels kernels);
 
 // Weights from the family's initialisation (seed): every rank generates only the parameters of the
 // unit being loaded, one parameter at a time, identical on every rank and world size.

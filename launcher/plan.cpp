@@ -63,10 +63,12 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
 memory::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
   const memory::RunShape run = run_shape_from(cfg, mc, req);
   const train::TrainOptions to = train_options_from(cfg);
-  // A GPU run uses LibTorch >= 2's fused attention; a CPU run this build's attention.
-  const bool fused = req.gpu || model::build_has_fused_attention();
+  // A GPU run uses LibTorch >= 2's fused attention; a CPU run this build's attention, and bf16
+  // products widened to fp32 on a CPU without AVX-512.
   return memory::estimate(memory_shape(mc),
-                          activation_terms(mc, to.micro_batch, to.seq_len, run.param_bytes, fused), run);
+                          activation_terms(mc, to.micro_batch, to.seq_len, run.param_bytes,
+                                           model::run_kernels(req.gpu)),
+                          run);
 }
 
 int64_t host_bytes_per_node(const memory::Plan& plan, const PlanRequest& req) {

@@ -1,14 +1,41 @@
 #include "model/activations.h"
 
-
 #include <algorithm>
 
 #include "model/linear_cross_entropy.h"
+#include "model/widened_gemm.h"
 #include "util/torch_compat.h"
 
 namespace tessera::model {
 
 bool build_has_fused_attention() { return compat::kHasSdpa; }
+
+Kernels run_kernels(bool gpu) {
+  Kernels k;
+  k.fused_attention = gpu || build_has_fused_attention();
+  k.widened_gemm = !gpu && ops::cpu_widens_bf16();
+  return k;
+}
+
+namespace {
+
+// The most a widened product of the layer holds beyond LibTorch's own (model/widened_gemm.h): the
+// projections, the mlp, and with explicit attention q k^T and probs v.
+int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, int p, bool fused_attention) {
+  const int64_t BT = B * T, H = cfg.hidden_size, I = cfg.intermediate_size;
+  const int64_t Hq = cfg.num_attention_heads * cfg.head_dim(), Hkv = cfg.num_key_value_heads * cfg.head_dim();
+  int64_t w = std::max({ops::widened_linear_transient(BT, H, Hq, p), ops::widened_linear_transient(BT, H, Hkv, p),
+                        ops::widened_linear_transient(BT, Hq, H, p), ops::widened_linear_transient(BT, H, I, p),
+                        ops::widened_linear_transient(BT, I, H, p)});
+  if (!fused_attention) {
+    const int64_t scores = B * cfg.num_attention_heads * T * T;
+    w = std::max({w, ops::widened_matmul_transient(BT * Hq, BT * Hq, scores),
+                  ops::widened_matmul_transient(scores, BT * Hq, BT * Hq)});
+  }
+  return w;
+}
+
+}  // namespace
 
 // Counted from what autograd keeps for the ops of model/llama.cpp on LibTorch 1.13 (listed with
 // torch.autograd's saved-tensor attributes on the same ops, and measured by
@@ -49,12 +76,17 @@ bool build_has_fused_attention() { return compat::kHasSdpa; }
 // accumulator (4 V H, less the p V H it becomes) and the head's input (alive where autograd does not
 // keep it). Evaluation's logits (p BT V) are the `logits` term.
 //
+// Widened bf16 products (Kernels::widened_gemm, model/widened_gemm.h) keep the same tensors; the
+// largest product's fp32 operands and result are added to the layer's forward and backward
+// transients, and the head holds one widened block of W instead of the chunk's product in p.
+//
 // The transient terms are upper bounds (the test checks that the tracker never sees more): the
 // forward's excess is bounded by the softmax's working set (or two [BT, H] tensors when fused, plus
 // the norm's x^2 in fp32 where mean does not keep it), the
 // backward's by the score gradients and the mlp's [BT, I] gradients; the whole-step prediction built
 // from them is checked against measured peaks by tests/mpi/memory_plan.sh.
-ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, bool fused_attention) {
+ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, Kernels k) {
+  const bool fused_attention = k.fused_attention, widened = k.widened_gemm && elem != 4;
   const int64_t p = elem, BT = B * T, H = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t nh = cfg.num_attention_heads, hd = cfg.head_dim();
   const int64_t Hq = nh * hd, V = cfg.vocab_size;
@@ -78,6 +110,11 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   a.layer_forward_transient = fused_attention ? 2 * p * BT * H + (compat::kMeanSavesInput ? 0 : norm_sq)
                                               : (p + (p == 4 ? 0 : 4)) * scores;
   a.layer_backward_transient = (fused_attention ? 0 : (8 + p) * scores) + 3 * p * BT * I + 4 * BT * H;
+  if (widened) {
+    const int64_t w = widened_layer_transient(cfg, B, T, p, fused_attention);
+    a.layer_forward_transient += w;
+    a.layer_backward_transient += w;
+  }
 
   a.logits = p * BT * V;
   a.head_saved = (p == 4 ? 4 * BT * H : f32_copy) + norm + p * V * H;
@@ -87,6 +124,12 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   // oneDNN's packed copy of the chunk's input on CPUs with AMX (bf16 tiles; +26 KB measured there at
   // B*T = 128, H = 256, one thread: unit.test_memory_model).
   if (p != 4) a.head_forward_transient += p * c * V + 4 * c * H + (4 - p) * V * H + p * BT * H + p * c * H;
+  // Widened (model/widened_gemm.h), the chunk's product in p is never formed; the logits and x's
+  // gradient hold one widened block of W (nb rows), its product and rounding, and x's gradient in fp32.
+  if (widened) {
+    const int64_t nb = ops::widen_block_rows(V, H);
+    a.head_forward_transient += 4 * c * H + 4 * nb * H + (4 + p) * c * nb - p * c * V;
+  }
   // The gradients are scaled in place; what is left is the final norm's backward ([BT, H] fp32) and
   // its per-row fp32 temporaries (rsqrt's gradient; LibTorch 2.6 holds up to ~19 BT bytes of them at
   // the peak in unit.test_memory_model's T=256, H=128 case: 8 such rows counted).

@@ -6,9 +6,7 @@
 // tracker on real forward/backward passes and requires the formula to match.
 //
 // All sizes in bytes for one micro-batch of B sequences of T tokens, computed in a dtype of
-// `elem` bytes (4 fp32, 2 bf16/fp16). `fused_attention`: attention through
-// scaled_dot_product_attention without a T x T score matrix (LibTorch >= 2 on a GPU: flash /
-// memory-efficient kernels); false: the explicit softmax(q k^T) v this build runs (LibTorch 1.13).
+// `elem` bytes (4 fp32, 2 bf16/fp16), with the kernels `k` says.
 #pragma once
 #include <cstdint>
 
@@ -27,9 +25,21 @@ struct ActivationBytes {
   int64_t logits = 0;                    // [B, T, V] in the compute dtype (evaluation returns these)
 };
 
-ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, bool fused_attention);
+// The kernels a run uses: they decide what autograd keeps and what the ops hold on top.
+struct Kernels {
+  // Attention through scaled_dot_product_attention without a T x T score matrix (LibTorch >= 2:
+  // flash / memory-efficient kernels); false: the explicit softmax(q k^T) v (LibTorch 1.13).
+  bool fused_attention = false;
+  // bf16 products computed in fp32 (model/widened_gemm.h: a CPU without AVX-512); no effect in fp32.
+  bool widened_gemm = false;
+};
+
+ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, Kernels k);
 
 // True when this build's attention is fused (no T x T scores): LibTorch >= 2.
 bool build_has_fused_attention();
+// The kernels of a run of this build on a GPU (LibTorch >= 2's fused attention, bf16 products as
+// they are) or on this machine's CPU.
+Kernels run_kernels(bool gpu);
 
 }  // namespace tessera::model

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/widened_gemm.h"
+
 namespace tessera::model::ops {
 
 int64_t linear_cross_entropy_chunk_rows(int64_t V) {
@@ -58,6 +60,13 @@ Rows select_rows(const torch::Tensor& x, const torch::Tensor& labels, int64_t ig
   return r;
 }
 
+// z [c, V] (fp32) rounded to W's 16-bit dtype, times W [V, H]: in fp32 over blocks of W's rows.
+torch::Tensor widened_z_w(const torch::Tensor& z, const torch::Tensor& weight) {
+  torch::Tensor acc = torch::zeros({z.size(0), weight.size(1)}, z.options());
+  mm_nn_widened_acc(z, weight, acc, weight.scalar_type());
+  return acc;
+}
+
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& labels, int64_t ignore_index, int64_t chunk_rows, bool compact,
@@ -76,6 +85,7 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     // One fp32 buffer for every chunk's logits (one allocation of one size, whatever K is).
     const torch::Tensor zbuf = torch::empty({std::max<int64_t>(rows, 1), V}, x.options().dtype(torch::kFloat));
     const bool device_lowp = !x.is_cpu() && x.scalar_type() != torch::kFloat;
+    const bool widen = widens(x) && widens(weight);  // bf16 products in fp32 (model/widened_gemm.h)
     Tf32Scope tf32(device_lowp && want_w);
     for (int64_t r0 = 0; r0 < K; r0 += rows) {
       const int64_t c = std::min(rows, K - r0);
@@ -83,7 +93,10 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       const torch::Tensor wc = k.weight.defined() ? k.weight.narrow(0, r0, c) : torch::Tensor();
       // The chunk's logits, then in place exp(z - max) (no logits-sized temporary, one exp pass).
       torch::Tensor z = zbuf.narrow(0, 0, c);  // [c, V]
+      // x's rows widened (bf16): for the widened logits and for W's gradient.
+      const torch::Tensor xc_f = x.scalar_type() == torch::kFloat || !(widen || want_w) ? xc : xc.to(torch::kFloat);
       if (x.scalar_type() == torch::kFloat) torch::mm_out(z, xc, weight.t());
+      else if (widen) mm_nt_widened(xc_f, weight, z, x.scalar_type());  // rounded to bf16 as a bf16 product
       else z.copy_(torch::mm(xc, weight.t()));
       const torch::Tensor zmax = std::get<0>(z.max(1, /*keepdim=*/true)), picked = z.gather(1, lc);
       z.sub_(zmax).exp_();
@@ -97,11 +110,12 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       if (grad_scale != 1.0) z.mul_(grad_scale);                         // the loss scale, before rounding
       if (want_x) {
         torch::Tensor rows_of_gx = gx.narrow(0, r0, c);
-        if (fp16) rows_of_gx.copy_(torch::mm(z.to(x.scalar_type()), weight));
+        if (widen) rows_of_gx.copy_(widened_z_w(z, weight));
+        else if (fp16) rows_of_gx.copy_(torch::mm(z.to(x.scalar_type()), weight));
         else torch::mm_out(rows_of_gx, z.to(x.scalar_type()), weight);  // z itself when fp32
       }
       // W's gradient in fp32 from the fp32 softmax gradient (x's rows widened when bf16: [c, H]).
-      if (want_w) gw.addmm_(z.t(), xc.to(torch::kFloat));
+      if (want_w) gw.addmm_(z.t(), xc_f);
     }
     if (want_x && k.kept.defined()) gx = torch::zeros({N, H}, gx.options()).index_copy_(0, k.kept, gx);
     if (want_w && weight.scalar_type() != torch::kFloat && !fp16) gw = gw.to(weight.scalar_type());

@@ -8,6 +8,7 @@
 
 #include "model/errors.h"
 #include "model/linear_cross_entropy.h"
+#include "model/widened_gemm.h"
 #include "util/torch_compat.h"
 
 namespace tessera::model {
@@ -111,10 +112,10 @@ torch::Tensor hidden_keys(int64_t T, int64_t S, int64_t window, torch::Device de
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& hidden) {
   if constexpr (compat::kHasSdpa) return compat::sdpa(q, k, v, /*attn_mask=*/hidden.logical_not(), /*is_causal=*/false);
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt((double)q.size(-1)));
+  auto scores = ops::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt((double)q.size(-1)));
   scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-  return torch::matmul(probs, v);
+  return ops::matmul(probs, v);
 }
 }  // namespace
 
@@ -134,7 +135,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down) {
-  return torch::linear(torch::silu(torch::linear(x, gate)) * torch::linear(x, up), down);
+  return ops::linear(torch::silu(ops::linear(x, gate)) * ops::linear(x, up), down);
 }
 
 }  // namespace ops
@@ -146,7 +147,7 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const to
 WeightImpl::WeightImpl(at::IntArrayRef shape, const torch::TensorOptions& opts) {
   weight = register_parameter("weight", torch::empty(shape, opts));
 }
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return ops::linear(x, weight); }
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
@@ -237,7 +238,7 @@ DecoderLayer& LlamaImpl::layer(int64_t i) {
 
 torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
   auto x = model->norm(h);
-  return cfg_.tie_word_embeddings ? torch::linear(x, model->embed_tokens->weight) : lm_head(x);
+  return cfg_.tie_word_embeddings ? ops::linear(x, model->embed_tokens->weight) : lm_head(x);
 }
 
 torch::Tensor LlamaImpl::head_loss(const torch::Tensor& h, const torch::Tensor& labels, const HeadLoss& how) {

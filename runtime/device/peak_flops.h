@@ -10,9 +10,9 @@
 //       core (Intel Xeon Gold/Platinum from Skylake on, Haswell and later, AMD Zen 2-5; Xeon
 //       Silver/Bronze and AMD Zen 4's 512-bit double pumping have half: set the override there).
 //       bf16: amx_bf16 -> 1024 FLOP/cycle (Intel's AMX rate); avx512_bf16 (vdpbf16ps) -> 2x the fp32
-//       rate; neither -> the fp32 rate, the most a bf16 GEMM could reach by widening to fp32 (LibTorch
-//       1.13 does not: its bf16 GEMM ran at 1.6 GFLOP/s against 78 in fp32 on an AVX2 host, so bf16
-//       MFU there is low). fp16 alike with amx_fp16 / avx512_fp16.
+//       rate; neither -> the fp32 rate: the model's bf16 products are widened to fp32 there
+//       (model/widened_gemm.h; LibTorch 1.13's own bf16 GEMM ran at 1.6 GFLOP/s against 78 in fp32
+//       on an AVX2 host). fp16 alike with amx_fp16 / avx512_fp16.
 //       Frequency: cpuinfo_max_freq (sysfs), else the highest "cpu MHz" in /proc/cpuinfo: the
 //       highest clock, so the peak is an upper bound (AVX-512 code runs slower) and MFU conservative.
 //       Cores: this rank's compute threads, counted as the physical cores they occupy

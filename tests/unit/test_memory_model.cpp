@@ -113,7 +113,7 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
     cfg.num_hidden_layers = 1;
     cfg.vocab_size = 1000;
     const int elem = c.dtype == torch::kFloat ? 4 : 2;
-    const auto f = model::activation_bytes(cfg, c.B, c.T, elem, model::build_has_fused_attention());
+    const auto f = model::activation_bytes(cfg, c.B, c.T, elem, model::run_kernels(false));
     const Measured m = measure(cfg, c.B, c.T, c.dtype);
     std::printf("%s B=%ld T=%ld\n", c.name, (long)c.B, (long)c.T);
     check_saved("layer saved", m.layer_saved, f.layer_saved);
