@@ -358,12 +358,13 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1]["stops"] = 1;
   d.records[1]["stop_ns"] = 11000000000LL;
   d.records[1]["stop_end_ns"] = 12000000000LL;  // began at 1 s, after #5 ended
-  dx = flight::diagnose(d);
-  EXPECT_NE(dx.summary.find("did not complete: rank 1 completed it on its side, then was stopped for 11.0 s (did not "
-                            "run: SIGSTOP or frozen) in #6: the rest of its part may never have left it; rank 0 timed "
-                            "out waiting in it"),
-            std::string::npos) << dx.summary;
-  EXPECT_EQ(dx.behind, std::vector<int>({1}));
+  const flight::Diagnosis stopped_after = flight::diagnose(d);
+  EXPECT_EQ(stopped_after.behind, std::vector<int>({1}));
+  EXPECT_NE(stopped_after.summary.find("did not complete: rank 1 completed it on its side, then was stopped for 11.0 s "
+                                       "(did not run: SIGSTOP or frozen) in #6: the rest of its part may never have "
+                                       "left it; rank 0 timed out waiting in it"),
+            std::string::npos)
+      << stopped_after.summary;
   d.records[1]["stop_end_ns"] = 30000000000LL;  // began at 19 s, after rank 0 had timed out: not the cause
   EXPECT_NE(flight::diagnose(d).summary.find("rank 0 timed out waiting in it; rank 1 completed it (then in #6)"),
             std::string::npos);
