@@ -78,7 +78,7 @@ int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, in
 //
 // Widened bf16 products (Kernels::widened_gemm, model/widened_gemm.h) keep the same tensors; the
 // largest product's fp32 operands and result are added to the layer's forward and backward
-// transients, and the head holds one widened block of W instead of the chunk's product in p.
+// transients, and the head's widened blocks to the head's.
 //
 // The transient terms are upper bounds (the test checks that the tracker never sees more): the
 // forward's excess is bounded by the softmax's working set (or two [BT, H] tensors when fused, plus
@@ -124,11 +124,14 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   // oneDNN's packed copy of the chunk's input on CPUs with AMX (bf16 tiles; +26 KB measured there at
   // B*T = 128, H = 256, one thread: unit.test_memory_model).
   if (p != 4) a.head_forward_transient += p * c * V + 4 * c * H + (4 - p) * V * H + p * BT * H + p * c * H;
-  // Widened (model/widened_gemm.h), the chunk's product in p is never formed; the logits and x's
-  // gradient hold one widened block of W (nb rows), its product and rounding, and x's gradient in fp32.
+  // Widened (model/widened_gemm.h), the logits and x's gradient hold one widened block of W (nb
+  // rows), its product and rounding, and x's gradient in fp32, instead of the chunk's product in p.
+  // That term stays in the sum of this bound: the head's measured peak never held it, and is the
+  // same to the byte with and without widening (mid W4 hybrid of `bench memory --quick`: 123,179,272
+  // bytes of activations at both peaks).
   if (widened) {
     const int64_t nb = ops::widen_block_rows(V, H);
-    a.head_forward_transient += 4 * c * H + 4 * nb * H + (4 + p) * c * nb - p * c * V;
+    a.head_forward_transient += 4 * c * H + 4 * nb * H + (4 + p) * c * nb;
   }
   // The gradients are scaled in place; what is left is the final norm's backward ([BT, H] fp32) and
   // its per-row fp32 temporaries (rsqrt's gradient; LibTorch 2.6 holds up to ~19 BT bytes of them at
