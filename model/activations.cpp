@@ -8,11 +8,9 @@
 
 namespace tessera::model {
 
-bool build_has_fused_attention() { return compat::kHasSdpa; }
-
 Kernels run_kernels(bool gpu) {
   Kernels k;
-  k.fused_attention = gpu || build_has_fused_attention();
+  k.fused_attention = gpu || compat::kHasSdpa;
   k.widened_gemm = !gpu && ops::cpu_widens_bf16();
   return k;
 }

@@ -36,10 +36,8 @@ struct Kernels {
 
 ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, Kernels k);
 
-// True when this build's attention is fused (no T x T scores): LibTorch >= 2.
-bool build_has_fused_attention();
 // The kernels of a run of this build on a GPU (LibTorch >= 2's fused attention, bf16 products as
-// they are) or on this machine's CPU.
+// they are) or on this machine's CPU (fused attention when this build's LibTorch has it: >= 2).
 Kernels run_kernels(bool gpu);
 
 }  // namespace tessera::model

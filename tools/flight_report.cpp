@@ -236,8 +236,9 @@ bool stopped_after(const Member& m, const json* done, int64_t deadline_real) {
 // stopped right after it, before the first member's timeout.
 void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std::set<int>& behind) {
   auto it = m.entries.find(p.stuck);
-  auto now = m.entries.find(lc + 1);
-  const std::string then = now != m.entries.end() ? " (then in #" + std::to_string(lc + 1) + ")" : "";
+  const bool in_next = m.entries.count(lc + 1) > 0;
+  const std::string next = "#" + std::to_string(lc + 1);
+  const std::string then = in_next ? " (then in " + next + ")" : "", stopped_in = in_next ? " in " + next : "";
   const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
   const int64_t late = it != m.entries.end() ? realtime_of(*m.record, num(*it->second, "enqueue_ns")) - p.t_real : 0;
   if (timeout_ns > 0 && late > timeout_ns) {
@@ -258,7 +259,7 @@ void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std:
     std::snprintf(text, sizeof(text),
                   "rank %d completed it on its side, then was stopped for %.1f s (did not run: SIGSTOP or "
                   "frozen)%s: the rest of its part may never have left it",
-                  rank, num(*m.record, "stop_ns") / 1e9, then.empty() ? "" : (" in #" + std::to_string(lc + 1)).c_str());
+                  rank, num(*m.record, "stop_ns") / 1e9, stopped_in.c_str());
     p.not_running.push_back(text);
     behind.insert(rank);
     return;
