@@ -64,19 +64,36 @@ std::string step_dir(const std::string& root, int64_t step) {
 constexpr const char* kLatestFile = "latest";
 constexpr const char* kRetiredDir = "retired";
 
-// Atomically points <root>/latest at `target` (a step-<N> name under root, or an absolute path).
-void write_latest(const std::string& root, const std::string& target) {
-  const std::string path = (fs::path(root) / kLatestFile).string(), tmp = path + ".tmp";
-  io::File f = io::File::create(tmp);
-  const std::string text = target + "\n";
-  f.write_all(text.data(), text.size());
-  f.fsync();
-  f.close();
+// <root>/latest.tmp naming `target` (a step-<N> name under root, or an absolute path), written and
+// fsynced; commit_latest() renames it over <root>/latest. Staged before a save publishes, so that a
+// full disk fails the save before its step-<N> appears (not after, leaving it unpublished). On a
+// failure the partial latest.tmp is removed.
+std::string stage_latest(const std::string& root, const std::string& target) {
+  const std::string tmp = (fs::path(root) / kLatestFile).string() + ".tmp";
+  try {
+    io::File f = io::File::create(tmp);
+    const std::string text = target + "\n";
+    f.write_all(text.data(), text.size());
+    f.fsync();
+    f.close();
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  return tmp;
+}
+
+void commit_latest(const std::string& root, const std::string& tmp) {
+  const std::string path = (fs::path(root) / kLatestFile).string();
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + tmp + " to " + path + ": " + ec.message());
   io::fsync_dir(root);
 }
+
+// Atomically points <root>/latest at `target`.
+void write_latest(const std::string& root, const std::string& target) { commit_latest(root, stage_latest(root, target)); }
 
 // Step 1 of a save, on the leader: an empty <tmp> in <root>, leftovers of crashed saves removed.
 void prepare_tmp_dir(const std::string& root, const std::string& tmp) {
@@ -335,6 +352,7 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
     f.close();
   }
   io::fsync_dir(job.tmp);
+  const std::string latest_tmp = stage_latest(job.root, fs::path(job.final_dir).filename().string());
   // The new checkpoint is complete (under its .tmp name): on the lineage's first save, newer
   // checkpoints of an abandoned run (a step-<N> of the same number included) move to retired/.
   retire(job);
@@ -351,7 +369,7 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + job.tmp + " to " + job.final_dir + ": " + ec.message());
   io::fsync_dir(job.root);
   fs::remove_all(old, ec);
-  write_latest(job.root, fs::path(job.final_dir).filename().string());
+  commit_latest(job.root, latest_tmp);
   prune(job);
 }
 

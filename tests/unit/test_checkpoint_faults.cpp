@@ -168,3 +168,33 @@ TEST_F(CheckpointFaults, AsyncSaveWithoutRoomForTheManifestFailsInSave) {
   EXPECT_FALSE(fs::exists(root + "/step-2.tmp"));
   EXPECT_EQ(tessera::checkpoint::latest(root), "");
 }
+
+// Room for the rank file and the manifest but not for `latest`: the save fails before it publishes
+// (latest.tmp is written before step-<N>.tmp is renamed), so no complete but unpublished step-<N> is
+// left for the next run to resume past or retire.
+TEST_F(CheckpointFaults, NoRoomForLatestFailsBeforeTheCheckpointAppears) {
+  const std::string probe = save_steps(dir + "/probe", {1});
+  const uint64_t page = 4096;
+  auto pages = [&](const std::string& f) { return (fs::file_size(probe + "/" + f) + page - 1) / page * page; };
+  const uint64_t room = pages("rank-00000.bin") + pages("manifest.json");
+  mounted_at = dir + "/small";
+  fs::create_directories(mounted_at);
+  if (::mount("tmpfs", mounted_at.c_str(), "tmpfs", 0, "size=64m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
+  mounted = true;
+  const std::string root = mounted_at + "/ck";
+  fs::create_directories(root);
+  {
+    tessera::checkpoint::io::File filler = tessera::checkpoint::io::File::create(mounted_at + "/filler");
+    ASSERT_TRUE(filler.reserve(static_cast<uint64_t>(tessera::checkpoint::io::free_bytes(root)) - room));
+  }
+  ASSERT_EQ(tessera::checkpoint::io::free_bytes(root), static_cast<int64_t>(room));
+  auto e = make_engine(self_groups());
+  fill(*e, 2);
+  const std::string msg = error_of([&] { Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)); });
+  EXPECT_NE(msg.find(root + "/latest.tmp: No space left on device"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(root + "/step-2")) << "a complete step-2 that latest does not name";
+  EXPECT_FALSE(fs::exists(root + "/step-2.tmp"));
+  EXPECT_FALSE(fs::exists(root + "/latest.tmp"));
+  EXPECT_EQ(tessera::checkpoint::latest(root), "");
+}
