@@ -294,6 +294,7 @@ struct TrainSetup {
   bool rank0_reads = false;
   c10::Device device = c10::kCPU;
   std::string run_id;
+  bool finished = false;  // resume_dir is at train.steps, saved by this SLURM job before its requeue
 };
 
 // The run configuration, the model's config and the tokenizer choice (rank 0 only with
@@ -344,11 +345,17 @@ std::string config_changes(const nlohmann::json& before, const nlohmann::json& n
   return out;
 }
 
-// Resuming from a checkpoint at or past train.steps would train nothing: refused, saying what was
-// found and the ways on (a re-run with a new learning rate must not exit 0 as if it had trained).
-void refuse_finished_run(const std::string& ckpt, const Config& cfg, int64_t steps) {
+// Resuming from a checkpoint at or past train.steps would train nothing. When this run is a SLURM
+// requeue (SLURM_RESTART_COUNT > 0) of the job that saved it (its state.slurm_job is SLURM_JOB_ID),
+// that job finished training and was stopped before it exited (a rank killed after the last save):
+// the job is done, and this returns true (the caller says so, and every rank exits 0). Anything
+// else is refused, saying what was found and the ways on (a re-run with a new learning rate must
+// not exit 0 as if it had trained). False when the checkpoint is before the end.
+bool finished_by_this_job(const std::string& ckpt, const Config& cfg, int64_t steps, const SlurmEnv& slurm) {
   const checkpoint::Reader r(ckpt);
-  if (r.step() < steps) return;
+  if (r.step() < steps) return false;
+  if (slurm.present && slurm.restart_count > 0 && r.state().value("slurm_job", std::string()) == slurm.job_id)
+    return true;
   std::string changes;
   if (r.state().contains("config")) changes = config_changes(r.state().at("config"), cfg.json());
   throw TESSERA_INPUT_ERROR(
@@ -422,9 +429,14 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
       TESSERA_CHECK_INPUT(fs::is_directory(resume), "--resume " + resume + ": no such checkpoint directory");
       s.resume_candidates = {resume};
     }
-    if (!s.resume_candidates.empty()) s.resume_dir = s.resume_candidates.front();
-    if (!s.resume_dir.empty()) refuse_finished_run(s.resume_dir, s.cfg, s.topts.steps);
-    if (!s.resume_dir.empty()) keep_global_batch(s.resume_dir, b.world_size, s.cfg, s.topts, rank0);
+  });
+  // A checkpoint at the end of the run is verified before the run is called finished (collective).
+  s.resume_candidates = drop_damaged_ends(s.resume_candidates, s.topts.steps, *b.groups.world, rank0);
+  collectively([&] {
+    if (s.resume_candidates.empty()) return;
+    s.resume_dir = s.resume_candidates.front();
+    s.finished = finished_by_this_job(s.resume_dir, s.cfg, s.topts.steps, b.slurm);
+    if (!s.finished) keep_global_batch(s.resume_dir, b.world_size, s.cfg, s.topts, rank0);
   });
 }
 
@@ -510,8 +522,16 @@ int run_train(const std::vector<std::string>& args) {
   TrainSetup s;
   read_configuration(s, *vm, b);
   prepare_run(s, *vm, b);
+  if (s.finished) {
+    if (rank0)
+      std::cout << "tessera train: checkpoint " << s.resume_dir << " is at the end of this run (train.steps "
+                << s.topts.steps << "); SLURM job " << b.slurm.job_id << " saved it before this restart (SLURM_RESTART_COUNT "
+                << b.slurm.restart_count << "): training is complete, nothing left to do" << std::endl;
+    return 0;
+  }
   nlohmann::json run_state = {{"config", s.cfg.json()}, {"model_config", s.ms.config.to_json()},
                               {"model_source", s.ms.source}};
+  if (b.slurm.present) run_state["slurm_job"] = b.slurm.job_id;  // finished_by_this_job() reads it
   if (rank0) announce_run(s, b);
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared

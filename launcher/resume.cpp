@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/agree.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
 
@@ -43,6 +45,26 @@ std::vector<std::string> intact_resume_candidates(const std::string& root, bool 
       say_skipped(c, why, next);
     }
   return out;
+}
+
+std::vector<std::string> drop_damaged_ends(std::vector<std::string> candidates, int64_t steps,
+                                           comm::Communicator& world, bool print) {
+  while (!candidates.empty()) {
+    bool at_end = false;
+    const std::string wire = capture_error([&] {
+      const checkpoint::Reader r(candidates.front());
+      at_end = r.step() >= steps;
+      if (!at_end) return;
+      const int files = static_cast<int>(r.files().size());
+      for (int f = world.rank(); f < files; f += world.size()) r.verify_file(f);
+    });
+    const auto agreed = agree_on_error(world, wire);
+    if (!agreed) break;  // before the end, or intact at it (the caller decides: finished, or refused)
+    if (candidates.size() == 1 || agreed->kind != ErrorKind::Input) throw CollectiveError(agreed->kind, agreed->message);
+    if (print) say_skipped(candidates.front(), agreed->message, candidates[1]);
+    candidates.erase(candidates.begin());
+  }
+  return candidates;
 }
 
 SavedBatch saved_batch(const std::string& ckpt) {

@@ -1,6 +1,8 @@
 // Where `tessera train` resumes from, and with which batch settings (used by cmd_train.cpp):
 //  - a damaged newest checkpoint is skipped for the previous intact one, with one line on stderr
 //    (rank 0) naming the checkpoint, the file (and tensor) and why; nothing on disk is changed;
+//  - a checkpoint at the end of the run (train.steps) is verified before the run decides it has
+//    nothing to train: a damaged one is skipped the same way, and the run trains its last steps again;
 //  - a checkpoint saved at another world size keeps its global batch (micro_batch x grad_accum x
 //    world size): train.grad_accum is raised or lowered to match, or the resume is refused in one
 //    line when no whole grad_accum does.
@@ -9,6 +11,10 @@
 #include <vector>
 
 #include "launcher/config.h"
+
+namespace tessera::comm {
+class Communicator;
+}  // namespace tessera::comm
 
 namespace tessera::train {
 class Trainer;
@@ -21,6 +27,15 @@ namespace tessera::launcher {
 // those whose manifest or file sizes already fail (checkpoint::Reader); for each one left out, when
 // `print`, one line on stderr says which and why. Empty: nothing intact to resume from.
 std::vector<std::string> intact_resume_candidates(const std::string& root, bool print);
+
+// `candidates` less the damaged ones at its front that are at or past `steps` (the end of the run):
+// each such checkpoint's files are checked against their CRC32C, file f by the rank f % world size
+// of `world`, and the ranks agree. A damaged one is dropped, said in one line by rank 0 (`print`)
+// as resume_first_intact() says it; when it is the last candidate, its error is thrown (exit 2).
+// Without this, a run whose final checkpoint was damaged after the save would be refused as
+// finished instead of training its last steps again. Collective over `world`.
+std::vector<std::string> drop_damaged_ends(std::vector<std::string> candidates, int64_t steps,
+                                           comm::Communicator& world, bool print);
 
 // The global batch (sequences per optimizer step) the checkpoint `ckpt` was trained with, and the
 // world size that saved it.

@@ -171,6 +171,8 @@ class Soak:
                 run["ckpt_W"] = json.load(open(m.group(1) + "/manifest.json"))["world_size"]
             except (OSError, ValueError, KeyError):
                 run["ckpt_W"] = 0
+        elif "training is complete, nothing left to do" in line:  # requeued after its last save
+            run["complete_t"] = now
         elif m := re.match(r"tessera: train exited with (\d+)", line):
             run["rc"] = int(m.group(1))
             run["t_end"] = now
@@ -282,12 +284,16 @@ class Soak:
     def inject_corrupt(self, n):
         # Newest complete checkpoint (the one `latest` names), once it is reported complete.
         start = open(f"{self.ck}/latest").read().strip() if os.path.exists(f"{self.ck}/latest") else ""
+        run = self.runs[-1]
         self.wait("a newer complete checkpoint",
-                  lambda: os.path.exists(f"{self.ck}/latest") and open(f"{self.ck}/latest").read().strip() != start, 120)
+                  lambda: run["rc"] is not None or os.path.exists(f"{self.ck}/latest")
+                  and open(f"{self.ck}/latest").read().strip() != start, 120)
         # The job is frozen (SIGSTOP, well within comm.timeout_s) from here to the kill, so that the
         # checkpoint damaged is still the newest one when the run ends: a fast run would otherwise
         # publish newer ones in between, and resume from those.
         frozen = [pid for pid, _, _ in self.ranks()]
+        if run["rc"] is not None or not frozen:
+            return None  # the run ended while this waited (at its last step, or by itself): no fault
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
         try:
@@ -367,6 +373,15 @@ class Soak:
         """The current run is training (a step logged after its start) on every rank."""
         return bool(self.runs) and self.runs[-1]["rc"] is None and "first_step_t" in self.runs[-1]
 
+    def ended_early(self, n, run):
+        """No fault n + 1 in this run: "end" when it reached its last step, else "again" (it ended by
+        itself: said, and counted)."""
+        if self.step() >= self.steps - 1:
+            return "end"
+        self.unplanned.append(f"run {run['n']} ended before fault {n + 1}: {ended_how('kill9', run, self.runs)}")
+        log("  " + self.unplanned[-1] + "; the fault goes to the next run")
+        return "again"
+
     def fault(self, n, kind):
         run = self.runs[-1]
         if kind == "node_loss" and run["W"] < 2 * RANKS_PER_NODE:
@@ -380,13 +395,11 @@ class Soak:
             # its own (nothing pins it before a checkpoint), and could never grow back.
             target = max(target, self.a.every + 1)
         self.wait(f"step {target}", lambda: self.step() >= min(target, self.steps - 1) or run["rc"] is not None, 300)
-        if self.step() >= self.steps - 1:
-            return "end"
-        if run["rc"] is not None:  # the run ended before the fault, by itself: said, and counted
-            self.unplanned.append(f"run {run['n']} ended before fault {n + 1}: {ended_how('kill9', run, self.runs)}")
-            log("  " + self.unplanned[-1] + "; the fault goes to the next run")
-            return "again"
-        how = self.inject(kind, n)  # (corrupt waits for a newer checkpoint first)
+        if self.step() >= self.steps - 1 or run["rc"] is not None:
+            return self.ended_early(n, run)
+        how = self.inject(kind, n)  # (corrupt waits for a newer checkpoint first, and may find the run ended)
+        if how is None:
+            return self.ended_early(n, run)
         at = self.step()
         t0 = time.time()
         log(f"fault {n + 1} {kind}{note} at step {at}: {how}")
@@ -396,17 +409,19 @@ class Soak:
         last = max(run["last"], at)
         self.repair(kind)
         self.toggle_async()
-        self.wait("training to resume", lambda: self.runs[-1] is not run and "first_step_t" in self.runs[-1], 600)
+        # (or, for a fault that landed after the last save, the requeued run saying it is complete)
+        self.wait("training to resume", lambda: self.runs[-1] is not run
+                  and ("first_step_t" in self.runs[-1] or "complete_t" in self.runs[-1]), 600)
         new = self.runs[-1]
+        new_t = new.get("first_step_t", new.get("complete_t"))
         if kind == "node_loss":
             self.wait("a step without the lost node", lambda: self.runs[-1]["last"] >= new["start"] + 2, 300)
             self.restore_node()
         self.faults.append({"n": n + 1, "kind": kind + note, "step": at, "how": ended_how(kind, run, self.runs),
-                            "end_s": t_end - t0, "resume_s": new["first_step_t"] - t_end,
-                            "start_to_step_s": new["first_step_t"] - new["t_start"],
-                            "lost": max(last - new["start"], 0), "W": new["W"],
+                            "end_s": t_end - t0, "resume_s": new_t - t_end, "start_to_step_s": new_t - new["t_start"],
+                            "lost": 0 if "complete_t" in new else max(last - new["start"], 0), "W": new["W"],
                             "restarts": len(self.runs) - self.runs.index(run) - 1})
-        return "done"
+        return "end" if "complete_t" in new and n + 1 < self.a.faults else "done"
 
     def toggle_async(self):
         self.async_next = not self.async_next  # the next run saves the other way (sync / async)

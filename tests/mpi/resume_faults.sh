@@ -4,6 +4,8 @@
 #  1. a flipped byte in the newest checkpoint's rank file: checkpoint.resume=auto skips it in one line
 #     naming the file and the tensor, resumes the one before, and ends byte-identical to an
 #     uninterrupted run; the damaged checkpoint moves to retired/ (kept, still damaged);
+#     the same for the final checkpoint (at train.steps), damaged after the run ended: it is
+#     verified, skipped, and the last steps are trained again;
 #  2. a newest manifest cut in half: skipped, naming the manifest; every checkpoint damaged: exit 2,
 #     one line, nothing changed on disk;
 #  3. checkpoint.dir on a small tmpfs filled during a save: exit 2, one line naming the path and the
@@ -51,6 +53,17 @@ grep -q "^resumed from $T/ck/step-2 at step 2$" "$T/r1.log" || fail "did not res
 ok "a flipped byte in step-4: skipped in one line (file and tensor), resumed from step-2"
 check "final state byte-identical to the uninterrupted run" same_state "$T/ref/step-8" "$T/ck/step-8"
 check "the damaged step-4 is kept in retired/, unchanged" cmp -s "$T/damaged.bin" "$T/ck/retired/step-4/rank-00001.bin"
+# The final checkpoint damaged after the run: verified before the run is called finished, skipped,
+# and the last steps trained again (--resume naming it: refused, exit 2, naming the file).
+flip "$T/ck/step-8/rank-00000.bin" 7000
+refused "checksum mismatch in checkpoint file $T/ck/step-8/rank-00000.bin" 2 --set train.steps=8 --resume "$T/ck/step-8"
+train 2 --set train.steps=8 --set checkpoint.dir="$T/ck" >"$T/r8.log" 2>"$T/r8.err"
+grep -q "^tessera: checkpoint $T/ck/step-8 is damaged and skipped: checksum mismatch in checkpoint file $T/ck/step-8/rank-00000.bin: .*; resuming from $T/ck/step-6 instead$" "$T/r8.err" ||
+  fail "the damaged final checkpoint was not skipped: $(cat "$T/r8.err" "$T/r8.log")"
+grep -q "^done: steps 6 -> 8" "$T/r8.log" || fail "steps 7-8 were not trained again: $(cat "$T/r8.log")"
+ok "a flipped byte in the final step-8: skipped, steps 7-8 trained again"
+check "final state byte-identical to the uninterrupted run again" same_state "$T/ref/step-8" "$T/ck/step-8"
+check "the damaged step-8 is kept in retired/" test -f "$T/ck/retired/step-8/rank-00000.bin"
 
 # ---- 2. truncated manifest; every checkpoint damaged ---------------------------------------------
 m=$T/ck/step-8/manifest.json

@@ -6,6 +6,7 @@
 #  - Hugging Face / Accelerate / torchtune key names get Tessera's key;
 #  - re-running a finished run with a changed configuration is refused (exit 2) saying what it found
 #    and what to do, with nothing on disk changed; --fresh starts over and keeps the old checkpoints;
+#    the SLURM job that saved it, requeued after its last save, exits 0 saying it is complete;
 #  - the final line names the checkpoint; `ckpt verify` takes a checkpoint.dir;
 #  - Ctrl-C (SIGINT) on a single process stops after the step with a checkpoint, and resumes;
 #  - `diagnose` tells a clean stop and a resumed history from a failure;
@@ -25,7 +26,8 @@ cat > "$T/run.json" <<JSON
  "train": {"steps": 3, "micro_batch": 2, "lr": 1e-3, "warmup_steps": 1},
  "checkpoint": {"dir": "$T/ck", "every": 0}, "log": {"dir": "$T/log"}}
 JSON
-"$BIN" train "$T/run.json" > "$T/out1" 2> "$T/err1" || fail "tessera train run.json exited $?: $(cat "$T/err1")"
+# (as SLURM job 4242: the checkpoint records the job that saved it)
+SLURM_JOB_ID=4242 "$BIN" train "$T/run.json" > "$T/out1" 2> "$T/err1" || fail "tessera train run.json exited $?: $(cat "$T/err1")"
 check "the positional configuration is used (its data path in the first line)" grep -q "data $T/corpus.txt" "$T/out1"
 check "its checkpoint.dir got step-3" test -f "$T/ck/step-3/manifest.json"
 check "the final line names the checkpoint" grep -q "done: steps 0 -> 3.*checkpoint $T/ck/step-3" "$T/out1"
@@ -45,8 +47,15 @@ snapshot() { find "$T/ck" -type f -exec md5sum {} + | sort; }
 snapshot > "$T/before"
 expect_error 2 "checkpoint $T/ck/step-3 is at step 3, the end of this run (train.steps 3).*train.lr 0.001 -> 0.0005.*raise train.steps.*--fresh" \
   "$BIN" train "$T/run.json" --set train.lr=5e-4
+# The same job requeued after its last save (a rank killed after it): complete, exit 0, so that
+# TESSERA_REQUEUE_ON_FAILURE does not requeue it again; another job over the same directory: refused.
+SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 "$BIN" train "$T/run.json" > "$T/out5" 2>&1 ||
+  fail "the requeued job that had finished exited $?: $(cat "$T/out5")"
+check "the requeued job says its training is complete" grep -q "^tessera train: checkpoint $T/ck/step-3 is at the end of this run (train.steps 3); SLURM job 4242 saved it before this restart (SLURM_RESTART_COUNT 1): training is complete, nothing left to do$" "$T/out5"
+expect_error 2 "checkpoint $T/ck/step-3 is at step 3, the end of this run (train.steps 3): nothing to train" \
+  env SLURM_JOB_ID=4243 SLURM_RESTART_COUNT=1 "$BIN" train "$T/run.json"
 snapshot > "$T/after"
-check "the refused re-run changed nothing in checkpoint.dir" cmp -s "$T/before" "$T/after"
+check "the refused re-runs and the requeue changed nothing in checkpoint.dir" cmp -s "$T/before" "$T/after"
 "$BIN" train "$T/run.json" --set train.steps=5 > "$T/out2" 2>&1 || fail "raising train.steps exited $?: $(cat "$T/out2")"
 check "raising train.steps continues from step 3" grep -q "done: steps 3 -> 5" "$T/out2"
 "$BIN" train "$T/run.json" --fresh > "$T/out3" 2>&1 || fail "--fresh exited $?: $(cat "$T/out3")"
