@@ -223,11 +223,14 @@ struct Pending {
 };
 
 // True when m's record shows a stop that began after it completed `done` (its end_ns) and before
-// `deadline_real` (wall clock: the first member's issue time plus the timeout).
+// `deadline_real` (wall clock: the first member's issue time plus the timeout). The stop's recorded
+// start is the last heartbeat before it, up to a beat (100 ms, more on a busy host) early; but the
+// process ran when it stamped end_ns, so a stop that ended after end_ns began after it.
 bool stopped_after(const Member& m, const json* done, int64_t deadline_real) {
   if (!done || num(*m.record, "stops") <= 0) return false;
-  const int64_t began = num(*m.record, "stop_end_ns") - num(*m.record, "stop_ns");
-  return began >= num(*done, "end_ns") && realtime_of(*m.record, began) <= deadline_real;
+  const int64_t end = num(*done, "end_ns"), stop_end = num(*m.record, "stop_end_ns");
+  const int64_t began = std::max(stop_end - num(*m.record, "stop_ns"), end);
+  return stop_end > end && realtime_of(*m.record, began) <= deadline_real;
 }
 
 // A member that completed the pending collective: done; behind when it issued it later than the

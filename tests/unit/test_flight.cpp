@@ -365,6 +365,13 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
                                        "left it; rank 0 timed out waiting in it"),
             std::string::npos)
       << stopped_after.summary;
+  // Its last heartbeat before the stop came 50 ms before #5 ended on its side (the recorded stop
+  // starts at that beat): it ran when it stamped #5's end, so the stop still came after #5 (seen in
+  // a run of mpi.flight_stall on a busy host).
+  d.records[1]["entries"][1]["end_ns"] = 1050000000LL;
+  EXPECT_NE(flight::diagnose(d).summary.find("rank 1 completed it on its side, then was stopped for 11.0 s"),
+            std::string::npos) << flight::diagnose(d).summary;
+  d.records[1]["entries"][1]["end_ns"] = 0;
   d.records[1]["stop_end_ns"] = 30000000000LL;  // began at 19 s, after rank 0 had timed out: not the cause
   EXPECT_NE(flight::diagnose(d).summary.find("rank 0 timed out waiting in it; rank 1 completed it (then in #6)"),
             std::string::npos);
