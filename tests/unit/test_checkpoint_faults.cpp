@@ -51,6 +51,24 @@ class CheckpointFaults : public ::testing::Test {
     }
     return "";
   }
+  // A 64 MiB tmpfs mounted at dir/small with all but `room` bytes (whole pages) taken by a filler:
+  // its "ck" directory, or "" where mounting is not allowed (errno says why; the caller skips).
+  std::string small_disk_with_room(uint64_t room) {
+    mounted_at = dir + "/small";
+    fs::create_directories(mounted_at);
+    if (::mount("tmpfs", mounted_at.c_str(), "tmpfs", 0, "size=64m") != 0) return "";
+    mounted = true;
+    const std::string root = mounted_at + "/ck";
+    fs::create_directories(root);
+    const uint64_t free_now = static_cast<uint64_t>(tessera::checkpoint::io::free_bytes(root));
+    EXPECT_GT(free_now, room + kPage);
+    tessera::checkpoint::io::File filler = tessera::checkpoint::io::File::create(mounted_at + "/filler");
+    EXPECT_TRUE(filler.reserve(free_now - room));
+    EXPECT_EQ(tessera::checkpoint::io::free_bytes(root), static_cast<int64_t>(room));
+    return root;
+  }
+  static constexpr uint64_t kPage = 4096;
+  static uint64_t pages(uint64_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
   std::string dir, mounted_at;
   bool mounted = false;
 };
@@ -142,23 +160,9 @@ TEST_F(CheckpointFaults, FullDiskDuringSaveNamesPathAndBytesAndKeepsThePrevious)
 // leader allocates manifest.json's longest text with the rank files), so the run stops at the step
 // that saves, not when the background write reaches the manifest some steps later.
 TEST_F(CheckpointFaults, AsyncSaveWithoutRoomForTheManifestFailsInSave) {
-  const std::string probe_root = dir + "/probe";
-  const uint64_t rank_bytes = fs::file_size(save_steps(probe_root, {1}) + "/rank-00000.bin");
-  mounted_at = dir + "/small";
-  fs::create_directories(mounted_at);
-  if (::mount("tmpfs", mounted_at.c_str(), "tmpfs", 0, "size=64m") != 0)
-    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
-  mounted = true;
-  const std::string root = mounted_at + "/ck";
-  fs::create_directories(root);
-  const uint64_t page = 4096, rank_pages = (rank_bytes + page - 1) / page * page;
-  const uint64_t free_now = static_cast<uint64_t>(tessera::checkpoint::io::free_bytes(root));
-  ASSERT_GT(free_now, rank_pages + page);
-  {  // all but the rank file's pages taken
-    tessera::checkpoint::io::File filler = tessera::checkpoint::io::File::create(mounted_at + "/filler");
-    ASSERT_TRUE(filler.reserve(free_now - rank_pages));
-  }
-  ASSERT_EQ(tessera::checkpoint::io::free_bytes(root), static_cast<int64_t>(rank_pages));
+  const std::string probe = save_steps(dir + "/probe", {1});
+  const std::string root = small_disk_with_room(pages(fs::file_size(probe + "/rank-00000.bin")));  // room: the rank file only
+  if (root.empty()) GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
   auto e = make_engine(self_groups());
   fill(*e, 2);
   Checkpointer ck(root, {2, true}, self_groups());
@@ -174,21 +178,9 @@ TEST_F(CheckpointFaults, AsyncSaveWithoutRoomForTheManifestFailsInSave) {
 // left for the next run to resume past or retire.
 TEST_F(CheckpointFaults, NoRoomForLatestFailsBeforeTheCheckpointAppears) {
   const std::string probe = save_steps(dir + "/probe", {1});
-  const uint64_t page = 4096;
-  auto pages = [&](const std::string& f) { return (fs::file_size(probe + "/" + f) + page - 1) / page * page; };
-  const uint64_t room = pages("rank-00000.bin") + pages("manifest.json");
-  mounted_at = dir + "/small";
-  fs::create_directories(mounted_at);
-  if (::mount("tmpfs", mounted_at.c_str(), "tmpfs", 0, "size=64m") != 0)
-    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
-  mounted = true;
-  const std::string root = mounted_at + "/ck";
-  fs::create_directories(root);
-  {
-    tessera::checkpoint::io::File filler = tessera::checkpoint::io::File::create(mounted_at + "/filler");
-    ASSERT_TRUE(filler.reserve(static_cast<uint64_t>(tessera::checkpoint::io::free_bytes(root)) - room));
-  }
-  ASSERT_EQ(tessera::checkpoint::io::free_bytes(root), static_cast<int64_t>(room));
+  const std::string root = small_disk_with_room(pages(fs::file_size(probe + "/rank-00000.bin")) +
+                                                pages(fs::file_size(probe + "/manifest.json")));
+  if (root.empty()) GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
   auto e = make_engine(self_groups());
   fill(*e, 2);
   const std::string msg = error_of([&] { Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)); });
