@@ -18,6 +18,10 @@ is made:
              before
   data       the training token file truncated under the running job (SIGBUS on the mapping: one
              line naming the file, exit 2); restored from a copy once the run has ended
+A fault that lands after the run's last save (at train.steps) is still followed by a requeue: the
+requeued run skips a damaged final checkpoint and trains its last steps again, or finds it intact,
+says "training is complete" and exits 0 (the job ends COMPLETED). A corrupt fault whose wait for a
+newer checkpoint outlasts the run makes no fault.
 Checks at the end: the job COMPLETED; every fault ended a run and was followed by a resume; the final
 masters, moments (every rank file) and data position, step and optimizer state equal an uninterrupted
 run's byte for byte (with a world-size change: equal the same resharding done by hand, and the loss
