@@ -64,15 +64,15 @@ std::string step_dir(const std::string& root, int64_t step) {
 constexpr const char* kLatestFile = "latest";
 constexpr const char* kRetiredDir = "retired";
 
+std::string latest_tmp_path(const std::string& root) { return (fs::path(root) / kLatestFile).string() + ".tmp"; }
+std::string latest_text(const std::string& target) { return target + "\n"; }
+
 // <root>/latest.tmp naming `target` (a step-<N> name under root, or an absolute path), written and
-// fsynced; commit_latest() renames it over <root>/latest. Staged before a save publishes, so that a
-// full disk fails the save before its step-<N> appears (not after, leaving it unpublished). On a
-// failure the partial latest.tmp is removed.
+// fsynced; commit_latest() renames it over <root>/latest. On a failure the partial file is removed.
 std::string stage_latest(const std::string& root, const std::string& target) {
-  const std::string tmp = (fs::path(root) / kLatestFile).string() + ".tmp";
+  const std::string tmp = latest_tmp_path(root), text = latest_text(target);
   try {
     io::File f = io::File::create(tmp);
-    const std::string text = target + "\n";
     f.write_all(text.data(), text.size());
     f.fsync();
     f.close();
@@ -127,6 +127,7 @@ struct Job {
   std::vector<int64_t> piece_base;
   std::shared_ptr<io::File> file;  // writer: its rank file in tmp, blocks allocated (create_file)
   std::shared_ptr<io::File> manifest_file;  // leader: manifest.json in tmp, its largest size allocated
+  std::shared_ptr<io::File> latest_file;    // leader: <root>/latest.tmp, its text's bytes allocated
   json manifest;  // leader: everything but the checksums
   std::vector<std::pair<size_t, size_t>> piece_slot;  // leader: piece -> (tensor, slice) in the manifest
 };
@@ -285,7 +286,8 @@ static std::string no_space_message(const Job& job, const std::string& what) {
 // The writer's rank file with all its blocks allocated: a full disk fails here, naming the bytes,
 // not halfway through the data (and, called by save(), before an async save returns).
 // The leader's manifest.json too, with the bytes of its longest text (every checksum and size at
-// its most digits): once save() returns, the one write left that could meet a full disk is `latest`.
+// its most digits), and <root>/latest.tmp with its text's: once save() returns, no write of the
+// save needs a block it does not hold (a disk filled by someone else meanwhile cannot fail it).
 void Checkpointer::Impl::create_file(Job& job) {
   const std::string path = (fs::path(job.tmp) / rank_file_name(job.shard_rank)).string();
   job.file = std::make_shared<io::File>(io::File::create(path));
@@ -297,6 +299,8 @@ void Checkpointer::Impl::create_file(Job& job) {
     job.manifest_file->reserve(manifest_text(job, std::vector<uint32_t>(job.shard_size, UINT32_MAX),
                                              std::vector<uint64_t>(job.shard_size, UINT64_MAX),
                                              std::vector<uint32_t>(pieces, UINT32_MAX)).size());
+    job.latest_file = std::make_shared<io::File>(io::File::create(latest_tmp_path(job.root)));
+    job.latest_file->reserve(latest_text(fs::path(job.final_dir).filename().string()).size());
   } catch (const Error& e) {
     throw TESSERA_INPUT_ERROR(no_space_message(job, e.what()));
   }
@@ -352,7 +356,13 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
     f.close();
   }
   io::fsync_dir(job.tmp);
-  const std::string latest_tmp = stage_latest(job.root, fs::path(job.final_dir).filename().string());
+  {  // latest.tmp, into the blocks create_file() allocated: renamed over latest once step-<N> is in place
+    io::File& f = *job.latest_file;
+    const std::string text = latest_text(fs::path(job.final_dir).filename().string());
+    f.write_all(text.data(), text.size());
+    f.fsync();
+    f.close();
+  }
   // The new checkpoint is complete (under its .tmp name): on the lineage's first save, newer
   // checkpoints of an abandoned run (a step-<N> of the same number included) move to retired/.
   retire(job);
@@ -369,7 +379,7 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + job.tmp + " to " + job.final_dir + ": " + ec.message());
   io::fsync_dir(job.root);
   fs::remove_all(old, ec);
-  commit_latest(job.root, latest_tmp);
+  commit_latest(job.root, latest_tmp_path(job.root));
   prune(job);
 }
 
@@ -420,14 +430,15 @@ void Checkpointer::Impl::prune(const Job& job) {
 }
 
 // throw_if_any over the checkpoint's communicator; on an error the leader first removes the save's
-// step-<N>.tmp (its partial files would hold the space a full disk needs; complete checkpoints and
-// latest are untouched: publish() renames only once everything is written).
+// step-<N>.tmp and latest.tmp (their partial files would hold the space a full disk needs; complete
+// checkpoints and latest are untouched: publish() renames only once everything is written).
 void Checkpointer::Impl::fail_if_any(const Job& job, const std::string& wire) {
   const auto agreed = agree_on_error(*comm, wire);
   if (!agreed) return;
   if (job.leader) {
     std::error_code ec;
     fs::remove_all(job.tmp, ec);
+    if (job.latest_file) fs::remove(latest_tmp_path(job.root), ec);
   }
   throw CollectiveError(agreed->kind, agreed->message);
 }

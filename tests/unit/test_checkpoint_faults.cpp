@@ -173,10 +173,10 @@ TEST_F(CheckpointFaults, AsyncSaveWithoutRoomForTheManifestFailsInSave) {
   EXPECT_EQ(tessera::checkpoint::latest(root), "");
 }
 
-// Room for the rank file and the manifest but not for `latest`: the save fails before it publishes
-// (latest.tmp is written before step-<N>.tmp is renamed), so no complete but unpublished step-<N> is
-// left for the next run to resume past or retire.
-TEST_F(CheckpointFaults, NoRoomForLatestFailsBeforeTheCheckpointAppears) {
+// Room for the rank file and the manifest but not for `latest`: save() fails (it allocates
+// latest.tmp with the rank files), so no complete but unpublished step-<N> is left for the next run
+// to resume past or retire, and nothing of the save stays behind.
+TEST_F(CheckpointFaults, NoRoomForLatestFailsInSaveBeforeTheCheckpointAppears) {
   const std::string probe = save_steps(dir + "/probe", {1});
   const std::string root = small_disk_with_room(pages(fs::file_size(probe + "/rank-00000.bin")) +
                                                 pages(fs::file_size(probe + "/manifest.json")));
@@ -184,9 +184,30 @@ TEST_F(CheckpointFaults, NoRoomForLatestFailsBeforeTheCheckpointAppears) {
   auto e = make_engine(self_groups());
   fill(*e, 2);
   const std::string msg = error_of([&] { Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)); });
+  EXPECT_EQ(msg.rfind("checkpoint step-2 does not fit in checkpoint.dir " + root + ": cannot allocate ", 0), 0u) << msg;
   EXPECT_NE(msg.find(root + "/latest.tmp: No space left on device"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(root + "/step-2")) << "a complete step-2 that latest does not name";
   EXPECT_FALSE(fs::exists(root + "/step-2.tmp"));
   EXPECT_FALSE(fs::exists(root + "/latest.tmp"));
   EXPECT_EQ(tessera::checkpoint::latest(root), "");
+}
+
+// Exactly the room an async save needs: once save() returns, the disk is full (as if another job
+// had filled it meanwhile), and the background write still publishes: every block it writes,
+// latest.tmp's included, was allocated in save() (found by the chaos soak: its disk_full fault left
+// an async save unable to write `latest`, and the run lost two checkpoint intervals).
+TEST_F(CheckpointFaults, AsyncSaveThatGotItsBlocksPublishesOnAFullDisk) {
+  const std::string probe = save_steps(dir + "/probe", {1});
+  const std::string root = small_disk_with_room(pages(fs::file_size(probe + "/rank-00000.bin")) +
+                                                pages(fs::file_size(probe + "/manifest.json")) + kPage);
+  if (root.empty()) GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
+  auto e = make_engine(self_groups());
+  fill(*e, 2);
+  Checkpointer ck(root, {2, true}, self_groups());
+  ck.save(2, *e, e->kinds, test_state(2));
+  EXPECT_EQ(tessera::checkpoint::io::free_bytes(root), 0);
+  EXPECT_EQ(error_of([&] { ck.wait(); }), "");
+  EXPECT_EQ(tessera::checkpoint::latest(root), root + "/step-2");
+  EXPECT_EQ(tessera::checkpoint::verify(root + "/step-2").files, 1);
+  EXPECT_FALSE(fs::exists(root + "/latest.tmp"));
 }
