@@ -67,25 +67,17 @@ constexpr const char* kRetiredDir = "retired";
 std::string latest_tmp_path(const std::string& root) { return (fs::path(root) / kLatestFile).string() + ".tmp"; }
 std::string latest_text(const std::string& target) { return target + "\n"; }
 
-// <root>/latest.tmp naming `target` (a step-<N> name under root, or an absolute path), written and
-// fsynced; commit_latest() renames it over <root>/latest. On a failure the partial file is removed.
-std::string stage_latest(const std::string& root, const std::string& target) {
-  const std::string tmp = latest_tmp_path(root), text = latest_text(target);
-  try {
-    io::File f = io::File::create(tmp);
-    f.write_all(text.data(), text.size());
-    f.fsync();
-    f.close();
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
-  return tmp;
+// Writes latest's text naming `target` (a step-<N> name under root, or an absolute path) into f,
+// <root>/latest.tmp; fsynced and closed. commit_latest() renames it over <root>/latest.
+void write_latest_tmp(io::File& f, const std::string& target) {
+  const std::string text = latest_text(target);
+  f.write_all(text.data(), text.size());
+  f.fsync();
+  f.close();
 }
 
-void commit_latest(const std::string& root, const std::string& tmp) {
-  const std::string path = (fs::path(root) / kLatestFile).string();
+void commit_latest(const std::string& root) {
+  const std::string path = (fs::path(root) / kLatestFile).string(), tmp = latest_tmp_path(root);
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + tmp + " to " + path + ": " + ec.message());
@@ -93,7 +85,11 @@ void commit_latest(const std::string& root, const std::string& tmp) {
 }
 
 // Atomically points <root>/latest at `target`.
-void write_latest(const std::string& root, const std::string& target) { commit_latest(root, stage_latest(root, target)); }
+void write_latest(const std::string& root, const std::string& target) {
+  io::File f = io::File::create(latest_tmp_path(root));
+  write_latest_tmp(f, target);
+  commit_latest(root);
+}
 
 // Step 1 of a save, on the leader: an empty <tmp> in <root>, leftovers of crashed saves removed.
 void prepare_tmp_dir(const std::string& root, const std::string& tmp) {
@@ -356,13 +352,8 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
     f.close();
   }
   io::fsync_dir(job.tmp);
-  {  // latest.tmp, into the blocks create_file() allocated: renamed over latest once step-<N> is in place
-    io::File& f = *job.latest_file;
-    const std::string text = latest_text(fs::path(job.final_dir).filename().string());
-    f.write_all(text.data(), text.size());
-    f.fsync();
-    f.close();
-  }
+  // latest.tmp, into the blocks create_file() allocated: renamed over latest once step-<N> is in place.
+  write_latest_tmp(*job.latest_file, fs::path(job.final_dir).filename().string());
   // The new checkpoint is complete (under its .tmp name): on the lineage's first save, newer
   // checkpoints of an abandoned run (a step-<N> of the same number included) move to retired/.
   retire(job);
@@ -379,7 +370,7 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + job.tmp + " to " + job.final_dir + ": " + ec.message());
   io::fsync_dir(job.root);
   fs::remove_all(old, ec);
-  commit_latest(job.root, latest_tmp_path(job.root));
+  commit_latest(job.root);
   prune(job);
 }
 
