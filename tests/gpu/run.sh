@@ -217,11 +217,10 @@ if [[ $STEPS != all ]]; then
 fi
 wanted() { local s=${SELECTED_BY[$1]:-$1}; [[ $STEPS == all || ",$STEPS," == *",$s,"* ]]; }
 BUILD_TARGETS=()
-wanted conformance && BUILD_TARGETS+=(test_comm_conformance)
-wanted fsdp_train && BUILD_TARGETS+=(test_fsdp_train)
-wanted nccl_timeout && BUILD_TARGETS+=(test_nccl_timeout)
+# The three gtest steps run tests of mpi_tests, the one binary of tests/mpi/test_*.cpp.
+{ wanted conformance || wanted fsdp_train || wanted nccl_timeout; } && BUILD_TARGETS+=(mpi_tests)
 { wanted nccl_stall || wanted tessera_train || wanted fp16_bf16 || wanted build; } && BUILD_TARGETS+=(tessera)
-wanted build && BUILD_TARGETS=(tessera test_comm_conformance test_fsdp_train test_nccl_timeout)
+wanted build && BUILD_TARGETS=(tessera mpi_tests)
 NEED_BUILD=$((${#BUILD_TARGETS[@]} > 0))
 SELECTED_AFTER_BUILD=()
 for s in "${PLAN_AFTER_BUILD[@]}"; do wanted "$s" && SELECTED_AFTER_BUILD+=("$s"); done
@@ -574,7 +573,7 @@ fi
 
 # ---- conformance, fsdp_train, nccl_timeout at world size 1: the device test cases only -------------
 if can_run conformance; then
-  step conformance "${NP1[@]}" "$BUILD/bin/test_comm_conformance" --gtest_color=no --gtest_filter="$CONFORMANCE_TESTS"
+  step conformance "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$CONFORMANCE_TESTS"
   gtest_ran conformance "$CONFORMANCE_TESTS"
   if [[ -n $(nccl_line conformance) ]]; then
     say "  NCCL initialised ($(nccl_line conformance)): the nccl communicator is part of the conformance suite"
@@ -583,12 +582,12 @@ if can_run conformance; then
   fi
 fi
 if can_run fsdp_train; then
-  step fsdp_train "${NP1[@]}" "$BUILD/bin/test_fsdp_train" --gtest_color=no --gtest_filter="$FSDP_TESTS"
+  step fsdp_train "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$FSDP_TESTS"
   gtest_ran fsdp_train "$FSDP_TESTS"
   gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
 fi
 if can_run nccl_timeout; then
-  step nccl_timeout "${NP1[@]}" "$BUILD/bin/test_nccl_timeout" --gtest_color=no --gtest_filter="$NCCL_TIMEOUT_TESTS"
+  step nccl_timeout "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$NCCL_TIMEOUT_TESTS"
   gtest_ran nccl_timeout "$NCCL_TIMEOUT_TESTS"
   gtest_verdict nccl_timeout NcclWatchdog.StalledCollectiveTimesOutWithOneLineError \
     "a stalled NCCL collective ended in a one-line Timeout within 2 s + slack"

@@ -11,6 +11,8 @@
 
 #include "launcher/bootstrap.h"
 
+namespace test_checkpoint_mpi {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace fs = std::filesystem;
 using namespace ckpt_test;
 using tessera::checkpoint::Checkpointer;
@@ -185,3 +187,5 @@ TEST(CheckpointCrash, VerifyLatest) {
   EXPECT_EQ(mismatches(*e, static_cast<uint64_t>(step)), 0);
   if (world().rank() == 0) std::printf("latest complete checkpoint: %s\n", latest.c_str());
 }
+
+}  // namespace test_checkpoint_mpi

@@ -22,6 +22,8 @@
 #include "runtime/comm/nccl_backend.h"
 #endif
 
+namespace test_comm_conformance {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace tc = tessera::comm;
 using tessera::comm::ReduceOp;
 
@@ -537,3 +539,5 @@ TEST(CommConformance, RunOrderedRunsOnTheCommunicationThreadInIssueOrder) {
   }
   EXPECT_THROW(tc::mpi_run_ordered(*tc::make_self_communicator(), [](MPI_Comm) {}), tessera::Error);
 }
+
+}  // namespace test_comm_conformance

@@ -27,6 +27,8 @@
 #include "runtime/train/trainer.h"
 #include "tests/support/train_support.h"
 
+namespace test_fsdp_train {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 namespace fs = std::filesystem;
 
@@ -564,3 +566,5 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
     }
   }
 }
+
+}  // namespace test_fsdp_train

@@ -17,6 +17,8 @@
 #include "runtime/planner/memory_formula.h"
 #include "tests/support/train_support.h"
 
+namespace test_in_backward {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 
 namespace {
@@ -132,3 +134,5 @@ TEST(InBackward, ClippingAndFp16AreRefused) {
   t.clip = 1.0;
   test::expect_input_error([&] { trainer(t); }, {"optim.in_backward", "train.clip"});
 }
+
+}  // namespace test_in_backward

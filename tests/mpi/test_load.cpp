@@ -22,6 +22,8 @@
 #include "runtime/memory/tracker.h"
 #include "tests/support/test_support.h"
 
+namespace test_load {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 namespace fs = std::filesystem;
 using fsdp::LoadMode;
@@ -430,3 +432,5 @@ TEST(Load, Llama70bOnPaperAllocatesNothing) {
     std::printf("llama2-70b on 16 ranks: %.3f GB bf16 (%.3f GB fp32) per rank, largest unit %.2f GB fp32\n",
                 bf16_per_rank / 1e9, 2 * bf16_per_rank / 1e9, 4.0 * sizes.largest_unit_elements / 1e9);
 }
+
+}  // namespace test_load

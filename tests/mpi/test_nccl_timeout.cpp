@@ -24,6 +24,8 @@
 #include "runtime/comm/nccl_backend.h"
 #endif
 
+namespace test_nccl_timeout {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 #ifdef TESSERA_WITH_CUDA
 namespace {
 
@@ -105,3 +107,5 @@ TEST(NcclWatchdog, StalledCollectiveTimesOutWithOneLineError) {
   EXPECT_LT(seconds_since(t1), 11.0);
 #endif
 }
+
+}  // namespace test_nccl_timeout

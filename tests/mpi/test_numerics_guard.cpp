@@ -23,6 +23,8 @@
 #include "runtime/train/trainer.h"
 #include "tests/support/train_support.h"
 
+namespace test_numerics_guard {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 namespace fs = std::filesystem;
 
@@ -230,3 +232,5 @@ TEST(LossScaling, Fp16ScaleSurvivesACheckpoint) {
     }
   }
 }
+
+}  // namespace test_numerics_guard

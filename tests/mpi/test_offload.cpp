@@ -24,6 +24,8 @@
 #include "runtime/planner/memory_formula.h"
 #include "tests/support/train_support.h"
 
+namespace test_offload {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 
 namespace {
@@ -201,3 +203,5 @@ TEST(Offload, InBackwardSkipsAndStopsAsWithoutOffload) {
   const std::string msg = test::error_of([&] { tr->train_step(); });
   EXPECT_NE(msg.find("non-finite gradient norm with optim.in_backward"), std::string::npos) << msg;
 }
+
+}  // namespace test_offload

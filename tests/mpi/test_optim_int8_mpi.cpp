@@ -23,6 +23,8 @@
 #include "runtime/train/trainer.h"
 #include "tests/support/train_support.h"
 
+namespace test_optim_int8_mpi {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 
 namespace {
@@ -237,3 +239,5 @@ TEST(Int8Moments, ResumingAnotherStateDtypeIsRefused) {
   tr->train_step();  // the 8-bit state exists
   test::expect_input_error([&] { tr->resume(checkpoint::latest(dir.str())); }, {"optim.state_dtype", "exp_avg.q8"});
 }
+
+}  // namespace test_optim_int8_mpi

@@ -20,6 +20,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_accelerate {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::launcher;
 namespace fs = std::filesystem;
@@ -276,3 +278,5 @@ TEST(YamlRunConfig, ErrorsNameFileKeyLineAndColumn) {
   EXPECT_NE(error_of([&] { Config::load(d / "nope.yaml"); }).find("nope.yaml: cannot open config file"),
             std::string::npos);
 }
+
+}  // namespace test_accelerate

@@ -20,6 +20,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_bpe_tokenizer {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using tessera::data::BpeTokenizer;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -494,3 +496,5 @@ TEST_F(BpeTest, RealFilesLikeHuggingFace) {
     EXPECT_GT(round_trips, 50) << name;
   }
 }
+
+}  // namespace test_bpe_tokenizer

@@ -19,6 +19,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_chat_template {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::data;
 using tessera::test::run_capture;
@@ -436,3 +438,5 @@ TEST(ChatTemplateAuto, ChoiceIsTheModelsTemplateElseLlama2) {
   write({{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}}})}});
   EXPECT_THROW(choose_chat_template(ChatTemplateKind::Auto, config), Error);
 }
+
+}  // namespace test_chat_template

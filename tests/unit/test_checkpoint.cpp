@@ -11,6 +11,8 @@
 #include "launcher/cmd_ckpt.h"
 #include "runtime/checkpoint/crc32c.h"
 
+namespace test_checkpoint {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace fs = std::filesystem;
 using namespace ckpt_test;
 using tessera::checkpoint::Checkpointer;
@@ -286,3 +288,5 @@ TEST_F(CheckpointTest, InspectVerifyAndCliErrors) {
   EXPECT_NE(error_of([] { tessera::launcher::run_ckpt({"inspekt", "x"}); }).find("did you mean 'inspect'"), std::string::npos);
   EXPECT_NE(error_of([&] { tessera::launcher::run_ckpt({"verify", dir + "/nope"}); }).find(dir + "/nope"), std::string::npos);
 }
+
+}  // namespace test_checkpoint

@@ -11,6 +11,8 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+namespace test_checkpoint_faults {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace fs = std::filesystem;
 using namespace ckpt_test;
 using tessera::checkpoint::Checkpointer;
@@ -211,3 +213,5 @@ TEST_F(CheckpointFaults, AsyncSaveThatGotItsBlocksPublishesOnAFullDisk) {
   EXPECT_EQ(tessera::checkpoint::verify(root + "/step-2").files, 1);
   EXPECT_FALSE(fs::exists(root + "/latest.tmp"));
 }
+
+}  // namespace test_checkpoint_faults

@@ -4,6 +4,8 @@
 // stale step-3; the stale checkpoints are retired (moved, intact), not deleted.
 #include "tests/unit/test_checkpoint_util.h"
 
+namespace test_checkpoint_lineage {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace fs = std::filesystem;
 using namespace ckpt_test;
 using tessera::checkpoint::Checkpointer;
@@ -106,3 +108,5 @@ TEST_F(LineageTest, ResumedFromAnotherDirectoryAndFallbacks) {
   fs::remove(dir + "/root/latest");
   EXPECT_EQ(latest(dir + "/root"), dir + "/root/step-8");
 }
+
+}  // namespace test_checkpoint_lineage

@@ -6,6 +6,8 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/error.h"
 
+namespace test_comm_self {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace tc = tessera::comm;
 
 TEST(SelfComm, CollectivesAreCopiesOfOneRank) {
@@ -110,3 +112,5 @@ TEST(ErrorAgreement, AgreementKeepsKindAndMessage) {
   // Only encode_error() strings are agreed on (a raw message would lose its kind).
   EXPECT_THROW(tessera::agree_on_error(*c, "raw message"), tessera::Error);
 }
+
+}  // namespace test_comm_self

@@ -21,6 +21,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_data {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace fs = std::filesystem;
 using namespace tessera;
 using namespace tessera::data;
@@ -839,3 +841,5 @@ TEST_F(DataTest, LargeArraysAndGzipCrossReadChunksIntact) {
     EXPECT_TRUE(d.ids == want.ids && d.targets == want.targets) << name;
   }
 }
+
+}  // namespace test_data

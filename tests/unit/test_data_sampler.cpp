@@ -10,6 +10,8 @@
 #include "runtime/data/sampler.h"
 #include "runtime/error.h"
 
+namespace test_data_sampler {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::data;
 
@@ -155,3 +157,5 @@ TEST(DistributedSampler, BadSettingsAreInputErrors) {
   EXPECT_THROW(DistributedSampler(10, 2, 0, 0, 1, 1), Error);
   EXPECT_THROW(DistributedSampler(10, 2, 0, 1, 0, 1), Error);
 }
+
+}  // namespace test_data_sampler

@@ -7,6 +7,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_device_select {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using tessera::launcher::choose_device;
 using tessera::launcher::DeviceContext;
 
@@ -111,3 +113,5 @@ TEST(DeviceSelect, ThisBuildAndMachine) {
     EXPECT_EQ(choose_device("auto", tessera::launcher::device_context({})), c10::Device(c10::kCPU));
   }
 }
+
+}  // namespace test_device_select

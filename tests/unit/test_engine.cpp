@@ -12,6 +12,8 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/fsdp/fsdp.h"
 
+namespace test_engine {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace {
 
 using namespace tessera;
@@ -99,3 +101,5 @@ TEST(Engine, OneProcessMatchesPlainAutograd) {
 }
 
 }  // namespace
+
+}  // namespace test_engine

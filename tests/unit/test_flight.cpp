@@ -18,6 +18,8 @@
 #include "tools/flight_report.h"
 #include "runtime/error.h"
 
+namespace test_flight {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace fs = std::filesystem;
 namespace flight = tessera::comm::flight;
 using nlohmann::json;
@@ -413,3 +415,5 @@ TEST(FlightReport, DesyncAndInSyncAndOlderRuns) {
   EXPECT_THROW(flight::read_dumps(dir + "/missing"), tessera::Error);
   fs::remove_all(dir);
 }
+
+}  // namespace test_flight

@@ -22,6 +22,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_fuzz_findings {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace fs = std::filesystem;
 using namespace tessera;
 using tessera::test::TempDir;
@@ -197,3 +199,5 @@ TEST(FuzzFindings, NumberOutOfRangeInConfigIsAnInputErrorNamingTheFile) {
   EXPECT_INPUT_ERROR(launcher::Config::load(cfg), cfg + ": invalid JSON", "number overflow");
   EXPECT_INPUT_ERROR(launcher::Config::load("", {"train.lr=1e400"}), "--set", "'train.lr' must be float");
 }
+
+}  // namespace test_fuzz_findings

@@ -15,6 +15,8 @@
 
 #include "runtime/train/host_update.h"
 
+namespace test_host_update {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using tessera::train::HostUpdateThread;
 
 namespace {
@@ -117,3 +119,5 @@ TEST(HostUpdateThread, AbandonAndDestructionNeverLeaveAJobRunning) {
   }
   EXPECT_EQ(ran.load(), 0);
 }
+
+}  // namespace test_host_update

@@ -13,6 +13,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_hostlist {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using tessera::launcher::expand_hostlist;
 using tessera::launcher::expand_tasks_per_node;
 using Hosts = std::vector<std::string>;
@@ -179,3 +181,5 @@ TEST(HostlistOracle, RejectsWhatScontrolRejects) {
     EXPECT_THROW(expand_hostlist(bad), tessera::Error) << bad;
   }
 }
+
+}  // namespace test_hostlist

@@ -17,6 +17,8 @@
 #include "model/registry.h"
 #include "model/widened_gemm.h"
 
+namespace test_llama {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera::model;
 
 namespace {
@@ -748,3 +750,5 @@ TEST(LlamaInit, NormalStd002NormsOneDeterministicPerName) {
   EXPECT_FALSE(torch::equal(q0, init_tensor({"model.layers.0.self_attn.q_proj.weight", {16, 16}}, 43)));
   EXPECT_TRUE(torch::equal(q0, init_tensor({"model.layers.0.self_attn.q_proj.weight", {16, 16}}, 42)));
 }
+
+}  // namespace test_llama

@@ -10,6 +10,8 @@
 #include "model/llama.h"
 #include "runtime/memory/tracker.h"
 
+namespace test_memory_model {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 
 namespace {
@@ -214,3 +216,5 @@ TEST(TrackerCache, ReusesLargeBlocksWithinThePeak) {
   }
   EXPECT_EQ(memory::cache_stats().cached_bytes, 0);
 }
+
+}  // namespace test_memory_model

@@ -9,6 +9,8 @@
 #include "model/registry.h"
 #include "tests/support/test_support.h"
 
+namespace test_model_config {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera::model;
 using tessera::test::error_of;
 using tessera::test::TempDir;
@@ -214,3 +216,5 @@ TEST(Llama3Config, UnsupportedValuesNameFileAndKey) {
   EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(m, "c.json"); }).find("not supported for model_type \"mistral\""),
             std::string::npos);
 }
+
+}  // namespace test_model_config

@@ -16,6 +16,8 @@
 #include "runtime/optim/clip.h"
 #include "runtime/train/numerics.h"
 
+namespace test_numerics {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::train;
 
@@ -254,3 +256,5 @@ TEST(DtypeSupport, ProbeAgreesWithLibTorch) {
   EXPECT_EQ(unsupported_matmul(torch::kFloat, torch::kCPU), "");
   EXPECT_EQ(unsupported_matmul(torch::kBFloat16, torch::kCPU), "");
 }
+
+}  // namespace test_numerics

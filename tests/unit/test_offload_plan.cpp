@@ -13,6 +13,8 @@
 #include "runtime/checkpoint/layout.h"
 #include "tests/support/test_support.h"
 
+namespace test_offload_plan {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::launcher;
 
@@ -191,3 +193,5 @@ TEST(OffloadPlan, TheFloorOfInBackwardHasNoGradientShards) {
   const memory::Plan plain = plan_7b({"train.clip=0"}), ib = plan_7b({"optim.in_backward=true", "train.clip=0"});
   EXPECT_EQ(plain.train_floor - ib.train_floor, 4 * plain.shard_elements);
 }
+
+}  // namespace test_offload_plan

@@ -16,6 +16,8 @@
 #include "runtime/optim/schedule.h"
 #include "util/dtype_names.h"
 
+namespace test_optim {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::optim;
 
@@ -359,3 +361,5 @@ TEST(AdamW, GradScaleEqualsClippingTheGradientsFirst) {
   EXPECT_EQ(clip_coefficient(10.0, 0.0), 1.0);
   EXPECT_DOUBLE_EQ(clip_coefficient(9.0, 1.0), 1.0 / (9.0 + 1e-6));
 }
+
+}  // namespace test_optim

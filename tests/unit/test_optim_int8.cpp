@@ -17,6 +17,8 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/quant8.h"
 
+namespace test_optim_int8 {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::optim;
 
@@ -337,3 +339,5 @@ TEST(AdamW8bit, TracksFp32AdamWOnANoisyRegression) {
   EXPECT_LT(loss(p32[0].param), start / 50);
   EXPECT_LT(loss(p8[0].param), start / 50);
 }
+
+}  // namespace test_optim_int8

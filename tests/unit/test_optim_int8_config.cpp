@@ -11,6 +11,8 @@
 #include "runtime/optim/adamw.h"
 #include "tests/support/test_support.h"
 
+namespace test_optim_int8_config {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::launcher;
 
@@ -49,3 +51,5 @@ TEST(Int8Config, PlanCountsTwoBytesPerParameterAndTheScales) {
   EXPECT_NEAR(static_cast<double>(f32.train_gpu.total() - q8.train_gpu.total()), 6.0 * f32.shard_elements,
               0.01 * 6.0 * f32.shard_elements);
 }
+
+}  // namespace test_optim_int8_config

@@ -17,6 +17,8 @@
 #include "runtime/fsdp/loader.h"
 #include "tests/support/test_support.h"
 
+namespace test_run_config {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using namespace tessera::launcher;
 using nlohmann::json;
@@ -182,3 +184,5 @@ TEST(RunConfig, RuntimeDefaultsAreTheSchemaDefaults) {
   EXPECT_EQ(f.limit_all_gathers, flib.limit_all_gathers);
   EXPECT_EQ(f.accumulate, flib.accumulate);
 }
+
+}  // namespace test_run_config

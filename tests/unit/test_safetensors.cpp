@@ -14,6 +14,8 @@
 #include "tests/support/test_support.h"
 #include "util/widen.h"
 
+namespace test_safetensors {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera::model;
 namespace fs = std::filesystem;
 using tessera::test::error_of;
@@ -403,3 +405,5 @@ TEST(Widen, InPlaceFromTheUpperHalfEqualsOutOfPlace) {
     }
   }
 }
+
+}  // namespace test_safetensors

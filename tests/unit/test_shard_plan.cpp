@@ -10,6 +10,8 @@
 #include "runtime/error.h"
 #include "runtime/fsdp/shard_plan.h"
 
+namespace test_shard_plan {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 namespace {
 
 using tessera::fsdp::ShardPlan;
@@ -112,3 +114,5 @@ TEST(ShardPlan, BadArgumentsAreInternalErrors) {
 }
 
 }  // namespace
+
+}  // namespace test_shard_plan

@@ -9,6 +9,8 @@
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
 
+namespace test_slurm_env {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using tessera::launcher::read_slurm_env;
 using tessera::launcher::SlurmEnv;
 using Vars = std::map<std::string, std::string>;
@@ -159,3 +161,5 @@ TEST(SlurmEnv, ReadsTheProcessEnvironmentByDefault) {
   EXPECT_EQ(env.job_id, "77");
   EXPECT_EQ(env.restart_count, 2);
 }
+
+}  // namespace test_slurm_env

@@ -19,6 +19,8 @@
 #include "runtime/device/peak_flops.h"
 #include "runtime/profile/step_profile.h"
 
+namespace test_step_profile {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera;
 using profile::Part;
 
@@ -387,3 +389,5 @@ TEST(PeakFlops, CpuFormula) {
   // The override wins over everything.
   EXPECT_DOUBLE_EQ(device::peak_flops(at::kCPU, at::kFloat, 2, 1e15).flops, 1e15);
 }
+
+}  // namespace test_step_profile

@@ -7,6 +7,8 @@
 
 #include "launcher/topology.h"
 
+namespace test_topology {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
+
 using namespace tessera::launcher;
 
 namespace {
@@ -172,3 +174,5 @@ TEST(Topology, DirectLinksCountedPerPair) {
 }
 
 }  // namespace
+
+}  // namespace test_topology
