@@ -27,15 +27,15 @@ struct Mode {
 };
 
 // One optimizer with its own shard (same values in every mode) and the time of each timed step.
-struct Case {
+struct OptimCase {
   Mode mode;
   std::unique_ptr<optim::AdamW> adamw;
   std::vector<optim::ParamShard> shards;
   std::vector<double> ns_per_elem;
 };
 
-Case make_case(const Mode& m, int64_t numel) {
-  Case c{m, nullptr, std::vector<optim::ParamShard>(1), {}};
+OptimCase make_case(const Mode& m, int64_t numel) {
+  OptimCase c{m, nullptr, std::vector<optim::ParamShard>(1), {}};
   optim::AdamWOptions o;
   o.state_dtype = m.state_dtype;
   o.fused_cpu = m.fused;
@@ -48,7 +48,7 @@ Case make_case(const Mode& m, int64_t numel) {
   return c;
 }
 
-double time_step(Case& c) {
+double time_step(OptimCase& c) {
   const auto t0 = std::chrono::steady_clock::now();
   c.adamw->step(c.shards, 1e-4);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -73,7 +73,7 @@ int run_bench_optim(const std::vector<std::string>& args) {
 
   const std::vector<Mode> modes = {{"fp32", at::kFloat, true},    {"bf16", at::kBFloat16, true}, {"int8", at::kByte, true},
                                    {"fp32", at::kFloat, false},   {"bf16", at::kBFloat16, false}, {"int8", at::kByte, false}};
-  std::vector<Case> cases;
+  std::vector<OptimCase> cases;
   for (const Mode& m : modes) cases.push_back(make_case(m, numel));
   std::mt19937 rng(7);
   std::vector<size_t> order(cases.size());
@@ -84,7 +84,7 @@ int run_bench_optim(const std::vector<std::string>& args) {
   }
   const double base = median_of(cases[0].ns_per_elem);
   nlohmann::json out = {{"numel", numel}, {"rounds", rounds}, {"threads", at::get_num_threads()}, {"modes", nlohmann::json::array()}};
-  for (const Case& c : cases)
+  for (const OptimCase& c : cases)
     out["modes"].push_back({{"state_dtype", c.mode.name},
                             {"path", c.mode.fused ? "fused_cpu" : "tensor_ops"},
                             {"ns_per_element", median_of(c.ns_per_elem)},

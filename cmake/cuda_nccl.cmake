@@ -812,6 +812,7 @@ function(tessera_add_cuda_typecheck)
   target_link_libraries(tessera_cuda_typecheck PRIVATE tessera_nccl tessera_launcher $<$<BOOL:${TESSERA_BUILD_TESTS}>:GTest::gtest>)
   # Objects nobody links: only the front end matters, so no optimisation or debug info.
   target_compile_options(tessera_cuda_typecheck PRIVATE -O0 -g0 -Wall -Wno-unused-parameter -Wno-sign-compare)
+  tessera_unity(tessera_cuda_typecheck)  # cmake/pch_tiers.cmake
   list(LENGTH _checked _n)
   message(STATUS "Tessera: type-checking the CUDA-only code of ${_n} files with TESSERA_WITH_CUDA=1")
 endfunction()
