@@ -13,9 +13,7 @@
 
 namespace test_checkpoint {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
-namespace fs = std::filesystem;
-using namespace ckpt_test;
-using tessera::checkpoint::Checkpointer;
+using namespace ckpt_test;  // with fs and Checkpointer
 using tessera::checkpoint::SaveOptions;
 
 namespace {

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,7 +23,9 @@
 
 namespace ckpt_test {
 
+namespace fs = std::filesystem;
 using namespace tessera;
+using tessera::checkpoint::Checkpointer;
 using tessera::test::error_of;
 using tessera::test::read_file;
 using tessera::test::write_file;
