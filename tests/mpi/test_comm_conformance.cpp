@@ -71,7 +71,10 @@ const std::vector<at::ScalarType> kAllTypes = {at::kFloat, at::kBFloat16, at::kH
 
 bool is_float(at::ScalarType t) { return at::isFloatingType(t); }
 
-std::vector<int64_t> test_sizes(int size) { return {1, 7, 1000003, int64_t(size) * 1000}; }
+// Sizes: one element, fewer than the ranks, one over every ring threshold (kLarge: 1.2 MB in fp32;
+// MpiAlgorithmThresholds checks which algorithm it takes per dtype), and a multiple of the ranks.
+constexpr int64_t kLarge = 300007;
+std::vector<int64_t> test_sizes(int size) { return {1, 7, kLarge, int64_t(size) * 1000}; }
 
 // Element i of rank r's contribution, for i in [begin, begin+n), as exact doubles. Every value is
 // exactly representable in `dt` and every sum over <= 4 ranks is exact in fp32, so the expected
@@ -320,6 +323,11 @@ TEST(CommConformance, MpiAlgorithmThresholds) {
   EXPECT_EQ(tc::mpi_algorithm("broadcast", 262144, at::kBFloat16, 4), "mpi");  // broadcasts move 16-bit as is
   EXPECT_EQ(tc::mpi_algorithm("all_gather", int64_t(1) << 30, at::kFloat, 4), "mpi");
   EXPECT_THROW(tc::mpi_algorithm("gather", 1, at::kFloat, 2), tessera::Error);
+  // test_sizes' large size takes the ring for every dtype (all-reduce: all but uint8, at 300 KB).
+  for (at::ScalarType dt : kAllTypes) {
+    EXPECT_EQ(tc::mpi_algorithm("reduce_scatter", kLarge, dt, 2), "ring") << dt;
+    EXPECT_EQ(tc::mpi_algorithm("all_reduce", kLarge, dt, 2), dt == at::kByte ? "mpi" : "ring") << dt;
+  }
 }
 
 // Large fp32 reductions of the MPI backend are deterministic and identical on every rank: block b
