@@ -7,5 +7,6 @@ bash scripts/build.sh
 cd build
 # Two tests at a time on a 2-core machine (CTEST_JOBS to change): tests that start MPI ranks or
 # build take both cores (PROCESSORS in tests/CMakeLists.txt) and run alone, except those that mostly
-# wait (on Slurm, on failing ranks), which take one.
+# wait (on Slurm, on failing ranks) or train on about one core, which take one. COST there orders a
+# fresh clone's first run.
 ctest --output-on-failure --timeout 900 -j"${CTEST_JOBS:-$(nproc)}" "$@"
