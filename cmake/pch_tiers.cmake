@@ -89,37 +89,46 @@ function(tessera_unity tgt)
   endif()
 endfunction()
 
+# tessera_add_tier_parts(TARGET SOURCES src... LINK <scope> lib... [INCLUDES dir...]): TARGET's
+# sources compile in one OBJECT library per tier (TARGET_torch, TARGET_aten, TARGET_plain, those
+# that have sources), each with that tier's precompiled header, in unity units, linked with LINK and
+# with INCLUDES as private include directories; TARGET holds their objects. Used for the libraries
+# (below) and the test binaries (tests/CMakeLists.txt).
+function(tessera_add_tier_parts target)
+  cmake_parse_arguments(P "" "" "SOURCES;LINK;INCLUDES" ${ARGN})
+  set(tier_names plain aten torch)
+  foreach(tier 2 1 0)
+    set(srcs)
+    foreach(src IN LISTS P_SOURCES)
+      tessera_include_tier(${src} t)
+      if(t EQUAL tier)
+        list(APPEND srcs ${src})
+      endif()
+    endforeach()
+    if(NOT srcs)
+      continue()
+    endif()
+    list(GET tier_names ${tier} tier_name)
+    set(part ${target}_${tier_name})
+    add_library(${part} OBJECT ${srcs})
+    target_include_directories(${part} PRIVATE ${P_INCLUDES})
+    target_link_libraries(${part} ${P_LINK})
+    tessera_pch_for(${part} ${tier})
+    tessera_unity(${part})
+    target_sources(${target} PRIVATE $<TARGET_OBJECTS:${part}>)
+  endforeach()
+endfunction()
+
 # tessera_add_library(NAME SOURCES src... LIBS lib... [PRIVATE_INCLUDES dir...]): the STATIC library
-# NAME of one layer. Its sources compile in one OBJECT library per tier (NAME_torch, NAME_aten,
-# NAME_plain, those that have sources), each with that tier's precompiled header; NAME holds their
-# objects. What NAME's sources and users need (the include root, LIBS) is the INTERFACE library
-# NAME_usage, which NAME and every part link: a dependency added to it later reaches them all.
+# NAME of one layer, its sources in parts per tier (tessera_add_tier_parts). What NAME's sources and
+# users need (the include root, LIBS) is the INTERFACE library NAME_usage, which NAME and every part
+# link: a dependency added to it later reaches them all.
 function(tessera_add_library name)
   cmake_parse_arguments(L "" "" "SOURCES;LIBS;PRIVATE_INCLUDES" ${ARGN})
-  set(by_tier_0)
-  set(by_tier_1)
-  set(by_tier_2)
-  foreach(src IN LISTS L_SOURCES)
-    tessera_include_tier(${src} tier)
-    list(APPEND by_tier_${tier} ${src})
-  endforeach()
   add_library(${name}_usage INTERFACE)
   target_include_directories(${name}_usage INTERFACE ${CMAKE_SOURCE_DIR})
   target_link_libraries(${name}_usage INTERFACE ${L_LIBS})
   add_library(${name} STATIC)
   target_link_libraries(${name} PUBLIC ${name}_usage)
-  set(tier_names plain aten torch)
-  foreach(tier 2 1 0)
-    if(NOT by_tier_${tier})
-      continue()
-    endif()
-    list(GET tier_names ${tier} tier_name)
-    set(part ${name}_${tier_name})
-    add_library(${part} OBJECT ${by_tier_${tier}})
-    target_include_directories(${part} PRIVATE ${L_PRIVATE_INCLUDES})
-    target_link_libraries(${part} PUBLIC ${name}_usage)
-    tessera_pch_for(${part} ${tier})
-    tessera_unity(${part})
-    target_sources(${name} PRIVATE $<TARGET_OBJECTS:${part}>)
-  endforeach()
+  tessera_add_tier_parts(${name} SOURCES ${L_SOURCES} LINK PUBLIC ${name}_usage INCLUDES ${L_PRIVATE_INCLUDES})
 endfunction()
