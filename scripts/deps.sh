@@ -19,7 +19,7 @@ case "${1:-}" in
   *) echo "usage: bash scripts/deps.sh [--main]" >&2; exit 2 ;;
 esac
 # Building (every target, tests included: GTest, Gloo for bench collectives' baseline) and running.
-PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
+PKGS=(build-essential cmake ninja-build libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
       libopenblas0-openmp libgloo-dev base-files libpcre2-dev zlib1g-dev)
 # The test suite: the local Slurm cluster, the HTML report's screenshots, the PyTorch and Jinja2

@@ -24,7 +24,9 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 build() {
   local b="$1"
   command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (bash scripts/deps.sh)"; exit 1; }
-  cmake -S "$FUZZ" -B "$b" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+  local gen=()  # a new folder gets Ninja where it is installed (as scripts/build.sh); an old one keeps its generator
+  [[ ! -f $b/CMakeCache.txt ]] && command -v ninja >/dev/null && gen=(-G Ninja)
+  cmake -S "$FUZZ" -B "$b" "${gen[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
   cmake --build "$b" -j "$(getconf _NPROCESSORS_ONLN)"  # not nproc: it obeys OMP_NUM_THREADS
 }
 
