@@ -26,8 +26,16 @@ cat > "$T/run.json" <<JSON
  "train": {"steps": 3, "micro_batch": 2, "lr": 1e-3, "warmup_steps": 1},
  "checkpoint": {"dir": "$T/ck", "every": 0}, "log": {"dir": "$T/log"}}
 JSON
-# (as SLURM job 4242: the checkpoint records the job that saved it)
-SLURM_JOB_ID=4242 "$BIN" train "$T/run.json" > "$T/out1" 2> "$T/err1" || fail "tessera train run.json exited $?: $(cat "$T/err1")"
+# (as SLURM job 4242: the checkpoint records the job that saved it). One process, no launcher: an
+# MPI singleton, which starts no orted (launcher/bootstrap.cpp: Open MPI 4 would fork one).
+SLURM_JOB_ID=4242 "$BIN" train "$T/run.json" > "$T/out1" 2> "$T/err1" &
+pid=$! orted=0
+while kill -0 "$pid" 2>/dev/null; do
+  pgrep -P "$pid" -x orted >/dev/null && orted=1
+  sleep 0.05
+done
+wait "$pid" || fail "tessera train run.json exited $?: $(cat "$T/err1")"
+check "one process (an MPI singleton) starts no orted" test "$orted" = 0
 check "the positional configuration is used (its data path in the first line)" grep -q "data $T/corpus.txt" "$T/out1"
 check "its checkpoint.dir got step-3" test -f "$T/ck/step-3/manifest.json"
 check "the final line names the checkpoint" grep -q "done: steps 0 -> 3.*checkpoint $T/ck/step-3" "$T/out1"
