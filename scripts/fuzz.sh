@@ -8,7 +8,9 @@
 #   scripts/fuzz.sh merge HARNESS [BUILD]      minimise corpus + work corpus (every edge kept) into tests/fuzz/corpus/HARNESS
 #
 # BUILD defaults to build/fuzz. HARNESS is one of: fuzz_hostlist fuzz_config fuzz_token_file
-# fuzz_checkpoint fuzz_safetensors.
+# fuzz_checkpoint fuzz_safetensors. FUZZ_OPT (e.g. -O0) sets BUILD's optimisation level when given
+# (otherwise it keeps the one it has; a new folder gets -O1): ctest's sanitize.fuzz_build and
+# sanitize.fuzz_replay build -O0 into their own folder, which compiles in 60% of the CPU time.
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 FUZZ="$SRC/tests/fuzz"
@@ -24,9 +26,10 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 build() {
   local b="$1"
   command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (bash scripts/deps.sh)"; exit 1; }
-  local gen=()  # a new folder gets Ninja where it is installed (as scripts/build.sh); an old one keeps its generator
-  [[ ! -f $b/CMakeCache.txt ]] && command -v ninja >/dev/null && gen=(-G Ninja)
-  cmake -S "$FUZZ" -B "$b" "${gen[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+  local args=()  # a new folder gets Ninja where it is installed (as scripts/build.sh); an old one keeps its generator
+  [[ ! -f $b/CMakeCache.txt ]] && command -v ninja >/dev/null && args=(-G Ninja)
+  [[ -n ${FUZZ_OPT:-} ]] && args+=("-DTESSERA_FUZZ_OPT=$FUZZ_OPT")
+  cmake -S "$FUZZ" -B "$b" "${args[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
   cmake --build "$b" -j "$(getconf _NPROCESSORS_ONLN)"  # not nproc: it obeys OMP_NUM_THREADS
 }
 
