@@ -760,8 +760,8 @@ function(tessera_add_cuda_sources tgt)
     target_link_libraries(${tgt}_usage INTERFACE tessera_nccl)  # ${tgt} and its objects' parts (cmake/pch_tiers.cmake)
   else()
     # Link check: a tiny executable that references the backend's factory must link. Nothing runs
-    # these objects on a CPU LibTorch: -O1 (the precompiled header's __OPTIMIZE__ kept), no debug info.
-    target_compile_options(tessera_nccl PRIVATE -O1 -g0)
+    # these objects on a CPU LibTorch (cmake/pch_tiers.cmake).
+    target_compile_options(tessera_nccl PRIVATE ${TESSERA_CHECK_ONLY_OPT})
     add_executable(tessera_nccl_linkcheck ${CMAKE_SOURCE_DIR}/cmake/nccl_linkcheck.cpp)
     target_link_libraries(tessera_nccl_linkcheck PRIVATE tessera_nccl tessera_runtime)
     tessera_use_pch(tessera_nccl_linkcheck)
