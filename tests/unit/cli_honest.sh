@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A CLI that never ignores what it was given (issue 35), on the real binary, one process, no MPI:
-#  - `tessera --version` says what was built;
+#  - `tessera --version` says what was built, and exits with its output flushed but no static destructors;
 #  - `tessera train run.json` (no --config) trains THAT configuration; a stray argument is refused;
 #  - a size without a unit is refused, not read as bytes;
 #  - Hugging Face / Accelerate / torchtune key names get Tessera's key;
@@ -18,6 +18,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, check, expec
 
 "$BIN" --version > "$T/version" || fail "tessera --version exited $?"
 check "--version names the version, commit and LibTorch" grep -qE '^tessera [0-9]+\.[0-9]+\.[0-9]+ \(.+\), LibTorch [0-9]+\.[0-9]+' "$T/version"
+# A finished command ends without static destructors (app/main.cpp, exit_now: LibTorch's would cost
+# ~10% of a short command's CPU), its output flushed: through a pipe the line is whole, and the
+# loader ran every library's initialiser but no finaliser.
+LD_DEBUG=files "$BIN" --version 2> "$T/ld_debug" | cat > "$T/version_pipe"
+check "--version through a pipe prints the same line" cmp -s "$T/version" "$T/version_pipe"
+check "the loader ran the libraries' initialisers" grep -q "calling init: .*libtorch_cpu" "$T/ld_debug"
+check "and no finaliser (no static destructors at exit)" test "$(grep -c 'calling fini' "$T/ld_debug")" = 0
 
 # A small text corpus and a configuration given WITHOUT --config.
 for i in $(seq 1 60); do echo "line $i: the quick brown fox jumps over the lazy dog, again and again."; done > "$T/corpus.txt"
