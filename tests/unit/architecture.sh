@@ -11,7 +11,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$SRC/tests/expect.bash"  # ok, check
 
 # The sources the names must come from (not tests, not the docs themselves).
-find "$SRC/launcher" "$SRC/runtime" "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
+find "$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \
   \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 cat > "$T/src"
 grep -o '`[^`]*`' "$DOC" | tr -d '`' | sort -u > "$T/names"
 check "the map names things ($(wc -l < "$T/names") distinct)" test "$(wc -l < "$T/names")" -ge 60
