@@ -176,14 +176,8 @@ void print_version() {
 // 2026-12-04). Nothing of Tessera's is left for them: the command's objects (checkpoint writer,
 // communicator threads, report and metrics files) are destroyed and MPI is finalised before this
 // runs, and the process-lifetime state (memory tracker, profiler, flight recorder) is never
-// destroyed anyway. Sanitizer builds (scripts/sanitize.sh) exit normally.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TESSERA_EXIT_NORMALLY 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define TESSERA_EXIT_NORMALLY 1
-#endif
-#endif
+// destroyed anyway. Sanitizer builds (TESSERA_SANITIZE, scripts/sanitize.sh: CMakeLists.txt defines
+// TESSERA_EXIT_NORMALLY) exit normally.
 [[noreturn]] void exit_now(int rc) {
   std::cout.flush();
   std::cerr.flush();
