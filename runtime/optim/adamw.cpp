@@ -1,6 +1,7 @@
 #include "runtime/optim/adamw.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: ATen.h no longer brings it in LibTorch 2.11
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 

@@ -2,6 +2,7 @@
 #include "runtime/train/numerics.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: ATen.h no longer brings it in LibTorch 2.11
 
 #include <cmath>
 #include <sstream>

@@ -402,7 +402,10 @@ else
     grep -E '^(MPI_C_HEADER_DIR|MPI_mpi_LIBRARY|Boost_DIR|yaml-cpp_DIR|nlohmann_json_DIR|GTest_DIR|Torch_DIR|CMAKE_CUDA_COMPILER):' \
       "$BUILD/CMakeCache.txt" | say_lines
     ORDER+=(build)
-    (run_step build "${BUILD_NICE[@]}" cmake --build "$BUILD" -j "$JOBS" --target "${BUILD_TARGETS[@]}") &
+    # With Ninja the build keeps going past a failed unit (-k 0): one call shows every unit that fails.
+    KEEP_GOING=()
+    ((${#GEN[@]})) && KEEP_GOING=(-- -k 0)
+    (run_step build "${BUILD_NICE[@]}" cmake --build "$BUILD" -j "$JOBS" --target "${BUILD_TARGETS[@]}" "${KEEP_GOING[@]}") &
     BUILD_PID=$!
   else
     say "  configure failed: what is missing is named above (tessera: configure: ... / CMake Error / Could NOT find)"
