@@ -291,7 +291,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
   //     world). One with a collective still in flight -- a peer gone, or this rank unwinding from an
   //     error -- is aborted, with every other NCCL communicator of the process (abort_all), and
   //     waited for at most 10 s;
-  //  3. the stream is destroyed (cudaStreamDestroy returns at once; the device releases it when done).
+  //  3. the stream is released (release_stream: kept in CUDA builds, else destroyed).
   // No cudaFree anywhere: it synchronises the whole device, another communicator's stuck kernel
   // included. Tensors (the barrier's too) come from LibTorch's caching allocator, stream-recorded.
   ~NcclCommunicator() override {
@@ -313,7 +313,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
     while (!s_->release_done && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (s_->release_done)
-      cudaStreamDestroy(stream_);
+      release_stream();
     else
       std::cerr << "tessera: " << s_->who << ": ncclCommAbort did not return within 10s; left to process exit"
                 << std::endl;
@@ -515,6 +515,18 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
       if (rc != cudaErrorNotReady || async != ncclSuccess || std::chrono::steady_clock::now() >= until) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+  }
+
+  // With a CUDA LibTorch the stream is never destroyed. The caching allocator keeps the
+  // recordStream uses of issue()'s tensors and records an event on this stream when such a block is
+  // freed, which can be after the communicator is gone (a tensor its caller still holds): on a
+  // destroyed stream that event record crashes inside the driver (seen on an H200, torch 2.11: a
+  // segfault in cudaEventRecord under TensorImpl's destructor). One stream per communicator, a few
+  // per process, is what stays. Without a CUDA LibTorch nothing is stream-recorded: destroyed.
+  void release_stream() {
+#ifndef TESSERA_WITH_CUDA
+    cudaStreamDestroy(stream_);
+#endif
   }
 
   std::shared_ptr<CommState> s_;

@@ -107,7 +107,7 @@ at::Tensor reduced(at::ScalarType dt, ReduceOp op, int size, int64_t begin, int6
 
 // Exact comparison (through double, which holds every value of every tested dtype).
 void expect_same(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
-  at::Tensor a = actual.cpu().reshape({-1}).to(at::kDouble), e = expected.reshape({-1}).to(at::kDouble);
+  at::Tensor a = actual.cpu().reshape({-1}).to(at::kDouble), e = expected.cpu().reshape({-1}).to(at::kDouble);
   ASSERT_EQ(a.numel(), e.numel()) << what;
   at::Tensor bad = at::ne(a, e).nonzero();
   if (bad.numel() == 0) return;
@@ -125,7 +125,7 @@ void expect_reduced(const tc::Communicator& c, at::ScalarType dt, ReduceOp op, c
                           (op == ReduceOp::Sum || op == ReduceOp::Mean);
   if (!hop_by_hop) return expect_same(actual, expected, what);
   const double half_ulp = dt == at::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  at::Tensor a = actual.cpu().reshape({-1}).to(at::kDouble), e = expected.reshape({-1}).to(at::kDouble);
+  at::Tensor a = actual.cpu().reshape({-1}).to(at::kDouble), e = expected.cpu().reshape({-1}).to(at::kDouble);
   const at::Tensor bound = e.abs() * ((c.size() - 1) * half_ulp * 1.0001) + 1e-30;
   EXPECT_TRUE((a - e).abs().le(bound).all().item<bool>()) << what << ": beyond " << c.size() - 1 << " roundings";
 }
