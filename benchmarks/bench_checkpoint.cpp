@@ -14,6 +14,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/error.h"
+#include "util/file_tree.h"
 
 namespace fs = std::filesystem;
 
@@ -109,7 +110,7 @@ struct Rounds {
   void settle(const std::string& remove_dir, const std::string& remove_file) {
     world.barrier()->wait();
     std::error_code ec;
-    if (world.rank() == 0 && !remove_dir.empty()) fs::remove_all(remove_dir, ec);
+    if (world.rank() == 0 && !remove_dir.empty()) tessera::util::remove_tree(remove_dir, ec);
     if (!remove_file.empty()) fs::remove(remove_file, ec);
     ::sync();
     world.barrier()->wait();
@@ -195,7 +196,7 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
     if (rank == 0) print_figures(rounds.best, W, static_cast<double>(total.item<int64_t>()) / 1e9, units, repeat, scratch);
   }
   world.barrier()->wait();
-  if (rank == 0) fs::remove_all(scratch);
+  if (rank == 0) tessera::util::remove_tree(scratch);
   return 0;
 }
 

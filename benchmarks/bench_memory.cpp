@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "runtime/error.h"
 #include "runtime/planner/memory_formula.h"
+#include "util/file_tree.h"
 
 namespace tessera::bench {
 namespace {
@@ -281,7 +282,7 @@ int run_bench_memory(const std::vector<std::string>& args) {
                 "gathered units the strategy must hold and their gradients + activations + the measured process base;\n"
                 "goals: measured/floor <= 1.10 (train), <= 1.15 (eval); |error| <= 10%%.\n");
   std::error_code ec;
-  fs::remove_all(dir, ec);
+  tessera::util::remove_tree(dir, ec);
   return 0;
 }
 

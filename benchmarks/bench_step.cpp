@@ -41,6 +41,7 @@
 #include "runtime/profile/op_count.h"
 #include "runtime/profile/phase.h"
 #include "runtime/train/trainer.h"
+#include "util/file_tree.h"
 
 #ifndef TESSERA_PEER_SCRIPT
 #define TESSERA_PEER_SCRIPT "benchmarks/torch_peer.py"
@@ -806,7 +807,7 @@ int run_driver(Driver& d) {
     std::string dir;
     ~Cleanup() {
       std::error_code ec;
-      fs::remove_all(dir, ec);
+      tessera::util::remove_tree(dir, ec);
     }
   } cleanup{d.work};
   measure_rounds(d);

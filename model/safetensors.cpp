@@ -21,6 +21,7 @@
 
 #include "model/errors.h"
 #include "model/registry.h"
+#include "util/file_tree.h"
 
 namespace fs = std::filesystem;
 
@@ -512,7 +513,7 @@ void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::v
   fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   fs::create_directories(parent);
   const fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
+  tessera::util::remove_tree(tmp);
   fs::create_directory(tmp);
   try {
     ModelConfig out_cfg = cfg;
@@ -535,7 +536,7 @@ void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::v
     fs::rename(tmp, target);
   } catch (...) {
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    tessera::util::remove_tree(tmp, ec);
     throw;
   }
 }

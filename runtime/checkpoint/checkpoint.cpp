@@ -37,6 +37,7 @@
 #include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "util/file_tree.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -99,7 +100,7 @@ void prepare_tmp_dir(const std::string& root, const std::string& tmp) {
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("step-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
-      fs::remove_all(e.path());
+      tessera::util::remove_tree(e.path());
   }
   if (!fs::create_directory(tmp, ec) || ec)
     throw TESSERA_INPUT_ERROR("cannot create " + tmp + ": " + (ec ? ec.message() : "exists"));
@@ -362,14 +363,14 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
   std::error_code ec;
   const std::string old = job.final_dir + ".old";
   if (fs::exists(job.final_dir, ec)) {
-    fs::remove_all(old, ec);
+    tessera::util::remove_tree(old, ec);
     fs::rename(job.final_dir, old, ec);
     if (ec) throw TESSERA_INPUT_ERROR("cannot move aside " + job.final_dir + ": " + ec.message());
   }
   fs::rename(job.tmp, job.final_dir, ec);
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + job.tmp + " to " + job.final_dir + ": " + ec.message());
   io::fsync_dir(job.root);
-  fs::remove_all(old, ec);
+  tessera::util::remove_tree(old, ec);
   commit_latest(job.root);
   prune(job);
 }
@@ -417,7 +418,7 @@ void Checkpointer::Impl::prune(const Job& job) {
   // The checkpoint just written always stays; the newest keep-1 others stay with it.
   std::sort(steps.rbegin(), steps.rend());
   for (size_t i = static_cast<size_t>(job.keep - 1); i < steps.size(); ++i)
-    fs::remove_all(step_dir(job.root, steps[i]), ec);
+    tessera::util::remove_tree(step_dir(job.root, steps[i]), ec);
 }
 
 // throw_if_any over the checkpoint's communicator; on an error the leader first removes the save's
@@ -428,7 +429,7 @@ void Checkpointer::Impl::fail_if_any(const Job& job, const std::string& wire) {
   if (!agreed) return;
   if (job.leader) {
     std::error_code ec;
-    fs::remove_all(job.tmp, ec);
+    tessera::util::remove_tree(job.tmp, ec);
     if (job.latest_file) fs::remove(latest_tmp_path(job.root), ec);
   }
   throw CollectiveError(agreed->kind, agreed->message);

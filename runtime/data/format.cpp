@@ -11,6 +11,7 @@
 #include "runtime/data/records.h"
 #include "runtime/data/token_file.h"
 #include "runtime/error.h"
+#include "util/file_tree.h"
 #include "util/json.h"
 
 namespace tessera::data {
@@ -232,18 +233,8 @@ Verdict classify(const std::string& path, DataFormat forced) {
 // The regular files under `dir` whose names do not start with '.', in sorted path order.
 std::vector<std::string> walk(const std::string& dir) {
   std::error_code ec;
-  std::vector<std::string> files;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] == '.') {
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file()) files.push_back(it->path().string());
-  }
+  std::vector<std::string> files = util::files_below(dir, ec);
   if (ec) throw TESSERA_INPUT_ERROR("cannot list data directory " + dir + ": " + ec.message());
-  std::sort(files.begin(), files.end());
   return files;
 }
 

@@ -21,6 +21,7 @@
 
 #include "model/errors.h"
 #include "runtime/error.h"
+#include "util/file_tree.h"
 
 namespace tessera::fuzz {
 
@@ -58,13 +59,13 @@ class Scratch {
   }
   ~Scratch() {
     std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
+    tessera::util::remove_tree(dir_, ec);
   }
   const std::string& dir() const { return dir_; }
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
   // Empties the directory (a previous input's files must not leak into this one).
   void clear() const {
-    for (const auto& e : std::filesystem::directory_iterator(dir_)) std::filesystem::remove_all(e.path());
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) tessera::util::remove_tree(e.path());
   }
   std::string write(const std::string& name, const std::string& bytes) const {
     const std::string p = path(name);

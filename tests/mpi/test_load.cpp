@@ -21,6 +21,7 @@
 #include "runtime/fsdp/loader.h"
 #include "runtime/memory/tracker.h"
 #include "tests/support/test_support.h"
+#include "util/file_tree.h"
 
 namespace test_load {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
@@ -58,7 +59,7 @@ std::string write_checkpoint(const std::string& tag, const model::ModelConfig& c
     d = "/tmp/tessera-load-test-" + tag + "-" + std::to_string(getpid());
     model::write_safetensors_dir(d, cfg, model::hf_tensor_specs(cfg), dtype, max_shard_bytes,
                                  [](const model::TensorSpec& s) { return model::init_tensor(s, 77); });
-    if (written.empty()) std::atexit([] { for (const auto& w : written) fs::remove_all(w); });
+    if (written.empty()) std::atexit([] { for (const auto& w : written) tessera::util::remove_tree(w); });
     written.push_back(d);
   }
   return world().broadcast_string(d, 0);

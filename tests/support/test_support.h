@@ -28,6 +28,7 @@
 #include "model/config.h"
 #include "model/errors.h"
 #include "runtime/error.h"
+#include "util/file_tree.h"
 
 namespace tessera::test {
 
@@ -66,7 +67,7 @@ class TempDir {
   }
   ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
+    tessera::util::remove_tree(dir_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -105,4 +105,12 @@ done < <(grep -rhoE --with-filename '#include "(util|model|runtime|tools|launche
 sort -u "$T/edges" -o "$T/edges"
 if ! tsort "$T/edges" > /dev/null 2> "$T/loop"; then echo "folders include each other:"; cat "$T/loop"; fi
 check "no include cycle between folders ($(wc -l < "$T/edges") folder edges)" test ! -s "$T/loop" -a "$(wc -l < "$T/edges")" -ge 20
+# Directory trees are removed and walked through util/file_tree.h alone: std::filesystem::remove_all
+# and recursive_directory_iterator bind to the copies a LibTorch wheel >= 2.5 exports
+# (pytorch/pytorch#133437) and crash there. Every C++ file of the tree, tests included.
+users=$(grep -rnE 'remove_all[(]|recursive_directory_iterator' "$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/tools" \
+          "$SRC/model" "$SRC/benchmarks" "$SRC/util" "$SRC/tests" --include='*.cpp' --include='*.h' --include='*.cc' |
+        grep -v "^$SRC/util/file_tree\.h:" || true)
+[ -z "$users" ] || echo "uses std::filesystem's tree functions: $users"
+check "trees are removed and walked by util/file_tree.h alone" test -z "$users"
 echo "$pass passed, 0 failed"

@@ -10,6 +10,7 @@
 
 #include "launcher/cmd_ckpt.h"
 #include "runtime/checkpoint/crc32c.h"
+#include "util/file_tree.h"
 
 namespace test_checkpoint {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
@@ -23,8 +24,9 @@ using CheckpointTest = CheckpointDirTest;
 // Snapshot of every file under a directory (name -> bytes).
 std::map<std::string, std::string> snapshot(const std::string& d) {
   std::map<std::string, std::string> m;
-  for (const auto& e : fs::recursive_directory_iterator(d))
-    if (e.is_regular_file()) m[e.path().string()] = read_file(e.path().string());
+  std::error_code ec;
+  for (const auto& path : tessera::util::files_below(d, ec, /*skip_hidden=*/false)) m[path] = read_file(path);
+  EXPECT_FALSE(ec) << d << ": " << ec.message();
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include "tests/unit/test_checkpoint_util.h"
 
 #include "runtime/checkpoint/io.h"
+#include "util/file_tree.h"
 
 #include <sys/mount.h>
 #include <unistd.h>
@@ -27,7 +28,7 @@ class CheckpointFaults : public ::testing::Test {
   }
   void TearDown() override {
     if (mounted) ::umount2(mounted_at.c_str(), MNT_DETACH);
-    fs::remove_all(dir);
+    tessera::util::remove_tree(dir);
   }
   std::string save_steps(const std::string& root, const std::vector<int64_t>& steps, int keep = 5) {
     auto e = make_engine(self_groups());
@@ -152,7 +153,7 @@ TEST_F(CheckpointFaults, FullDiskDuringSaveNamesPathAndBytesAndKeepsThePrevious)
   EXPECT_FALSE(fs::exists(root + "/step-2.tmp"));
   EXPECT_FALSE(fs::exists(root + "/step-2"));
   // Room again (the previous one pruned by hand): the same save succeeds.
-  fs::remove_all(first);
+  tessera::util::remove_tree(first);
   EXPECT_EQ(Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)).dir, root + "/step-2");
 }
 

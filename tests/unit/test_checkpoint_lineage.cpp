@@ -3,6 +3,7 @@
 // must resume from step-1 (before its first save) or from its own saves (after), never from the
 // stale step-3; the stale checkpoints are retired (moved, intact), not deleted.
 #include "tests/unit/test_checkpoint_util.h"
+#include "util/file_tree.h"
 
 namespace test_checkpoint_lineage {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
@@ -93,14 +94,14 @@ TEST_F(LineageTest, ResumedFromAnotherDirectoryAndFallbacks) {
   EXPECT_EQ(seed_of(dir + "/root/retired/step-9"), 109);
 
   // A pointer naming something that is gone falls back to the highest complete step.
-  fs::remove_all(dir + "/root/step-5");
+  tessera::util::remove_tree(dir + "/root/step-5");
   Checkpointer plain(dir + "/root", {5, false}, self_groups());
   save(plain, 3, 203);  // no lineage: writes the pointer, retires nothing
-  fs::remove_all(dir + "/root/step-3");
+  tessera::util::remove_tree(dir + "/root/step-3");
   fs::create_directories(dir + "/root/step-7");  // incomplete: never chosen
   EXPECT_EQ(latest(dir + "/root"), "");
   save(plain, 6, 206);
-  fs::remove_all(dir + "/root/step-6");
+  tessera::util::remove_tree(dir + "/root/step-6");
   save(plain, 2, 202);
   save(plain, 8, 208);
   fs::remove(dir + "/root/latest");

@@ -17,6 +17,7 @@
 #include "runtime/comm/flight_recorder.h"
 #include "tools/flight_report.h"
 #include "runtime/error.h"
+#include "util/file_tree.h"
 
 namespace test_flight {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
@@ -176,7 +177,7 @@ TEST(FlightRecorder, DumpWritesOneValidRecordThatTheReportReads) {
   ASSERT_EQ(dumps.records.size(), 1u);
   EXPECT_EQ(flight::diagnose(dumps).lines.size() >= 2, true);
   flight::set_dump_dir("", "", 1);
-  fs::remove_all(dir);
+  tessera::util::remove_tree(dir);
 }
 
 // Death tests: a forked child process installs the handlers, records, and dies; the parent reads
@@ -205,7 +206,7 @@ TEST(FlightRecorderDeathTest, FatalSignalDumpsThenDiesOfTheSignalWithoutCore) {
   for (const auto& g : j["groups"])
     if (g["name"] == "world" && g["entries"].size() == 1 && g["entries"][0]["op"] == "reduce_scatter") found = true;
   EXPECT_TRUE(found) << j.dump();
-  fs::remove_all(dir);
+  tessera::util::remove_tree(dir);
 }
 
 TEST(FlightRecorderDeathTest, SigtermDumpIsWeakAndChainsToThePreviousHandler) {
@@ -234,7 +235,7 @@ TEST(FlightRecorderDeathTest, SigtermDumpIsWeakAndChainsToThePreviousHandler) {
   json j = read_json(dir + "/rank-1.json");
   EXPECT_EQ(j["reason"], "timeout");
   EXPECT_EQ(j["run_id"], "run-4");
-  fs::remove_all(dir);
+  tessera::util::remove_tree(dir);
 }
 
 TEST(FlightReport, NamesTheRankThatNeverJoinedAndTheOneBehind) {
@@ -289,7 +290,7 @@ TEST(FlightRecorderDeathTest, AStopIsCountedAndASigcontAloneIsNot) {
   EXPECT_EQ(j["stops"], 1);
   EXPECT_GE(j["stop_ns"].get<int64_t>(), 2500000000LL);
   EXPECT_GT(j["stop_end_ns"].get<int64_t>(), 0);
-  fs::remove_all(dir);
+  tessera::util::remove_tree(dir);
 }
 
 TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
@@ -413,7 +414,7 @@ TEST(FlightReport, DesyncAndInSyncAndOlderRuns) {
   EXPECT_FALSE(dx.pending);
   EXPECT_EQ(dx.summary, "no pending collective and no desync in the records");
   EXPECT_THROW(flight::read_dumps(dir + "/missing"), tessera::Error);
-  fs::remove_all(dir);
+  tessera::util::remove_tree(dir);
 }
 
 }  // namespace test_flight

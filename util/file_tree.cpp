@@ -1,0 +1,155 @@
+#include "util/file_tree.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <utility>
+
+namespace tessera::util {
+namespace {
+
+constexpr std::uintmax_t kFailed = static_cast<std::uintmax_t>(-1);
+
+std::error_code last_error() { return std::error_code(errno, std::generic_category()); }
+
+// The names in the directory open at `fd` (taken over and closed), less "." and "..".
+bool list_names(int fd, std::vector<std::string>& names, std::error_code& ec) {
+  DIR* d = fdopendir(fd);
+  if (!d) {
+    ec = last_error();
+    close(fd);
+    return false;
+  }
+  errno = 0;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+    errno = 0;
+  }
+  if (errno) ec = last_error();
+  closedir(d);
+  return !ec;
+}
+
+// Removes everything inside the directory `name` of `parent` (open at `parent_fd`), then it.
+std::uintmax_t remove_below(int parent_fd, const std::string& name, std::error_code& ec) {
+  const int fd = openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    ec = last_error();
+    return kFailed;
+  }
+  std::vector<std::string> names;
+  const int keep = dup(fd);  // fdopendir takes fd over; the entries are removed relative to `keep`
+  if (keep < 0) {
+    ec = last_error();
+    close(fd);
+    return kFailed;
+  }
+  if (!list_names(fd, names, ec)) {
+    close(keep);
+    return kFailed;
+  }
+  std::uintmax_t count = 0;
+  for (const auto& n : names) {
+    struct stat st {};
+    if (fstatat(keep, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;  // gone meanwhile
+      ec = last_error();
+      break;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      const std::uintmax_t below = remove_below(keep, n, ec);
+      if (below == kFailed) break;
+      count += below;
+    } else if (unlinkat(keep, n.c_str(), 0) == 0) {
+      ++count;
+    } else if (errno != ENOENT) {
+      ec = last_error();
+      break;
+    }
+  }
+  close(keep);
+  if (ec) return kFailed;
+  if (unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) != 0) {
+    ec = last_error();
+    return kFailed;
+  }
+  return count + 1;
+}
+
+struct Walk {
+  std::vector<std::string> files;
+  std::vector<std::pair<dev_t, ino_t>> open_dirs;  // the directories being walked (symlink loops)
+  bool skip_hidden = true;
+};
+
+void walk(const std::string& dir, Walk& w, std::error_code& ec) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct stat self {};
+  if (fd < 0 || fstat(fd, &self) != 0) {
+    ec = last_error();
+    if (fd >= 0) close(fd);
+    return;
+  }
+  const std::pair<dev_t, ino_t> id{self.st_dev, self.st_ino};
+  if (std::find(w.open_dirs.begin(), w.open_dirs.end(), id) != w.open_dirs.end()) {
+    close(fd);
+    return;
+  }
+  std::vector<std::string> names;
+  if (!list_names(fd, names, ec)) return;
+  w.open_dirs.push_back(id);
+  for (const auto& n : names) {
+    if (w.skip_hidden && n[0] == '.') continue;
+    const std::string path = dir + (dir.empty() || dir.back() != '/' ? "/" : "") + n;
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) continue;  // a dangling link is no file
+    if (S_ISDIR(st.st_mode))
+      walk(path, w, ec);
+    else if (S_ISREG(st.st_mode))
+      w.files.push_back(path);
+    if (ec) break;
+  }
+  w.open_dirs.pop_back();
+}
+
+}  // namespace
+
+std::uintmax_t remove_tree(const std::string& path, std::error_code& ec) {
+  ec.clear();
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return 0;
+    ec = last_error();
+    return kFailed;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (unlink(path.c_str()) == 0) return 1;
+    ec = last_error();
+    return kFailed;
+  }
+  return remove_below(AT_FDCWD, path, ec);
+}
+
+std::uintmax_t remove_tree(const std::string& path) {
+  std::error_code ec;
+  const std::uintmax_t n = remove_tree(path, ec);
+  if (ec) throw std::filesystem::filesystem_error("cannot remove", path, ec);
+  return n;
+}
+
+std::vector<std::string> files_below(const std::string& dir, std::error_code& ec, bool skip_hidden) {
+  ec.clear();
+  Walk w;
+  w.skip_hidden = skip_hidden;
+  walk(dir, w, ec);
+  std::sort(w.files.begin(), w.files.end());
+  return w.files;
+}
+
+}  // namespace tessera::util
