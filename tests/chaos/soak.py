@@ -26,7 +26,10 @@ Checks at the end: the job COMPLETED; every fault ended a run and was followed b
 masters, moments (every rank file) and data position, step and optimizer state equal an uninterrupted
 run's byte for byte (with a world-size change: equal the same resharding done by hand, and the loss
 within LOSS_TOLERANCE of the uninterrupted run); every checkpoint still on disk verifies except the
-ones corrupted on purpose (which must fail).
+ones corrupted on purpose (which must fail); every fault but corrupt resumed from the newest checkpoint
+complete before it (or a newer one) and lost at most checkpoint.every steps, 2 x checkpoint.every when
+the run saved asynchronously (runs alternate sync and async saves: a fault while an async save is
+written loses that checkpoint too).
 """
 import argparse, json, os, random, re, shutil, signal, subprocess, sys, threading, time
 
@@ -161,7 +164,7 @@ class Soak:
     def on_line(self, line, now):
         if m := re.match(r"tessera: job \d+ run (\d+) on (\S+)", line):
             self.runs.append({"n": int(m.group(1)), "nodes": m.group(2), "t_start": now, "start": 0, "last": 0,
-                              "W": 0, "ckpt_W": 0, "lines": [], "losses": {}, "rc": None})
+                              "W": 0, "ckpt_W": 0, "lines": [], "losses": {}, "rc": None, "async": self.async_next})
             return
         if not self.runs:
             return
@@ -401,6 +404,7 @@ class Soak:
         self.wait(f"step {target}", lambda: self.step() >= min(target, self.steps - 1) or run["rc"] is not None, 300)
         if self.step() >= self.steps - 1 or run["rc"] is not None:
             return self.ended_early(n, run)
+        committed = self.latest_step()  # the newest checkpoint complete before the fault
         how = self.inject(kind, n)  # (corrupt waits for a newer checkpoint first, and may find the run ended)
         if how is None:
             return self.ended_early(n, run)
@@ -424,8 +428,17 @@ class Soak:
         self.faults.append({"n": n + 1, "kind": kind + note, "step": at, "how": ended_how(kind, run, self.runs),
                             "end_s": t_end - t0, "resume_s": new_t - t_end, "start_to_step_s": new_t - new["t_start"],
                             "lost": 0 if "complete_t" in new else max(last - new["start"], 0), "W": new["W"],
-                            "restarts": len(self.runs) - self.runs.index(run) - 1})
+                            "restarts": len(self.runs) - self.runs.index(run) - 1, "async": run["async"],
+                            "committed": committed, "resumed": new["start"], "complete": "complete_t" in new})
         return "end" if "complete_t" in new and n + 1 < self.a.faults else "done"
+
+    def latest_step(self):
+        """The step of the checkpoint `latest` names (0 when there is none yet)."""
+        try:
+            m = re.match(r"step-(\d+)$", open(f"{self.ck}/latest").read().strip())
+        except OSError:
+            return 0
+        return int(m.group(1)) if m else 0
 
     def toggle_async(self):
         self.async_next = not self.async_next  # the next run saves the other way (sync / async)
@@ -585,9 +598,21 @@ class Report(Soak):
         if state != "COMPLETED":
             problems.append(f"job ended {state}")
         survived = sum(1 for f in self.faults if f["lost"] <= 2 * self.a.every)
+        # The loss bound: a fault loses at most the steps since the newest complete checkpoint, and the
+        # run resumes from that one (or a newer one). A synchronous save is complete when its step
+        # ends: at most checkpoint.every steps. An asynchronous one is written while the next steps
+        # train (the save after it waits for it), so a fault during the write loses that checkpoint
+        # too: at most 2 x checkpoint.every. (corrupt damages the newest on purpose: not bound.)
         for f in self.faults:
-            if f["kind"].split(" ")[0] != "corrupt" and f["lost"] > self.a.every:
-                problems.append(f"fault {f['n']} ({f['kind']}) lost {f['lost']} steps, more than checkpoint.every")
+            if f["kind"].split(" ")[0] == "corrupt":
+                continue
+            bound = self.a.every * (2 if f["async"] else 1)
+            if f["lost"] > bound:
+                problems.append(f"fault {f['n']} ({f['kind']}) lost {f['lost']} steps, more than "
+                                f"{'2 x ' if f['async'] else ''}checkpoint.every ({'async' if f['async'] else 'sync'} saves)")
+            if not f["complete"] and f["resumed"] < f["committed"]:
+                problems.append(f"fault {f['n']} ({f['kind']}) resumed from step {f['resumed']}, older than step-"
+                                f"{f['committed']}, complete before the fault")
         final = f"{self.ck}/step-{self.steps}"
         segments = lineage_segments(self.runs, self.steps)
         print(f"\nfaults survived: {len(self.faults)} of {self.a.faults} injected ({survived} within the loss bound); "
