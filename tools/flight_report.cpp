@@ -233,10 +233,22 @@ bool stopped_after(const Member& m, const json* done, int64_t deadline_real) {
   return stop_end > end && realtime_of(*m.record, began) <= deadline_real;
 }
 
+// True when m's record shows a stop that ended after it issued `it` (its enqueue_ns: it was issued,
+// so the stop began after that) and before it completed it (end_ns), beginning before
+// `deadline_real`: it completed the collective only once it ran again, after its peers' timeout
+// (seen in a run of mpi.flight_stall: stopped between enqueueing an all_gather and starting it).
+bool stopped_in_it(const Member& m, const json* it, int64_t deadline_real) {
+  if (!it || num(*m.record, "stops") <= 0) return false;
+  const int64_t enq = num(*it, "enqueue_ns"), end = num(*it, "end_ns"), stop_end = num(*m.record, "stop_end_ns");
+  const int64_t began = std::max(stop_end - num(*m.record, "stop_ns"), enq);
+  return stop_end > enq && end >= stop_end && realtime_of(*m.record, began) <= deadline_real;
+}
+
 // A member that completed the pending collective: done; behind when it issued it later than the
 // timeout after the first member (e.g. stopped before it, and caught up only when it ran again, once
-// the first member had already timed out: its peers' data was buffered for small messages); or
-// stopped right after it, before the first member's timeout.
+// the first member had already timed out: its peers' data was buffered for small messages); stopped
+// in it, completing it only when it ran again; or stopped right after it, before the first member's
+// timeout.
 void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std::set<int>& behind) {
   auto it = m.entries.find(p.stuck);
   const bool in_next = m.entries.count(lc + 1) > 0;
@@ -255,6 +267,16 @@ void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std:
     return;
   }
   const int64_t deadline = timeout_ns > 0 ? p.t_real + timeout_ns : INT64_MAX;
+  if (stopped_in_it(m, it != m.entries.end() ? it->second : nullptr, deadline)) {
+    char text[240];
+    std::snprintf(text, sizeof(text),
+                  "rank %d was stopped for %.1f s while in it (did not run: SIGSTOP or frozen), and completed it "
+                  "only when it ran again%s",
+                  rank, num(*m.record, "stop_ns") / 1e9, then.c_str());
+    p.not_running.push_back(text);
+    behind.insert(rank);
+    return;
+  }
   if (stopped_after(m, it != m.entries.end() ? it->second : nullptr, deadline)) {
     // A sender can complete on its side while its last fragment (e.g. the rendezvous' completion
     // message over TCP) is still queued in its own process: a stop then holds the others up.
