@@ -251,45 +251,38 @@ bool stopped_in_it(const Member& m, const json* it, int64_t deadline_real) {
 // timeout.
 void classify_completed(const Member& m, int rank, uint64_t lc, Pending& p, std::set<int>& behind) {
   auto it = m.entries.find(p.stuck);
+  const json* entry = it != m.entries.end() ? it->second : nullptr;
   const bool in_next = m.entries.count(lc + 1) > 0;
   const std::string next = "#" + std::to_string(lc + 1);
   const std::string then = in_next ? " (then in " + next + ")" : "", stopped_in = in_next ? " in " + next : "";
   const int64_t timeout_ns = num(*m.record, "timeout_ms") * 1000000;
-  const int64_t late = it != m.entries.end() ? realtime_of(*m.record, num(*it->second, "enqueue_ns")) - p.t_real : 0;
-  if (timeout_ns > 0 && late > timeout_ns) {
-    char text[240];
+  const int64_t late = entry ? realtime_of(*m.record, num(*entry, "enqueue_ns")) - p.t_real : 0;
+  const int64_t deadline = timeout_ns > 0 ? p.t_real + timeout_ns : INT64_MAX;
+  const double stop_s = num(*m.record, "stop_ns") / 1e9;
+  char text[240] = {0};
+  if (timeout_ns > 0 && late > timeout_ns)
     std::snprintf(text, sizeof(text),
                   "rank %d issued it %.1f s after rank %d, later than the timeout (%g s): behind, and completed it "
                   "when it ran again%s",
                   rank, late / 1e9, p.first_rank, timeout_ns / 1e9, then.c_str());
-    p.not_running.push_back(text);
-    behind.insert(rank);
-    return;
-  }
-  const int64_t deadline = timeout_ns > 0 ? p.t_real + timeout_ns : INT64_MAX;
-  if (stopped_in_it(m, it != m.entries.end() ? it->second : nullptr, deadline)) {
-    char text[240];
+  else if (stopped_in_it(m, entry, deadline))
     std::snprintf(text, sizeof(text),
                   "rank %d was stopped for %.1f s while in it (did not run: SIGSTOP or frozen), and completed it "
                   "only when it ran again%s",
-                  rank, num(*m.record, "stop_ns") / 1e9, then.c_str());
-    p.not_running.push_back(text);
-    behind.insert(rank);
-    return;
-  }
-  if (stopped_after(m, it != m.entries.end() ? it->second : nullptr, deadline)) {
+                  rank, stop_s, then.c_str());
+  else if (stopped_after(m, entry, deadline))
     // A sender can complete on its side while its last fragment (e.g. the rendezvous' completion
     // message over TCP) is still queued in its own process: a stop then holds the others up.
-    char text[240];
     std::snprintf(text, sizeof(text),
                   "rank %d completed it on its side, then was stopped for %.1f s (did not run: SIGSTOP or "
                   "frozen)%s: the rest of its part may never have left it",
-                  rank, num(*m.record, "stop_ns") / 1e9, stopped_in.c_str());
-    p.not_running.push_back(text);
-    behind.insert(rank);
+                  rank, stop_s, stopped_in.c_str());
+  if (!text[0]) {
+    p.done_text.push_back("rank " + std::to_string(rank) + " completed it" + then);
     return;
   }
-  p.done_text.push_back("rank " + std::to_string(rank) + " completed it" + then);
+  p.not_running.push_back(text);
+  behind.insert(rank);
 }
 
 // A member in the pending collective: stopped (did not run for seconds) since it issued it; issued it

@@ -361,19 +361,19 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1]["stops"] = 1;
   d.records[1]["stop_ns"] = 11000000000LL;
   d.records[1]["stop_end_ns"] = 12000000000LL;  // began at 1 s, after #5 ended
-  const flight::Diagnosis stopped_after = flight::diagnose(d);
-  EXPECT_EQ(stopped_after.behind, std::vector<int>({1}));
-  EXPECT_NE(stopped_after.summary.find("did not complete: rank 1 completed it on its side, then was stopped for 11.0 s "
-                                       "(did not run: SIGSTOP or frozen) in #6: the rest of its part may never have "
-                                       "left it; rank 0 timed out waiting in it"),
-            std::string::npos)
-      << stopped_after.summary;
+  // Rank 1 alone is behind, and the summary says `says`.
+  auto rank1_behind = [&d](const std::string& says) {
+    const flight::Diagnosis dx = flight::diagnose(d);
+    EXPECT_EQ(dx.behind, std::vector<int>({1}));
+    EXPECT_NE(dx.summary.find(says), std::string::npos) << dx.summary;
+  };
+  rank1_behind("did not complete: rank 1 completed it on its side, then was stopped for 11.0 s (did not run: SIGSTOP or "
+               "frozen) in #6: the rest of its part may never have left it; rank 0 timed out waiting in it");
   // Its last heartbeat before the stop came 50 ms before #5 ended on its side (the recorded stop
   // starts at that beat): it ran when it stamped #5's end, so the stop still came after #5 (seen in
   // a run of mpi.flight_stall on a busy host).
   d.records[1]["groups"][0]["entries"][1]["end_ns"] = 1050000000LL;
-  EXPECT_NE(flight::diagnose(d).summary.find("rank 1 completed it on its side, then was stopped for 11.0 s"),
-            std::string::npos) << flight::diagnose(d).summary;
+  rank1_behind("rank 1 completed it on its side, then was stopped for 11.0 s");
   // Stopped after it issued #5 (enqueue_ns 1005) and before it started it; it completed #5 only once
   // it ran again, 12 s later, and was in #6 when it was ended (seen in a run of mpi.flight_stall: the
   // stop caught rank 1 between enqueueing an all_gather and its communication thread starting it).
@@ -381,13 +381,8 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1]["stop_ns"] = 11999990000LL;  // began at 10 us (a heartbeat before the stop)
   d.records[1]["groups"][0]["entries"][1]["start_ns"] = 12000000100LL;
   d.records[1]["groups"][0]["entries"][1]["end_ns"] = 12000000400LL;
-  const flight::Diagnosis stopped_in = flight::diagnose(d);
-  EXPECT_EQ(stopped_in.behind, std::vector<int>({1}));
-  EXPECT_NE(stopped_in.summary.find("did not complete: rank 1 was stopped for 12.0 s while in it (did not run: SIGSTOP "
-                                    "or frozen), and completed it only when it ran again (then in #6); rank 0 timed "
-                                    "out waiting in it"),
-            std::string::npos)
-      << stopped_in.summary;
+  rank1_behind("did not complete: rank 1 was stopped for 12.0 s while in it (did not run: SIGSTOP or frozen), and "
+               "completed it only when it ran again (then in #6); rank 0 timed out waiting in it");
   d.records[1]["stop_ns"] = 11000000000LL;
   d.records[1]["groups"][0]["entries"][1]["start_ns"] = 0;
   d.records[1]["groups"][0]["entries"][1]["end_ns"] = 0;
