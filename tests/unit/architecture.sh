@@ -113,4 +113,12 @@ users=$(grep -rnE 'remove_all[(]|recursive_directory_iterator' "$SRC/app" "$SRC/
         grep -v "^$SRC/util/file_tree\.h:" || true)
 [ -z "$users" ] || echo "uses std::filesystem's tree functions: $users"
 check "trees are removed and walked by util/file_tree.h alone" test -z "$users"
+# LibTorch 2.11's ATen/ATen.h no longer brings at::NoGradGuard (found on an H200 with pip torch
+# 2.11; 2.6's headers, which torch26_syntax compiles against, still do): a file that names ATen's
+# grad-mode guards includes their header itself (or torch/torch.h, which does).
+missing=$(grep -rlE 'at::(NoGradGuard|AutoGradMode|GradMode)\b' "$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/tools" \
+            "$SRC/model" "$SRC/benchmarks" "$SRC/util" "$SRC/tests" --include='*.cpp' --include='*.h' |
+          xargs -r grep -LE '#include <(ATen/core/grad_mode\.h|torch/torch\.h)>' || true)
+[ -z "$missing" ] || echo "names at::NoGradGuard/AutoGradMode/GradMode without ATen/core/grad_mode.h: $missing"
+check "ATen's grad-mode guards come with their header" test -z "$missing"
 echo "$pass passed, 0 failed"
