@@ -17,64 +17,64 @@ constexpr std::uintmax_t kFailed = static_cast<std::uintmax_t>(-1);
 
 std::error_code last_error() { return std::error_code(errno, std::generic_category()); }
 
-// The names in the directory open at `fd` (taken over and closed), less "." and "..".
-bool list_names(int fd, std::vector<std::string>& names, std::error_code& ec) {
-  DIR* d = fdopendir(fd);
-  if (!d) {
-    ec = last_error();
-    close(fd);
-    return false;
+// A directory opened at `parent_fd` / `name` (AT_FDCWD: a path), closed when it goes.
+class OpenDir {
+ public:
+  OpenDir(int parent_fd, const std::string& name, int flags, std::error_code& ec) {
+    const int fd = openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | flags);
+    if (fd >= 0) d_ = fdopendir(fd);
+    if (!d_) {
+      ec = last_error();
+      if (fd >= 0) close(fd);
+    }
   }
-  errno = 0;
-  while (const dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
+  ~OpenDir() {
+    if (d_) closedir(d_);
+  }
+  OpenDir(const OpenDir&) = delete;
+  OpenDir& operator=(const OpenDir&) = delete;
+  explicit operator bool() const { return d_ != nullptr; }
+  int fd() const { return dirfd(d_); }
+  // Its entries' names, less "." and ".."; false on a read error (ec set).
+  bool names(std::vector<std::string>& out, std::error_code& ec) {
     errno = 0;
+    while (const dirent* e = readdir(d_)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") out.push_back(name);
+      errno = 0;
+    }
+    if (errno) ec = last_error();
+    return !ec;
   }
-  if (errno) ec = last_error();
-  closedir(d);
-  return !ec;
-}
+
+ private:
+  DIR* d_ = nullptr;
+};
 
 // Removes everything inside the directory `name` of `parent` (open at `parent_fd`), then it.
 std::uintmax_t remove_below(int parent_fd, const std::string& name, std::error_code& ec) {
-  const int fd = openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    ec = last_error();
-    return kFailed;
-  }
+  OpenDir dir(parent_fd, name, O_NOFOLLOW, ec);
   std::vector<std::string> names;
-  const int keep = dup(fd);  // fdopendir takes fd over; the entries are removed relative to `keep`
-  if (keep < 0) {
-    ec = last_error();
-    close(fd);
-    return kFailed;
-  }
-  if (!list_names(fd, names, ec)) {
-    close(keep);
-    return kFailed;
-  }
+  if (!dir || !dir.names(names, ec)) return kFailed;
   std::uintmax_t count = 0;
   for (const auto& n : names) {
     struct stat st {};
-    if (fstatat(keep, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(dir.fd(), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // gone meanwhile
       ec = last_error();
-      break;
+      return kFailed;
     }
     if (S_ISDIR(st.st_mode)) {
-      const std::uintmax_t below = remove_below(keep, n, ec);
-      if (below == kFailed) break;
+      const std::uintmax_t below = remove_below(dir.fd(), n, ec);
+      if (below == kFailed) return kFailed;
       count += below;
-    } else if (unlinkat(keep, n.c_str(), 0) == 0) {
+    } else if (unlinkat(dir.fd(), n.c_str(), 0) == 0) {
       ++count;
     } else if (errno != ENOENT) {
       ec = last_error();
-      break;
+      return kFailed;
     }
   }
-  close(keep);
-  if (ec) return kFailed;
   if (unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) != 0) {
     ec = last_error();
     return kFailed;
@@ -89,20 +89,17 @@ struct Walk {
 };
 
 void walk(const std::string& dir, Walk& w, std::error_code& ec) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  OpenDir d(AT_FDCWD, dir, 0, ec);
+  if (!d) return;
   struct stat self {};
-  if (fd < 0 || fstat(fd, &self) != 0) {
+  if (fstat(d.fd(), &self) != 0) {
     ec = last_error();
-    if (fd >= 0) close(fd);
     return;
   }
   const std::pair<dev_t, ino_t> id{self.st_dev, self.st_ino};
-  if (std::find(w.open_dirs.begin(), w.open_dirs.end(), id) != w.open_dirs.end()) {
-    close(fd);
-    return;
-  }
+  if (std::find(w.open_dirs.begin(), w.open_dirs.end(), id) != w.open_dirs.end()) return;
   std::vector<std::string> names;
-  if (!list_names(fd, names, ec)) return;
+  if (!d.names(names, ec)) return;
   w.open_dirs.push_back(id);
   for (const auto& n : names) {
     if (w.skip_hidden && n[0] == '.') continue;

@@ -105,19 +105,19 @@ done < <(grep -rhoE --with-filename '#include "(util|model|runtime|tools|launche
 sort -u "$T/edges" -o "$T/edges"
 if ! tsort "$T/edges" > /dev/null 2> "$T/loop"; then echo "folders include each other:"; cat "$T/loop"; fi
 check "no include cycle between folders ($(wc -l < "$T/edges") folder edges)" test ! -s "$T/loop" -a "$(wc -l < "$T/edges")" -ge 20
+# Every folder of C++ code, tests included, for the checks below.
+code_dirs=("$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util" "$SRC/tests")
 # Directory trees are removed and walked through util/file_tree.h alone: std::filesystem::remove_all
 # and recursive_directory_iterator bind to the copies a LibTorch wheel >= 2.5 exports
-# (pytorch/pytorch#133437) and crash there. Every C++ file of the tree, tests included.
-users=$(grep -rnE 'remove_all[(]|recursive_directory_iterator' "$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/tools" \
-          "$SRC/model" "$SRC/benchmarks" "$SRC/util" "$SRC/tests" --include='*.cpp' --include='*.h' --include='*.cc' |
+# (pytorch/pytorch#133437) and crash there.
+users=$(grep -rnE 'remove_all[(]|recursive_directory_iterator' "${code_dirs[@]}" --include='*.cpp' --include='*.h' --include='*.cc' |
         grep -v "^$SRC/util/file_tree\.h:" || true)
 [ -z "$users" ] || echo "uses std::filesystem's tree functions: $users"
 check "trees are removed and walked by util/file_tree.h alone" test -z "$users"
 # LibTorch 2.11's ATen/ATen.h no longer brings at::NoGradGuard (found on an H200 with pip torch
 # 2.11; 2.6's headers, which torch26_syntax compiles against, still do): a file that names ATen's
 # grad-mode guards includes their header itself (or torch/torch.h, which does).
-missing=$(grep -rlE 'at::(NoGradGuard|AutoGradMode|GradMode)\b' "$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/tools" \
-            "$SRC/model" "$SRC/benchmarks" "$SRC/util" "$SRC/tests" --include='*.cpp' --include='*.h' |
+missing=$(grep -rlE 'at::(NoGradGuard|AutoGradMode|GradMode)\b' "${code_dirs[@]}" --include='*.cpp' --include='*.h' |
           xargs -r grep -LE '#include <(ATen/core/grad_mode\.h|torch/torch\.h)>' || true)
 [ -z "$missing" ] || echo "names at::NoGradGuard/AutoGradMode/GradMode without ATen/core/grad_mode.h: $missing"
 check "ATen's grad-mode guards come with their header" test -z "$missing"
