@@ -21,11 +21,11 @@ expect_stop() {
      && [ ! -e "$T/ckpt" ] && [ ! -e "$T/log/metrics.jsonl" ]; then pass=$((pass+1))
   else fail=$((fail+1)); echo "FAIL $name: rc=$rc lines=$lines"; cat "$T/err"; fi
 }
-# small at 2 ranks needs ~2 x 520 MiB on this node; just under that, bf16 optimizer state or more
+# small at 2 ranks needs ~2 x 474 MiB on this node (947 MiB); just under that, bf16 optimizer state or more
 # ranks would fit (the message must say so).
 expect_stop flag "limit from --host-mem 950MB" "${MPIRUN[@]}" -np 2 "$BIN" train --config "$T/run.json" --host-mem 950MB
-expect_stop slurm-per-node "limit from SLURM_MEM_PER_NODE=950" "${MPIRUN[@]}" -x SLURM_MEM_PER_NODE=950 -np 2 "$BIN" train --config "$T/run.json"
-expect_stop slurm-per-cpu "SLURM_MEM_PER_CPU=240 x SLURM_CPUS_ON_NODE=4" "${MPIRUN[@]}" -x SLURM_MEM_PER_CPU=240 -x SLURM_CPUS_ON_NODE=4 -np 2 "$BIN" train --config "$T/run.json"
+expect_stop slurm-per-node "limit from SLURM_MEM_PER_NODE=900" "${MPIRUN[@]}" -x SLURM_MEM_PER_NODE=900 -np 2 "$BIN" train --config "$T/run.json"
+expect_stop slurm-per-cpu "SLURM_MEM_PER_CPU=225 x SLURM_CPUS_ON_NODE=4" "${MPIRUN[@]}" -x SLURM_MEM_PER_CPU=225 -x SLURM_CPUS_ON_NODE=4 -np 2 "$BIN" train --config "$T/run.json"
 # With room for it, the same run trains.
 if timeout 300 "${MPIRUN[@]}" -x SLURM_MEM_PER_NODE=8000 -np 2 "$BIN" train --config "$T/run.json" > "$T/out" 2>&1 && [ -s "$T/log/metrics.jsonl" ]; then
   pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL run with room"; tail -5 "$T/out"; fi
