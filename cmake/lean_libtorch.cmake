@@ -2,15 +2,17 @@
 # top CMakeLists.txt after find_package(Torch)).
 #
 # Debian's libtorch_cpu.so.1.13 names OpenCV, FFmpeg, LevelDB, LMDB, ZeroMQ and OpenCL among its
-# DT_NEEDED entries and uses none of them; they bring 248 more libraries, and every process that
-# loads LibTorch spends ~0.19 of its ~0.45 CPU-seconds of start-up loading, relocating and
+# DT_NEEDED entries and uses none of them; they bring 246 more libraries, and every process that
+# loads LibTorch spends ~0.19 of its ~0.42 CPU-seconds of start-up loading, relocating and
 # initialising them. The build puts a copy without those entries in build/lib
 # (scripts/lean_libtorch.sh: the entries that define none of its undefined symbols, nothing else
-# changed), and every executable's build RUNPATH names build/lib first, so the build's binaries load
-# the copy: 40 libraries instead of 288 (unit.lean_libtorch checks both, and that the loader binds
-# no symbol of libtorch_cpu to a library left out). Where the script makes no copy (a LibTorch with
-# a RUNPATH of its own, as pip's; nothing unused; no patchelf) they load LibTorch's own file. An
-# installed binary (no build RUNPATH) loads LibTorch's own file too: the same code, a slower start.
+# changed), and every executable's build RUNPATH names build/lib first, so the build's binaries
+# load the copy: `tessera` starts with 50 libraries instead of 296 (unit.lean_libtorch checks
+# both, and that the loader binds no symbol of libtorch_cpu to a library left out). Where the
+# script makes no copy (a LibTorch with a RUNPATH of its own, as pip's; nothing unused; no
+# patchelf) they load LibTorch's own file. An installed binary (no build RUNPATH) loads LibTorch's
+# own file too: the same code, a slower start and 44 MiB more resident (runtime/planner's
+# kHostBaseBytes assumes the copy).
 
 set(TESSERA_LEAN_LIBTORCH_DIR ${CMAKE_BINARY_DIR}/lib)
 list(PREPEND CMAKE_BUILD_RPATH ${TESSERA_LEAN_LIBTORCH_DIR})

@@ -6,9 +6,9 @@
 # patchelf is missing, OUT_DIR holds no copy and the binaries load LIBTORCH_CPU itself.
 #
 # Why: Debian's libtorch_cpu.so.1.13 names 46 libraries, 24 of which (OpenCV, FFmpeg, LevelDB, LMDB,
-# ZeroMQ, OpenCL, ...) define none of its undefined symbols; they pull in 248 libraries more (GDAL,
+# ZeroMQ, OpenCL, ...) define none of its undefined symbols; they pull in 246 libraries more (GDAL,
 # Poppler, Xerces, ...), whose loading, relocation and static initialisers cost every process that
-# loads LibTorch ~0.19 of its ~0.45 CPU-seconds of start-up (40 libraries instead of 288).
+# loads LibTorch ~0.19 of its ~0.42 CPU-seconds of start-up (`tessera`: 50 libraries instead of 296).
 #
 # Kept: every entry that defines one of the library's undefined symbols (weak ones included, by name,
 # any version), and every entry whose file this script cannot find or read. libtorch_cpu is linked

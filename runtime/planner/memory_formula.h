@@ -71,7 +71,7 @@ namespace tessera::memory {
 // Resident set of a tessera process before it allocates anything for the model (LibTorch, Open
 // MPI with its shared-memory transport, glibc), measured on this project's Debian 12 build: 117-122
 // MiB per rank at 1, 2 and 4 ranks (`process_base` in metrics.jsonl), loading the build's lean
-// libtorch_cpu (cmake/lean_libtorch.cmake); 166 MiB with Debian's own file and its 248 extra libraries.
+// libtorch_cpu (cmake/lean_libtorch.cmake); 166 MiB with Debian's own file and its 246 extra libraries.
 constexpr int64_t kHostBaseBytes = int64_t(122) << 20;
 // What the tracker never sees on the host (MPI and BLAS internals, allocator slack with the fixed
 // mmap threshold of configure_process_allocators): 25-45 MiB measured at 1-4 ranks.
