@@ -5,6 +5,8 @@
 # LibTorch), build/lib holds a copy that
 #   - differs from LibTorch's own file only inside its .dynamic section (byte comparison),
 #   - exports the same symbols and names the same DT_NEEDED entries less some of those unbound ones;
+#   - changes no binding of the libraries both starts load but a weak (vague-linkage) symbol whose
+#     first copy sat in a library left out (it binds to another copy of the same code);
 # and `tessera` and `tessera-faults` load it (their RUNPATH), with fewer libraries than LibTorch's
 # own file brings. Where there are none, or the library has a RUNPATH of its own (pip's), no copy.
 set -uo pipefail
@@ -57,6 +59,31 @@ check "no entry added" test ! -s "$T/added"
 check "entries left out ($(wc -l <"$T/removed") of $(wc -l <"$T/sys.needed"))" test -s "$T/removed"
 bound_removed=$(comm -23 "$T/removed" "$T/unbound" | tr '\n' ' ')
 check "only entries the loader binds nothing to${bound_removed:+; bound: $bound_removed}" test -z "$bound_removed"
+
+# Every other binding the same: for each (library, symbol) both starts bind, the same library,
+# except where the copy bound before sat in a library left out and the library bound now defines
+# the symbol weak (a C++ template or inline function's copy: the same code; glibc's own account).
+# bindings FILE...: LD_DEBUG output -> "referrer symbol targets path", a line per (referrer, symbol):
+# the libraries it is bound to (a copy relocation binds twice: the executable's copy and the source),
+# comma-separated and sorted, and the path of the last.
+bindings() {
+  awk '$2 == "binding" {n = split($4, a, "/"); m = split($7, b, "/"); s = $0
+       sub(/.*symbol `/, "", s); sub(/'"'"'.*/, "", s); print a[n], s, b[m], $7}' "$@" | sort -u |
+    awk '{k = $1 " " $2} k != prev {if (prev != "") print prev, ts, path; prev = k; ts = $3; path = $4; next}
+         {ts = ts "," $3; path = $4} END {if (prev != "") print prev, ts, path}'
+}
+LD_DEBUG=bindings LD_DEBUG_OUTPUT="$T/lean_bind" "$BIN/tessera" --version >/dev/null || fail "tessera --version (bindings)"
+bindings "$T"/bind.* >"$T/sys.bindings"
+bindings "$T"/lean_bind.* >"$T/lean.bindings"
+awk 'NR == FNR {t[$1 " " $2] = $3; next} ($1 " " $2) in t && t[$1 " " $2] != $3 {print $1, $2, t[$1 " " $2], $3, $4}' \
+  "$T/sys.bindings" "$T/lean.bindings" >"$T/rebound"
+strong=""
+while read -r ref sym was now path; do
+  grep -qxF "$was" "$T/removed" && nm -D --defined-only "$path" | awk -v s="$sym" '$3 == s {print $2}' | grep -q '^[WV]$' ||
+    strong+="$ref:$sym ($was -> $now) "
+done <"$T/rebound"
+sed 's/^/  moved: /' "$T/rebound"
+check "of the $(wc -l <"$T/lean.bindings") (library, symbol) pairs bound, $(wc -l <"$T/rebound") moved, each a weak copy from a library left out${strong:+; not: $strong}" test -z "$strong"
 
 # The binaries load the copy, with fewer libraries.
 for b in tessera tessera-faults; do
