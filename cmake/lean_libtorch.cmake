@@ -7,8 +7,13 @@
 # initialising them. The build puts a copy without those entries in build/lib
 # (scripts/lean_libtorch.sh: the entries that define none of its undefined symbols, nothing else
 # changed), and every executable's build RUNPATH names build/lib first, so the build's binaries
-# load the copy: `tessera` starts with 50 libraries instead of 296 (unit.lean_libtorch checks
-# both, and that the loader binds no symbol of libtorch_cpu to a library left out). Where the
+# load the copy: `tessera` starts with 50 libraries instead of 296. unit.lean_libtorch checks
+# both, and with glibc's own account of every binding (LD_DEBUG=bindings, LD_BIND_NOW) that the
+# loader bound none of libtorch_cpu's symbols to a library left out, and that of the 67,964
+# (library, symbol) pairs both starts bind only 2 move: weak C++ template instantiations
+# (std::vector<int>::reserve, std::map<string, string>::find) whose first copy sat in OpenCV, now
+# bound to another copy of the same code. (Reordering the loader's search instead, tried on
+# 2026-12-04, moved 252 weak and 9 strong symbols.) Where the
 # script makes no copy (a LibTorch with a RUNPATH of its own, as pip's; nothing unused; no
 # patchelf) they load LibTorch's own file. An installed binary (no build RUNPATH) loads LibTorch's
 # own file too: the same code, a slower start and 44 MiB more resident (runtime/planner's

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The build's lean libtorch_cpu (cmake/lean_libtorch.cmake, scripts/lean_libtorch.sh). glibc's
-# loader, loading LibTorch's own file for `tessera --version` (LD_DEBUG=bindings), says which of
+# loader, loading LibTorch's own file for `tessera --version` (LD_DEBUG=bindings, LD_BIND_NOW: every
+# symbol of every library bound at the start, not only those the start calls), says which of
 # libtorch_cpu's DT_NEEDED entries it binds none of its symbols to. Where there are some (Debian's
 # LibTorch), build/lib holds a copy that
 #   - differs from LibTorch's own file only inside its .dynamic section (byte comparison),
@@ -25,7 +26,7 @@ sys=$(readlink -f "$sys")
 needed() { objdump -p "$1" | awk '$1 == "NEEDED" {print $2}' | sort; }
 needed "$sys" >"$T/sys.needed"
 # glibc's loader, loading LibTorch's own file: the libraries it binds libtorch_cpu's symbols to.
-LD_LIBRARY_PATH=$(dirname "$sys") LD_DEBUG=bindings LD_DEBUG_OUTPUT="$T/bind" "$BIN/tessera" --version >/dev/null ||
+LD_LIBRARY_PATH=$(dirname "$sys") LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT="$T/bind" "$BIN/tessera" --version >/dev/null ||
   fail "tessera --version with LibTorch's own file"
 cat "$T"/bind.* | awk '$2 == "binding" && $4 ~ /libtorch_cpu\.so/ {n = split($7, p, "/"); print p[n]}' | sort -u >"$T/used"
 check "the loader bound libtorch_cpu's symbols ($(wc -l <"$T/used") libraries)" test -s "$T/used"
@@ -72,7 +73,7 @@ bindings() {
     awk '{k = $1 " " $2} k != prev {if (prev != "") print prev, ts, path; prev = k; ts = $3; path = $4; next}
          {ts = ts "," $3; path = $4} END {if (prev != "") print prev, ts, path}'
 }
-LD_DEBUG=bindings LD_DEBUG_OUTPUT="$T/lean_bind" "$BIN/tessera" --version >/dev/null || fail "tessera --version (bindings)"
+LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT="$T/lean_bind" "$BIN/tessera" --version >/dev/null || fail "tessera --version (bindings)"
 bindings "$T"/bind.* >"$T/sys.bindings"
 bindings "$T"/lean_bind.* >"$T/lean.bindings"
 awk 'NR == FNR {t[$1 " " $2] = $3; next} ($1 " " $2) in t && t[$1 " " $2] != $3 {print $1, $2, t[$1 " " $2], $3, $4}' \
