@@ -43,8 +43,28 @@ GLOBAL_BATCH = 2 * RANKS_PER_NODE * MICRO_BATCH  # 2 nodes x 2 ranks x micro_bat
 DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
+# The soak watches the job at a higher CPU priority than the suite (nice -10, as root): on 2 cores
+# the job's ranks spin in MPI and other tests run beside it, and a watcher starved of CPU reacted
+# only after the run, faster on one node after a node loss (150 steps in 4 s), had ended: "only
+# 2 of 4 faults were made" (a fresh-clone run, 2026-12-04). What it starts runs at the priority it
+# was given (BASE_NICE, through `nice`), so a restarted slurmd and the jobs it spawns share the
+# cores fairly.
+BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)
+BACK_TO_BASE = []  # the prefix that runs a child at BASE_NICE (`nice -n 10` once raised)
+
+
+def watch_with_priority():
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, min(BASE_NICE, -10))
+    except PermissionError:
+        log("soak: not root: watching at the normal priority (it may react late on a loaded machine)")
+        return
+    raised = BASE_NICE - os.getpriority(os.PRIO_PROCESS, 0)
+    BACK_TO_BASE[:] = ["nice", "-n", str(raised)] if raised else []
+
+
 def sh(*cmd, check=True):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(BACK_TO_BASE + list(cmd), capture_output=True, text=True)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
     return r.stdout.strip()
@@ -104,7 +124,7 @@ class Soak:
         cmd = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={RANKS_PER_NODE}", "--gpus-per-node=0",
                "--time=01:00:00", "--requeue", "--open-mode=append", f"--output={self.work}/{name}.out",
                f"{SRC}/slurm/train.sbatch", cfg_path, *train_args]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        r = subprocess.run(BACK_TO_BASE + cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             raise RuntimeError(f"sbatch of {name} failed: {r.stderr.strip()}")
         job = r.stdout.strip().split(";")[0]
@@ -446,6 +466,7 @@ class Soak:
 
     def run(self):
         log(f"soak: {self.a.faults} faults, seed {self.a.seed}, {self.steps} steps, checkpoint.every {self.a.every}")
+        watch_with_priority()
         self.make_data()
         ref = self.reference()
         os.makedirs(self.ck)
@@ -584,7 +605,8 @@ class Report(Soak):
         bad = []
         live = [f"{self.ck}/{d}" for d in os.listdir(self.ck) if re.fullmatch(r"step-\d+", d)]
         retired = sorted(os.listdir(f"{self.ck}/retired")) if os.path.isdir(f"{self.ck}/retired") else []
-        verifies = lambda d: subprocess.run([BIN, "ckpt", "verify", d], capture_output=True).returncode == 0
+        verifies = lambda d: subprocess.run(BACK_TO_BASE + [BIN, "ckpt", "verify", d],
+                                            capture_output=True).returncode == 0
         bad += [f"{d} does not verify" for d in sorted(live) if not verifies(d)]
         bad += [f"retired/{d} verifies, but only damaged checkpoints should be there"
                 for d in retired if verifies(f"{self.ck}/retired/{d}")]
