@@ -47,6 +47,11 @@ for ((i = 0; i < 600; i++)); do
   sleep 0.1
 done
 [[ $(job_field "$pre" Restarts) == 1 ]] || fail "job $pre was not requeued (state $(job_field "$pre" JobState))"
+# slurmd refuses a batch launch whose credential dates from the second it revoked the last run's
+# ("Killing non-startable batch JobId=N: Job credential revoked", a fresh-clone run, slurm.guide,
+# 2026-12-04): the requeue itself holds the job off that long (cred_expire); skipping it, wait for
+# the next second.
+sleep 1.5
 scontrol update JobId="$pre" StartTime=now 2>/dev/null || true
 wait_state "$pre" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL" 240
 [[ $(job_field "$pre" JobState) == COMPLETED ]] || fail "preempted job ended $(job_field "$pre" JobState)"
