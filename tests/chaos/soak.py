@@ -63,8 +63,13 @@ def watch_with_priority():
     BACK_TO_BASE[:] = ["nice", "-n", str(raised)] if raised else []
 
 
+def run_child(cmd, **kw):
+    """subprocess.run of CMD at the soak's original priority, its output captured."""
+    return subprocess.run(BACK_TO_BASE + list(cmd), capture_output=True, **kw)
+
+
 def sh(*cmd, check=True):
-    r = subprocess.run(BACK_TO_BASE + list(cmd), capture_output=True, text=True)
+    r = run_child(cmd, text=True)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
     return r.stdout.strip()
@@ -124,7 +129,7 @@ class Soak:
         cmd = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={RANKS_PER_NODE}", "--gpus-per-node=0",
                "--time=01:00:00", "--requeue", "--open-mode=append", f"--output={self.work}/{name}.out",
                f"{SRC}/slurm/train.sbatch", cfg_path, *train_args]
-        r = subprocess.run(BACK_TO_BASE + cmd, capture_output=True, text=True, env=env)
+        r = run_child(cmd, text=True, env=env)
         if r.returncode != 0:
             raise RuntimeError(f"sbatch of {name} failed: {r.stderr.strip()}")
         job = r.stdout.strip().split(";")[0]
@@ -605,8 +610,7 @@ class Report(Soak):
         bad = []
         live = [f"{self.ck}/{d}" for d in os.listdir(self.ck) if re.fullmatch(r"step-\d+", d)]
         retired = sorted(os.listdir(f"{self.ck}/retired")) if os.path.isdir(f"{self.ck}/retired") else []
-        verifies = lambda d: subprocess.run(BACK_TO_BASE + [BIN, "ckpt", "verify", d],
-                                            capture_output=True).returncode == 0
+        verifies = lambda d: run_child([BIN, "ckpt", "verify", d]).returncode == 0
         bad += [f"{d} does not verify" for d in sorted(live) if not verifies(d)]
         bad += [f"retired/{d} verifies, but only damaged checkpoints should be there"
                 for d in retired if verifies(f"{self.ck}/retired/{d}")]
