@@ -11,9 +11,11 @@
 #include <string>
 #include <string_view>
 
+#include "util/budgets.h"
+
 namespace tessera::util {
 
-constexpr int kMaxJsonDepth = 256;
+constexpr int kMaxJsonDepth = budget::kJsonDepth;
 
 // Byte offset of the first '[' or '{' (outside strings) that opens level max_depth + 1, or npos.
 // Exact for valid JSON; for invalid JSON it may miss, and the parser then reports the syntax error.

@@ -1,0 +1,39 @@
+// Budgets on everything an input file controls. A model directory, data set, checkpoint or config
+// downloaded from the internet may be hostile or just broken; whatever it holds, a job must end in
+// one line naming the file and what was exceeded (exit 2 on every rank), never in a signal, a hang
+// or unbounded memory. Every such limit is here, and docs/LIMITS.md lists them with their errors.
+// No real file comes near any of them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::util::budget {
+
+// Nesting of a JSON document (run configs, config.json, tokenizer.json, tokenizer_config.json,
+// safetensors headers, manifests, data records, metrics.jsonl): util::parse_json refuses deeper.
+inline constexpr int kJsonDepth = 256;
+
+// Nesting of a YAML document (run configs, Accelerate and TrainingArguments files).
+inline constexpr int kYamlDepth = 256;
+// Nodes a YAML document expands to once its aliases are followed ("billion laughs": a 1 KB file of
+// nested aliases expands to 10^9 nodes). Real configs have a few hundred.
+inline constexpr int64_t kYamlExpandedNodes = 100'000;
+
+// A Jinja chat template (tokenizer_config.json's chat_template, data.chat_template):
+// - nesting of its syntax (blocks inside blocks, expressions inside expressions) and of calls at
+//   render time (macros calling macros, recursion);
+inline constexpr int kJinjaDepth = 256;
+// - loop iterations plus macro calls in one render (nested range(99999) loops spin for ever
+//   otherwise: no collective is pending, so comm.timeout_s never fires);
+inline constexpr int64_t kJinjaSteps = 10'000'000;
+// - bytes of any one string it makes, and of one render's output ('x' * 4000000000, doubling).
+//   16 MiB of text is about four million tokens, far past any sequence length.
+inline constexpr size_t kJinjaStringBytes = size_t(16) << 20;
+
+// One record of a data file (a JSON Lines line, an element of a JSON array), counted after
+// decompression: memory stays bounded whatever the compression ratio. Plain text has no such
+// limit: its long lines are cut into blocks.
+inline constexpr size_t kRecordBytes = size_t(64) << 20;
+
+}  // namespace tessera::util::budget
