@@ -9,6 +9,8 @@
 #       CMD exits with CODE within 300 s, and its stderr holds exactly one error line
 #       ("<program>: error: ...") matching WANT (grep basic regex); any other stderr line must be a
 #       "<program>: warning: ..." line, except under mpirun (Open MPI adds notices of its own).
+#   judge_error CODE WANT RC ERRFILE CMD...
+#       the same verdict on a command already run (its exit code and stderr file)
 # Safe under set -e / pipefail.
 pass=0
 ok() { pass=$((pass+1)); echo "ok: $*"; }
@@ -21,15 +23,20 @@ fail() {
 check() { local msg=$1; shift; if "$@"; then ok "$msg"; else fail "$msg"; fi; }
 expect_error() {
   local code=$1 want=$2; shift 2
-  local dir=${WORK:-${T:?expect.bash: set WORK or T to a scratch directory}} rc=0 errors others
+  local dir=${WORK:-${T:?expect.bash: set WORK or T to a scratch directory}} rc=0
   timeout 300 "$@" >"$dir/out" 2>"$dir/err" || rc=$?
-  errors=$(grep -c '^[A-Za-z_]*: error' "$dir/err" || true)
-  others=$({ grep -v '^[A-Za-z_]*: \(error\|warning\)' "$dir/err" || true; } | { grep -c . || true; })
+  judge_error "$code" "$want" "$rc" "$dir/err" "$@"
+}
+# judge_error CODE WANT RC ERRFILE CMD...: expect_error's verdict on a command already run.
+judge_error() {
+  local code=$1 want=$2 rc=$3 err=$4 errors others; shift 4
+  errors=$(grep -c '^[A-Za-z_]*: error' "$err" || true)
+  others=$({ grep -v '^[A-Za-z_]*: \(error\|warning\)' "$err" || true; } | { grep -c . || true; })
   [ "$(basename "$1")" = mpirun ] && others=0
   if [ "$rc" = "$code" ] && [ "$errors" = 1 ] && [ "$others" = 0 ] &&
-     grep '^[A-Za-z_]*: error' "$dir/err" | grep -q -- "$want"; then
+     grep '^[A-Za-z_]*: error' "$err" | grep -q -- "$want"; then
     ok "exit $code: $want"
   else
-    fail "exit $rc (want $code), $errors error line(s) and $others other line(s) (want 1 and 0), want '$want', from: $* ; stderr: $(cat "$dir/err")"
+    fail "exit $rc (want $code), $errors error line(s) and $others other line(s) (want 1 and 0), want '$want', from: $* ; stderr: $(head -c 4000 "$err")"
   fi
 }
