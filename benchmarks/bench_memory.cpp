@@ -18,6 +18,7 @@
 #include "runtime/error.h"
 #include "runtime/planner/memory_formula.h"
 #include "util/file_tree.h"
+#include "util/json.h"
 
 namespace tessera::bench {
 namespace {
@@ -178,7 +179,7 @@ json measure_case(const Case& c, Config& conf, const fs::path& dir, const fs::pa
     const size_t brace = out.rfind("\n{");
     conf.fsdp.mixed_precision = util::FloatType::BF16;
     conf.data.seq_len = 255;  // 256 tokens: 255 predicted
-    return json::parse(out.substr(brace == std::string::npos ? out.find('{') : brace + 1)).at("memory");
+    return util::parse_json(out.substr(brace == std::string::npos ? out.find('{') : brace + 1)).at("memory");
   }
   const std::string cmd = mpirun(c.world, c.ranks_per_node) + " train --config " + (run_dir / "run.json").string() + rpn_flag;
   auto [rc, out] = run_command(cmd);
@@ -187,7 +188,7 @@ json measure_case(const Case& c, Config& conf, const fs::path& dir, const fs::pa
   std::string line, last;
   while (std::getline(m, line))
     if (!line.empty()) last = line;
-  return json::parse(last).at("memory");
+  return util::parse_json(last).at("memory");
 }
 
 // The configuration of a case, written to run_dir/run.json.
@@ -206,7 +207,7 @@ Config case_config(const Case& c, const fs::path& run_dir, const fs::path& mid, 
 // The plan's prediction against what was measured: one row.
 json compare_with_plan(const Case& c, const Config& conf, const json& measured, const fs::path& mid) {
   model::ModelConfig mc = c.model == "mid"
-                              ? model::ModelConfig::from_json(json::parse(std::ifstream(mid / "config.json")), "mid")
+                              ? model::ModelConfig::load((mid / "config.json").string())
                               : model::ModelConfig::preset(c.model);
   launcher::PlanRequest req;
   req.world = c.world;

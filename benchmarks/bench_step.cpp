@@ -42,6 +42,7 @@
 #include "runtime/profile/phase.h"
 #include "runtime/train/trainer.h"
 #include "util/file_tree.h"
+#include "util/json.h"
 
 #ifndef TESSERA_PEER_SCRIPT
 #define TESSERA_PEER_SCRIPT "benchmarks/torch_peer.py"
@@ -509,7 +510,7 @@ struct Driver {
                       error_line(res.err.empty() ? res.out : res.err) + " [command: " + line + "]");
     json out;
     try {
-      out = json::parse(last_line(res.out));
+      out = util::parse_json(last_line(res.out));
       out.at(r.rate_key()).get<double>();
     } catch (const std::exception&) {
       throw Error(ErrorKind::Internal, "bench step --peer: " + r.label() + " printed no result line: '" +

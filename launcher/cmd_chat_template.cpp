@@ -11,6 +11,7 @@
 #include "runtime/data/chat_template.h"
 #include "runtime/data/jinja.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::launcher {
 
@@ -55,13 +56,13 @@ std::vector<ordered_json> load_conversations(const std::string& path) {
   };
   try {
     if (fs::path(path).extension() != ".jsonl") {
-      add(ordered_json::parse(text), path);
+      add(util::parse_json<ordered_json>(text), path);
       return out;
     }
     std::istringstream lines(text);
     std::string line;
     for (int n = 1; std::getline(lines, line); ++n)
-      if (line.find_first_not_of(" \t\r") != std::string::npos) add(ordered_json::parse(line), path + " line " + std::to_string(n));
+      if (line.find_first_not_of(" \t\r") != std::string::npos) add(util::parse_json<ordered_json>(line), path + " line " + std::to_string(n));
   } catch (const nlohmann::json::parse_error& e) {
     throw TESSERA_INPUT_ERROR("--messages " + path + " is not valid JSON: " + e.what());
   }

@@ -12,6 +12,7 @@
 #include "launcher/commands.h"
 #include "tools/flight_report.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::launcher {
 namespace fs = std::filesystem;
@@ -23,7 +24,7 @@ int64_t last_logged_step(const std::string& log_dir) {
   std::ifstream in(fs::path(log_dir) / "metrics.jsonl");
   int64_t last = -1;
   for (std::string line; std::getline(in, line);) {
-    const auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const auto rec = util::parse_json_or_discarded(line);
     if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer())
       last = std::max(last, rec["step"].get<int64_t>());
   }

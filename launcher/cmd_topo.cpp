@@ -11,6 +11,7 @@
 #include "launcher/commands.h"
 #include "launcher/topology.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::launcher {
 namespace {
@@ -39,7 +40,7 @@ std::vector<nlohmann::json> gather_records(const nlohmann::json& mine, const Boo
   MPI_Gatherv(s.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
   std::vector<nlohmann::json> out;
   if (b.world_rank == 0)
-    for (int i = 0; i < b.world_size; ++i) out.push_back(nlohmann::json::parse(std::string(all.data() + displs[i], lens[i])));
+    for (int i = 0; i < b.world_size; ++i) out.push_back(util::parse_json(std::string_view(all.data() + displs[i], lens[i])));
   return out;
 }
 

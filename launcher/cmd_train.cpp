@@ -39,6 +39,7 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
+#include "util/json.h"
 
 namespace tessera::launcher {
 namespace fs = std::filesystem;
@@ -326,7 +327,7 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
     s.tok_bytes = b.groups.world->broadcast_string(s.tok_bytes, 0);
     if (!rank0) {
       s.ms.source = s.cfg.model.path;
-      s.ms.config = model::ModelConfig::from_json(nlohmann::json::parse(config_json), s.ms.source + "/config.json");
+      s.ms.config = model::ModelConfig::from_json(util::parse_json(config_json), s.ms.source + "/config.json");
     }
   }
 }

@@ -341,7 +341,7 @@ ModelDir::ModelDir(const std::string& dir) : dir_(dir) {
     nlohmann::json j;
     try {
       std::ifstream in(index);
-      j = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
+      j = util::parse_json(in);
     } catch (const nlohmann::json::exception& e) {
       throw ModelError(index + ": invalid JSON: " + e.what());
     }

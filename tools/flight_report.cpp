@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -111,7 +112,7 @@ Dumps read_dumps(const std::string& flight_dir) {
     std::stringstream ss;
     ss << in.rdbuf();
     try {
-      json j = json::parse(ss.str());
+      json j = util::parse_json(ss.str());
       if (!j.is_object() || j.value("format", "") != "tessera-flight" || !j.contains("rank") || !j["rank"].is_number() ||
           !j.contains("groups") || !j["groups"].is_array())
         throw std::runtime_error("not a tessera flight record");

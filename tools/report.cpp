@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::train {
 
@@ -215,7 +216,7 @@ std::string svg_timeline(const fs::path& path) {
   if (!f) return "";
   json t;
   try {
-    t = json::parse(f);
+    t = util::parse_json(f);
     (void)t.at("traceEvents").is_array();
   } catch (const json::exception&) {
     return "<p>" + esc(path.string()) + ": not a readable trace (not drawn).</p>\n";
@@ -307,7 +308,7 @@ std::map<int64_t, json> read_metrics(const std::string& run_dir, int64_t* bad) {
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      json r = json::parse(line);
+      json r = util::parse_json(line);
       if (r.is_object() && r.contains("step") && r["step"].is_number_integer()) by_step[r["step"].get<int64_t>()] = r;
       else ++*bad;
     } catch (const json::exception&) {
@@ -321,7 +322,7 @@ std::map<int64_t, json> read_metrics(const std::string& run_dir, int64_t* bad) {
 json read_run_info(const std::string& run_dir) {
   if (std::ifstream f(fs::path(run_dir) / "run_info.json"); f) {
     try {
-      return json::parse(f);
+      return util::parse_json(f);
     } catch (const json::exception&) {
     }
   }

@@ -15,6 +15,7 @@
 
 #include "runtime/data/bpe_sentencepiece.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::data {
 
@@ -399,7 +400,7 @@ void BpeTokenizer::Impl::load_special_ids(const json& j) {
     json cfg;
     try {
       std::ifstream in(config_path);
-      in >> cfg;
+      cfg = util::parse_json(in);
     } catch (const json::exception& e) {
       throw TESSERA_INPUT_ERROR("tokenizer config " + config_path.string() + ": invalid JSON: " + e.what());
     }
@@ -576,7 +577,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Imp
   json j;
   try {
     std::ifstream in(path);
-    in >> j;
+    j = util::parse_json(in);
   } catch (const json::exception& e) {
     throw TESSERA_INPUT_ERROR("tokenizer " + path + ": invalid JSON: " + e.what());
   }

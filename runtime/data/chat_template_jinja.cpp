@@ -11,6 +11,7 @@
 #include "runtime/data/chat_template.h"
 #include "runtime/data/jinja.h"
 #include "runtime/error.h"
+#include "util/json.h"
 
 namespace tessera::data {
 
@@ -68,7 +69,7 @@ std::optional<ModelChatTemplate> read_model_chat_template(const std::string& tok
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(path));
+    j = util::parse_json(read_text(path));
   } catch (const nlohmann::json::exception& e) {
     throw TESSERA_INPUT_ERROR(path.string() + " is not valid JSON (" + e.what() + ")");
   }

@@ -121,4 +121,18 @@ missing=$(grep -rlE 'at::(NoGradGuard|AutoGradMode|GradMode)\b' "${code_dirs[@]}
           xargs -r grep -LE '#include <(ATen/core/grad_mode\.h|torch/torch\.h)>' || true)
 [ -z "$missing" ] || echo "names at::NoGradGuard/AutoGradMode/GradMode without ATen/core/grad_mode.h: $missing"
 check "ATen's grad-mode guards come with their header" test -z "$missing"
+# Every JSON document is parsed through util/json.h, whose parse_json refuses nesting past
+# budget::kJsonDepth (a 100k-deep value crashes the code that copies, compares or dumps it): no other
+# source calls nlohmann's parser, neither json::parse / ordered_json::parse / sax_parse nor `in >> j`
+# into a variable it declares as a json.
+src_dirs=("$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util")
+direct=$(grep -rnE '(json|basic_json<[^>]*>)::(sax_)?parse *[(]' "${src_dirs[@]}" --include='*.cpp' --include='*.h' |
+         grep -v "^$SRC/util/json\.h:" || true)
+while IFS= read -r f; do
+  names=$(grep -oE '\b(ordered_)?json &?[a-z_][a-z0-9_]*' "$f" | sed -E 's/.* &?//' | sort -u | paste -sd'|' || true)
+  hits=$([ -z "$names" ] || grep -nE ">> *($names)\b" "$f" | sed "s|^|$f:|" || true)
+  [ -z "$hits" ] || direct+=$'\n'$hits
+done < <(grep -rlE '\bjson\b' "${src_dirs[@]}" --include='*.cpp' --include='*.h' | grep -v "^$SRC/util/json\.h$")
+[ -z "$direct" ] || echo "calls nlohmann's parser outside util/json.h: $direct"
+check "JSON is parsed by util/json.h alone (depth-limited)" test -z "$direct"
 echo "$pass passed, 0 failed"
