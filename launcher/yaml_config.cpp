@@ -7,6 +7,10 @@
 #pragma GCC diagnostic ignored "-Wdangling-pointer"
 #endif
 #include <yaml-cpp/yaml.h>
+#if __has_include(<yaml-cpp/depthguard.h>)  // yaml-cpp >= 0.7: the parser's own depth guard
+#include <yaml-cpp/depthguard.h>
+#define TESSERA_YAML_DEPTH_GUARD 1
+#endif
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #pragma GCC diagnostic pop
 #endif
@@ -17,6 +21,7 @@
 
 #include "launcher/config.h"
 #include "runtime/error.h"
+#include "util/budgets.h"
 
 namespace tessera::launcher {
 
@@ -60,8 +65,27 @@ struct Converter {
   std::string source;
   const YamlScalarType& scalar_type;
   YamlPositions* positions;
+  int64_t nodes = 0;  // converted so far, each alias counted again where it is followed
+  int depth = 0;
+
+  // Counts one more node at one more level, within the budgets: a file of nested aliases ("billion
+  // laughs") expands to 10^9 nodes from 1 KB, and nesting recurses here once per level.
+  struct Enter {
+    Converter& c;
+    Enter(Converter& conv, const YAML::Node& n) : c(conv) {
+      if (++c.nodes > util::budget::kYamlExpandedNodes)
+        throw TESSERA_INPUT_ERROR(where(c.source, n.Mark()) + ": the YAML expands to more than " +
+                                  std::to_string(util::budget::kYamlExpandedNodes) +
+                                  " nodes once its aliases (*name) are followed (budget kYamlExpandedNodes)");
+      if (++c.depth > util::budget::kYamlDepth)
+        throw TESSERA_INPUT_ERROR(where(c.source, n.Mark()) + ": YAML nested deeper than " +
+                                  std::to_string(util::budget::kYamlDepth) + " levels (budget kYamlDepth)");
+    }
+    ~Enter() { --c.depth; }
+  };
 
   json value(const YAML::Node& n, const std::string& path) {
+    const Enter in(*this, n);
     switch (n.Type()) {
       case YAML::NodeType::Null:
         return nullptr;
@@ -111,6 +135,12 @@ json parse_yaml_text(const std::string& text, const std::string& source, const Y
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);
+#ifdef TESSERA_YAML_DEPTH_GUARD
+  } catch (const YAML::DeepRecursion& e) {  // its message is "bad file" (yaml-cpp 0.7)
+    throw TESSERA_INPUT_ERROR(where(source, e.mark) + ": invalid YAML: nested deeper than yaml-cpp's parser allows (" +
+                              std::to_string(e.depth()) + " levels of recursion; the budget is " +
+                              std::to_string(util::budget::kYamlDepth) + " levels, kYamlDepth)");
+#endif
   } catch (const YAML::Exception& e) {
     throw TESSERA_INPUT_ERROR((e.mark.is_null() ? source : where(source, e.mark)) + ": invalid YAML: " + e.msg);
   }
