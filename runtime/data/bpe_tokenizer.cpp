@@ -77,21 +77,29 @@ struct JitContext {
   }
 };
 
+// PCRE2's own words for an error code ("match limit exceeded").
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR msg[256];
+  if (pcre2_get_error_message(code, msg, sizeof msg) < 0) return "PCRE2 error " + std::to_string(code);
+  return reinterpret_cast<const char*>(msg);
+}
+
 // A compiled PCRE2 pattern (UTF, Unicode properties for \s \w \d, invalid UTF-8 treated as
 // unmatchable), JIT-compiled where PCRE2 can. Matching is thread-safe (match data per call).
+// Errors name `where` (the file and key the pattern comes from) and the pattern (its start).
 class Regex {
  public:
-  Regex(const std::string& pattern, const std::string& where) {
+  Regex(const std::string& pattern, const std::string& where) : where_(where) {
+    constexpr size_t kShown = 80;  // bytes of the pattern in an error line
+    const json shown = pattern.size() > kShown ? pattern.substr(0, kShown) + "..." : pattern;
+    pattern_ = "pattern " + shown.dump(-1, ' ', false, json::error_handler_t::replace);
     int err = 0;
     PCRE2_SIZE off = 0;
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      throw TESSERA_INPUT_ERROR(where + " does not compile at offset " + std::to_string(off) + ": " +
-                                reinterpret_cast<const char*>(msg));
-    }
+    if (!code_)
+      throw TESSERA_INPUT_ERROR(where_ + " does not compile at offset " + std::to_string(off) + ": " + pcre2_message(err) +
+                                " (" + pattern_ + ")");
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // optional: pcre2_match falls back to the interpreter
   }
   ~Regex() { pcre2_code_free(code_); }
@@ -109,7 +117,8 @@ class Regex {
       if (rc < 0) {
         if (rc != PCRE2_ERROR_NOMATCH) {
           pcre2_match_data_free(md);
-          throw TESSERA_INPUT_ERROR("pre-tokenizer regex failed with PCRE2 error " + std::to_string(rc));
+          throw TESSERA_INPUT_ERROR(where_ + " failed on a text of " + std::to_string(end - begin) + " bytes: " +
+                                    pcre2_message(rc) + " (PCRE2 error " + std::to_string(rc) + "; " + pattern_ + ")");
         }
         break;
       }
@@ -129,6 +138,7 @@ class Regex {
 
  private:
   pcre2_code* code_ = nullptr;
+  std::string where_, pattern_;  // the file and key; the pattern, truncated, as JSON
 };
 
 }  // namespace
