@@ -68,6 +68,13 @@ const SizeKey kSizeKeys[] = {
     {"num_key_value_heads", &ModelConfig::num_key_value_heads, &ModelConfig::num_attention_heads},
     {"max_position_embeddings", &ModelConfig::max_position_embeddings},
 };
+
+// Every size is at least 1: checked as soon as they are read, before anything divides by one.
+void check_sizes_positive(const ModelConfig& c, const std::string& src) {
+  for (const SizeKey& k : kSizeKeys)
+    if (c.*k.field <= 0)
+      throw ModelError(src + ": '" + k.name + "' must be positive, got " + std::to_string(c.*k.field));
+}
 }  // namespace
 
 ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
@@ -80,6 +87,7 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
 
   ModelConfig c;
   for (const SizeKey& k : kSizeKeys) c.*k.field = config_int(j, k.name, src, k.fallback ? &(c.*k.fallback) : nullptr);
+  check_sizes_positive(c, src);
   c.rms_norm_eps = config_number(j, "rms_norm_eps", src, nullptr);
   const double theta = 10000.0;
   c.rope_theta = config_number(j, "rope_theta", src, &theta);
@@ -103,11 +111,9 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
     c.torch_dtype = d->get<std::string>();
   }
   if (const auto* hd = config_key(j, "head_dim")) {
-    if (!hd->is_number_integer() || c.num_attention_heads <= 0 ||
-        hd->get<int64_t>() * c.num_attention_heads != c.hidden_size)
-      throw ModelError(src + ": head_dim " + hd->dump() +
-                       " is not supported (only hidden_size / num_attention_heads = " +
-                       (c.num_attention_heads > 0 ? std::to_string(c.hidden_size / c.num_attention_heads) : "?") + ")");
+    if (!hd->is_number_integer() || hd->get<int64_t>() * c.num_attention_heads != c.hidden_size)
+      throw ModelError(src + ": head_dim " + hd->dump() + " is not supported (only hidden_size / num_attention_heads = " +
+                       std::to_string(c.hidden_size / c.num_attention_heads) + ")");
   }
   return c;
 }
@@ -187,7 +193,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
   if (!in) throw ModelError(path + ": cannot open config file");
   nlohmann::json j;
   try {
-    j = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
+    j = util::parse_json(in);
   } catch (const nlohmann::json::exception& e) {
     throw ModelError(path + ": invalid JSON: " + e.what());
   }
@@ -207,16 +213,7 @@ int64_t ModelConfig::num_parameters() const {
 double ModelConfig::train_flops_per_token(int64_t seq_len) const { return spec().train_flops_per_token(*this, seq_len); }
 
 void ModelConfig::validate(const std::string& src) const {
-  auto positive = [&](const char* key, int64_t v) {
-    if (v <= 0) throw ModelError(src + ": '" + key + "' must be positive, got " + std::to_string(v));
-  };
-  positive("vocab_size", vocab_size);
-  positive("hidden_size", hidden_size);
-  positive("intermediate_size", intermediate_size);
-  positive("num_hidden_layers", num_hidden_layers);
-  positive("num_attention_heads", num_attention_heads);
-  positive("num_key_value_heads", num_key_value_heads);
-  positive("max_position_embeddings", max_position_embeddings);
+  check_sizes_positive(*this, src);
   if (hidden_size % num_attention_heads != 0)
     throw ModelError(src + ": hidden_size " + std::to_string(hidden_size) +
                      " is not divisible by num_attention_heads " + std::to_string(num_attention_heads));

@@ -98,7 +98,7 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
   std::ifstream in(mpath);
   if (!in) throw TESSERA_INPUT_ERROR("checkpoint " + dir_ + " is not complete: " + mpath + " is missing");
   try {
-    manifest_ = util::parse_json(std::string(std::istreambuf_iterator<char>(in), {}));
+    manifest_ = util::parse_json(in);
   } catch (const json::exception& e) {
     throw TESSERA_INPUT_ERROR("malformed manifest " + mpath + ": " + e.what());
   }
@@ -111,6 +111,8 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
                                 " (this build reads versions 1 to " + std::to_string(kFormatVersion) + ")");
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     manifest_int(manifest_.at("step"), "step", 0, kMax, mpath);
+    for (const char* key : {"world_size", "shard_group_size", "replicate_group_size"})  // read as int
+      if (manifest_.contains(key)) manifest_int(manifest_[key], key, 1, std::numeric_limits<int>::max(), mpath);
     manifest_.at("state");
 
     std::map<std::string, int> file_index;
