@@ -111,7 +111,9 @@ struct Converter {
     json o = json::object();
     std::map<std::string, int> first_line;
     for (auto it = n.begin(); it != n.end(); ++it) {
-      const YAML::Node& k = it->first;
+      // A copy (a handle): it-> is a proxy that dies at the end of the statement, and a reference
+      // into it dangled (AddressSanitizer's stack-use-after-scope, found by fuzz_yaml).
+      const YAML::Node k = it->first;
       if (!k.IsScalar())
         throw TESSERA_INPUT_ERROR(where(source, k.Mark()) + ": a key must be a plain name, not a " +
                                   (k.IsMap() ? "mapping" : k.IsSequence() ? "sequence" : "null"));
