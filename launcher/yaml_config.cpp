@@ -84,6 +84,17 @@ struct Converter {
     ~Enter() { --c.depth; }
   };
 
+  // A scalar's text, which must be UTF-8: every later dump() of the config (its check, run_info,
+  // the checkpoint manifest) would throw json type_error 316 (found by fuzz_yaml).
+  std::string scalar(const YAML::Node& n) const {
+    try {
+      (void)json(n.Scalar()).dump();
+    } catch (const json::type_error&) {
+      throw TESSERA_INPUT_ERROR(where(source, n.Mark()) + ": not UTF-8 text (a YAML file is UTF-8)");
+    }
+    return n.Scalar();
+  }
+
   json value(const YAML::Node& n, const std::string& path) {
     const Enter in(*this, n);
     switch (n.Type()) {
@@ -91,9 +102,9 @@ struct Converter {
         return nullptr;
       case YAML::NodeType::Scalar: {
         const std::string& tag = n.Tag();
-        if (tag == "!" || tag == "tag:yaml.org,2002:str") return n.Scalar();
-        if (scalar_type && scalar_type(path) == "string") return n.Scalar();
-        return resolve_plain(n.Scalar());
+        if (tag == "!" || tag == "tag:yaml.org,2002:str") return scalar(n);
+        if (scalar_type && scalar_type(path) == "string") return scalar(n);
+        return resolve_plain(scalar(n));
       }
       case YAML::NodeType::Sequence: {
         json a = json::array();
@@ -117,7 +128,7 @@ struct Converter {
       if (!k.IsScalar())
         throw TESSERA_INPUT_ERROR(where(source, k.Mark()) + ": a key must be a plain name, not a " +
                                   (k.IsMap() ? "mapping" : k.IsSequence() ? "sequence" : "null"));
-      const std::string key = k.Scalar();
+      const std::string key = scalar(k);
       const std::string path = prefix.empty() ? key : prefix + "." + key;
       auto [seen, fresh] = first_line.emplace(key, k.Mark().line + 1);
       if (!fresh)
