@@ -279,4 +279,37 @@ TEST(YamlRunConfig, ErrorsNameFileKeyLineAndColumn) {
             std::string::npos);
 }
 
+// Hostile YAML (issue 58): a 1 KB "billion laughs" file (each level a list of nine aliases of the
+// one before) grew past 7 GiB while its aliases were converted to JSON; deep nesting recursed once
+// per level. Both end in one line naming the file and the budget (util/budgets.h).
+TEST(YamlRunConfig, AliasExpansionAndNestingAreBounded) {
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'j'; ++c) {
+    bomb += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 9; ++i) bomb += std::string(i ? ", *" : "*") + char(c - 1);
+    bomb += "]\n";
+  }
+  std::string e = error_of([&] { parse_yaml_text(bomb, "bomb.yaml"); });
+  EXPECT_EQ(e.rfind("bomb.yaml:", 0), 0u) << e;
+  EXPECT_NE(e.find("expands to more than 100000 nodes once its aliases (*name) are followed (budget kYamlExpandedNodes)"),
+            std::string::npos) << e;
+  // Nine levels of nine is within it; the same file's values are still read.
+  EXPECT_EQ(parse_yaml_text("a: &a [1, 2]\nb: [*a, *a]\n", "ok.yaml")["b"], json::parse("[[1, 2], [1, 2]]"));
+  // Nesting: a flow sequence and block mappings 300 deep (past kYamlDepth, within yaml-cpp's own guard).
+  e = error_of([&] { parse_yaml_text("a: " + std::string(300, '[') + std::string(300, ']') + "\n", "flow.yaml"); });
+  EXPECT_NE(e.find("YAML nested deeper than 256 levels (budget kYamlDepth)"), std::string::npos) << e;
+  std::string block;
+  for (int i = 0; i < 300; ++i) block += std::string(2 * i, ' ') + "k:\n";
+  e = error_of([&] { parse_yaml_text(block, "block.yaml"); });
+  EXPECT_NE(e.find("block.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("YAML nested deeper than 256 levels (budget kYamlDepth)"), std::string::npos) << e;
+  // 100k deep: yaml-cpp's parser refuses first (its own depth guard, whose message is "bad file"),
+  // in one line naming the file and the budget.
+  e = error_of([&] { parse_yaml_text("a: " + std::string(100000, '[') + "\n", "deep.yaml"); });
+  EXPECT_EQ(e.rfind("deep.yaml:", 0), 0u) << e;
+  EXPECT_NE(e.find(": invalid YAML: nested deeper than yaml-cpp's parser allows ("), std::string::npos) << e;
+  EXPECT_NE(e.find("the budget is 256 levels, kYamlDepth)"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
 }  // namespace test_accelerate

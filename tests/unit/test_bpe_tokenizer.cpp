@@ -191,6 +191,38 @@ TEST_F(BpeTest, BosEosFromTokenizerConfig) {
   }
 }
 
+// Hostile model directories (issue 58): a 100k-deep value in tokenizer.json or in
+// tokenizer_config.json crashed (SIGSEGV: neither went through util::parse_json's depth limit), and
+// a pattern PCRE2 gives up on said "PCRE2 error -47" with neither the file nor the pattern.
+TEST_F(BpeTest, HostileFilesFailWithOneLineNamingFileAndWhat) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto with_deep = [&](json j, const std::string& key) {
+    j[key] = "DEEP";
+    std::string text = j.dump();
+    return text.replace(text.find("\"DEEP\""), 6, deep);
+  };
+  const std::string p = tmp_.write("tokenizer.json", with_deep(tokenizer({}), "pre_tokenizer"));
+  std::string e = tessera::test::error_of([&] { BpeTokenizer t(p); });
+  EXPECT_NE(e.find("tokenizer " + p + ": invalid JSON: "), std::string::npos) << e;
+  EXPECT_NE(e.find("JSON nested deeper than 256 levels"), std::string::npos) << e;
+  write(tokenizer({}));
+  tmp_.write("tokenizer_config.json", with_deep(json::object(), "bos_token"));
+  e = tessera::test::error_of([&] { BpeTokenizer t(p); });
+  EXPECT_NE(e.find("tokenizer_config.json: invalid JSON: "), std::string::npos) << e;
+  EXPECT_NE(e.find("JSON nested deeper than 256 levels"), std::string::npos) << e;
+  fs::remove(tmp_ / "tokenizer_config.json");
+  // Catastrophic backtracking: PCRE2 stops at its match limit; the error names file, key, pattern.
+  json pt = {{"type", "Sequence"},
+             {"pretokenizers",
+              {{{"type", "Split"}, {"pattern", {{"Regex", "(a|aa)+$"}}}, {"behavior", "Isolated"}, {"invert", false}},
+               {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  BpeTokenizer t(write(tokenizer({}, false, pt)));
+  e = tessera::test::error_of([&] { t.encode(std::string(200, 'a') + "b"); });
+  EXPECT_NE(e.find("tokenizer " + p + ": pre_tokenizer.pretokenizers[0].pattern.Regex failed on a text of 201 bytes: "),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("match limit exceeded (PCRE2 error -47; pattern \"(a|aa)+$\")"), std::string::npos) << e;
+}
+
 TEST_F(BpeTest, Gpt2ByteLevelRegexAndPrefixSpace) {
   json pt = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
   BpeTokenizer t(write(tokenizer({{" ", "h"}, {" h", "i"}}, false, pt)));

@@ -90,6 +90,27 @@ TEST(ModelConfig, ErrorsNameSourceAndKey) {
             "llama3.2-1b, llama3-8b, llama3-70b, tiny-mistral, mistral-7b)");
 }
 
+// Every count is at least 1, named by its key, before anything divides by it: 0 heads with a
+// head_dim said "head_dim 32 is not supported (only hidden_size / num_attention_heads = ?)" (issue 58).
+TEST(ModelConfig, CountsBelowOneAreRefusedByKey) {
+  auto j = llama7b_hf_config();
+  j["head_dim"] = 128;
+  j["num_attention_heads"] = 0;
+  EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "/m/config.json"); }),
+            "/m/config.json: 'num_attention_heads' must be positive, got 0");
+  for (const char* key : {"num_hidden_layers", "hidden_size", "vocab_size", "num_key_value_heads", "intermediate_size"})
+    for (int v : {0, -3}) {
+      j = llama7b_hf_config();
+      j[key] = v;
+      EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }),
+                "c.json: '" + std::string(key) + "' must be positive, got " + std::to_string(v));
+    }
+  j = llama7b_hf_config();
+  j["num_key_value_heads"] = 64;  // more than the 32 heads: does not divide them
+  EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }),
+            "c.json: num_attention_heads 32 is not divisible by num_key_value_heads 64");
+}
+
 TEST(ModelConfig, LoadFromFile) {
   const TempDir dir("tessera_cfg");
   const std::string path = dir / "config.json";
