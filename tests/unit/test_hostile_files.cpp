@@ -58,7 +58,7 @@ TEST_F(HostileData, RecordsPastTheBudgetAreRefusedNamingFileAndLine) {
   const std::string big(util::budget::kRecordBytes + 1, 'a');
   write_file(path("long.jsonl"), "{\"text\": \"short\"}\n\n{\"text\": \"" + big + "\"}\n");
   expect_input_error([&] { load(path("long.jsonl")); },
-                     {"data file " + path("long.jsonl") + " line 3: a record longer than 64 MiB"});
+                     {"data file " + path("long.jsonl") + " line 3: a record longer than 16 MiB"});
   // Without a newline at all (the reader must stop at the budget, not at the end of the line).
   write_file(path("nonl.jsonl"), "{\"text\": \"" + big);
   run_capture("gzip -1 " + path("nonl.jsonl"));
