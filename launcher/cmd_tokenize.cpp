@@ -107,6 +107,8 @@ int run_tokenize(const std::vector<std::string>& args) {
     std::cout << "input " << in << ": " << listing.summary() << std::endl;
   }
 
+  for (const std::string& stale : data::TokenFileWriter::remove_stale_temporaries(out))
+    std::cout << "removed " << stale << ", left by an interrupted tokenize" << std::endl;
   data::TokenFileWriter writer(out, static_cast<uint32_t>(tokenizer->vocab_size()));
   data::ReadStats stats;
   ProgressBar bar(total);

@@ -33,7 +33,15 @@ inline constexpr size_t kJinjaStringBytes = size_t(16) << 20;
 
 // One record of a data file (a JSON Lines line, an element of a JSON array), counted after
 // decompression: memory stays bounded whatever the compression ratio. Plain text has no such
-// limit: its long lines are cut into blocks.
-inline constexpr size_t kRecordBytes = size_t(64) << 20;
+// limit: its long lines are cut into blocks. A record costs about 14x its size at its peak (the line,
+// its JSON, the rendered text, token ids and targets): measured, a 63 MiB record peaked at 850 MiB in
+// `tokenize` (1 GiB for a chat record), so 16 MiB keeps a record's peak near 300 MiB.
+inline constexpr size_t kRecordBytes = size_t(16) << 20;
+
+// Tokens that `train` holds in memory from the text / JSON files of one data path (data.path,
+// data.val_path), on every rank: 4 bytes a token and 16 a document. Past it the run stops and asks
+// for `tessera tokenize`, whose token file is memory-mapped (any size, each rank pages in its rows):
+// a 5 MB .gz of 2 GB of lines would otherwise hold 8 GB of tokens on each rank.
+inline constexpr size_t kInMemoryDataBytes = size_t(256) << 20;
 
 }  // namespace tessera::util::budget

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <filesystem>
 #include <utility>
@@ -83,10 +84,40 @@ std::uintmax_t remove_below(int parent_fd, const std::string& name, std::error_c
 }
 
 struct Walk {
-  std::vector<std::string> files;
+  TreeListing found;
   std::vector<std::pair<dev_t, ino_t>> open_dirs;  // the directories being walked (symlink loops)
   bool skip_hidden = true;
+  std::string confined_to;  // not empty: the walk's root, resolved; links leaving it are listed
 };
+
+const char* kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "";
+}
+
+std::string resolved(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (!real) return "";
+  std::string out = real;
+  std::free(real);
+  return out;
+}
+
+// With w.confined_to: true when `path` is a link whose target lies outside the root (listed).
+bool leaves_root(const std::string& path, Walk& w) {
+  struct stat lst {};
+  if (w.confined_to.empty() || lstat(path.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) return false;
+  const std::string target = resolved(path);
+  const std::string& root = w.confined_to;
+  if (target.empty() || target == root ||
+      (target.compare(0, root.size(), root) == 0 && (root == "/" || target[root.size()] == '/')))
+    return false;  // dangling (no file), or inside
+  w.found.outside_links.emplace_back(path, target);
+  return true;
+}
 
 void walk(const std::string& dir, Walk& w, std::error_code& ec) {
   OpenDir d(AT_FDCWD, dir, 0, ec);
@@ -106,10 +137,13 @@ void walk(const std::string& dir, Walk& w, std::error_code& ec) {
     const std::string path = dir + (dir.empty() || dir.back() != '/' ? "/" : "") + n;
     struct stat st {};
     if (stat(path.c_str(), &st) != 0) continue;  // a dangling link is no file
+    if (leaves_root(path, w)) continue;
     if (S_ISDIR(st.st_mode))
       walk(path, w, ec);
     else if (S_ISREG(st.st_mode))
-      w.files.push_back(path);
+      w.found.files.push_back(path);
+    else
+      w.found.specials.push_back(path);
     if (ec) break;
   }
   w.open_dirs.pop_back();
@@ -145,8 +179,35 @@ std::vector<std::string> files_below(const std::string& dir, std::error_code& ec
   Walk w;
   w.skip_hidden = skip_hidden;
   walk(dir, w, ec);
-  std::sort(w.files.begin(), w.files.end());
-  return w.files;
+  std::sort(w.found.files.begin(), w.found.files.end());
+  return w.found.files;
+}
+
+TreeListing list_tree(const std::string& dir, std::error_code& ec, bool skip_hidden) {
+  ec.clear();
+  Walk w;
+  w.skip_hidden = skip_hidden;
+  w.confined_to = resolved(dir);
+  if (w.confined_to.empty()) {
+    ec = last_error();
+    return {};
+  }
+  walk(dir, w, ec);
+  std::sort(w.found.files.begin(), w.found.files.end());
+  std::sort(w.found.specials.begin(), w.found.specials.end());
+  std::sort(w.found.outside_links.begin(), w.found.outside_links.end());
+  return std::move(w.found);
+}
+
+std::string special_file_kind(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return "";
+  return kind_of(st.st_mode);
+}
+
+std::string not_regular_file(const std::string& path, const std::string& what) {
+  const std::string kind = special_file_kind(path);
+  return kind.empty() ? "" : what + " " + path + " is " + kind + ", not a regular file";
 }
 
 }  // namespace tessera::util

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace tessera::util {
@@ -27,5 +28,23 @@ std::uintmax_t remove_tree(const std::string& path);
 // names start with '.' are skipped, directories with their contents. On an error sets `ec` and
 // returns what it found.
 std::vector<std::string> files_below(const std::string& dir, std::error_code& ec, bool skip_hidden = true);
+
+// A walk of `dir` as files_below's, confined to it: a symbolic link whose target (resolved, links
+// and ".." followed) lies outside `dir` is not followed but listed, and entries that are neither
+// regular files nor directories (FIFOs, sockets, devices) are listed, never opened.
+struct TreeListing {
+  std::vector<std::string> files;                                  // regular files, sorted
+  std::vector<std::string> specials;                               // FIFOs, sockets, devices, sorted
+  std::vector<std::pair<std::string, std::string>> outside_links;  // (link, its resolved target), sorted
+};
+TreeListing list_tree(const std::string& dir, std::error_code& ec, bool skip_hidden = true);
+
+// What `path` is when it is not a regular file -- "a FIFO", "a socket", "a character device", "a block
+// device" -- found by stat (links followed) without opening it (opening a FIFO blocks until a writer
+// comes); "" for a regular file, a directory or a path that cannot be stat'ed.
+std::string special_file_kind(const std::string& path);
+// "WHAT PATH is a FIFO, not a regular file" for such a path, else "": the start of the one-line
+// error with which data and checkpoint readers refuse it, before opening it.
+std::string not_regular_file(const std::string& path, const std::string& what);
 
 }  // namespace tessera::util

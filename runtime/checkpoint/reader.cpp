@@ -20,6 +20,7 @@
 #include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "util/file_tree.h"
 #include "util/json.h"
 
 namespace fs = std::filesystem;
@@ -124,6 +125,8 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
         throw TESSERA_INPUT_ERROR("manifest " + mpath + " lists an invalid file name \"" + fe.name + "\"");
       if (!fs::exists(path, ec))
         throw TESSERA_INPUT_ERROR("checkpoint file " + path + " is missing (listed in " + mpath + ")");
+      const std::string special = util::not_regular_file(path, "checkpoint file");
+      if (!special.empty()) throw TESSERA_INPUT_ERROR(special + " (listed in " + mpath + ")");
       const uint64_t size = fs::file_size(path, ec);
       if (ec || size != fe.bytes)
         throw TESSERA_INPUT_ERROR("checkpoint file " + path + " has " + std::to_string(size) + " bytes, manifest says " +

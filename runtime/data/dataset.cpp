@@ -8,6 +8,7 @@
 #include "runtime/data/token_file.h"
 #include "runtime/error.h"
 #include "runtime/parse_named.h"
+#include "util/budgets.h"
 
 namespace tessera::data {
 
@@ -40,6 +41,7 @@ std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<st
                                                             ReadStats& stats, DataFormat format) {
   std::vector<std::shared_ptr<const DocStore>> stores;
   for (const auto& path : paths) {
+    size_t in_memory = 0;  // bytes of this path's in-memory stores: util::budget::kInMemoryDataBytes
     const DataListing listing = list_data(path, format);
     stats.inputs.push_back(path + ": " + listing.summary());
     for (const DataFile& file : listing.files) {
@@ -55,8 +57,9 @@ std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<st
         stores.push_back(std::move(store));
         continue;
       }
-      MemoryStoreBuilder builder(file.path, tok.vocab_size());
+      MemoryStoreBuilder builder(file.path, tok.vocab_size(), util::budget::kInMemoryDataBytes - in_memory);
       read_file(file, tok, chat, builder, stats);
+      in_memory += builder.bytes();
       stores.push_back(builder.finish());
     }
   }

@@ -86,19 +86,23 @@ class DocStore {
 };
 
 // A DocSink that builds a DocStore in memory (training on text/JSONL files directly). Tracks the
-// largest id appended.
+// largest id appended. Past `max_bytes` (4 a token, 16 a document) it throws Error(Input) naming the
+// source and the way out (a token file).
 class MemoryStoreBuilder final : public DocSink {
  public:
-  MemoryStoreBuilder(std::string source, int64_t vocab);
+  MemoryStoreBuilder(std::string source, int64_t vocab, size_t max_bytes = SIZE_MAX);
   void begin_document(bool text, int64_t line) override;
   void append(const int32_t* ids, const uint8_t* target, size_t n) override;
   void end_document() override;
   int32_t max_id() const { return max_id_; }
   std::shared_ptr<DocStore> finish();
+  size_t bytes() const { return 4 * words_.size() + 16 * table_.size(); }
 
  private:
+  void check_budget() const;
   std::string source_;
   int64_t vocab_;
+  size_t max_bytes_;
   std::vector<uint32_t> words_;   // little-endian token words
   std::vector<uint64_t> table_;   // little-endian table entries (without the final one until finish)
   std::vector<int64_t> lines_;

@@ -11,6 +11,7 @@
 #include "runtime/data/records.h"
 #include "runtime/data/token_file.h"
 #include "runtime/error.h"
+#include "util/budgets.h"
 #include "util/file_tree.h"
 #include "util/json.h"
 
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kHeadBytes = size_t(64) << 10;            // content checks look at the first 64 KiB
-constexpr size_t kMaxJsonDocumentBytes = size_t(64) << 20;  // a '{' .json that is not JSON Lines
+constexpr size_t kMaxJsonDocumentBytes = util::budget::kRecordBytes;  // a '{' .json that is not JSON Lines
 
 enum class Kind { Unknown, Tokens, Jsonl, Json, Text, Table };
 
@@ -185,7 +186,18 @@ Verdict decide_json(const std::string& path, bool gzip, const std::string& head)
               ", not records: give JSON Lines (one record per line) or a JSON array of records"};
 }
 
+// A FIFO, socket or device is refused before it is opened (opening a FIFO blocks until a writer
+// comes; a pipe such as <(zstd -dc ...) cannot be read twice, as detection and reading do).
+void require_regular(const std::string& path) {
+  const std::string why = util::not_regular_file(path, "data file");
+  if (!why.empty())
+    throw TESSERA_INPUT_ERROR(why + ": Tessera reads data from regular files only (detection, then reading, opens a "
+                              "file twice); write it to a file first (for zstd: zstd -d FILE.zst), or compress it "
+                              "with gzip, which Tessera reads as it is");
+}
+
 Verdict classify(const std::string& path, DataFormat forced) {
+  require_regular(path);
   const std::string name = fs::path(path).filename().string();
   std::string ext = extension_of(name);
   if (ext == "bin") return {true, {path, FileFormat::Tokens, false}, ""};
@@ -230,12 +242,21 @@ Verdict classify(const std::string& path, DataFormat forced) {
   return decide_json(path, gzip, head);
 }
 
-// The regular files under `dir` whose names do not start with '.', in sorted path order.
+// The regular files under `dir` whose names do not start with '.', in sorted path order. A link
+// whose target lies outside `dir` is refused (the data set would read files nobody named), as is
+// a FIFO, socket or device in it.
 std::vector<std::string> walk(const std::string& dir) {
   std::error_code ec;
-  std::vector<std::string> files = util::files_below(dir, ec);
+  util::TreeListing tree = util::list_tree(dir, ec);
   if (ec) throw TESSERA_INPUT_ERROR("cannot list data directory " + dir + ": " + ec.message());
-  return files;
+  if (!tree.outside_links.empty()) {
+    const auto& [link, target] = tree.outside_links.front();
+    throw TESSERA_INPUT_ERROR("data directory " + dir + " holds a link " + link + " to " + target +
+                              ", outside it: Tessera reads only what is inside the data directory; copy the file in, "
+                              "or give it itself as data.path (tessera tokenize --input)");
+  }
+  if (!tree.specials.empty()) require_regular(tree.specials.front());
+  return std::move(tree.files);
 }
 
 std::string join(const std::vector<std::string>& names, size_t max) {

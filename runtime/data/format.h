@@ -26,7 +26,10 @@
 // Taken: token, jsonl and json files; text files only when the directory holds none of those
 // (beside records, a README.md or LICENSE is documentation). Skipped, and named: those text files,
 // files of unknown extensions, and *.json files holding one object (dataset_info.json, state.json).
-// A file that is refused alone is refused in a directory too.
+// A file that is refused alone is refused in a directory too. Links inside the directory are
+// followed; a link whose target lies outside it is refused, naming link and target.
+// NOT REGULAR FILES -- FIFOs (pipes), sockets, devices -- are refused by name before they are
+// opened, as the data path, in a directory and as token files (opening a FIFO blocks).
 #pragma once
 #include <cstdint>
 #include <cstdio>

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "runtime/error.h"
+#include "util/budgets.h"
 #include "util/json.h"
 
 namespace tessera::data {
@@ -19,6 +20,14 @@ constexpr size_t kBlockBytes = size_t(4) << 20;     // text is read in 4 MiB blo
 constexpr size_t kBatchRecords = 4096;              // records rendered together
 constexpr size_t kBatchBytes = size_t(8) << 20;
 constexpr size_t kChunkBytes = size_t(1) << 20;     // records are read in 1 MiB chunks
+
+// A record over util::budget::kRecordBytes (decompressed), found before more of it is read.
+[[noreturn]] void record_too_long(const std::string& file, int64_t line) {
+  throw TESSERA_INPUT_ERROR("data file " + file + " line " + std::to_string(line) + ": a record longer than " +
+                            std::to_string(util::budget::kRecordBytes >> 20) +
+                            " MiB (the record budget, counted after decompression): split it, or train on it as "
+                            "plain text (.txt), which is read in blocks");
+}
 
 // Cuts `text` into segments of about kSegmentBytes, each ending after a newline where possible.
 std::vector<std::string_view> segments(std::string_view text) {
@@ -99,35 +108,44 @@ void read_text(DataStream& in, const Tokenizer& tok, DocSink& sink, ReadStats& s
   }
 }
 
-// The lines of a stream, without their '\n'.
+// The lines of a stream, without their '\n', and their numbers. A line longer than the record
+// budget is an Error(Input) before more of it is read.
 class LineReader {
  public:
-  explicit LineReader(DataStream& in) : in_(in) {}
+  LineReader(DataStream& in, const std::string& file) : in_(in), file_(file) {}
   bool next(std::string& line) {
     for (;;) {
       const size_t nl = buf_.find('\n', std::max(pos_, scanned_));
       if (nl != std::string::npos) {
+        if (nl - pos_ > util::budget::kRecordBytes) record_too_long(file_, line_no_ + 1);
         line.assign(buf_, pos_, nl - pos_);
         pos_ = nl + 1;
+        ++line_no_;
         return true;
       }
       if (eof_) {
         if (pos_ >= buf_.size()) return false;
+        if (buf_.size() - pos_ > util::budget::kRecordBytes) record_too_long(file_, line_no_ + 1);
         line.assign(buf_, pos_, std::string::npos);
         pos_ = buf_.size();
+        ++line_no_;
         return true;
       }
       buf_.erase(0, pos_);
       pos_ = 0;
       scanned_ = buf_.size();
+      if (scanned_ > util::budget::kRecordBytes) record_too_long(file_, line_no_ + 1);
       buf_.resize(scanned_ + kChunkBytes);
       buf_.resize(scanned_ + in_.read(&buf_[scanned_], kChunkBytes));
       eof_ = buf_.size() == scanned_;
     }
   }
+  int64_t line_no() const { return line_no_; }  // of the line next() gave last
 
  private:
   DataStream& in_;
+  const std::string& file_;
+  int64_t line_no_ = 0;
   std::string buf_;
   size_t pos_ = 0, scanned_ = 0;
   bool eof_ = false;
@@ -158,7 +176,7 @@ class ArrayReader {
       if (c == ']') fail("a ',' before ']' (JSON has no trailing commas)");
     }
     if (c < 0) fail("the array is not closed (unexpected end of file)");
-    line = line_;
+    line = record_line_ = line_;
     col = col_;
     index = ++count_;
     text.clear();
@@ -197,14 +215,19 @@ class ArrayReader {
                               (col_ ? ", column " + std::to_string(col_) : std::string()) + ": " + what +
                               "): fix it, or give JSON Lines (one record per line)");
   }
+  // Appends `c` to the record, refused past the record budget.
+  void put(std::string& out, int c) const {
+    if (out.size() >= util::budget::kRecordBytes) record_too_long(file_, record_line_);
+    out.push_back(static_cast<char>(c));
+  }
   void scan_string(std::string& out) {
     for (int c = get();; c = get()) {
       if (c < 0) fail("a string of record " + std::to_string(count_) + " is not closed (unexpected end of file)");
-      out.push_back(static_cast<char>(c));
+      put(out, c);
       if (c == '"') return;
       if (c == '\\') {
         const int e = get();
-        if (e >= 0) out.push_back(static_cast<char>(e));
+        if (e >= 0) put(out, e);
       }
     }
   }
@@ -215,7 +238,7 @@ class ArrayReader {
       for (int depth = 1; depth > 0;) {
         const int d = get();
         if (d < 0) fail("record " + std::to_string(count_) + " is not closed (unexpected end of file)");
-        out.push_back(static_cast<char>(d));
+        put(out, d);
         if (d == '"') scan_string(out);
         else if (d == '{' || d == '[') ++depth;
         else if (d == '}' || d == ']') --depth;
@@ -224,7 +247,7 @@ class ArrayReader {
     }
     for (int d = get(); d >= 0; d = get()) {  // a scalar: up to the next ',', ']' or space
       if (d == ',' || d == ']' || d == ' ' || d == '\t' || d == '\n' || d == '\r') return unget();
-      out.push_back(static_cast<char>(d));
+      put(out, d);
     }
   }
 
@@ -232,7 +255,7 @@ class ArrayReader {
   const std::string& file_;
   std::string buf_;
   size_t pos_ = 0;
-  int64_t line_ = 1, col_ = 0, prev_line_ = 1, prev_col_ = 0, count_ = 0;
+  int64_t line_ = 1, col_ = 0, prev_line_ = 1, prev_col_ = 0, count_ = 0, record_line_ = 0;
   bool started_ = false, done_ = false;
 };
 
@@ -341,11 +364,10 @@ void read_records(DataStream& in, const std::function<bool(Pending&)>& next, con
 
 void read_jsonl(DataStream& in, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat,
                 DocSink& sink, ReadStats& stats, const std::function<void(int64_t)>& advanced) {
-  LineReader lines(in);
-  int64_t line_no = 0;
+  LineReader lines(in, file);
   auto next = [&](Pending& p) {
     while (lines.next(p.text)) {
-      p.line = ++line_no;
+      p.line = lines.line_no();
       if (p.text.find_first_not_of(" \t\r") != std::string::npos) return true;
     }
     return false;

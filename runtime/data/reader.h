@@ -14,7 +14,10 @@
 // STREAMING. Records are read in batches of up to 4096 records / 8 MiB, parsed and rendered in
 // parallel (at::parallel_for) and written in order. Text is read in 4 MiB blocks cut after a
 // newline, encoded in ~64 KiB segments cut after newlines, in parallel (SentencePiece is also
-// faster on short inputs); a line longer than a block is cut at a UTF-8 character boundary.
+// faster on short inputs); a line longer than a block is cut at a UTF-8 character boundary. A record
+// (JSONL line, array element) longer than util::budget::kRecordBytes after decompression is an
+// Error(Input) naming file and line, raised before more of it is read: memory stays bounded whatever
+// the compression ratio.
 //
 // BAD RECORDS. A JSONL line that is not valid JSON, or a record that render_record refuses
 // (BadExample), is DROPPED: ReadStats counts it by kind and keeps a one-line warning

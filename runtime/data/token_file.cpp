@@ -1,6 +1,7 @@
 #include "runtime/data/token_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 #include <filesystem>
 
 #include "runtime/error.h"
+#include "util/budgets.h"
+#include "util/file_tree.h"
 
 namespace tessera::data {
 
@@ -44,7 +47,16 @@ std::string DocStore::where(int64_t d) const {
 
 // ---- MemoryStoreBuilder --------------------------------------------------------------------------
 
-MemoryStoreBuilder::MemoryStoreBuilder(std::string source, int64_t vocab) : source_(std::move(source)), vocab_(vocab) {}
+MemoryStoreBuilder::MemoryStoreBuilder(std::string source, int64_t vocab, size_t max_bytes)
+    : source_(std::move(source)), vocab_(vocab), max_bytes_(max_bytes) {}
+
+void MemoryStoreBuilder::check_budget() const {
+  if (bytes() <= max_bytes_) return;
+  throw TESSERA_INPUT_ERROR("data file " + source_ + ": its data path holds more tokens than train reads into memory (" +
+                            std::to_string(util::budget::kInMemoryDataBytes >> 20) +
+                            " MiB on every rank): tokenize it once (tessera tokenize --input PATH --out FILE.bin) and "
+                            "train on the token file, which is memory-mapped");
+}
 
 void MemoryStoreBuilder::begin_document(bool text, int64_t line) {
   TESSERA_CHECK(!open_, "begin_document inside a document");
@@ -63,6 +75,7 @@ void MemoryStoreBuilder::append(const int32_t* ids, const uint8_t* target, size_
     max_id_ = std::max(max_id_, ids[i]);
     store_le<uint32_t>(&words_[at + i], static_cast<uint32_t>(ids[i]) | (target[i] ? kTargetBit : 0));
   }
+  check_budget();
 }
 
 void MemoryStoreBuilder::end_document() {
@@ -73,6 +86,7 @@ void MemoryStoreBuilder::end_document() {
   store_le<uint64_t>(&entry, static_cast<uint64_t>(doc_begin_) | (text_ ? kTextBit : 0));
   table_.push_back(entry);
   lines_.push_back(line_);
+  check_budget();
 }
 
 std::shared_ptr<DocStore> MemoryStoreBuilder::finish() {
@@ -119,6 +133,8 @@ bool is_token_file(const std::string& path) {
 }
 
 std::shared_ptr<DocStore> open_token_file(const std::string& path) {
+  const std::string special = util::not_regular_file(path, "token file");
+  if (!special.empty()) throw TESSERA_INPUT_ERROR(special + ": give the .bin file tessera tokenize wrote");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw TESSERA_INPUT_ERROR("cannot open token file " + path + ": " + std::strerror(errno));
   struct stat st {};
@@ -256,6 +272,27 @@ void TokenFileWriter::spill_table() {
   if (std::fwrite(buf.data(), 1, buf.size(), table_out_) != buf.size())
     throw TESSERA_INPUT_ERROR("cannot write " + table_tmp_ + " (disk full?)");
   table_.clear();
+}
+
+std::vector<std::string> TokenFileWriter::remove_stale_temporaries(const std::string& path) {
+  const fs::path out(path);
+  const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  const std::string base = out.filename().string();
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::string pid;
+    for (const std::string& prefix : {base + ".tmp.", base + ".table.tmp."})
+      if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) pid = name.substr(prefix.size());
+    std::error_code st;
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9 ||
+        !fs::is_regular_file(fs::symlink_status(it->path(), st)))
+      continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // its writer runs
+    if (fs::remove(it->path(), st)) removed.push_back(it->path().string());
+  }
+  return removed;
 }
 
 void TokenFileWriter::finish() {

@@ -51,6 +51,9 @@ class TokenFileWriter final : public DocSink {
   void append(const int32_t* ids, const uint8_t* target, size_t n) override;
   void end_document() override;
   void finish();
+  // Removes the temporaries of `path` that a writer killed before finish() left behind (PATH.tmp.PID,
+  // PATH.table.tmp.PID, regular files whose process PID is gone) and returns their names.
+  static std::vector<std::string> remove_stale_temporaries(const std::string& path);
 
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_documents() const { return num_documents_; }
