@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <unistd.h>
 
 #include "launcher/cli.h"
 #include "launcher/config.h"
 #include "runtime/error.h"
+#include "util/output_file.h"
 
 namespace tessera::launcher {
 
@@ -570,23 +569,8 @@ int run_config_from_accelerate(const std::string& path, const std::string& out) 
   if (out.empty()) {
     std::cout << text << std::flush;
   } else {
-    const std::string tmp = out + ".tmp." + std::to_string(getpid());
-    {
-      std::ofstream f(tmp, std::ios::binary);
-      f << text;
-      f.flush();
-      if (!f) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-        throw TESSERA_INPUT_ERROR("--out " + out + ": cannot write " + tmp);
-      }
-    }
-    std::error_code ec;
-    fs::rename(tmp, out, ec);
-    if (ec) {
-      fs::remove(tmp, ec);
-      throw TESSERA_INPUT_ERROR("--out " + out + ": cannot create it");
-    }
+    std::string why;  // a fresh temporary (mkstemp) renamed to the name: never through a link
+    if (!util::replace_file(out, text, why)) throw TESSERA_INPUT_ERROR("--out " + out + ": " + why);
   }
   std::cerr << "Accelerate config " << path << " -> Tessera run config " << (out.empty() ? "(stdout)" : out) << ":\n";
   for (const auto& line : t.report) std::cerr << "  " << line << "\n";

@@ -141,14 +141,16 @@ int run_tokenize(const std::vector<std::string>& args) {
 int run_report(const std::vector<std::string>& args) {
   po::options_description desc("Options");
   desc.add_options()("run-dir", po::value<std::string>()->required(), "the run's log.dir (metrics.jsonl, run_info.json)")(
-      "out", po::value<std::string>()->default_value(""), "output HTML file (default: RUN_DIR/report.html)");
+      "out", po::value<std::string>()->default_value(""), "output HTML file (default: RUN_DIR/report.html)")(
+      "force", "replace --out even when it exists and is not a Tessera report");
   po::positional_options_description pos;
   pos.add("run-dir", 1);
-  const auto vm = parse_command("tessera report RUN_DIR [--out FILE.html]", desc, args, &pos);
+  const auto vm = parse_command("tessera report RUN_DIR [--out FILE.html [--force]]", desc, args, &pos);
   if (!vm) return 0;
   // The report first: on an error nothing is printed on stdout (std::cout << "wrote " << f() may
   // print "wrote " before f() throws).
-  const std::string path = train::write_report((*vm)["run-dir"].as<std::string>(), (*vm)["out"].as<std::string>());
+  const std::string path = train::write_report((*vm)["run-dir"].as<std::string>(), (*vm)["out"].as<std::string>(),
+                                               vm->count("force") > 0);
   std::cout << "wrote " << path << std::endl;
   return 0;
 }

@@ -40,6 +40,7 @@
 #include "runtime/error.h"
 #include "runtime/train/trainer.h"
 #include "util/json.h"
+#include "util/output_file.h"
 
 namespace tessera::launcher {
 namespace fs = std::filesystem;
@@ -266,13 +267,8 @@ void write_run_info(const std::string& dir, const Config& cfg, const ModelSetup&
         {"train_sequences", train.num_sequences()},
         {"train_examples", train.num_units()},
         {"val_sequences", val ? val->num_sequences() : 0}}}};
-  const std::string path = dir + "/run_info.json", tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << info.dump(1) << "\n";
-    if (!out) throw TESSERA_INPUT_ERROR("cannot write " + tmp);
-  }
-  fs::rename(tmp, path);
+  std::string why;  // a fresh temporary renamed over the name: never through a link (util/output_file.h)
+  if (!util::replace_file(dir + "/run_info.json", info.dump(1) + "\n", why)) throw TESSERA_INPUT_ERROR(why);
 }
 
 }  // namespace
@@ -533,7 +529,9 @@ int run_train(const std::vector<std::string>& args) {
   nlohmann::json run_state = {{"config", s.cfg.json()}, {"model_config", s.ms.config.to_json()},
                               {"model_source", s.ms.source}};
   if (b.slurm.present) run_state["slurm_job"] = b.slurm.job_id;  // finished_by_this_job() reads it
-  if (rank0) announce_run(s, b);
+  collectively([&] {  // run_info.json cannot be written: every rank ends with the line
+    if (rank0) announce_run(s, b);
+  });
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
   // before the trainer: destroyed after it and its model, on every path (see ~Trainer).

@@ -513,8 +513,8 @@ void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::v
   fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   fs::create_directories(parent);
   const fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  tessera::util::remove_tree(tmp);
-  fs::create_directory(tmp);
+  tessera::util::remove_tree(tmp);  // a leftover, or a planted link: the link goes, never its target
+  if (!fs::create_directory(tmp)) throw ModelError(tmp.string() + ": appeared while being created; refusing to write into it");
   try {
     ModelConfig out_cfg = cfg;
     out_cfg.torch_dtype = torch_dtype_name(dtype);

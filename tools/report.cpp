@@ -1,5 +1,9 @@
 #include "tools/report.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 
 #include "runtime/error.h"
 #include "util/json.h"
+#include "util/output_file.h"
 
 namespace tessera::train {
 
@@ -469,6 +474,12 @@ json summarize(const std::map<int64_t, json>& by_step, const Fields& f, int64_t 
   return summary;
 }
 
+// How every report begins, up to the run directory in its title: `report --out` replaces an existing
+// file only when it begins so (or with --force).
+const char* kReportHead =
+    "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
+    "<title>Tessera run report: ";
+
 const char* kReportStyle =
     "body { font-family: sans-serif; margin: 24px; color: #222222; background: #fafafa; }\n"
     "h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }\n"
@@ -481,8 +492,7 @@ const char* kReportStyle =
 
 std::string html_page(const std::string& run_dir, const json& info, const json& summary, const ChartBuilder& b) {
   std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
-    << "<title>Tessera run report: " << esc(run_dir) << "</title>\n<style>\n" << kReportStyle << "</style>\n</head>\n<body>\n";
+  o << kReportHead << esc(run_dir) << "</title>\n<style>\n" << kReportStyle << "</style>\n</head>\n<body>\n";
   o << "<h1>Tessera run report</h1>\n<p>Run directory <code>" << esc(run_dir) << "</code>"
     << (info.contains("started") ? ", started " + esc(info["started"].get<std::string>()) : std::string()) << ".</p>\n";
   o << table("Summary", summary);
@@ -519,23 +529,32 @@ std::string render_report(const std::string& run_dir) {
   return html_page(run_dir, info, summarize(by_step, fields, bad), b);
 }
 
-std::string write_report(const std::string& run_dir, const std::string& out) {
+namespace {
+
+// What is at `out` if it is not a report this program wrote (a regular file, not a link, whose
+// first bytes are kReportHead); "" when it is one, or when nothing is there.
+std::string not_a_report(const std::string& out) {
+  struct stat st {};
+  if (::lstat(out.c_str(), &st) != 0) return "";
+  if (!S_ISREG(st.st_mode)) return util::file_kind(st.st_mode);
+  const std::string head = kReportHead;
+  std::string got(head.size(), '\0');
+  const int fd = ::open(out.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const ssize_t n = fd < 0 ? -1 : ::pread(fd, got.data(), got.size(), 0);
+  if (fd >= 0) ::close(fd);
+  return n == static_cast<ssize_t>(head.size()) && got == head ? "" : "a file that is not a Tessera report";
+}
+
+}  // namespace
+
+std::string write_report(const std::string& run_dir, const std::string& out, bool force) {
   const std::string path = out.empty() ? (fs::path(run_dir) / "report.html").string() : out;
+  if (const std::string what = out.empty() || force ? "" : not_a_report(out); !what.empty())
+    throw TESSERA_INPUT_ERROR("report --out " + out + ": it exists and is " + what +
+                              "; refusing to replace it (choose another name, or pass --force)");
   const std::string html = render_report(run_dir);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw TESSERA_INPUT_ERROR("cannot create " + tmp);
-    f << html;
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw TESSERA_INPUT_ERROR("cannot write " + tmp + " (disk full?)");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw TESSERA_INPUT_ERROR("cannot move " + tmp + " to " + path + ": " + ec.message());
+  std::string why;  // a fresh temporary renamed over the name: never through a link (util/output_file.h)
+  if (!util::replace_file(path, html, why)) throw TESSERA_INPUT_ERROR(why);
   return path;
 }
 

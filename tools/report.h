@@ -21,7 +21,10 @@ namespace tessera::train {
 // metrics.jsonl is missing or holds no record.
 std::string render_report(const std::string& run_dir);
 
-// Writes render_report(run_dir) to `out` (default: run_dir/report.html, atomically); returns the path.
-std::string write_report(const std::string& run_dir, const std::string& out = "");
+// Writes render_report(run_dir) to `out` (default: run_dir/report.html) through a fresh temporary
+// beside it, renamed over the name (a link there is replaced, never written through); returns the
+// path. An `out` that exists and is not a report (a regular file beginning as every report does) is
+// refused (Error(Input)) unless `force`.
+std::string write_report(const std::string& run_dir, const std::string& out = "", bool force = false);
 
 }  // namespace tessera::train

@@ -31,6 +31,9 @@ inline constexpr int64_t kJinjaSteps = 10'000'000;
 //   16 MiB of text is about four million tokens, far past any sequence length.
 inline constexpr size_t kJinjaStringBytes = size_t(16) << 20;
 
+// A checkpoint.dir's `latest`: one line naming a step-<N> of that directory (a few bytes).
+inline constexpr size_t kLatestBytes = 4096;
+
 // One record of a data file (a JSON Lines line, an element of a JSON array), counted after
 // decompression: memory stays bounded whatever the compression ratio. Plain text has no such
 // limit: its long lines are cut into blocks. A record costs about 14x its size at its peak (the line,

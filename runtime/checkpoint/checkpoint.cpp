@@ -22,10 +22,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <regex>
 #include <thread>
+
+#include <sys/stat.h>
 
 #include <ATen/ops/zeros.h>
 
@@ -37,7 +38,9 @@
 #include "runtime/device/device.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "util/budgets.h"
 #include "util/file_tree.h"
+#include "util/output_file.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -50,9 +53,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// step-<N> -> N, or -1 for any other name.
+// step-<N> -> N, or -1 for any other name (N of at most 18 digits: an int64_t).
 int64_t parse_step_dir(const std::string& name) {
-  static const std::regex re("step-([0-9]+)");
+  static const std::regex re("step-([0-9]{1,18})");
   std::smatch m;
   if (!std::regex_match(name, m, re)) return -1;
   return std::stoll(m[1].str());
@@ -83,6 +86,49 @@ void commit_latest(const std::string& root) {
   fs::rename(tmp, path, ec);
   if (ec) throw TESSERA_INPUT_ERROR("cannot rename " + tmp + " to " + path + ": " + ec.message());
   io::fsync_dir(root);
+}
+
+// `text` as an error message shows it: at most 80 bytes, anything but printable ASCII as '?'.
+std::string shown(const std::string& text) {
+  std::string out;
+  for (char c : text.substr(0, 80)) out += c >= 0x20 && c < 0x7f ? c : '?';
+  return "'" + out + (text.size() > 80 ? "'..." : "'");
+}
+
+// A step-<N> entry `path` of checkpoint.dir `root` is a directory in it, never a link that leaves
+// it (nor a file, FIFO or device): Error(Input) naming it otherwise.
+void require_real_step_dir(const std::string& path, const std::string& root) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) return;  // gone meanwhile: as if never there
+  std::string what = util::file_kind(st.st_mode);
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    what += " to " + shown(fs::read_symlink(path, ec).string());
+  }
+  throw TESSERA_INPUT_ERROR("checkpoint " + path + " is " + what + ", not a directory of checkpoint.dir " + root +
+                            ": refused (a checkpoint elsewhere is resumed with --resume DIR)");
+}
+
+// The checkpoint <root>/latest names: "" when there is no latest (yet), else <root>/step-<N>.
+// latest must be a regular file holding one line "step-<N>" (a step directory of root, checked
+// by require_real_step_dir when it exists): an absolute path, a "../" or any other text, a link
+// or a FIFO there is Error(Input) naming latest and what it holds, so that a planted or
+// downloaded pointer never sends a resume outside checkpoint.dir.
+std::string latest_pointer(const std::string& root) {
+  const std::string path = (fs::path(root) / kLatestFile).string();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  const std::string want = "; it must be one line naming a step-<N> directory of checkpoint.dir " + root;
+  if (!S_ISREG(st.st_mode))
+    throw TESSERA_INPUT_ERROR(path + " is " + util::file_kind(st.st_mode) + ", not a regular file" + want + ": refused");
+  std::string text = io::read_all(path, util::budget::kLatestBytes);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (parse_step_dir(text) < 0)
+    throw TESSERA_INPUT_ERROR(path + " names " + shown(text) + want +
+                              ": refused (a checkpoint elsewhere is resumed with --resume DIR)");
+  const std::string dir = (fs::path(root) / text).string();
+  require_real_step_dir(dir, root);
+  return dir;
 }
 
 // Atomically points <root>/latest at `target`.
@@ -274,7 +320,11 @@ static std::string manifest_text(const Job& job, const std::vector<uint32_t>& cr
 static std::string no_space_message(const Job& job, const std::string& what) {
   uint64_t total = 0;
   for (int r = 0; r < job.shard_size; ++r) total += file_bytes(file_layout(job.plans, r, job.layouts));
-  const std::string kept = latest(job.root);
+  std::string kept;
+  try {
+    kept = latest(job.root);
+  } catch (const Error&) {  // a latest that names nothing valid: said when a run resumes
+  }
   return "checkpoint step-" + std::to_string(job.step) + " does not fit in checkpoint.dir " + job.root + ": " + what +
          "; the whole checkpoint needs " + std::to_string(total) + " bytes; " +
          (kept.empty() ? std::string("there is no earlier checkpoint") : "the previous checkpoint " + kept + " is kept");
@@ -362,7 +412,7 @@ void Checkpointer::Impl::publish(const Job& job, const std::vector<uint32_t>& cr
   // crash in between leaves the previous checkpoints, never a half one under a step-<N> name.
   std::error_code ec;
   const std::string old = job.final_dir + ".old";
-  if (fs::exists(job.final_dir, ec)) {
+  if (fs::exists(fs::symlink_status(job.final_dir, ec))) {  // a link there is moved aside and removed, never followed
     tessera::util::remove_tree(old, ec);
     fs::rename(job.final_dir, old, ec);
     if (ec) throw TESSERA_INPUT_ERROR("cannot move aside " + job.final_dir + ": " + ec.message());
@@ -385,6 +435,10 @@ void Checkpointer::Impl::retire(const Job& job) {
   }
   if (newer.empty()) return;
   const fs::path retired = fs::path(job.root) / kRetiredDir;
+  struct stat st {};
+  if (::lstat(retired.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))  // a link would move them wherever it points
+    throw TESSERA_INPUT_ERROR("cannot retire checkpoints to " + retired.string() + ": it is " +
+                              util::file_kind(st.st_mode) + ", not a directory of checkpoint.dir " + job.root);
   fs::create_directories(retired, ec);
   if (ec) throw TESSERA_INPUT_ERROR("cannot create " + retired.string() + ": " + ec.message());
   std::sort(newer.begin(), newer.end());
@@ -392,7 +446,7 @@ void Checkpointer::Impl::retire(const Job& job) {
   for (int64_t s : newer) {
     const std::string name = "step-" + std::to_string(s);
     fs::path dst = retired / name;
-    for (int k = 2; fs::exists(dst, ec); ++k) dst = retired / (name + "." + std::to_string(k));
+    for (int k = 2; fs::exists(fs::symlink_status(dst, ec)); ++k) dst = retired / (name + "." + std::to_string(k));
     fs::rename(step_dir(job.root, s), dst, ec);
     if (ec) throw TESSERA_INPUT_ERROR("cannot retire " + step_dir(job.root, s) + " to " + dst.string() + ": " + ec.message());
     names += (names.empty() ? "" : ", ") + name;
@@ -595,14 +649,8 @@ void Checkpointer::begin_lineage(int64_t start_step, const std::string& resumed_
 
 std::string latest(const std::string& root_dir) {
   std::error_code ec;
-  {
-    std::ifstream in(fs::path(root_dir) / kLatestFile);
-    std::string target;
-    if (in && std::getline(in, target) && !target.empty()) {
-      const fs::path p = fs::path(target).is_absolute() ? fs::path(target) : fs::path(root_dir) / target;
-      if (fs::exists(p / "manifest.json", ec)) return p.string();
-    }
-  }
+  const std::string named = latest_pointer(root_dir);
+  if (!named.empty() && fs::exists(fs::path(named) / "manifest.json", ec)) return named;
   const std::vector<std::string> complete = complete_checkpoints(root_dir);
   return complete.empty() ? "" : complete.back();
 }
@@ -610,16 +658,7 @@ std::string latest(const std::string& root_dir) {
 std::vector<std::string> resume_candidates(const std::string& root_dir) {
   const std::string first = latest(root_dir);
   if (first.empty()) return {};
-  // Its step: from its name, else from its manifest (a checkpoint outside the root may be named
-  // anything); unknown: only the pointer itself.
-  int64_t step = parse_step_dir(fs::path(first).filename().string());
-  if (step < 0) {
-    try {
-      step = Reader(first).step();
-    } catch (const std::exception&) {
-      return {first};
-    }
-  }
+  const int64_t step = parse_step_dir(fs::path(first).filename().string());  // always a step-<N> of root_dir
   std::vector<std::string> out{first};
   const std::vector<std::string> complete = complete_checkpoints(root_dir);
   for (auto it = complete.rbegin(); it != complete.rend(); ++it)
@@ -632,7 +671,9 @@ std::vector<std::string> complete_checkpoints(const std::string& root_dir) {
   std::vector<int64_t> steps;
   for (const auto& e : fs::directory_iterator(root_dir, ec)) {
     const int64_t s = parse_step_dir(e.path().filename().string());
-    if (s >= 0 && fs::exists(e.path() / "manifest.json", ec)) steps.push_back(s);
+    if (s < 0) continue;
+    require_real_step_dir(e.path().string(), root_dir);
+    if (fs::exists(e.path() / "manifest.json", ec)) steps.push_back(s);
   }
   std::sort(steps.begin(), steps.end());
   std::vector<std::string> out;

@@ -7,7 +7,8 @@
 // last by rank 0, which records for every tensor its global shape, dtype and which byte range of
 // which file holds which slice, per-file checksums (CRC32C), the step and the caller's training
 // state. Writes go to step-<N>.tmp/ (files and directory fsync'ed) and are renamed into place, so a
-// crash leaves either the previous checkpoint or the new one complete.
+// crash leaves either the previous checkpoint or the new one complete. Every file a save writes is
+// created new (io::File::create: a link planted at its name is removed, never written through).
 //
 // Who writes: replicas hold identical shards (no_shard: every rank; hybrid_shard: the same
 // intra-node rank on every node), so only the ranks with replicate-group rank 0 write a file, named
@@ -80,7 +81,9 @@ class Checkpointer {
   // Lineage: the run this Checkpointer saves for starts at `start_step`, resumed from the checkpoint
   // directory `resumed_from` ("" for a fresh start from step 0). With a resumed_from, world rank 0
   // points <root>/latest at it at once, so that latest() resumes a run that crashes before its first
-  // save from there and not from a newer checkpoint of an abandoned future (a rollback). The first
+  // save from there and not from a newer checkpoint of an abandoned future (a rollback); a
+  // resumed_from outside root is written as its absolute path, which latest() refuses (naming it)
+  // until the first save: such a run is resumed again with its directory named. The first
   // complete save then RETIRES every step-<K> of the root with K > start_step, once its own files and
   // manifest are written: they move to <root>/retired/step-<K> (".2", ".3" ... when that exists);
   // nothing is deleted, and keep counts only this lineage's checkpoints.
@@ -99,9 +102,12 @@ class Checkpointer {
 };
 
 // The checkpoint to resume from in root ("" if none): the one <root>/latest names (written by every
-// complete save and by begin_lineage: the head of the most recent run's lineage; a relative name is
-// under root) if it is complete, else the highest complete step-<N>. Incomplete *.tmp dirs and
-// retired checkpoints are never chosen.
+// complete save and by begin_lineage: the head of the most recent run's lineage) if it is complete,
+// else the highest complete step-<N>. Incomplete *.tmp dirs and retired checkpoints are never
+// chosen. latest must be a regular file of one line naming a step-<N> directory of root: anything
+// else (an absolute path, "../", a link or FIFO there, a step-<N> that is a link or not a
+// directory) is Error(Input) naming the file and what it holds, so that nothing planted in or
+// downloaded with checkpoint.dir sends a resume elsewhere.
 std::string latest(const std::string& root_dir);
 
 // Where a resuming run may continue from, best first: latest(root_dir), then the complete step-<N>
@@ -111,7 +117,8 @@ std::string latest(const std::string& root_dir);
 std::vector<std::string> resume_candidates(const std::string& root_dir);
 
 // The complete checkpoints directly in root_dir (step-<N> holding a manifest.json), by step; retired
-// ones and incomplete *.tmp dirs are not among them.
+// ones and incomplete *.tmp dirs are not among them. A step-<N> that is a symbolic link (or anything
+// but a directory) is Error(Input) naming it.
 std::vector<std::string> complete_checkpoints(const std::string& root_dir);
 
 // A checkpoint that cannot be read back as it was saved: its manifest is missing, truncated or
@@ -177,8 +184,9 @@ struct ReadRequest {
 class Reader {
  public:
   // Parses and validates manifest.json: format name and version, structure, every tensor covered
-  // exactly once by in-bounds slices, every file present with its recorded size. Error(Input)
-  // naming the file / tensor otherwise. Does not read tensor data.
+  // exactly once by in-bounds slices, every file present, a regular file (a FIFO or device is
+  // refused without being opened for reading) with its recorded size. Error(Input) naming the file
+  // / tensor otherwise. Does not read tensor data.
   explicit Reader(const std::string& ckpt_dir);
 
   const std::string& dir() const { return dir_; }

@@ -1,6 +1,7 @@
 #include "runtime/checkpoint/io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -10,21 +11,46 @@
 
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/error.h"
+#include "util/output_file.h"
 
 namespace tessera::checkpoint::io {
 
 std::string errno_message() { return std::strerror(errno); }
 
 File File::open_read(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the open (it is refused below); cleared for the reads.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw TESSERA_INPUT_ERROR("cannot open " + path + ": " + errno_message());
-  return File(fd, path);
+  File f(fd, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw TESSERA_INPUT_ERROR("cannot stat " + path + ": " + errno_message());
+  if (!S_ISREG(st.st_mode))
+    throw TESSERA_INPUT_ERROR(path + " is " + util::file_kind(st.st_mode) + ", not a regular file: refused");
+  ::fcntl(fd, F_SETFL, O_RDONLY);
+  return f;
 }
 
 File File::create(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw TESSERA_INPUT_ERROR("cannot create " + path + ": " + errno_message());
+  int fd = util::create_fresh(path.c_str());
+  if (fd < 0) throw TESSERA_INPUT_ERROR("cannot create " + path + ": " + util::output_error(path, errno));
   return File(fd, path);
+}
+
+uint64_t File::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw TESSERA_INPUT_ERROR("cannot stat " + path_ + ": " + errno_message());
+  return static_cast<uint64_t>(st.st_size);
+}
+
+std::string read_all(const std::string& path, uint64_t max_bytes) {
+  const File f = File::open_read(path);
+  const uint64_t n = f.size();
+  if (n > max_bytes)
+    throw TESSERA_INPUT_ERROR(path + " holds " + std::to_string(n) + " bytes, more than the " + std::to_string(max_bytes) +
+                              " it may");
+  std::string text(static_cast<size_t>(n), '\0');
+  f.pread_all(text.data(), text.size(), 0);
+  return text;
 }
 
 File::~File() {

@@ -10,8 +10,12 @@ namespace tessera::checkpoint::io {
 // An open file descriptor, closed on destruction.
 class File {
  public:
+  // Only a regular file (links followed): a FIFO, socket, device or directory is refused, naming the
+  // path and what it is, without blocking on it.
   static File open_read(const std::string& path);
-  static File create(const std::string& path);  // O_CREAT | O_TRUNC, 0644
+  // A new file (util::create_fresh: whatever is at `path`, a stale file or a planted link, is
+  // unlinked, never followed; then O_CREAT | O_EXCL | O_NOFOLLOW), 0644.
+  static File create(const std::string& path);
   File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
   File(const File&) = delete;
   ~File();
@@ -27,6 +31,7 @@ class File {
   // Exactly n bytes at `offset`; a short file is an error naming the path.
   void pread_all(void* data, size_t n, uint64_t offset) const;
   size_t read_some(void* data, size_t n);  // sequential read, 0 at end of file
+  uint64_t size() const;  // fstat
   void truncate(uint64_t bytes);  // the file's size becomes `bytes` (ftruncate)
   void fsync();
   void close();  // checks close() errors (delayed write errors surface here)
@@ -57,6 +62,9 @@ class ChecksumWriter {
   uint64_t bytes_ = 0;
 };
 
+// The whole of the regular file `path` (File::open_read's checks), or Error(Input) naming it when it
+// holds more than max_bytes.
+std::string read_all(const std::string& path, uint64_t max_bytes);
 void fsync_dir(const std::string& dir);
 // Bytes an unprivileged writer may still use on the file system holding `path` (statvfs f_bavail);
 // -1 if unknown.

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 
@@ -96,10 +95,11 @@ Reader::Reader(const std::string& ckpt_dir) : dir_(ckpt_dir) {
   const std::string mpath = (fs::path(dir_) / "manifest.json").string();
   std::error_code ec;
   if (!fs::is_directory(dir_, ec)) throw TESSERA_INPUT_ERROR("checkpoint " + dir_ + " does not exist or is not a directory");
-  std::ifstream in(mpath);
-  if (!in) throw TESSERA_INPUT_ERROR("checkpoint " + dir_ + " is not complete: " + mpath + " is missing");
+  if (!fs::exists(fs::symlink_status(mpath, ec)))
+    throw TESSERA_INPUT_ERROR("checkpoint " + dir_ + " is not complete: " + mpath + " is missing");
+  const std::string text = io::read_all(mpath, std::numeric_limits<uint64_t>::max());  // a FIFO or device: refused
   try {
-    manifest_ = util::parse_json(in);
+    manifest_ = util::parse_json(text);
   } catch (const json::exception& e) {
     throw TESSERA_INPUT_ERROR("malformed manifest " + mpath + ": " + e.what());
   }

@@ -20,6 +20,7 @@
 
 #include "runtime/comm/collective_checks.h"
 #include "runtime/error.h"
+#include "util/output_file.h"
 
 namespace tessera::comm::flight {
 namespace {
@@ -299,7 +300,7 @@ bool dump_impl(int strength, const char* reason, const char* message, char* path
   t = append_str(t, tmp + sizeof(tmp), ".tmp.");
   append_uint(t, tmp + sizeof(tmp), static_cast<uint64_t>(getpid()));
   bool ok = false;
-  int fd = ::open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = util::create_fresh(tmp);  // never through a link planted at the name
   if (fd >= 0) {
     Out o(fd);
     o.s("{\"format\":\"tessera-flight\",\"version\":1");
@@ -583,6 +584,10 @@ std::string Recorder::describe(uint64_t seq) const {
 void set_dump_dir(const std::string& dir, const std::string& run_id, int world_size) {
   std::lock_guard<std::mutex> lk(g_dir_mutex);
   if (!dir.empty()) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))  // a link: the dumps would land where it points
+      throw TESSERA_INPUT_ERROR("flight recorder directory '" + dir + "' is " + util::file_kind(st.st_mode) +
+                                ", not a directory: refused");
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec || access(dir.c_str(), W_OK) != 0)

@@ -14,6 +14,7 @@
 #include "runtime/error.h"
 #include "util/budgets.h"
 #include "util/file_tree.h"
+#include "util/output_file.h"
 
 namespace tessera::data {
 
@@ -203,14 +204,26 @@ std::shared_ptr<DocStore> open_token_file(const std::string& path) {
 
 // ---- writing token files -------------------------------------------------------------------------
 
+// A new file at a temporary name, read-write (util::create_fresh: whatever is at the name, a
+// crash's leftover or a planted link, is unlinked, never written through).
+static std::FILE* fresh_file(const std::string& path) {
+  const int fd = util::create_fresh(path.c_str());
+  std::FILE* f = fd < 0 ? nullptr : ::fdopen(fd, "w+b");
+  if (!f) {
+    const std::string why = util::output_error(path, errno);
+    if (fd >= 0) ::close(fd);
+    throw TESSERA_INPUT_ERROR("cannot create " + path + ": " + why);
+  }
+  return f;
+}
+
 TokenFileWriter::TokenFileWriter(const std::string& path, uint32_t vocab)
     : path_(path),
       tmp_(path + ".tmp." + std::to_string(::getpid())),
       table_tmp_(path + ".table.tmp." + std::to_string(::getpid())),
       vocab_(vocab) {
   TESSERA_CHECK(vocab > 0 && vocab <= (1u << 31), "token file vocab out of range");
-  out_ = std::fopen(tmp_.c_str(), "wb");
-  if (!out_) throw TESSERA_INPUT_ERROR("cannot create token file " + tmp_ + ": " + std::strerror(errno));
+  out_ = fresh_file(tmp_);
   std::setvbuf(out_, nullptr, _IOFBF, size_t(1) << 20);
   const unsigned char zeros[kTokenFileHeaderBytes] = {};
   put(zeros, sizeof(zeros));  // the header is written by finish(), once the counts are known
@@ -264,8 +277,7 @@ void TokenFileWriter::end_document() {
 
 void TokenFileWriter::spill_table() {
   if (!table_out_) {
-    table_out_ = std::fopen(table_tmp_.c_str(), "w+b");
-    if (!table_out_) throw TESSERA_INPUT_ERROR("cannot create " + table_tmp_ + ": " + std::strerror(errno));
+    table_out_ = fresh_file(table_tmp_);
   }
   std::vector<unsigned char> buf(8 * table_.size());
   for (size_t i = 0; i < table_.size(); ++i) store_le<uint64_t>(buf.data() + 8 * i, table_[i]);

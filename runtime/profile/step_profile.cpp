@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -15,6 +14,7 @@
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/error.h"
 #include "runtime/profile/op_count.h"
+#include "util/output_file.h"
 
 namespace tessera::profile {
 namespace {
@@ -436,15 +436,8 @@ int64_t write_trace(const std::string& path, int rank) {
   const nlohmann::json doc = {{"traceEvents", events},
                               {"displayTimeUnit", "ms"},
                               {"otherData", {{"rank", rank}, {"clock", "CLOCK_MONOTONIC"}, {"first_event_us", us(t0)}}}};
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw TESSERA_INPUT_ERROR(path + ": cannot write the trace (train.profile_steps)");
-    out << doc.dump() << "\n";
-    if (!out) throw TESSERA_INPUT_ERROR(path + ": cannot write the trace (train.profile_steps)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw TESSERA_INPUT_ERROR(path + ": cannot write the trace (train.profile_steps)");
+  std::string why;  // a fresh temporary renamed over the name: never through a link (util/output_file.h)
+  if (!util::replace_file(path, doc.dump() + "\n", why)) throw TESSERA_INPUT_ERROR(why + " (the trace of train.profile_steps)");
   return n;
 }
 

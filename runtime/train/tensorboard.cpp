@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstring>
 
 #include "runtime/checkpoint/crc32c.h"
@@ -55,8 +56,9 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   const auto secs = std::chrono::duration_cast<std::chrono::seconds>(
       std::chrono::system_clock::now().time_since_epoch()).count();
   path_ = dir + "/events.out.tfevents." + std::to_string(secs) + "." + host;
-  out_.open(path_, std::ios::binary | std::ios::app);
-  if (!out_) throw TESSERA_INPUT_ERROR(path_ + ": cannot open the TensorBoard event file for writing (log.dir)");
+  std::string why;
+  if (!out_.open(path_, util::OutputFile::Mode::Append, why))
+    throw TESSERA_INPUT_ERROR("cannot open the TensorBoard event file " + path_ + " for writing (log.dir): " + why);
   std::string e = event_head(0);
   put_bytes(e, 3, "brain.Event:2");
   write_record(e);
@@ -82,9 +84,7 @@ void TensorBoardWriter::write_record(const std::string& data) {
   put_fixed(rec, masked_crc32c(rec.data(), 8));
   rec += data;
   put_fixed(rec, masked_crc32c(data.data(), data.size()));
-  out_.write(rec.data(), static_cast<std::streamsize>(rec.size()));
-  out_.flush();
-  if (!out_) throw TESSERA_INPUT_ERROR(path_ + ": cannot write the TensorBoard event file");
+  if (!out_.write(rec)) throw TESSERA_INPUT_ERROR(path_ + ": cannot write the TensorBoard event file: " + std::strerror(errno));
 }
 
 }  // namespace tessera::train

@@ -8,10 +8,11 @@
 // Every write is flushed (a crashed run keeps what it logged). Rank 0 only; not thread-safe.
 #pragma once
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "util/output_file.h"
 
 namespace tessera::train {
 
@@ -26,7 +27,7 @@ class TensorBoardWriter {
  private:
   void write_record(const std::string& data);
   std::string path_;
-  std::ofstream out_;
+  util::OutputFile out_;  // appended to, never through a link (util/output_file.h)
 };
 
 }  // namespace tessera::train

@@ -7,13 +7,13 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <sstream>
 #include <unistd.h>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/agree.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
@@ -29,6 +29,7 @@
 #include "runtime/train/numerics.h"
 #include "runtime/train/tensorboard.h"
 #include "runtime/train/test_fault.h"
+#include "util/output_file.h"
 
 namespace tessera::train {
 
@@ -640,8 +641,9 @@ class RunLog {
     rank0_ = im.groups.world->rank() == 0;
     if (!rank0_ || im.opts.log_dir.empty()) return;
     const std::string path = im.opts.log_dir + "/metrics.jsonl";
-    metrics_.open(path, std::ios::app);
-    if (!metrics_) throw TESSERA_INPUT_ERROR(path + ": cannot open metrics file for writing");
+    std::string why;  // appended to (a resumed run), never through a link (util/output_file.h)
+    if (!metrics_.open(path, util::OutputFile::Mode::Append, why))
+      throw TESSERA_INPUT_ERROR("cannot open the metrics file " + path + " for appending: " + why);
     if (im.opts.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(im.opts.log_dir);
   }
 
@@ -649,8 +651,7 @@ class RunLog {
     if (!rank0_) return;
     if (metrics_.is_open()) {
       const nlohmann::json rec = record_json(r);
-      metrics_ << rec.dump() << "\n";
-      metrics_.flush();
+      metrics_.write(rec.dump() + "\n");  // one write per record: a crashed run keeps what it logged
       if (tensorboard_) tensorboard_->add_scalars(r.step, tensorboard_scalars(rec));
     }
     if (im_.opts.quiet) return;
@@ -739,7 +740,7 @@ class RunLog {
   int64_t start_step_;
   Clock::time_point t_start_;
   bool rank0_ = false;
-  std::ofstream metrics_;
+  util::OutputFile metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
@@ -788,7 +789,11 @@ RunResult Trainer::run() {
   im.peak = device::peak_flops(im.device, im.fopts.param_dtype, at::get_num_threads(), im.opts.peak_flops);
   im.gemm_flops = measure_gemm_flops(im.fopts.param_dtype, im.device);
   if (im.groups.world->rank() == 0 && !im.opts.quiet) std::cout << describe_peak(im.peak) << std::endl;
-  RunLog log(im, res.start_step);
+  // Rank 0 opens the run's log files (a link planted at metrics.jsonl is refused there): every rank
+  // learns of it, and ends with the same line.
+  std::unique_ptr<RunLog> run_log;
+  throw_if_any(*im.host.world, capture_error([&] { run_log = std::make_unique<RunLog>(im, res.start_step); }));
+  RunLog& log = *run_log;
   while (im.step < im.opts.steps) {
     const int64_t next = im.step + 1;
     // The step's collectives, its stop vote and validation all carry "train step" (flight recorder).

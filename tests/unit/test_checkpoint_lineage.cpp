@@ -88,7 +88,9 @@ TEST_F(LineageTest, ResumedFromAnotherDirectoryAndFallbacks) {
   }
   Checkpointer run(dir + "/root", {5, false}, self_groups());
   run.begin_lineage(4, other + "/step-4");
-  EXPECT_EQ(latest(dir + "/root"), other + "/step-4");  // absolute pointer out of the root
+  // An absolute pointer out of the root: `auto` refuses it, naming it, rather than resume the
+  // stale step-9 (or follow a pointer that may have been planted); --resume DIR resumes it.
+  EXPECT_INPUT_ERROR(latest(dir + "/root"), dir + "/root/latest names '" + other + "/step-4'", "--resume DIR");
   save(run, 5, 205);
   EXPECT_EQ(latest(dir + "/root"), dir + "/root/step-5");
   EXPECT_EQ(seed_of(dir + "/root/retired/step-9"), 109);
