@@ -8,13 +8,13 @@
 #   scripts/fuzz.sh merge HARNESS [BUILD]      minimise corpus + work corpus (every edge kept) into tests/fuzz/corpus/HARNESS
 #
 # BUILD defaults to build/fuzz. HARNESS is one of: fuzz_hostlist fuzz_config fuzz_token_file
-# fuzz_checkpoint fuzz_safetensors. FUZZ_OPT (e.g. -O0) sets BUILD's optimisation level when given
+# fuzz_checkpoint fuzz_safetensors fuzz_jinja. FUZZ_OPT (e.g. -O0) sets BUILD's optimisation level when given
 # (otherwise it keeps the one it has; a new folder gets -O1): ctest's sanitize.fuzz_build and
 # sanitize.fuzz_replay build -O0 into their own folder, which compiles in 60% of the CPU time.
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 FUZZ="$SRC/tests/fuzz"
-HARNESSES=(fuzz_hostlist fuzz_config fuzz_token_file fuzz_checkpoint fuzz_safetensors)
+HARNESSES=(fuzz_hostlist fuzz_config fuzz_token_file fuzz_checkpoint fuzz_safetensors fuzz_jinja)
 cmd="${1:-}"; shift || true
 
 # The sanitizers' settings for every run: leaks are not checked (LibTorch and Open MPI keep
@@ -34,7 +34,7 @@ build() {
 }
 
 max_len() {  # inputs of these harnesses hold several small files
-  case "$1" in fuzz_safetensors|fuzz_checkpoint) echo 16384 ;; *) echo 4096 ;; esac
+  case "$1" in fuzz_safetensors|fuzz_checkpoint|fuzz_jinja) echo 16384 ;; *) echo 4096 ;; esac
 }
 
 case "$cmd" in
