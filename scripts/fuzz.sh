@@ -8,14 +8,14 @@
 #   scripts/fuzz.sh merge HARNESS [BUILD]      minimise corpus + work corpus (every edge kept) into tests/fuzz/corpus/HARNESS
 #
 # BUILD defaults to build/fuzz. HARNESS is one of: fuzz_hostlist fuzz_config fuzz_token_file
-# fuzz_checkpoint fuzz_safetensors fuzz_yaml fuzz_tokenizer fuzz_tokenizer_config. FUZZ_OPT (e.g. -O0) sets BUILD's optimisation level when given
+# fuzz_checkpoint fuzz_safetensors fuzz_yaml fuzz_tokenizer fuzz_tokenizer_config fuzz_jinja. FUZZ_OPT (e.g. -O0) sets BUILD's optimisation level when given
 # (otherwise it keeps the one it has; a new folder gets -O1): ctest's sanitize.fuzz_build and
 # sanitize.fuzz_replay build -O0 into their own folder, which compiles in 60% of the CPU time.
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 FUZZ="$SRC/tests/fuzz"
 HARNESSES=(fuzz_hostlist fuzz_config fuzz_token_file fuzz_checkpoint fuzz_safetensors)
-HARNESSES+=(fuzz_yaml fuzz_tokenizer fuzz_tokenizer_config)  # issue 58
+HARNESSES+=(fuzz_yaml fuzz_tokenizer fuzz_tokenizer_config fuzz_jinja)  # issue 58
 cmd="${1:-}"; shift || true
 
 # The sanitizers' settings for every run: leaks are not checked (LibTorch and Open MPI keep
@@ -36,7 +36,7 @@ build() {
 
 max_len() {  # inputs of these harnesses hold several small files
   case "$1" in
-    fuzz_safetensors|fuzz_checkpoint) echo 16384 ;;
+    fuzz_safetensors|fuzz_checkpoint|fuzz_jinja) echo 16384 ;;
     fuzz_tokenizer) echo 16384 ;;  # a vocabulary of 256 bytes is 4 KB
     *) echo 4096 ;;
   esac

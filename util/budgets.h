@@ -25,11 +25,15 @@ inline constexpr int64_t kYamlExpandedNodes = 100'000;
 //   render time (macros calling macros, recursion);
 inline constexpr int kJinjaDepth = 256;
 // - loop iterations plus macro calls in one render (nested range(99999) loops spin for ever
-//   otherwise: no collective is pending, so comm.timeout_s never fires);
-inline constexpr int64_t kJinjaSteps = 10'000'000;
+//   otherwise: no collective is pending, so comm.timeout_s never fires). Real templates take a few
+//   per message; a million take about a second (10 million took 15 s, for every conversation).
+inline constexpr int64_t kJinjaSteps = 1'000'000;
 // - bytes of any one string it makes, and of one render's output ('x' * 4000000000, doubling).
 //   16 MiB of text is about four million tokens, far past any sequence length.
 inline constexpr size_t kJinjaStringBytes = size_t(16) << 20;
+// - bytes of all the strings and list items one render makes (a list of 1000 copies of a 16 MiB
+//   string, or of a doubled list, is made one copy at a time: each is charged).
+inline constexpr size_t kJinjaMadeBytes = size_t(256) << 20;
 
 // A checkpoint.dir's `latest`: one line naming a step-<N> of that directory (a few bytes).
 inline constexpr size_t kLatestBytes = 4096;

@@ -33,7 +33,11 @@ List iterate(const Value& v, const Where& w) {
     case K::List: return *v.list;
     case K::Str: {
       List out;
-      for (auto& cp : code_points(v.s)) out.push_back(Value::str(cp));
+      for (size_t i = 0, n; i < v.s.size(); i += n) {  // by code point, as code_points() cuts them
+        const unsigned char c = v.s[i];
+        n = std::min<size_t>(c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4, v.s.size() - i);
+        out.push_back(Value::str(v.s.substr(i, n)));
+      }
       return out;
     }
     case K::Dict: {
@@ -49,7 +53,7 @@ int64_t length(const Value& v, const Where& w) {
   switch (v.kind) {
     case K::Undefined: return 0;
     case K::List: return static_cast<int64_t>(v.list->size());
-    case K::Str: return static_cast<int64_t>(code_points(v.s).size());
+    case K::Str: return static_cast<int64_t>(code_point_count(v.s));
     case K::Dict: return static_cast<int64_t>(v.dict->items.size());
     default: w.type_error("object of type '" + type_name(v) + "' has no len()");
   }
@@ -289,6 +293,7 @@ Value range_fn(const Args& a, const Where& w) {
 Value dict_of(const Args& a, const Where& w, bool ns) {
   Value d = Value::make_dict();
   d.ns = ns;
+  if (RenderBudget* b = RenderBudget::current(); b && ns) b->spaces.push_back(d.dict);
   for (const Value& p : a.pos) {
     if (!p.is(K::Dict)) w.type_error("namespace()/dict() take a mapping and keyword arguments");
     for (const auto& [k, v] : p.dict->items) d.dict->set(k, v);

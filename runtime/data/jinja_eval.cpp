@@ -5,6 +5,7 @@
 #include "runtime/data/jinja.h"
 #include "runtime/data/jinja_ast.h"
 #include "runtime/data/jinja_builtins.h"
+#include "util/budgets.h"
 
 namespace tessera::data::jinja {
 
@@ -34,6 +35,8 @@ struct Out {
   void emit(const std::string& s) {
     if (s.empty()) return;
     const size_t b = text.size();
+    if (b + s.size() > util::budget::kJinjaStringBytes)
+      throw BudgetExceeded("rendered more than " + std::to_string(util::budget::kJinjaStringBytes >> 20) + " MiB");
     text += s;
     if (generation == 0) return;
     if (!spans.empty() && spans.back().second == b) spans.back().second = text.size();
@@ -52,8 +55,26 @@ class Interp {
   Value eval(const Expr& e, const ScopeP& sc);
 
  private:
+  // One level deeper (a statement, an expression, a macro call) for the scope of this object.
+  class Nested {
+   public:
+    Nested(Interp& in, int line) : in_(in) {
+      if (++in_.depth_ > util::budget::kJinjaDepth)
+        template_error(in_.origin_, line, "nests deeper than " + std::to_string(util::budget::kJinjaDepth) + " levels");
+    }
+    ~Nested() { --in_.depth_; }
+   private:
+    Interp& in_;
+  };
+  // A loop iteration or a macro call.
+  void step(int line) {
+    if (++steps_ > util::budget::kJinjaSteps)
+      template_error(origin_, line, "exceeded " + std::to_string(util::budget::kJinjaSteps) +
+                                        " loop iterations and macro calls in one render");
+  }
   Where at(int line) const { return Where{origin_, line}; }
   void exec_one(const Stmt& s, const ScopeP& sc, Out& out);
+  void exec_stmt(const Stmt& s, const ScopeP& sc, Out& out);
   void exec_for(const Stmt& s, const ScopeP& sc, Out& out);
   void exec_set(const Stmt& s, const ScopeP& sc, Out& out);
   Value make_macro(const Stmt& s, const ScopeP& sc);
@@ -65,13 +86,25 @@ class Interp {
   Value eval_name(const Expr& e, const ScopeP& sc);
 
   const std::string& origin_;
+  int depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 void Interp::exec(const Body& body, const ScopeP& sc, Out& out) {
   for (const StmtP& s : body) exec_one(*s, sc, out);
 }
 
+// A budget the values exceeded (jinja_value.h) is named here, with the statement's line.
 void Interp::exec_one(const Stmt& s, const ScopeP& sc, Out& out) {
+  const Nested nested(*this, s.line);
+  try {
+    exec_stmt(s, sc, out);
+  } catch (const BudgetExceeded& e) {
+    template_error(origin_, s.line, e.what());
+  }
+}
+
+void Interp::exec_stmt(const Stmt& s, const ScopeP& sc, Out& out) {
   switch (s.k) {
     case Stmt::K::Text: out.emit(s.text); return;
     case Stmt::K::Out: out.emit(to_str(eval(*s.expr, sc))); return;
@@ -131,10 +164,11 @@ void Interp::exec_for(const Stmt& s, const ScopeP& sc, Out& out) {
   if (s.filter) {  // {% for x in xs if cond %}: loop counts only the items that pass
     List kept;
     for (const Value& item : items)
-      if (bind(item), truthy(eval(*s.filter, inner))) kept.push_back(item);
+      if (step(s.line), bind(item), truthy(eval(*s.filter, inner))) kept.push_back(item);
     items = std::move(kept);
   }
   for (size_t k = 0; k < items.size(); ++k) {
+    step(s.line);
     bind(items[k]);
     inner->vars["loop"] = loop_object(items, k, w);
     try {
@@ -171,6 +205,8 @@ Value Interp::make_macro(const Stmt& s, const ScopeP& sc) {
   const Stmt* def = &s;
   std::weak_ptr<Scope> weak = sc;  // the macro lives in sc: a shared_ptr would be a cycle
   return Value::func(s.targets[0], [this, def, weak](const Args& a) {
+    step(def->line);
+    const Nested nested(*this, def->line);
     ScopeP closure = weak.lock();
     if (!closure) at(def->line).unsupported("call of macro " + def->targets[0] + " outside the scope it was defined in");
     auto local = std::make_shared<Scope>();
@@ -218,6 +254,7 @@ Value Interp::eval_call(const Expr& e, const ScopeP& sc) {
 }
 
 Value Interp::eval(const Expr& e, const ScopeP& sc) {
+  const Nested nested(*this, e.line);
   const Where w = at(e.line);
   switch (e.k) {
     case Expr::K::Lit: return e.lit;
@@ -307,8 +344,12 @@ Value Interp::arith(const std::string& op, const Value& l, const Value& r, const
   }
   if (op == "*" && ((l.is(K::Str) && r.is(K::Int)) || (l.is(K::Int) && r.is(K::Str)))) {
     const Value& s = l.is(K::Str) ? l : r;
+    const int64_t n = l.is(K::Int) ? l.i : r.i;
+    if (n <= 0 || s.s.empty()) return Value::str("");
+    check_string_bytes(static_cast<uint64_t>(n) > util::budget::kJinjaStringBytes / s.s.size() ? util::budget::kJinjaStringBytes + 1
+                                                                                               : s.s.size() * static_cast<size_t>(n));
     std::string out;
-    for (int64_t k = 0; k < (l.is(K::Int) ? l.i : r.i); ++k) out += s.s;
+    for (int64_t k = 0; k < n; ++k) out += s.s;
     return Value::str(out);
   }
   if (!l.is_number() || !r.is_number()) bad();
@@ -345,6 +386,8 @@ Rendered Template::render(const Context& context) const {
   top->parent = root;
   Out out;
   Interp interp(origin_);
+  RenderBudget budget;
+  const RenderBudget::Scope charged(budget);
   try {
     interp.exec(parsed_->body, top, out);
   } catch (const BreakSignal&) {

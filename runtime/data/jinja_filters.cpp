@@ -41,13 +41,15 @@ Value tojson(const Value& v, const Args& a, const Where& w) {
 
 Value indent_filter(const Value& v, const Args& a, const Where&) {
   const Value width = arg(a, 0, "width", Value::integer(4));
-  const std::string ind = width.is(K::Str) ? width.s : std::string(static_cast<size_t>(std::max<int64_t>(0, width.i)), ' ');
+  const size_t spaces = static_cast<size_t>(std::max<int64_t>(0, width.i));
+  check_string_bytes(width.is(K::Str) ? 0 : spaces);
+  const std::string ind = width.is(K::Str) ? width.s : std::string(spaces, ' ');
   const bool first = flag(a, 1, "first"), blank = flag(a, 2, "blank");
   std::vector<std::string> lines;
   const std::string s = to_str(v) + "\n";
   for (size_t b = 0, e; (e = s.find('\n', b)) != std::string::npos; b = e + 1) lines.push_back(s.substr(b, e - b));
   std::string rv = lines[0];
-  for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (blank || !lines[k].empty() ? ind + lines[k] : lines[k]);
+  for (size_t k = 1; k < lines.size(); ++k) append_bounded(rv, "\n" + (blank || !lines[k].empty() ? ind + lines[k] : lines[k]));
   return Value::str(first ? ind + rv : rv);
 }
 
@@ -123,7 +125,7 @@ Value join_filter(const Value& v, const Args& a, const Where& w) {
   std::string out;
   const List items = iterate(v, w);
   for (size_t k = 0; k < items.size(); ++k)
-    out += (k ? sep : "") + to_str(attribute.is(K::None) ? items[k] : attr_path(items[k], attribute, w));
+    append_bounded(out, (k ? sep : "") + to_str(attribute.is(K::None) ? items[k] : attr_path(items[k], attribute, w)));
   return Value::str(out);
 }
 

@@ -8,6 +8,7 @@
 #include "runtime/data/jinja_ast.h"
 #include "runtime/data/jinja_builtins.h"
 #include "runtime/error.h"
+#include "util/budgets.h"
 
 namespace tessera::data::jinja {
 
@@ -16,6 +17,26 @@ void template_error(const std::string& origin, int line, const std::string& what
 }
 
 namespace {
+
+// The nesting of the template's syntax, counted as it is parsed (a block inside a block, an
+// expression inside an expression, each link of a chain such as a.b.c or 1+1+1, which nests in the
+// tree it makes): a level deeper for each deeper() of a Nest, back where it was when the Nest ends.
+// Recursive descent then stays within kJinjaDepth levels, and so does the tree it makes.
+class Nest {
+ public:
+  Nest(int& depth, const std::string& origin, int line) : depth_(depth), saved_(depth), origin_(origin), line_(line) {}
+  ~Nest() { depth_ = saved_; }
+  void deeper() {
+    if (++depth_ > util::budget::kJinjaDepth)
+      template_error(origin_, line_, "nests deeper than " + std::to_string(util::budget::kJinjaDepth) + " levels");
+  }
+
+ private:
+  int& depth_;
+  const int saved_;
+  const std::string& origin_;
+  const int line_;
+};
 
 struct Chunk {
   enum Kind { Text, Var, Block } kind;
@@ -219,8 +240,9 @@ std::vector<Tok> tokenize(const std::string& s, const std::string& origin, int l
 
 class ExprParser {
  public:
-  ExprParser(std::vector<Tok> toks, std::string origin, int line)
-      : t_(std::move(toks)), origin_(std::move(origin)), line_(line) {}
+  // `depth`: the nesting of the block the tag is in.
+  ExprParser(std::vector<Tok> toks, std::string origin, int line, int depth)
+      : t_(std::move(toks)), origin_(std::move(origin)), line_(line), depth_(depth) {}
 
   bool done() const { return t_[p_].t == Tok::End; }
   bool at_op(const char* op) const { return t_[p_].t == Tok::Op && t_[p_].s == op; }
@@ -251,8 +273,11 @@ class ExprParser {
   }
 
   ExprP expression() {
+    Nest nest = nested();
+    nest.deeper();
     ExprP e = or_expr();
     while (skip_name("if")) {
+      nest.deeper();
       auto c = node(Expr::K::Cond);
       c->a.push_back(or_expr());
       c->a.push_back(e);
@@ -273,6 +298,7 @@ class ExprParser {
   }
 
  private:
+  Nest nested() { return Nest(depth_, origin_, line_); }
   std::shared_ptr<Expr> node(Expr::K k) const {
     auto e = std::make_shared<Expr>();
     e->k = k;
@@ -289,18 +315,22 @@ class ExprParser {
   ExprP or_expr(size_t level = 0) {
     static const char* const kLevels[] = {"or", "and"};
     if (level == std::size(kLevels)) return not_expr();
+    Nest nest = nested();
     ExprP e = or_expr(level + 1);
-    while (skip_name(kLevels[level])) e = binary(kLevels[level], e, or_expr(level + 1));
+    while (skip_name(kLevels[level])) nest.deeper(), e = binary(kLevels[level], e, or_expr(level + 1));
     return e;
   }
   ExprP not_expr() {
     if (!skip_name("not")) return compare();
+    Nest nest = nested();
+    nest.deeper();
     auto e = node(Expr::K::Unary);
     e->name = "not";
     e->a.push_back(not_expr());
     return e;
   }
   ExprP compare() {
+    Nest nest = nested();
     ExprP first = arithmetic();
     std::shared_ptr<Expr> c;
     while (true) {
@@ -310,7 +340,7 @@ class ExprParser {
       else if (skip_name("in")) op = "in";
       else if (at_name("not") && t_[p_ + 1].t == Tok::Name && t_[p_ + 1].s == "in") op = "not in", p_ += 2;
       else break;
-      if (!c) c = node(Expr::K::Compare), c->a.push_back(first);
+      if (!c) nest.deeper(), c = node(Expr::K::Compare), c->a.push_back(first);
       c->ops.push_back(op);
       c->a.push_back(arithmetic());
     }
@@ -321,19 +351,23 @@ class ExprParser {
   ExprP arithmetic(size_t level = 0) {
     static const std::vector<std::vector<const char*>> kLevels = {{"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
     if (level == kLevels.size()) return unary(true);
+    Nest nest = nested();
     ExprP e = arithmetic(level + 1);
     while (true) {
       const auto& ops = kLevels[level];
       const auto op = std::find_if(ops.begin(), ops.end(), [&](const char* o) { return at_op(o); });
       if (op == ops.end()) return e;
       ++p_;
+      nest.deeper();
       e = binary(*op, e, arithmetic(level + 1));
     }
   }
 
   ExprP unary(bool with_filter) {
+    Nest nest = nested();
     ExprP e;
     if (at_op("-") || at_op("+")) {
+      nest.deeper();
       auto u = node(Expr::K::Unary);
       u->name = t_[p_++].s;
       u->a.push_back(unary(false));
@@ -361,6 +395,7 @@ class ExprParser {
   size_t p_ = 0;
   std::string origin_;
   int line_;
+  int depth_;
 };
 
 ExprP ExprParser::primary() {
@@ -416,7 +451,9 @@ ExprP ExprParser::call(ExprP callee) {
 }
 
 ExprP ExprParser::postfix(ExprP e) {
+  Nest nest = nested();
   while (true) {
+    if (at_op(".") || at_op("[") || at_op("(")) nest.deeper();
     if (at_op(".") || at_op("[")) e = subscript(e);
     else if (at_op("(")) e = call(e);
     else return e;
@@ -471,7 +508,9 @@ void ExprParser::call_args(Expr& e) {
 }
 
 ExprP ExprParser::filters(ExprP e) {
+  Nest nest = nested();
   while (true) {
+    if (at_op("|") || at_name("is") || at_op("(")) nest.deeper();
     if (skip_op("|")) {
       auto f = node(Expr::K::Filter);
       f->name = name();
@@ -542,7 +581,7 @@ class StmtParser {
         out.push_back(s);
         continue;
       }
-      auto ep = std::make_unique<ExprParser>(tokenize(ch.body, origin_, ch.line), origin_, ch.line);
+      auto ep = std::make_unique<ExprParser>(tokenize(ch.body, origin_, ch.line), origin_, ch.line, depth_);
       if (ch.kind == Chunk::Var) {
         auto s = stmt(Stmt::K::Out, ch.line);
         s->expr = ep->tuple();
@@ -569,6 +608,8 @@ class StmtParser {
   }
 
   StmtP block(const std::string& kw, ExprParser& ep, int line) {
+    Nest nest(depth_, origin_, line);
+    nest.deeper();
     if (kw == "if") return if_block(ep, line);
     if (kw == "for") return for_block(ep, line);
     if (kw == "set") return set_block(ep, line);
@@ -659,6 +700,7 @@ class StmtParser {
   size_t i_ = 0;
   std::string origin_;
   bool has_generation_ = false;
+  int depth_ = 0;  // of the blocks being parsed
 };
 
 }  // namespace

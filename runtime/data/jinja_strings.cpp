@@ -53,8 +53,8 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   if (from.empty()) {  // inserts `to` between code points
     const auto cps = code_points(s);
     for (size_t k = 0; k <= cps.size(); ++k) {
-      if (count < 0 || static_cast<int64_t>(k) < count) out += to;
-      if (k < cps.size()) out += cps[k];
+      if (count < 0 || static_cast<int64_t>(k) < count) append_bounded(out, to);
+      if (k < cps.size()) append_bounded(out, cps[k]);
     }
     return out;
   }
@@ -62,7 +62,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   for (int64_t n = 0; count < 0 || n < count; ++n) {
     const size_t hit = s.find(from, pos);
     if (hit == std::string::npos) break;
-    out += s.substr(pos, hit - pos) + to;
+    append_bounded(out, s.substr(pos, hit - pos) + to);
     pos = hit + from.size();
   }
   return out + s.substr(pos);
@@ -165,7 +165,7 @@ Value str_method(const Value& obj, const std::string& name, const Where& w0) {
       const List items = iterate(arg(a, 0, "iterable"), w);
       for (size_t k = 0; k < items.size(); ++k) {
         if (!items[k].is(K::Str)) w.type_error("sequence item " + std::to_string(k) + ": expected str instance, " + type_name(items[k]) + " found");
-        out += (k ? x : "") + items[k].s;
+        append_bounded(out, (k ? x : "") + items[k].s);
       }
       return Value::str(out);
     });

@@ -8,7 +8,82 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "util/budgets.h"
+
 namespace tessera::data::jinja {
+
+namespace budget = util::budget;
+
+namespace {
+
+thread_local RenderBudget* current_budget = nullptr;
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+void charge(size_t bytes) {
+  RenderBudget* b = current_budget;
+  if (!b) return;
+  b->made += bytes;
+  if (b->made > budget::kJinjaMadeBytes)
+    throw BudgetExceeded("made more than " + mib(budget::kJinjaMadeBytes) + " of strings and list items in one render");
+}
+
+// Frees the values in `stack` and everything only they hold, one level at a time (no recursion).
+void dismantle(std::vector<Value>& stack) {
+  while (!stack.empty()) {
+    Value v = std::move(stack.back());
+    stack.pop_back();
+    if (v.list && v.list.use_count() == 1) {
+      for (Value& e : *v.list) stack.push_back(std::move(e));
+      v.list->clear();
+    }
+    if (v.dict && v.dict.use_count() == 1) {
+      for (auto& kv : v.dict->items) stack.push_back(std::move(kv.second));
+      v.dict->items.clear();
+    }
+  }
+}
+
+void delete_list(List* l) {
+  std::vector<Value> stack(std::make_move_iterator(l->begin()), std::make_move_iterator(l->end()));
+  l->clear();
+  delete l;
+  dismantle(stack);
+}
+
+}  // namespace
+
+RenderBudget* RenderBudget::current() { return current_budget; }
+RenderBudget::Scope::Scope(RenderBudget& b) : mine_(&b), saved_(current_budget) { current_budget = &b; }
+RenderBudget::Scope::~Scope() {
+  current_budget = saved_;
+  std::vector<Value> stack;  // a namespace may hold itself: empty each, or the cycle would leak
+  for (const auto& w : mine_->spaces)
+    if (auto d = w.lock()) {
+      for (auto& kv : d->items) stack.push_back(std::move(kv.second));
+      d->items.clear();
+    }
+  dismantle(stack);
+}
+
+void check_string_bytes(size_t bytes) {
+  if (current_budget && bytes > budget::kJinjaStringBytes)
+    throw BudgetExceeded("made a string of more than " + mib(budget::kJinjaStringBytes));
+}
+
+void append_bounded(std::string& out, const std::string& piece) {
+  check_string_bytes(out.size() + piece.size());
+  out += piece;
+}
+
+void too_deep() { throw BudgetExceeded("nests deeper than " + std::to_string(budget::kJinjaDepth) + " levels"); }
+
+Dict::~Dict() {
+  std::vector<Value> stack;
+  for (auto& kv : items) stack.push_back(std::move(kv.second));
+  items.clear();
+  dismantle(stack);
+}
 
 namespace {
 Value of_kind(Value::Kind k) {
@@ -40,13 +115,18 @@ Value Value::number(double x) {
   return v;
 }
 Value Value::str(std::string x) {
+  check_string_bytes(x.size());
+  charge(sizeof(Value) + x.size());
   Value v = of_kind(Kind::Str);
   v.s = std::move(x);
   return v;
 }
 Value Value::make_list(List x) {
+  size_t bytes = x.size() * sizeof(Value);
+  for (const Value& e : x) bytes += e.s.size();
+  charge(bytes);
   Value v = of_kind(Kind::List);
-  v.list = std::make_shared<List>(std::move(x));
+  v.list = std::shared_ptr<List>(new List(std::move(x)), delete_list);
   return v;
 }
 Value Value::make_tuple(List x) {
@@ -151,6 +231,15 @@ std::string py_float(double d) {
   return (neg ? "-" : "") + out;
 }
 
+size_t code_point_count(const std::string& s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++n) {
+    const unsigned char c = s[i];
+    i += std::min<size_t>(c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4, s.size() - i);
+  }
+  return n;
+}
+
 std::vector<std::string> code_points(const std::string& s) {
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
@@ -185,7 +274,14 @@ std::string repr_str(const std::string& s) {
   const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
   const char q = has_single && !has_double ? '"' : '\'';
   std::string out(1, q);
-  for (const std::string& cp : code_points(s)) {
+  for (size_t i = 0, n; i < s.size(); i += n) {  // by code point, as code_points() cuts them
+    const unsigned char lead = s[i];
+    n = std::min<size_t>(lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4, s.size() - i);
+    if (lead >= 0x20 && lead < 0x7F && lead != static_cast<unsigned char>(q) && lead != '\\') {
+      out += static_cast<char>(lead);
+      continue;
+    }
+    const std::string cp = s.substr(i, n);
     const uint32_t c = decode(cp);
     char buf[16];
     if (cp[0] == q || cp[0] == '\\') out += "\\" + cp;
@@ -224,20 +320,25 @@ std::string json_str(const std::string& s) {
   return out + "\"";
 }
 
-std::string join_repr(const Value& v) {
+std::string str_at(const Value& v, int depth);
+std::string repr_at(const Value& v, int depth) { return v.is(Value::Kind::Str) ? repr_str(v.s) : str_at(v, depth); }
+
+std::string join_repr(const Value& v, int depth) {
+  if (depth > budget::kJinjaDepth) too_deep();
   std::string out;
   if (v.is(Value::Kind::List)) {
-    for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + to_repr((*v.list)[k]);
+    for (size_t k = 0; k < v.list->size(); ++k) append_bounded(out, (k ? ", " : "") + repr_at((*v.list)[k], depth + 1));
     if (v.tuple) return "(" + out + (v.list->size() == 1 ? ",)" : ")");
     return "[" + out + "]";
   }
   for (size_t k = 0; k < v.dict->items.size(); ++k)
-    out += (k ? ", " : "") + repr_str(v.dict->items[k].first) + ": " + to_repr(v.dict->items[k].second);
+    append_bounded(out, (k ? ", " : "") + repr_str(v.dict->items[k].first) + ": " + repr_at(v.dict->items[k].second, depth + 1));
   return (v.ns ? "<Namespace {" : "{") + out + (v.ns ? "}>" : "}");
 }
 
 std::string json_at(const Value& v, int indent, int level) {
   using K = Value::Kind;
+  if (level > budget::kJinjaDepth) too_deep();
   const std::string nl = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent) * (level + 1), ' ');
   const std::string close = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent) * level, ' ');
   const std::string sep = indent < 0 ? ", " : ",";
@@ -253,15 +354,15 @@ std::string json_at(const Value& v, int indent, int level) {
     case K::List: {
       if (v.list->empty()) return "[]";
       std::string out = "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? sep : "") + nl + json_at((*v.list)[k], indent, level + 1);
+      for (size_t k = 0; k < v.list->size(); ++k) append_bounded(out, (k ? sep : "") + nl + json_at((*v.list)[k], indent, level + 1));
       return out + close + "]";
     }
     case K::Dict: {
       if (v.dict->items.empty()) return "{}";
       std::string out = "{";
       for (size_t k = 0; k < v.dict->items.size(); ++k)
-        out += (k ? sep : "") + nl + json_str(v.dict->items[k].first) + ": " +
-               json_at(v.dict->items[k].second, indent, level + 1);
+        append_bounded(out, (k ? sep : "") + nl + json_str(v.dict->items[k].first) + ": " +
+                        json_at(v.dict->items[k].second, indent, level + 1));
       return out + close + "}";
     }
     default: throw std::invalid_argument("Object of type " + type_name(v) + " is not JSON serializable");
@@ -285,9 +386,7 @@ Value from_json_t(const J& j) {
   return d;
 }
 
-}  // namespace
-
-std::string to_str(const Value& v) {
+std::string str_at(const Value& v, int depth) {
   using K = Value::Kind;
   switch (v.kind) {
     case K::Undefined: return "";
@@ -297,16 +396,15 @@ std::string to_str(const Value& v) {
     case K::Float: return py_float(v.f);
     case K::Str: return v.s;
     case K::List:
-    case K::Dict: return join_repr(v);
+    case K::Dict: return join_repr(v, depth);
     case K::Func: return "<function " + v.s + ">";
   }
   return "";
 }
 
-std::string to_repr(const Value& v) { return v.is(Value::Kind::Str) ? repr_str(v.s) : to_str(v); }
-
-bool equals(const Value& a, const Value& b) {
+bool equals_at(const Value& a, const Value& b, int depth) {
   using K = Value::Kind;
+  if (depth > budget::kJinjaDepth) too_deep();
   if (a.is_number() && b.is_number()) {
     if (a.kind == K::Float || b.kind == K::Float) return a.as_double() == b.as_double();
     return (a.kind == K::Bool ? int64_t(a.b) : a.i) == (b.kind == K::Bool ? int64_t(b.b) : b.i);
@@ -319,34 +417,41 @@ bool equals(const Value& a, const Value& b) {
     case K::List:
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
-        if (!equals((*a.list)[k], (*b.list)[k])) return false;
+        if (!equals_at((*a.list)[k], (*b.list)[k], depth + 1)) return false;
       return true;
     case K::Dict:
       if (a.dict == b.dict) return true;
       if (a.ns || b.ns || a.dict->items.size() != b.dict->items.size()) return false;
       for (const auto& [key, val] : a.dict->items) {
         const Value* other = b.dict->find(key);
-        if (!other || !equals(val, *other)) return false;
+        if (!other || !equals_at(val, *other, depth + 1)) return false;
       }
       return true;
     default: return a.fn == b.fn;
   }
 }
 
-bool less(const Value& a, const Value& b) {
+bool less_at(const Value& a, const Value& b, int depth) {
   using K = Value::Kind;
+  if (depth > budget::kJinjaDepth) too_deep();
   if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
   if (a.is(K::Str) && b.is(K::Str)) return a.s < b.s;
   if (a.is(K::List) && b.is(K::List)) {
     for (size_t k = 0; k < a.list->size() && k < b.list->size(); ++k) {
-      if (less((*a.list)[k], (*b.list)[k])) return true;
-      if (less((*b.list)[k], (*a.list)[k])) return false;
+      if (less_at((*a.list)[k], (*b.list)[k], depth + 1)) return true;
+      if (less_at((*b.list)[k], (*a.list)[k], depth + 1)) return false;
     }
     return a.list->size() < b.list->size();
   }
   throw std::invalid_argument("'<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
+}  // namespace
+
+std::string to_str(const Value& v) { return str_at(v, 0); }
+std::string to_repr(const Value& v) { return repr_at(v, 0); }
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+bool less(const Value& a, const Value& b) { return less_at(a, b, 0); }
 std::string to_json(const Value& v, int indent) { return json_at(v, indent, 0); }
 Value from_json(const nlohmann::ordered_json& j) { return from_json_t(j); }
 Value from_json(const nlohmann::json& j) { return from_json_t(j); }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,10 +61,43 @@ struct Value {
 };
 
 struct Dict {
+  Dict() = default;
+  Dict(const Dict&) = delete;
+  Dict& operator=(const Dict&) = delete;
+  ~Dict();  // iterative: a value nested 100k deep (built by a loop) is freed without deep recursion
   std::vector<std::pair<std::string, Value>> items;
   const Value* find(const std::string& key) const;
   void set(const std::string& key, Value v);
 };
+
+// The budgets of one render (util/budgets.h) that the values it makes are charged to: every string
+// made (Value::str) is at most kJinjaStringBytes, and the strings and list items made in one render
+// at most kJinjaMadeBytes; printing and comparing nest at most kJinjaDepth levels. The render that
+// runs on this thread installs one (RenderBudget::Scope); with none, nothing is charged. Exceeding
+// one throws BudgetExceeded (what(): what was exceeded), which the renderer names with the
+// template's origin and line.
+class BudgetExceeded : public std::runtime_error {
+ public:
+  explicit BudgetExceeded(const std::string& what) : std::runtime_error(what) {}
+};
+struct RenderBudget {
+  size_t made = 0;                         // bytes of strings and list items made
+  std::vector<std::weak_ptr<Dict>> spaces;  // namespace()s, emptied at the end (they may form cycles)
+  static RenderBudget* current();
+  class Scope {
+   public:
+    explicit Scope(RenderBudget& b);
+    ~Scope();
+   private:
+    RenderBudget* mine_;
+    RenderBudget* saved_;
+  };
+};
+// Throws BudgetExceeded when a string of `bytes` would pass kJinjaStringBytes.
+void check_string_bytes(size_t bytes);
+// out += piece, for a string being made piece by piece (join, replace, repr): checked first.
+void append_bounded(std::string& out, const std::string& piece);
+[[noreturn]] void too_deep();
 
 // Python's type name of a value ("str", "list", "NoneType", ...), for messages.
 std::string type_name(const Value& v);
@@ -87,6 +121,7 @@ char json_escape_letter(char c);
 
 // Strings by code point (UTF-8).
 std::vector<std::string> code_points(const std::string& s);
+size_t code_point_count(const std::string& s);  // code_points(s).size(), without making them
 bool is_py_space(const std::string& cp);  // str.isspace() of one code point
 // str.strip / lstrip / rstrip: `chars` empty strips whitespace.
 std::string py_strip(const std::string& s, const std::string& chars, bool left, bool right);
