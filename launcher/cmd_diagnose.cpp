@@ -1,7 +1,7 @@
 // `tessera diagnose <log.dir>`: reads the flight records a failed run left in <log.dir>/flight
 // (runtime/comm/flight_recorder.h) and says which collective did not complete, which ranks left no
 // record or were behind, and whether ranks disagreed about a collective (a desync); and, from the
-// run's metrics.jsonl, when the records are history (the run was resumed past them) or a clean stop
+// run's metrics.jsonl, when the records are history (the run was resumed past them) or an interruption
 // (SIGTERM on every rank, nothing pending). Single process, no MPI.
 #include <algorithm>
 #include <filesystem>
@@ -31,10 +31,23 @@ int64_t last_logged_step(const std::string& log_dir) {
   return last;
 }
 
+// Every rank's record says SIGTERM, written when the signal came (mid-step, a collective in flight).
+// The run then finished step `step` (metrics.jsonl logs it) and saved, or was ended first: by mpirun,
+// which kills its ranks odls_base_sigkill_timeout seconds after its SIGTERM (docs/TROUBLESHOOTING.md).
+std::string interrupted(int64_t step, int64_t logged, bool pending) {
+  const std::string head = "interrupted: every rank got SIGTERM at step " + std::to_string(step) +
+                           " (Ctrl-C under mpirun, preemption or scancel), not a hang";
+  if (logged >= step)
+    return head + "; the run finished that step (metrics.jsonl logs it) and stopped; resume with --resume";
+  if (!pending) return head + "; no collective was left pending; resume with --resume";
+  return head + "; the ranks were ended before that step completed (under mpirun: give them time with "
+                "--mca odls_base_sigkill_timeout, docs/TROUBLESHOOTING.md); resume from the last checkpoint";
+}
+
 // What the records mean for the run as a whole, or "" when they are the run's last word:
 //  - "history:" the run went on past them (metrics.jsonl logs later steps: it was resumed);
-//  - "clean stop:" every rank was stopped by SIGTERM (preemption, Ctrl-C under mpirun, scancel)
-//    with no collective left pending: the run checkpointed and stopped, nothing hung.
+//  - "interrupted:" every rank was stopped by SIGTERM (preemption, Ctrl-C under mpirun, scancel):
+//    not a hang, whatever was in flight when the signal came (interrupted() says more).
 std::string run_history(const std::string& log_dir, const comm::flight::Dumps& dumps,
                         const comm::flight::Diagnosis& dx) {
   if (dumps.records.empty()) return "";
@@ -49,10 +62,7 @@ std::string run_history(const std::string& log_dir, const comm::flight::Dumps& d
     return "history: these records are of a run that stopped at step " + std::to_string(step) +
            "; the run was resumed and has since logged up to step " + std::to_string(logged) +
            " (metrics.jsonl): nothing has failed since";
-  if (all_sigterm && !dx.pending && !dx.desync)
-    return "clean stop: every rank stopped on SIGTERM at step " + std::to_string(step) +
-           " (preemption, Ctrl-C under mpirun or scancel) with no collective pending: not a hang; resume with "
-           "--resume";
+  if (all_sigterm && !dx.desync) return interrupted(step, logged, dx.pending);
   return "";
 }
 

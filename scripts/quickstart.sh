@@ -23,6 +23,6 @@ cat > "$RUN/run.json" <<JSON
 }
 JSON
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+mpirun -np 2 --mca odls_base_sigkill_timeout 60 --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
   $BIN train --config "$RUN/run.json"
 echo "quickstart: model $RUN/model, config $RUN/run.json, metrics $RUN/metrics.jsonl, checkpoints $RUN/checkpoints"

@@ -23,8 +23,8 @@ Value attr_path(const Value& v, const Value& path, const Where& w) {
   const List parts = py_split(to_str(path), Value::str("."), -1);
   for (const Value& p : parts) {
     if (cur.is(K::Undefined)) return cur;
-    cur = get_item(cur, p.s.find_first_not_of("0123456789") == std::string::npos && !p.s.empty()
-                            ? Value::integer(std::stoll(p.s)) : p, w);
+    const bool index = !p.s.empty() && p.s.size() < 19 && p.s.find_first_not_of("0123456789") == std::string::npos;
+    cur = get_item(cur, index ? Value::integer(std::stoll(p.s)) : p, w);
   }
   return cur;
 }

@@ -210,13 +210,21 @@ std::vector<Tok> tokenize(const std::string& s, const std::string& origin, int l
       while (k < s.size() && (std::isalnum(static_cast<unsigned char>(s[k])) || s[k] == '_')) ++k;
       out.push_back({Tok::Name, s.substr(b, k - b)});
     } else if (std::isdigit(c)) {
-      out.push_back(number_token(s, k));
+      try {
+        out.push_back(number_token(s, k));
+      } catch (const std::logic_error&) {  // std::stoll / std::stod: out of range
+        template_error(origin, line, "number literal out of range");
+      }
     } else if (c == '\'' || c == '"') {
       size_t e = k + 1;
       for (; e < s.size() && s[e] != static_cast<char>(c); ++e)
         if (s[e] == '\\') ++e;
       if (e >= s.size()) template_error(origin, line, "unterminated string literal");
-      out.push_back({Tok::Str, unescape(s.substr(k + 1, e - k - 1))});
+      try {
+        out.push_back({Tok::Str, unescape(s.substr(k + 1, e - k - 1))});
+      } catch (const std::logic_error&) {  // std::stoul: \x, \u or \U without hex digits
+        template_error(origin, line, "bad \\x, \\u or \\U escape in a string literal");
+      }
       k = e + 1;
     } else {
       const char* hit = nullptr;

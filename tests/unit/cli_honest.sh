@@ -9,7 +9,7 @@
 #    the SLURM job that saved it, requeued after its last save, exits 0 saying it is complete;
 #  - the final line names the checkpoint; `ckpt verify` takes a checkpoint.dir;
 #  - Ctrl-C (SIGINT) on a single process stops after the step with a checkpoint, and resumes;
-#  - `diagnose` tells a clean stop and a resumed history from a failure;
+#  - `diagnose` tells an interruption and a resumed history from a failure;
 #  - a quantized checkpoint is named as such.
 set -uo pipefail
 BIN=${TESSERA_BIN:?}/tessera
@@ -83,7 +83,7 @@ expect_error 2 "--fresh and --resume contradict" "$BIN" train "$T/run.json" --fr
 check "ckpt verify on a checkpoint.dir verifies its checkpoints" grep -q "^OK: all 1 checkpoints of $T/ck verified" "$T/verify"
 expect_error 2 "is a checkpoint.dir holding 1 checkpoint(s), not one checkpoint: name one, e.g. $T/ck/step-3" "$BIN" ckpt inspect "$T/ck"
 
-# Ctrl-C on one process: stops after the step with a checkpoint; diagnose calls it a clean stop
+# Ctrl-C on one process: stops after the step with a checkpoint; diagnose calls it an interruption
 # (no records) or history once resumed.
 "$BIN" train "$T/run.json" --fresh --set train.steps=400 --set checkpoint.dir="$T/ck2" --set log.dir="$T/log2" \
   > "$T/out4" 2> "$T/err4" &
@@ -111,7 +111,8 @@ check "diagnose: a run resumed past the records is history, not a failure" \
   grep -q "^summary: these records are of a run that stopped at step 1; the run was resumed and has since logged up to step 5" "$T/dx1"
 rm "$T/log/metrics.jsonl"
 "$BIN" diagnose "$T/log" > "$T/dx2" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx2")"
-check "diagnose: SIGTERM on every rank with nothing pending is a clean stop" grep -q "^summary: every rank stopped on SIGTERM at step 1" "$T/dx2"
+check "diagnose: SIGTERM on every rank with nothing pending is an interruption" \
+  grep -q "^summary: every rank got SIGTERM at step 1 (Ctrl-C under mpirun, preemption or scancel), not a hang; no collective was left pending" "$T/dx2"
 
 # A quantized checkpoint is named as such.
 "$BIN" init-model --preset tiny --out "$T/q" > /dev/null || fail "init-model"

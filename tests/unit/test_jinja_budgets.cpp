@@ -117,3 +117,13 @@ TEST(JinjaBudgets, DeepAndCyclicValuesArePrintedWithinTheBudget) {
 }
 
 }  // namespace
+
+namespace {
+// Literals that std::stoll / std::stoul refuse (found by fuzz_jinja: the exception escaped as an
+// internal error, exit 1): an input error naming the template and line.
+TEST(JinjaBudgets, LiteralsOutOfRangeAreInputErrors) {
+  EXPECT_NE(input_error("{{ 99999999999999999999999 }}").find("number literal out of range"), std::string::npos);
+  EXPECT_NE(input_error("{{ '\\xzz' }}").find("bad \\x, \\u or \\U escape"), std::string::npos);
+  EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
+}
+}  // namespace
