@@ -62,7 +62,10 @@ std::string run_history(const std::string& log_dir, const comm::flight::Dumps& d
     return "history: these records are of a run that stopped at step " + std::to_string(step) +
            "; the run was resumed and has since logged up to step " + std::to_string(logged) +
            " (metrics.jsonl): nothing has failed since";
-  if (all_sigterm && !dx.desync) return interrupted(step, logged, dx.pending);
+  // A rank with no record died first (SIGKILL, OOM), and one behind in a pending collective stalled
+  // before the signal: those are failures that the SIGTERMs of the cleanup only follow.
+  const bool cleanup_of_failure = !dx.missing.empty() || (logged < step && dx.pending && !dx.behind.empty());
+  if (all_sigterm && !dx.desync && !cleanup_of_failure) return interrupted(step, logged, dx.pending);
   return "";
 }
 
