@@ -313,11 +313,11 @@ Pcie pcie_per_step(const Sizes& z, const RunShape& run) {
   return t;
 }
 
-PhaseEstimate host_phase(Snapshot s) {
+PhaseEstimate host_phase(Snapshot s, int64_t untracked = kHostUntrackedBytes) {
   PhaseEstimate e;
   e.bytes = s;
   e.base = kHostBaseBytes;
-  e.untracked = kHostUntrackedBytes;
+  e.untracked = untracked;
   return e;
 }
 
@@ -399,7 +399,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
       if (z.S > 1) plan.train_host.untracked += std::min(max_chunk * 4, comm::kHostWidenedReductionBytes / z.S);
       if (z.R > 1) plan.train_host.untracked += (max_chunk + z.R - 1) / z.R * 4;
     }
-    plan.eval_host = host_phase(eval);
+    plan.eval_host = host_phase(eval, kHostEvalUntrackedBytes);
     return plan;
   }
   // The host holds what offload placed there (its own peak moment), the GPU the rest.
@@ -407,7 +407,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     return pk.best_host.host_total() > 0 ? host_part(pk.best_host) : Moment(none).s;
   };
   plan.train_host = host_phase(host_of(train_peak, "train"));
-  plan.eval_host = host_phase(host_of(eval_peak, "eval"));
+  plan.eval_host = host_phase(host_of(eval_peak, "eval"), kHostEvalUntrackedBytes);
   const int communicators = 1 + (z.S > 1 && z.R > 1 ? 2 : 0);  // world; hybrid adds intra and inter
   for (PhaseEstimate* e : {&plan.train_gpu, &plan.eval_gpu}) e->base = kCudaContextBytes + communicators * kNcclBytesPerCommunicator;
   plan.train_gpu.bytes = device_part(train_peak.best_device);

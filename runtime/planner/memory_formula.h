@@ -70,12 +70,16 @@ namespace tessera::memory {
 
 // Resident set of a tessera process before it allocates anything for the model (LibTorch, Open
 // MPI with its shared-memory transport, glibc), measured on this project's Debian 12 build: 117-122
-// MiB per rank at 1, 2 and 4 ranks (`process_base` in metrics.jsonl), loading the build's lean
-// libtorch_cpu (cmake/lean_libtorch.cmake); 166 MiB with Debian's own file and its 246 extra libraries.
-constexpr int64_t kHostBaseBytes = int64_t(122) << 20;
+// MiB per rank at 1, 2 and 4 ranks on one host, 101-106 MiB on another (2026-12-05, the same build)
+// (`process_base` in metrics.jsonl), loading the build's lean libtorch_cpu
+// (cmake/lean_libtorch.cmake); 166 MiB with Debian's own file and its 246 extra libraries. The
+// middle of the two hosts' ranges.
+constexpr int64_t kHostBaseBytes = int64_t(112) << 20;
 // What the tracker never sees on the host (MPI and BLAS internals, allocator slack with the fixed
 // mmap threshold of configure_process_allocators): 25-45 MiB measured at 1-4 ranks.
 constexpr int64_t kHostUntrackedBytes = int64_t(40) << 20;
+// The same for evaluation (no backward, no optimizer: less allocator slack): 17 MiB measured at 2 ranks.
+constexpr int64_t kHostEvalUntrackedBytes = int64_t(20) << 20;
 // GPU-only constants, from vendor documentation and common reports, NOT measured by this project
 // (no GPU has run it yet): a CUDA 12/13 context on Hopper, and NCCL's buffers per communicator
 // (NCCL_BUFFSIZE 4 MiB x channels x 2 directions for a ring of NVLink peers).
