@@ -1,4 +1,5 @@
 #include "util/file_tree.h"
+#include "util/output_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -90,12 +91,10 @@ struct Walk {
   std::string confined_to;  // not empty: the walk's root, resolved; links leaving it are listed
 };
 
-const char* kind_of(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "";
+// A FIFO, socket or device named as util/output_file.h's file_kind names it; "" for anything else.
+std::string kind_of(mode_t mode) {
+  const bool special = S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode);
+  return special ? file_kind(mode) : "";
 }
 
 std::string resolved(const std::string& path) {
