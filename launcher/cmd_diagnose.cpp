@@ -11,7 +11,9 @@
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "tools/flight_report.h"
+#include "runtime/checkpoint/io.h"
 #include "runtime/error.h"
+#include "util/budgets.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
@@ -31,26 +33,104 @@ int64_t last_logged_step(const std::string& log_dir) {
   return last;
 }
 
+// The step of a "step-N" checkpoint path (-1 otherwise).
+int64_t step_of(const std::string& checkpoint) {
+  const auto name = fs::path(checkpoint).filename().string();
+  return name.rfind("step-", 0) == 0 ? std::atoll(name.c_str() + 5) : -1;
+}
+
 // Every rank's record says SIGTERM, written when the signal came (mid-step, a collective in flight).
 // The run then finished step `step` (metrics.jsonl logs it) and saved, or was ended first: by mpirun,
 // which kills its ranks odls_base_sigkill_timeout seconds after its SIGTERM (docs/TROUBLESHOOTING.md).
-std::string interrupted(int64_t step, int64_t logged, bool pending) {
+std::string interrupted(int64_t step, int64_t logged, bool pending, const std::string& latest) {
   const std::string head = "interrupted: every rank got SIGTERM at step " + std::to_string(step) +
                            " (Ctrl-C under mpirun, preemption or scancel), not a hang";
   if (logged >= step)
     return head + "; the run finished that step (metrics.jsonl logs it) and stopped; resume with --resume";
+  if (!latest.empty() && step_of(latest) == step - 1)
+    return head + "; the ranks stopped during that step and the last complete step is saved (" + latest +
+           ", checkpoint.dir/latest); resume with --resume";
   if (!pending) return head + "; no collective was left pending; resume with --resume";
   return head + "; the ranks were ended before that step completed (under mpirun: give them time with "
                 "--mca odls_base_sigkill_timeout, docs/TROUBLESHOOTING.md); resume from the last checkpoint";
 }
 
+// <log_dir>/run_info.json, written by the last run of this log.dir that passed its start checks
+// ({} if none or unreadable).
+nlohmann::json run_info(const std::string& log_dir) {
+  const auto path = fs::path(log_dir) / "run_info.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return nlohmann::json::object();
+  try {
+    auto info = util::parse_json(checkpoint::io::read_all(path.string(), util::budget::kRecordBytes));
+    return info.is_object() ? info : nlohmann::json::object();
+  } catch (const std::exception&) {
+    return nlohmann::json::object();
+  }
+}
+
+// A string at a path of keys in `j` ("" if absent).
+std::string text_at(const nlohmann::json& j, std::initializer_list<const char*> keys) {
+  const nlohmann::json* at = &j;
+  for (const char* k : keys) {
+    if (!at->is_object() || !at->contains(k)) return "";
+    at = &(*at)[k];
+  }
+  return at->is_string() ? at->get<std::string>() : "";
+}
+
+// The checkpoint the run's checkpoint.dir/latest names ("" if none): "<dir>/step-N".
+std::string latest_checkpoint(const nlohmann::json& info) {
+  const std::string dir = text_at(info, {"config", "checkpoint", "dir"});
+  std::error_code ec;
+  if (dir.empty() || !fs::is_regular_file(fs::path(dir) / "latest", ec)) return "";
+  try {
+    std::string name = checkpoint::io::read_all((fs::path(dir) / "latest").string(), util::budget::kLatestBytes);
+    name.erase(name.find_last_not_of(" \n") + 1);
+    return name.rfind("step-", 0) == 0 ? (fs::path(dir) / name).string() : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+
+int64_t started_ms(const std::string& run_id) { return std::atoll(run_id.c_str()); }
+
+// Records of a start that never ran a step (every record at step -1) with an input error on a rank:
+// the run was refused at start, one rank's check (its shard of a checkpoint, its device) failing
+// while the others passed. Not a hang and not a crash of training. Returns "" otherwise.
+std::string refused_start(const comm::flight::Dumps& dumps) {
+  const nlohmann::json* error = nullptr;
+  for (const auto& r : dumps.records) {
+    if (r.contains("context") && r["context"].value("step", int64_t{-1}) >= 0) return "";
+    if (!error && r.value("reason", "") == "error") error = &r;
+  }
+  if (!error) return "";
+  return "refused: the run was refused at start by an input error on rank " + std::to_string(error->value("rank", -1)) +
+         " (" + error->value("message", std::string("?")) + "); no step ran and nothing hung: fix the input and start again";
+}
+
+// Records that a later run of this log.dir made stale: run_info.json names a run that started after them.
+std::string stale_records(const nlohmann::json& info, const comm::flight::Dumps& dumps) {
+  const std::string mine = dumps.records.front().value("run_id", "");
+  const std::string last = text_at(info, {"run_id"});
+  if (last.empty() || last == mine || started_ms(last) <= started_ms(mine)) return "";
+  return "history: these records are of an earlier run (run " + mine + "); a later run (run " + last +
+         ", run_info.json) started in this log.dir since and left no flight record: nothing of it failed that a record shows";
+}
+
 // What the records mean for the run as a whole, or "" when they are the run's last word:
-//  - "history:" the run went on past them (metrics.jsonl logs later steps: it was resumed);
+//  - "history:" the run went on past them (metrics.jsonl logs later steps: it was resumed), or a
+//    later run started in the log.dir since (run_info.json names it);
+//  - "refused:" the run stopped at start on one rank's input error, before any step;
 //  - "interrupted:" every rank was stopped by SIGTERM (preemption, Ctrl-C under mpirun, scancel):
 //    not a hang, whatever was in flight when the signal came (interrupted() says more).
 std::string run_history(const std::string& log_dir, const comm::flight::Dumps& dumps,
                         const comm::flight::Diagnosis& dx) {
   if (dumps.records.empty()) return "";
+  const auto info = run_info(log_dir);
+  if (auto stale = stale_records(info, dumps); !stale.empty()) return stale;
+  if (auto refused = refused_start(dumps); !refused.empty()) return refused;
   int64_t step = -1;
   bool all_sigterm = true;
   for (const auto& r : dumps.records) {
@@ -65,7 +145,7 @@ std::string run_history(const std::string& log_dir, const comm::flight::Dumps& d
   // A rank with no record died first (SIGKILL, OOM), and one behind in a pending collective stalled
   // before the signal: those are failures that the SIGTERMs of the cleanup only follow.
   const bool cleanup_of_failure = !dx.missing.empty() || (logged < step && dx.pending && !dx.behind.empty());
-  if (all_sigterm && !dx.desync && !cleanup_of_failure) return interrupted(step, logged, dx.pending);
+  if (all_sigterm && !dx.desync && !cleanup_of_failure) return interrupted(step, logged, dx.pending, latest_checkpoint(info));
   return "";
 }
 

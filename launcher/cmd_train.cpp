@@ -250,6 +250,7 @@ void write_run_info(const std::string& dir, const Config& cfg, const ModelSetup&
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
   nlohmann::json info = {
       {"started", when},
+      {"run_id", comm::flight::run_id()},
       {"config", cfg.json()},
       {"model", {{"source", ms.source}, {"parameters", ms.config.num_parameters()}, {"config", ms.config.to_json()}}},
       {"topology",
@@ -456,7 +457,9 @@ void announce_run(const TrainSetup& s, const Bootstrap& b) {
 void report_outcome(const train::RunResult& res, const TrainSetup& s) {
   {
     if (res.preempted) {
-      std::cout << "preempted at step " << res.end_step << ": checkpoint " << res.last_checkpoint << std::endl;
+      std::cout << "preempted at step " << res.end_step << ": "
+                << (res.last_checkpoint.empty() ? "no step completed, nothing to save" : "checkpoint " + res.last_checkpoint)
+                << std::endl;
       const Bootstrap& bb = current();
       // Ctrl-C (SIGINT) is a person stopping the run: no requeue.
       if (bb.slurm.present && !bb.slurm.job_id.empty() && train::preemption_signal() != SIGINT) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <chrono>
+#include <filesystem>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -46,7 +47,8 @@ extern "C" void on_preempt_signal(int sig) {
     raise(SIGINT);
     return;
   }
-  static const char msg[] = "\ntessera: interrupt: stopping after this step with a checkpoint (Ctrl-C again to quit at once)\n";
+  static const char msg[] =
+      "\ntessera: interrupt: stopping at the next micro-batch boundary with a checkpoint (Ctrl-C again to quit at once)\n";
   ssize_t n = write(STDERR_FILENO, msg, sizeof(msg) - 1);
   (void)n;
 }
@@ -127,6 +129,7 @@ struct QueuedStep {
   int64_t skipped_total = 0;  // skipped steps of the run so far
   float loss_scale = 1;       // the loss scale the step ran with
   int64_t overlapped_updates = 0;  // optim.in_backward under offload (HostUpdateThread::overlapped)
+  bool abandoned = false;  // stopped at a micro-batch boundary (preemption): nothing of it was applied
 };
 
 struct Trainer::Impl {
@@ -186,6 +189,7 @@ struct Trainer::Impl {
   // optimizer.
   QueuedStep queue_step();
   std::vector<data::Batch> next_batches(QueuedStep& q);
+  bool abandon_if_preempted(size_t micro_step, QueuedStep& q);
   at::Tensor forward(const data::Batch& b, double scale, bool last, QueuedStep& q);
   void backward(const at::Tensor& loss, double scale, QueuedStep& q);
   void optimizer_step(QueuedStep& q);
@@ -533,6 +537,7 @@ QueuedStep Trainer::Impl::queue_step() {
   q.loss_scale = scaler.scale();  // 1 unless fp16 loss scaling
   try {
     for (size_t a = 0; a < batches.size(); ++a) {
+      if (abandon_if_preempted(a, q)) return q;
       const bool last = a + 1 == batches.size();
       const at::Tensor loss = forward(batches[a], scale, last, q);
       if (last && opts.optimizer_in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
@@ -549,6 +554,22 @@ QueuedStep Trainer::Impl::queue_step() {
   engine->zero_grad();
   ++step;
   return q;
+}
+
+// Before micro-step a > 0 of a step, every rank votes on a stop request (SIGTERM, SIGINT, the
+// preemption signal; one host all-reduce). On a stop the step is abandoned: its gradients are
+// dropped and nothing was updated (masters, moments and the step count are the last complete
+// step's; the sampler is a function of the step), so the run can save that state at once instead
+// of finishing a long step inside the launcher's grace period (mpirun: odls_base_sigkill_timeout).
+bool Trainer::Impl::abandon_if_preempted(size_t micro_step, QueuedStep& q) {
+  if (micro_step == 0) return false;  // the vote after the previous step covered this moment
+  {
+    profile::Phase sync(profile::Part::SyncWait);
+    if (!host.world->any(preemption_requested())) return false;
+  }
+  engine->zero_grad();
+  q.abandoned = true;
+  return true;
 }
 
 bool Trainer::Impl::skip_step(QueuedStep& q) {
@@ -609,7 +630,9 @@ StepRecord Trainer::Impl::record(const QueuedStep& q) {
 }
 
 StepRecord Trainer::train_step() {
-  StepRecord r = impl_->record(impl_->queue_step());
+  const QueuedStep q = impl_->queue_step();
+  TESSERA_CHECK(!q.abandoned, "train_step: the step was abandoned on a stop request (use run())");
+  StepRecord r = impl_->record(q);
   impl_->check_skip_limit();
   return r;
 }
@@ -628,6 +651,16 @@ std::string Trainer::save_checkpoint() {
     std::cout << buf << std::endl;
   }
   return im.checkpointer->root() + "/step-" + std::to_string(im.step);
+}
+
+// After a step abandoned on a stop request: the state is the last complete step's. It is saved
+// unless a checkpoint of it exists or it is the state the run started from (nothing to save).
+std::string Trainer::save_abandoned(int64_t start_step) {
+  Impl& im = *impl_;
+  const bool saved = !im.last_checkpoint.empty() &&
+                     std::filesystem::path(im.last_checkpoint).filename() == "step-" + std::to_string(im.step);
+  if (!im.checkpointer || saved || im.step == start_step) return im.last_checkpoint;
+  return save_checkpoint();
 }
 
 namespace {
@@ -799,7 +832,13 @@ RunResult Trainer::run() {
     // The step's collectives, its stop vote and validation all carry "train step" (flight recorder).
     profile::Phase train_step = profile::Phase::activity(next, "train step");
     im.trace_around(next, /*before=*/true);
-    StepRecord r = im.record(im.queue_step());
+    const QueuedStep q = im.queue_step();
+    if (q.abandoned) {  // a stop request mid-step: the last complete step's state is saved
+      res.last_checkpoint = save_abandoned(res.start_step);
+      res.preempted = true;
+      break;
+    }
+    StepRecord r = im.record(q);
     const bool trace_done = im.trace_around(next, /*before=*/false);
     if (test_fault("desync", im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
       im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();

@@ -180,6 +180,7 @@ class Trainer {
   StepRecord train_step();  // one optimizer step (grad_accum micro-batches)
   RunResult run();          // from the current step to opts.steps, with logging/checkpoints/signals
   std::string save_checkpoint();  // returns the directory written
+  std::string save_abandoned(int64_t start_step);  // after a step abandoned on a stop request
   int64_t step() const;
   // Resident set of the process just before the engine allocated its first tensor.
   int64_t process_base_rss() const;

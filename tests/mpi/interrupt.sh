@@ -30,8 +30,15 @@ step=$(sed -n 's/^preempted at step \([0-9]*\): checkpoint .*/\1/p' "$T/out")
 check "the interrupted run saved step-$step and latest names it" test "$(cat "$T/ck/latest")" = "step-$step"
 check "ckpt verify step-$step" $BIN ckpt verify "$T/ck/step-$step"
 $BIN diagnose "$T/log" >"$T/dx" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx")"
-check "diagnose: interrupted, not a failed collective" \
-  grep -q "^summary: every rank got SIGTERM at step $step (Ctrl-C under mpirun, preemption or scancel), not a hang" "$T/dx"
+# SIGTERM during step S: abandoned at a micro-batch boundary (step S-1 saved), or finished (step S).
+head="^summary: every rank got SIGTERM at step"
+if grep -q "$head $((step + 1)) (" "$T/dx"; then
+  check "diagnose: interrupted during step $((step + 1)), which was abandoned; step-$step is saved" grep -q \
+    "$head $((step + 1)) (Ctrl-C under mpirun, preemption or scancel), not a hang; the ranks stopped during that step and the last complete step is saved ($T/ck/step-$step," "$T/dx"
+else
+  check "diagnose: interrupted, not a failed collective" \
+    grep -q "$head $step (Ctrl-C under mpirun, preemption or scancel), not a hang" "$T/dx"
+fi
 
 # Resume to step+2 against a run that never stopped: the same losses, to the last digit.
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if json.loads(l).get('step', 0) > int(sys.argv[2])))" "$1" "$2"; }

@@ -92,17 +92,20 @@ for _ in $(seq 1 600); do grep -q '^step' "$T/out4" 2>/dev/null && break; sleep 
 kill -INT $pid
 wait $pid; rc=$?
 check "SIGINT on a single process exits 0 after a checkpoint (rc $rc)" test "$rc" = 0
-check "it says it stops with a checkpoint" grep -q "interrupt: stopping after this step with a checkpoint" "$T/err4"
+check "it says it stops with a checkpoint" grep -q "interrupt: stopping at the next micro-batch boundary with a checkpoint" "$T/err4"
 step=$(sed -n 's/^preempted at step \([0-9]*\): checkpoint .*/\1/p' "$T/out4")
 check "the checkpoint of the interrupted step exists (step $step)" test -n "$step" -a -f "$T/ck2/step-$step/manifest.json"
 "$BIN" train "$T/run.json" --set train.steps=$((step + 2)) --set checkpoint.dir="$T/ck2" --set log.dir="$T/log2" \
   > "$T/out5" 2>&1 || fail "resume after SIGINT exited $?: $(cat "$T/out5")"
 check "the interrupted run resumes where it stopped" grep -q "resumed from $T/ck2/step-$step at step $step" "$T/out5"
 
-# diagnose: a flight record of a SIGTERM'd step-1 run, then a run that logged later steps: history.
+# diagnose: a flight record of a SIGTERM'd step-1 run (the run run_info.json names), then a run that
+# logged later steps: history.
+run_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$T/log/run_info.json")
+check "run_info.json names the run's id ($run_id)" test -n "$run_id"
 mkdir -p "$T/log/flight"
 cat > "$T/log/flight/rank-0.json" <<JSON
-{"format": "tessera-flight", "version": 1, "rank": 0, "world_size": 1, "host": "h", "pid": 1, "run_id": "r1",
+{"format": "tessera-flight", "version": 1, "rank": 0, "world_size": 1, "host": "h", "pid": 1, "run_id": "$run_id",
  "reason": "signal SIGTERM", "message": "terminated", "context": {"step": 1, "phase": "forward"}, "timeout_ms": 1000,
  "stops": 0, "groups": []}
 JSON
@@ -113,6 +116,28 @@ rm "$T/log/metrics.jsonl"
 "$BIN" diagnose "$T/log" > "$T/dx2" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx2")"
 check "diagnose: SIGTERM on every rank with nothing pending is an interruption" \
   grep -q "^summary: every rank got SIGTERM at step 1 (Ctrl-C under mpirun, preemption or scancel), not a hang; no collective was left pending" "$T/dx2"
+
+# Records of a run older than the one run_info.json names are stale (a later run started since).
+sed -i "s/\"run_id\": \"$run_id\"/\"run_id\": \"1000-1\"/" "$T/log/flight/rank-0.json"
+"$BIN" diagnose "$T/log" > "$T/dx3" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx3")"
+check "diagnose: records older than run_info.json's run are history, not a failure" \
+  grep -q "^summary: these records are of an earlier run (run 1000-1); a later run (run $run_id, run_info.json) started" "$T/dx3"
+# A start refused on one rank (its input error before any step; the other rank ended by SIGTERM):
+# records newer than run_info.json's run, at step -1. Refused, not a hang or a failed collective.
+later=$(( ${run_id%%-*} + 1000 ))-2
+for r in 0 1; do
+  reason=$([ $r = 1 ] && echo error || echo "signal SIGTERM")
+  cat > "$T/log/flight/rank-$r.json" <<JSON
+{"format": "tessera-flight", "version": 1, "rank": $r, "world_size": 2, "host": "h", "pid": $((r + 1)), "run_id": "$later",
+ "reason": "$reason", "message": "shard rank-1.bin: crc mismatch", "context": {"step": -1, "phase": "resume"},
+ "timeout_ms": 1000, "stops": 0, "groups": [{"backend": "mpi", "name": "world", "instance": 0, "ranks": [0, 1],
+ "entries": [{"seq": 3, "op": "all_reduce", "reduce": "max", "dtype": "int64", "count": 1, "state": "started"}]}]}
+JSON
+done
+"$BIN" diagnose "$T/log" > "$T/dx4" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx4")"
+check "diagnose: a start refused by one rank's input error is named refused, not a failure" \
+  grep -q "^summary: the run was refused at start by an input error on rank 1 (shard rank-1.bin: crc mismatch); no step ran and nothing hung" "$T/dx4"
+rm -r "$T/log/flight"
 
 # A quantized checkpoint is named as such.
 "$BIN" init-model --preset tiny --out "$T/q" > /dev/null || fail "init-model"
