@@ -49,6 +49,11 @@ int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, in
 //                    rsqrt        4 BT
 //                    normalised   p BT H   cast back, saved by the weight multiply
 //   its output r1                 p BT H   saved by the q/k/v projections
+//   (biases on q/k/v/o: the sum saves nothing; q/k/v are the sums)
+//   Qwen3's q_norm and k_norm, over Hq and Hkv = kv_heads x head_dim features: the projection's
+//                 output in fp32 4 BT Hq (the cast, or q itself when p = 4: nothing else keeps it),
+//                 its square 4 BT Hq (1.13), rsqrt 4 BT nh, normalised p BT Hq; the same for k. The
+//                 norm's output goes to RoPE, which keeps only cos/sin.
 //   q after RoPE                  p BT Hq  saved by q k^T (x*cos and rotated*sin save only cos/sin)
 //   k^T after RoPE (and GQA repeat), made contiguous by matmul      p BT Hq
 //   v (GQA: repeated), contiguous p BT Hq  saved by probs v
@@ -99,6 +104,10 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   int64_t s = p == 4 ? a.layer_input : 0;
   s += f32_copy + norm;                              // input_layernorm
   s += 3 * p * BT * Hq + 2 * p * T * hd;             // q, k^T, v, cos/sin
+  if (cfg.qk_norm) {
+    const int64_t kv = cfg.num_key_value_heads, features = BT * (nh + kv) * hd;
+    s += (4 + (compat::kMeanSavesInput ? 4 : 0) + p) * features + 4 * BT * (nh + kv);  // q_norm, k_norm
+  }
   if (fused_attention) s += p * BT * Hq + 4 * B * nh * T;  // its output is also o_proj's input
   else s += T * T + 4 * scores + (p == 4 ? 0 : p * scores) + p * BT * Hq;  // + merged heads (o_proj input)
   s += 4 * BT * H + norm;                            // post_attention_layernorm

@@ -81,9 +81,8 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
   if (!j.is_object()) throw ModelError(src + ": expected a JSON object");
   if (const auto* act = config_key(j, "hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
     throw ModelError(src + ": hidden_act " + act->dump() + " is not supported (expected \"silu\")");
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    if (const auto* b = config_key(j, key); b && (!b->is_boolean() || b->get<bool>()))
-      throw ModelError(src + ": " + key + " " + b->dump() + " is not supported (the decoder has no biases)");
+  if (const auto* b = config_key(j, "mlp_bias"); b && (!b->is_boolean() || b->get<bool>()))
+    throw ModelError(src + ": mlp_bias " + b->dump() + " is not supported (the MLP has no biases)");
 
   ModelConfig c;
   for (const SizeKey& k : kSizeKeys) c.*k.field = config_int(j, k.name, src, k.fallback ? &(c.*k.fallback) : nullptr);
@@ -110,10 +109,16 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
     if (!d->is_string()) throw ModelError(src + ": key 'torch_dtype' must be a string, got " + d->dump());
     c.torch_dtype = d->get<std::string>();
   }
+  if (const auto* b = config_key(j, "attention_bias")) {
+    if (!b->is_boolean()) throw ModelError(src + ": key 'attention_bias' must be a boolean, got " + b->dump());
+    c.qkv_bias = c.o_bias = b->get<bool>();
+  }
   if (const auto* hd = config_key(j, "head_dim")) {
-    if (!hd->is_number_integer() || hd->get<int64_t>() * c.num_attention_heads != c.hidden_size)
-      throw ModelError(src + ": head_dim " + hd->dump() + " is not supported (only hidden_size / num_attention_heads = " +
-                       std::to_string(c.hidden_size / c.num_attention_heads) + ")");
+    if (!hd->is_number_integer() || hd->get<int64_t>() <= 0)
+      throw ModelError(src + ": head_dim " + hd->dump() + " must be a positive integer");
+    const int64_t heads = c.num_attention_heads;
+    const bool derived = c.hidden_size % heads == 0 && hd->get<int64_t>() == c.hidden_size / heads;
+    if (!derived) c.explicit_head_dim = hd->get<int64_t>();
   }
   return c;
 }
@@ -139,7 +144,7 @@ ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t h
 nlohmann::json common_keys_json(const ModelConfig& c) {
   nlohmann::json j = {
       {"hidden_act", "silu"},
-      {"attention_bias", false},
+      {"attention_bias", c.qkv_bias && c.o_bias},
       {"head_dim", c.head_dim()},
       {"rms_norm_eps", c.rms_norm_eps},
       {"rope_theta", c.rope_theta},
@@ -212,9 +217,21 @@ int64_t ModelConfig::num_parameters() const {
 
 double ModelConfig::train_flops_per_token(int64_t seq_len) const { return spec().train_flops_per_token(*this, seq_len); }
 
+void refuse_attention_extras(const ModelConfig& c, const std::string& src) {
+  if (c.qkv_bias || c.o_bias)
+    throw ModelError(src + ": attention_bias true is not supported for model_type \"" + c.model_type +
+                     "\" (its attention has no biases; Qwen2 and Qwen3 have them)");
+  if (c.qk_norm) throw ModelError(src + ": q/k norms are not part of model_type \"" + c.model_type + "\"");
+  if (c.explicit_head_dim > 0)
+    throw ModelError(src + ": head_dim " + std::to_string(c.explicit_head_dim) + " is not supported for model_type \"" +
+                     c.model_type + "\" (only hidden_size / num_attention_heads = " +
+                     std::to_string(c.hidden_size / c.num_attention_heads) + "; Qwen3 sets it apart)");
+}
+
 void ModelConfig::validate(const std::string& src) const {
   check_sizes_positive(*this, src);
-  if (hidden_size % num_attention_heads != 0)
+  if (explicit_head_dim < 0) throw ModelError(src + ": 'head_dim' must be positive");
+  if (explicit_head_dim == 0 && hidden_size % num_attention_heads != 0)
     throw ModelError(src + ": hidden_size " + std::to_string(hidden_size) +
                      " is not divisible by num_attention_heads " + std::to_string(num_attention_heads));
   if (num_attention_heads % num_key_value_heads != 0)
@@ -234,13 +251,13 @@ void ModelConfig::validate(const std::string& src) const {
   // parameters). The count is num_parameters()'s, in double so that it cannot overflow.
   if (num_hidden_layers > 1024)
     throw ModelError(src + ": 'num_hidden_layers' " + std::to_string(num_hidden_layers) + " is more than 1024");
-  const double h = double(hidden_size);
+  const double h = double(hidden_size), attn = 2.0 * (num_attention_heads + num_key_value_heads) * head_dim();
   const double params = double(vocab_size) * h * 2 +
-                        double(num_hidden_layers) * (4 * h * h + 3 * h * double(intermediate_size) + 2 * h) + h;
+                        double(num_hidden_layers) * (attn * h + 3 * h * double(intermediate_size) + 2 * h) + h;
   if (params > 0x1p50) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", params);
-    throw ModelError(src + ": vocab_size, hidden_size, intermediate_size and num_hidden_layers describe " + count +
+    throw ModelError(src + ": vocab_size, hidden_size, intermediate_size, num_hidden_layers and the heads describe " + count +
                      " parameters, more than 2^50");
   }
 }

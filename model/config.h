@@ -1,7 +1,7 @@
 // A decoder-only causal LM's hyper-parameters, read from / written to a Hugging Face config.json,
 // plus the built-in presets. One struct serves every registered family (model/registry.h): Llama 2,
-// Llama 3.x and Mistral share the decoder and differ only in values (RoPE scaling, sliding window,
-// tied embeddings). Which family a config belongs to is `model_type`, the config.json key; the
+// Llama 3.x, Mistral and Qwen2 / 2.5 / 3 share the decoder and differ only in values (RoPE scaling,
+// sliding window, tied embeddings, attention biases, q/k norms, head_dim). Which family a config belongs to is `model_type`, the config.json key; the
 // family's ModelSpec parses, validates and writes it. Plain arithmetic: no tensors, no files opened
 // except by load().
 #pragma once
@@ -44,6 +44,15 @@ struct ModelConfig {
   // sliding_window - 1 positions before it (Hugging Face's Mistral mask); 0: plain causal.
   int64_t sliding_window = 0;
   bool tie_word_embeddings = false;  // the head multiplies by the embedding matrix; no lm_head tensor
+  // config.json head_dim when it is not hidden_size / num_attention_heads (Qwen3: 128 at hidden 1024
+  // and 16 heads); 0: hidden_size / num_attention_heads. Read head_dim(), not this.
+  int64_t explicit_head_dim = 0;
+  // Biases on the q, k and v projections (Qwen2 / 2.5 always; attention_bias true in Qwen3) and on
+  // o_proj (attention_bias true in Qwen3; never in Qwen2).
+  bool qkv_bias = false, o_bias = false;
+  // Qwen3: an RMSNorm over head_dim (weights self_attn.q_norm / k_norm [head_dim]) on every query
+  // and key head, after the projection and before RoPE.
+  bool qk_norm = false;
   std::string torch_dtype = "float32";  // "float32" | "bfloat16" | "float16" (storage dtype hint)
   int64_t bos_token_id = 1;
   std::vector<int64_t> eos_token_ids = {2};  // config.json eos_token_id: one id or a list (Llama 3.1 Instruct)
@@ -60,11 +69,11 @@ struct ModelConfig {
   nlohmann::json to_json() const;  // the family's config.json (architectures, model_type, ...)
   const ModelSpec& spec() const;   // the family; ModelError for an unregistered model_type
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
   int64_t num_parameters() const;  // exact: the sum over unit_specs (lm_head absent when tied)
   double train_flops_per_token(int64_t seq_len) const;  // spec().train_flops_per_token
-  // Generic checks (positive sizes, heads divide hidden, kv heads divide heads, even head_dim,
-  // dtype), then the family's (ModelSpec::validate). ModelError prefixed by `source_name`.
+  // Generic checks (positive sizes, heads divide hidden unless head_dim is explicit, kv heads divide
+  // heads, even head_dim, dtype), then the family's (ModelSpec::validate). ModelError prefixed by `source_name`.
   void validate(const std::string& source_name = "config") const;
 
   bool operator==(const ModelConfig& o) const { return to_json() == o.to_json(); }
@@ -76,10 +85,14 @@ ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t h
                          int64_t layers, int64_t heads, int64_t kv_heads, int64_t max_positions, int64_t bos,
                          int64_t eos, const std::string& torch_dtype);
 // The keys every registered family shares (sizes, norms, rope_theta, tied embeddings, dtype,
-// bos/eos ids; hidden_act must be silu, attention_bias/mlp_bias false, head_dim if present equal
-// to hidden_size / num_attention_heads). model_type, rope_scaling and sliding_window are left to
-// the family. Does not validate.
+// bos/eos ids, attention_bias into qkv_bias and o_bias, head_dim into explicit_head_dim when it is
+// not hidden_size / num_attention_heads; hidden_act must be silu, mlp_bias false). model_type,
+// rope_scaling and sliding_window are left to the family, and so is refusing attention_bias or
+// head_dim where the family has no such thing. Does not validate.
 ModelConfig read_common_keys(const nlohmann::json& j, const std::string& source_name);
+// For a family whose attention is Llama's: ModelError "<source>: attention_bias true is not supported
+// ..." (or the q/k norms, or a head_dim other than hidden / heads) when the config has them.
+void refuse_attention_extras(const ModelConfig& c, const std::string& source_name);
 // The shared keys as config.json content (the inverse of read_common_keys).
 nlohmann::json common_keys_json(const ModelConfig& c);
 // j[key] unless absent or null.

@@ -147,7 +147,14 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const to
 WeightImpl::WeightImpl(at::IntArrayRef shape, const torch::TensorOptions& opts) {
   weight = register_parameter("weight", torch::empty(shape, opts));
 }
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return ops::linear(x, weight); }
+LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts, bool with_bias)
+    : WeightImpl({out, in}, opts) {
+  if (with_bias) bias = register_parameter("bias", torch::empty({out}, opts));
+}
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = ops::linear(x, weight);
+  return bias.defined() ? y + bias : y;
+}
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
@@ -160,16 +167,27 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions&
       sliding_window(cfg.sliding_window),
       rope(rope_ ? std::move(rope_) : std::make_shared<RotaryCache>(head_dim, rope_theta, rope_scaling)) {
   const int64_t h = cfg.hidden_size;
-  q_proj = register_module("q_proj", Linear(h, num_heads * head_dim, opts));
-  k_proj = register_module("k_proj", Linear(h, num_kv_heads * head_dim, opts));
-  v_proj = register_module("v_proj", Linear(h, num_kv_heads * head_dim, opts));
-  o_proj = register_module("o_proj", Linear(num_heads * head_dim, h, opts));
+  // Registration order = Hugging Face's (Qwen3Attention: the projections, then q_norm, k_norm).
+  q_proj = register_module("q_proj", Linear(h, num_heads * head_dim, opts, cfg.qkv_bias));
+  k_proj = register_module("k_proj", Linear(h, num_kv_heads * head_dim, opts, cfg.qkv_bias));
+  v_proj = register_module("v_proj", Linear(h, num_kv_heads * head_dim, opts, cfg.qkv_bias));
+  o_proj = register_module("o_proj", Linear(num_heads * head_dim, h, opts, cfg.o_bias));
+  if (cfg.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim, cfg.rms_norm_eps, opts));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, cfg.rms_norm_eps, opts));
+  }
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2);  // [B, nh, T, D]
-  auto k = k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  auto q = q_proj(x).view({B, T, num_heads, head_dim});  // [B, T, nh, D]
+  auto k = k_proj(x).view({B, T, num_kv_heads, head_dim});
+  if (q_norm) {  // Qwen3: per head, over D, before RoPE
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);                      // [B, nh, T, D]
+  k = k.transpose(1, 2);
   auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   auto [cos, sin] = layout.position_ids.defined() ? rope->at(layout.position_ids, q.scalar_type())
                                                   : rope->tables(T, q.scalar_type(), q.device());
@@ -276,7 +294,12 @@ bool is_norm_weight(const std::string& name) {
   auto ends_with = [&](const std::string& suffix) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  return ends_with("layernorm.weight") || name == "model.norm.weight";
+  return ends_with("layernorm.weight") || ends_with("self_attn.q_norm.weight") || ends_with("self_attn.k_norm.weight") ||
+         name == "model.norm.weight";
+}
+
+bool is_bias(const std::string& name) {
+  return name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
 }
 
 namespace {
@@ -293,6 +316,7 @@ uint64_t tensor_seed(uint64_t seed, const std::string& name) {
 
 torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) {
   if (is_norm_weight(spec.name)) return torch::ones(spec.shape, torch::kFloat32);
+  if (is_bias(spec.name)) return torch::zeros(spec.shape, torch::kFloat32);
   auto gen = at::detail::createCPUGenerator(tensor_seed(seed, spec.name));
   return torch::empty(spec.shape, torch::kFloat32).normal_(0.0, 0.02, gen);
 }
@@ -332,17 +356,25 @@ std::vector<UnitSpec> LlamaArchitecture::unit_specs(const ModelConfig& c) const 
   if (!c.tie_word_embeddings) root.tensors.push_back({"lm_head.weight", {c.vocab_size, h}});
   units.push_back(std::move(root));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i);
-    units.push_back({p,
-                     {{p + ".self_attn.q_proj.weight", {q, h}},
-                      {p + ".self_attn.k_proj.weight", {kv, h}},
-                      {p + ".self_attn.v_proj.weight", {kv, h}},
-                      {p + ".self_attn.o_proj.weight", {h, q}},
-                      {p + ".mlp.gate_proj.weight", {inter, h}},
-                      {p + ".mlp.up_proj.weight", {inter, h}},
-                      {p + ".mlp.down_proj.weight", {h, inter}},
-                      {p + ".input_layernorm.weight", {h}},
-                      {p + ".post_attention_layernorm.weight", {h}}}});
+    const std::string p = "model.layers." + std::to_string(i), a = p + ".self_attn.";
+    UnitSpec layer{p, {}};
+    // The module's order: each projection's weight, then its bias (Qwen), then Qwen3's q/k norms.
+    auto proj = [&](const char* name, int64_t out, int64_t in, bool bias) {
+      layer.tensors.push_back({a + name + ".weight", {out, in}});
+      if (bias) layer.tensors.push_back({a + name + ".bias", {out}});
+    };
+    proj("q_proj", q, h, c.qkv_bias);
+    proj("k_proj", kv, h, c.qkv_bias);
+    proj("v_proj", kv, h, c.qkv_bias);
+    proj("o_proj", h, q, c.o_bias);
+    if (c.qk_norm) layer.tensors.insert(layer.tensors.end(), {{a + "q_norm.weight", {c.head_dim()}},
+                                                               {a + "k_norm.weight", {c.head_dim()}}});
+    layer.tensors.insert(layer.tensors.end(), {{p + ".mlp.gate_proj.weight", {inter, h}},
+                                                {p + ".mlp.up_proj.weight", {inter, h}},
+                                                {p + ".mlp.down_proj.weight", {h, inter}},
+                                                {p + ".input_layernorm.weight", {h}},
+                                                {p + ".post_attention_layernorm.weight", {h}}});
+    units.push_back(std::move(layer));
   }
   return units;
 }

@@ -1,8 +1,10 @@
-// The Llama decoder (Hugging Face LlamaForCausalLM / MistralForCausalLM semantics) as LibTorch
-// modules, and LlamaArchitecture, the ModelSpec base every family built from these modules shares
-// (model/llama_family.cpp: Llama 2 and 3.x; model/mistral.cpp: Mistral). Llama 3.x adds RoPE
-// frequency scaling (rope_scaling type llama3) and tied embeddings, Mistral v0.1 a sliding window;
-// all are values of ModelConfig, so one module tree serves them all.
+// The Llama decoder (Hugging Face LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /
+// Qwen3ForCausalLM semantics) as LibTorch modules, and LlamaArchitecture, the ModelSpec base every
+// family built from these modules shares (model/llama_family.cpp: Llama 2 and 3.x; model/mistral.cpp:
+// Mistral; model/qwen.cpp: Qwen2 / 2.5 and Qwen3). Llama 3.x adds RoPE frequency scaling (rope_scaling
+// type llama3) and tied embeddings, Mistral v0.1 a sliding window, Qwen2 biases on q/k/v, Qwen3 an
+// RMSNorm per query/key head and a head_dim of its own; all are values of ModelConfig, so one module
+// tree serves them all.
 //
 // The module tree mirrors Hugging Face's, so named_parameters() ARE the Hugging Face tensor names
 // ("model.embed_tokens.weight", "model.layers.3.self_attn.q_proj.weight", "lm_head.weight").
@@ -74,10 +76,11 @@ class WeightImpl : public torch::nn::Module {
   torch::Tensor weight;
 };
 
-// y = x W^T, W [out, in], no bias.
+// y = x W^T (+ b), W [out, in]; with_bias adds the parameter "bias" [out] (Qwen's attention).
 struct LinearImpl : WeightImpl {
-  LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts) : WeightImpl({out, in}, opts) {}
+  LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts, bool with_bias = false);
   torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor bias;  // undefined without one
 };
 TORCH_MODULE(Linear);
 
@@ -128,8 +131,10 @@ class AttentionImpl : public torch::nn::Module {
   // rope: the model's shared tables (null: this module keeps its own).
   AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts, std::shared_ptr<RotaryCache> rope = nullptr);
   // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1 (or at layout's positions, within its documents).
+  // Qwen3's q_norm / k_norm, when the config has them, normalise each head before RoPE.
   torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // [head_dim] each; null unless cfg.qk_norm
   int64_t num_heads, num_kv_heads, head_dim;
   double rope_theta;
   RopeScaling rope_scaling;
@@ -199,11 +204,15 @@ class LlamaImpl : public CausalLmModule {
 };
 TORCH_MODULE(Llama);
 
-// True for RMSNorm weights (input_layernorm, post_attention_layernorm, model.norm): excluded from
-// weight decay and initialised to 1.
+// True for RMSNorm weights (input_layernorm, post_attention_layernorm, model.norm, Qwen3's
+// self_attn.q_norm / k_norm): excluded from weight decay and initialised to 1.
 bool is_norm_weight(const std::string& hf_name);
+// True for biases ("*.bias": Qwen's q/k/v): excluded from weight decay (as Hugging Face's Trainer
+// does) and initialised to 0.
+bool is_bias(const std::string& hf_name);
 
-// Llama initialisation of one tensor, fp32 on CPU: norms = 1, everything else N(0, 0.02). The
+// Llama initialisation of one tensor, fp32 on CPU: norms = 1, biases = 0, everything else N(0, 0.02)
+// (Hugging Face's _init_weights with initializer_range 0.02). The
 // random stream depends only on (seed, name), so layers can be initialised one at a time, in any
 // order, on any rank, and init-model and init_weights agree bit for bit.
 torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed);
@@ -226,7 +235,7 @@ class LlamaArchitecture : public ModelSpec {
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c) const override;
   std::shared_ptr<CausalLmModule> build(const ModelConfig& c, torch::Device device,
                                         torch::Dtype dtype = torch::kFloat32) const override;
-  bool decays(const std::string& hf_name) const override { return !is_norm_weight(hf_name); }
+  bool decays(const std::string& hf_name) const override { return !is_norm_weight(hf_name) && !is_bias(hf_name); }
   torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) const override;
   // 6 (forward 2 + backward 4 per multiply-add) x the weights every token is multiplied by (q, k,
   // v, o, gate, up, down and the head, tied or not; not the embedding lookup nor the norms) + 12 x

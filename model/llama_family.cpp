@@ -79,6 +79,7 @@ class LlamaFamily final : public LlamaArchitecture {
   }
 
   void validate(const ModelConfig& c, const std::string& src) const override {
+    refuse_attention_extras(c, src);
     if (c.sliding_window != 0)
       throw ModelError(src + ": sliding_window is not part of model_type \"llama\" (Mistral has it)");
     const RopeScaling& s = c.rope_scaling;

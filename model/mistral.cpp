@@ -31,6 +31,7 @@ class MistralFamily final : public LlamaArchitecture {
   }
 
   void validate(const ModelConfig& c, const std::string& src) const override {
+    refuse_attention_extras(c, src);
     if (!c.rope_scaling.type.empty())
       throw ModelError(src + ": rope_scaling is not supported for model_type \"mistral\"");
   }

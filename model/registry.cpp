@@ -10,7 +10,9 @@ namespace tessera::model {
 // defined in the family's own file.
 #define TESSERA_MODEL_FAMILIES(X) \
   X(llama)   /* model/llama_family.cpp: Llama 2, Llama 3 / 3.1 / 3.2 / 3.3 */ \
-  X(mistral) /* model/mistral.cpp: Mistral 7B v0.1 - v0.3 */
+  X(mistral) /* model/mistral.cpp: Mistral 7B v0.1 - v0.3 */ \
+  X(qwen2)   /* model/qwen.cpp: Qwen2, Qwen2.5 */ \
+  X(qwen3)   /* model/qwen.cpp: Qwen3 (dense) */
 
 #define TESSERA_DECLARE_FAMILY(name) const ModelSpec& name##_family();
 TESSERA_MODEL_FAMILIES(TESSERA_DECLARE_FAMILY)

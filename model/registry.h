@@ -4,14 +4,15 @@
 // weight-decay rule, the initialisation and the FLOPs per token. The runtime never learns a
 // family's name: launcher/model_lm.h turns a CausalLmModule into a train::CausalLm.
 //
-// Families: "llama" (model_type llama: Llama 2, Llama 3 / 3.1 / 3.2 / 3.3) and "mistral"
-// (model_type mistral: Mistral 7B v0.1 - v0.3). Adding one = a model/<family>.cpp defining
+// Families: "llama" (model_type llama: Llama 2, Llama 3 / 3.1 / 3.2 / 3.3), "mistral" (model_type
+// mistral: Mistral 7B v0.1 - v0.3), "qwen2" (Qwen2, Qwen2.5) and "qwen3" (Qwen3 dense). Adding one = a model/<family>.cpp defining
 // `const ModelSpec& <family>_family()` plus its line in registry.cpp's TESSERA_MODEL_FAMILIES.
 //
 // Sizes without building anything (e.g. a memory planner):
 //   ModelConfig c = ModelConfig::preset("llama3-70b");          // or ModelConfig::load("dir/config.json")
 //   c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim(),
-//   c.intermediate_size, c.vocab_size, c.tie_word_embeddings, c.sliding_window, c.num_parameters()
+//   c.intermediate_size, c.vocab_size, c.tie_word_embeddings, c.sliding_window, c.qkv_bias, c.o_bias,
+//   c.qk_norm, c.num_parameters()
 //   std::vector<UnitSpec> units = unit_specs(c);   // [0] root, [1 + i] decoder layer i: names + shapes
 // unit_specs is arithmetic (no module, no tensor); a test checks it equals the meta-device module's
 // parameters for every preset.
@@ -94,7 +95,7 @@ struct Preset {
 class ModelSpec {
  public:
   virtual ~ModelSpec() = default;
-  virtual std::string family() const = 0;                    // "llama", "mistral"
+  virtual std::string family() const = 0;                    // "llama", "mistral", "qwen2", "qwen3"
   virtual std::vector<std::string> model_types() const = 0;  // config.json model_type values it reads
   virtual std::vector<Preset> presets() const = 0;           // in size order
   // config.json content -> validated config; ModelError "<source>: <key> ..." on bad input.
@@ -118,7 +119,7 @@ class ModelSpec {
 // Every registered family, in registration order.
 const std::vector<const ModelSpec*>& model_families();
 // The family reading `model_type`; ModelError "<source>: model_type \"x\" is not supported
-// (supported: llama, mistral)".
+// (supported: llama, mistral, qwen2, qwen3)".
 const ModelSpec& family_for(const std::string& model_type, const std::string& source);
 
 // Shorthands: cfg.spec().unit_specs(cfg) / tensor_specs(cfg) / unit i + 1's tensors.

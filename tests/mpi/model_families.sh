@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every family of the model registry through the real CLI, on its tiny preset: init-model writes the
-# family's config.json (tied Llama 3: no lm_head.weight); eval prints the same losses alone and under
+# family's config.json (tied Llama 3 and Qwen3: no lm_head.weight; Qwen2's q/k/v biases, Qwen3's q/k
+# norms); eval prints the same losses alone and under
 # mpirun -np 2; train runs under mpirun -np 2 (from the model directory and from the preset);
 # ckpt consolidate writes a Hugging Face directory with every tensor once that eval reads; and
 # unsupported model_type / rope_scaling values stop with one line naming the file and key, exit 2.
@@ -29,7 +30,7 @@ print(" ".join(sorted(out)))
 PY
 }
 
-for preset in tiny-llama3 tiny-mistral; do
+for preset in tiny-llama3 tiny-mistral tiny-qwen2 tiny-qwen3; do
   M=$T/$preset
   $BIN init-model --preset $preset --seed 3 --out "$M" > "$T/init.json" || fail "init-model $preset"
   python3 - "$M/config.json" "$preset" <<'PY' || fail "$preset config.json"
@@ -40,17 +41,27 @@ if preset == "tiny-llama3":
     assert c["tie_word_embeddings"] is True and c["rope_theta"] == 500000.0, c
     assert c["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, c
-else:
+elif preset == "tiny-mistral":
     assert c["model_type"] == "mistral" and c["architectures"] == ["MistralForCausalLM"], c
     assert c["sliding_window"] == 32 and c["num_key_value_heads"] == 1, c
+elif preset == "tiny-qwen2":  # Qwen2Config has no attention_bias: q/k/v biases are always there
+    assert c["model_type"] == "qwen2" and c["architectures"] == ["Qwen2ForCausalLM"], c
+    assert "attention_bias" not in c and c["use_sliding_window"] is False and c["rope_theta"] == 1e6, c
+else:
+    assert c["model_type"] == "qwen3" and c["architectures"] == ["Qwen3ForCausalLM"], c
+    assert c["head_dim"] == 48 and c["attention_bias"] is False and c["tie_word_embeddings"] is True, c
 PY
   init_names=$(names "$M")
-  if [ $preset = tiny-llama3 ]; then
-    check "$preset: tied embedding stored once, no lm_head.weight" \
-      bash -c "[[ '$init_names' != *lm_head* && \$(echo '$init_names' | wc -w) == 20 ]]"
-  else
-    check "$preset: 21 tensors with lm_head.weight" bash -c "[[ '$init_names' == *lm_head.weight* && \$(echo '$init_names' | wc -w) == 21 ]]"
-  fi
+  case $preset in  # 9 tensors a layer, + 3 biases (qwen2) or 2 q/k norms (qwen3); embed, norm, lm_head unless tied
+    tiny-llama3) want_names="20 without lm_head" ;;
+    tiny-mistral) want_names="21 with lm_head" ;;
+    tiny-qwen2) want_names="27 with lm_head" ;;
+    tiny-qwen3) want_names="24 without lm_head" ;;
+  esac
+  have_names="$(echo "$init_names" | wc -w) $([[ $init_names == *lm_head.weight* ]] && echo with || echo without) lm_head"
+  check "$preset: $want_names tensors" test "$have_names" = "$want_names"
+  [[ $preset != tiny-qwen2 || $init_names == *layers.1.self_attn.v_proj.bias* ]] || fail "tiny-qwen2 has no v_proj.bias"
+  [[ $preset != tiny-qwen3 || $init_names == *layers.1.self_attn.k_norm.weight* ]] || fail "tiny-qwen3 has no k_norm"
 
   $BIN eval --model "$M" --tokens "$T/tokens.txt" > "$T/eval1.json" || fail "eval $preset"
   "${MPIRUN[@]}" -np 2 $BIN eval --model "$M" --tokens "$T/tokens.txt" > "$T/eval2.json" || fail "eval np 2 $preset"
@@ -74,10 +85,12 @@ losses = [json.loads(l)["loss"] for l in open(sys.argv[1])]
 assert len(losses) == 6 and losses[-1] < losses[0] - 0.3, losses
 PY
   ok "$preset: train under mpirun -np 2 lowers the loss"
-  "${MPIRUN[@]}" -np 2 $BIN train --set model.preset=$preset --set data.seq_len=64 --set train.steps=2 \
-    --set log.every=100 > "$T/train_preset.log" 2>&1 || { cat "$T/train_preset.log"; fail "train np 2 from preset $preset"; }
-  grep -q "model preset $preset" "$T/train_preset.log" || fail "train from preset $preset: $(cat "$T/train_preset.log")"
-  ok "$preset: train from the preset under mpirun -np 2"
+  if [[ $preset != tiny-qwen* ]]; then  # the preset path is the same for every family: two runs show it
+    "${MPIRUN[@]}" -np 2 $BIN train --set model.preset=$preset --set data.seq_len=64 --set train.steps=2 \
+      --set log.every=100 > "$T/train_preset.log" 2>&1 || { cat "$T/train_preset.log"; fail "train np 2 from preset $preset"; }
+    grep -q "model preset $preset" "$T/train_preset.log" || fail "train from preset $preset: $(cat "$T/train_preset.log")"
+    ok "$preset: train from the preset under mpirun -np 2"
+  fi
 
   $BIN ckpt consolidate --checkpoint "$T/ck-$preset/step-6" --out "$T/hf-$preset" --dtype fp32 > /dev/null ||
     fail "consolidate $preset"
@@ -106,7 +119,7 @@ c = json.load(open(t + "/tiny-llama3/config.json"))
 json.dump(dict(c, model_type="gemma"), open(t + "/gemma/config.json", "w"))
 json.dump(dict(c, rope_scaling=dict(c["rope_scaling"], rope_type="yarn")), open(t + "/yarn/config.json", "w"))
 PY
-expect_error 2 "$T/gemma/config.json: model_type \"gemma\" is not supported (supported: llama, mistral)" \
+expect_error 2 "$T/gemma/config.json: model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3)" \
   $BIN eval --model "$T/gemma" --tokens "$T/tokens.txt"
 expect_error 2 "$T/yarn/config.json: rope_scaling.rope_type \"yarn\" is not supported" \
   $BIN eval --model "$T/yarn" --tokens "$T/tokens.txt"
@@ -115,4 +128,11 @@ expect_error 2 "$T/yarn/config.json: rope_scaling.rope_type" $BIN init-model --c
 expect_error 2 "$T/gemma/config.json: model_type \"gemma\"" \
   "${MPIRUN[@]}" -np 2 $BIN train --set model.path="$T/gemma" --set checkpoint.dir="$T/ck-bad"
 [ ! -e "$T/ck-bad" ] || fail "a failed train created its checkpoint dir"
+mkdir "$T/qwen_window" && cp "$T/tiny-qwen2/model.safetensors" "$T/qwen_window/"
+python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1])); c['use_sliding_window'] = True
+json.dump(c, open(sys.argv[2], 'w'))" "$T/tiny-qwen2/config.json" "$T/qwen_window/config.json"
+expect_error 2 "$T/qwen_window/config.json: use_sliding_window true is not supported" \
+  "${MPIRUN[@]}" -np 2 $BIN train --set model.path="$T/qwen_window" --set checkpoint.dir="$T/ck-bad"
 echo "$pass passed, 0 failed"

@@ -103,7 +103,8 @@ Reference reference_run(const model::ModelConfig& cfg, const train::TrainOptions
   data::DistributedSampler sampler(dataset->num_sequences(), 1, 0, static_cast<int>(t.micro_batch),
                                    static_cast<int>(t.grad_accum * world), t.seed);
   std::vector<torch::Tensor> decay, no_decay;
-  for (auto& [name, p] : m->named_hf_parameters()) (model::is_norm_weight(name) ? no_decay : decay).push_back(p);
+  for (auto& [name, p] : m->named_hf_parameters())  // no decay on norms (Qwen3's q/k norms too) and biases (Qwen2's)
+    (model::is_norm_weight(name) || model::is_bias(name) ? no_decay : decay).push_back(p);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
                                  torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(t.weight_decay)));
@@ -336,7 +337,8 @@ TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
 
 // Every family of the registry trains under full_shard like the single process: Llama 3 (tied
 // embedding: one tensor of the root unit, gradients of the lookup and the head summed; llama3 RoPE
-// scaling) and Mistral (sliding window 32 < seq_len 48).
+// scaling), Mistral (sliding window 32 < seq_len 48), Qwen2 (q/k/v biases: 1-D tensors of the layer
+// units, not decayed) and Qwen3 (q/k norms of head_dim 48 apart from hidden / heads, tied).
 class FamilyEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FamilyEquivalence, MatchesSingleProcessReference) {
@@ -361,9 +363,10 @@ TEST_P(FamilyEquivalence, MatchesSingleProcessReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyEquivalence, ::testing::Values("tiny-llama3", "tiny-mistral"),
+INSTANTIATE_TEST_SUITE_P(Families, FamilyEquivalence,
+                         ::testing::Values("tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
-                           return i.param == "tiny-llama3" ? std::string("llama3") : std::string("mistral");
+                           return i.param.substr(i.param.find('-') + 1);  // llama3, mistral, qwen2, qwen3
                          });
 
 // Under full_shard, the number of decoder layers whose gathered parameters are alive at any moment

@@ -1,7 +1,8 @@
-// The Llama decoder of every registered family (Llama 2, Llama 3.x, Mistral): hand-derived math,
-// parameter counts (on meta), HF naming, initialisation, and an independent reference forward pass
-// written from the equations (no model/ code in the reference): RoPE with Llama 3's frequency
-// scaling, sliding-window attention, tied embeddings, grouped-query attention.
+// The Llama decoder of every registered family (Llama 2, Llama 3.x, Mistral, Qwen2, Qwen3): hand-
+// derived math, parameter counts (on meta), HF naming, initialisation, and an independent reference
+// forward pass written from the equations (no model/ code in the reference): RoPE with Llama 3's
+// frequency scaling, sliding-window attention, tied embeddings, grouped-query attention, Qwen's
+// q/k/v biases and Qwen3's per-head q/k norms with a head_dim apart from hidden / heads.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -271,6 +272,48 @@ TEST(LlamaPresets, ParameterCountsAreExact) {
   EXPECT_GE(ModelConfig::preset("small").vocab_size, 258);
 }
 
+// The Qwen presets have the published parameter counts (the sums of the released safetensors), their
+// tensors Hugging Face's names and shapes, and MFU's FLOPs every weight a token multiplies.
+TEST(QwenPresets, PublishedCountsNamesAndFlops) {
+  EXPECT_EQ(ModelConfig::preset("qwen2.5-0.5b").num_parameters(), 494032768LL);
+  EXPECT_EQ(ModelConfig::preset("qwen2.5-7b").num_parameters(), 7615616512LL);
+  EXPECT_EQ(ModelConfig::preset("qwen2.5-72b").num_parameters(), 72706203648LL);
+  EXPECT_EQ(ModelConfig::preset("qwen3-0.6b").num_parameters(), 596049920LL);
+  EXPECT_EQ(ModelConfig::preset("qwen3-8b").num_parameters(), 8190735360LL);
+  EXPECT_EQ(ModelConfig::preset("qwen3-32b").num_parameters(), 32762123264LL);
+
+  const auto q3 = ModelConfig::preset("qwen3-0.6b");  // hidden 1024, 16 heads of 128, 8 KV heads, tied
+  EXPECT_EQ(q3.head_dim(), 128);
+  const auto l3 = hf_layer_specs(q3, 27);
+  ASSERT_EQ(l3.size(), 11u);
+  EXPECT_EQ(l3[0], (TensorSpec{"model.layers.27.self_attn.q_proj.weight", {2048, 1024}}));
+  EXPECT_EQ(l3[3], (TensorSpec{"model.layers.27.self_attn.o_proj.weight", {1024, 2048}}));
+  EXPECT_EQ(l3[4], (TensorSpec{"model.layers.27.self_attn.q_norm.weight", {128}}));
+  EXPECT_EQ(l3[5], (TensorSpec{"model.layers.27.self_attn.k_norm.weight", {128}}));
+  EXPECT_EQ(hf_tensor_specs(q3).back().name, "model.norm.weight");  // tied: no lm_head.weight
+  // Tied: the head multiplies by the embedding; the norms (2 per layer, q/k per layer, final) do not count.
+  const double q3_norms = 57.0 * 1024 + 56.0 * 128;
+  EXPECT_DOUBLE_EQ(q3.train_flops_per_token(4096), 6.0 * (596049920.0 - q3_norms) + 12.0 * 28 * 2048 * 4096);
+
+  const auto q2 = ModelConfig::preset("qwen2.5-7b");  // 28 heads of 128, 4 KV heads, untied
+  const auto l2 = hf_layer_specs(q2, 0);
+  ASSERT_EQ(l2.size(), 12u);
+  EXPECT_EQ(l2[1], (TensorSpec{"model.layers.0.self_attn.q_proj.bias", {3584}}));
+  EXPECT_EQ(l2[3], (TensorSpec{"model.layers.0.self_attn.k_proj.bias", {512}}));
+  EXPECT_EQ(l2[5], (TensorSpec{"model.layers.0.self_attn.v_proj.bias", {512}}));
+  EXPECT_EQ(l2[6].name, "model.layers.0.self_attn.o_proj.weight");  // no o_proj bias
+  const double q2_skip = 152064.0 * 3584 /*embedding*/ + 57.0 * 3584 /*norms*/ + 28.0 * (3584 + 2 * 512) /*biases*/;
+  EXPECT_DOUBLE_EQ(q2.train_flops_per_token(2048), 6.0 * (7615616512.0 - q2_skip) + 12.0 * 28 * 3584 * 2048);
+
+  // No weight decay on biases and q/k norms; biases start at 0, norms at 1.
+  const ModelSpec& spec = q2.spec();
+  EXPECT_FALSE(spec.decays("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_FALSE(q3.spec().decays("model.layers.0.self_attn.k_norm.weight"));
+  EXPECT_TRUE(spec.decays("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_TRUE(torch::equal(spec.init_tensor({"model.layers.0.self_attn.v_proj.bias", {4}}, 1), torch::zeros({4})));
+  EXPECT_TRUE(torch::equal(q3.spec().init_tensor({"model.layers.0.self_attn.q_norm.weight", {4}}, 1), torch::ones({4})));
+}
+
 // The registry's arithmetic unit_specs (what a memory planner reads) equal the meta-device module's
 // parameters, unit by unit, for every preset of every family.
 TEST(LlamaPresets, UnitSpecsEqualTheModulesParameters) {
@@ -413,8 +456,20 @@ torch::Tensor rope(const torch::Tensor& x /*[T, D]*/, const ModelConfig& c) {
   return out;
 }
 
+// x W^T, plus the bias when the model has one (Qwen's q/k/v, Qwen3's attention_bias).
+torch::Tensor project(W& w, const std::string& name, const torch::Tensor& x) {
+  auto y = torch::matmul(x, w[name + ".weight"].t());
+  return w.count(name + ".bias") ? y + w[name + ".bias"] : y;
+}
+
+// Qwen3's per-head RMSNorm of one head's rows [T, D] when the model has it (else the rows).
+torch::Tensor head_norm(W& w, const std::string& name, const torch::Tensor& x, double eps) {
+  return w.count(name) ? norm(x, w[name], eps) : x;
+}
+
 torch::Tensor logits(W& w, const ModelConfig& c, const std::vector<int64_t>& tokens) {
-  const int64_t Tn = tokens.size(), D = c.hidden_size / c.num_attention_heads;
+  // head_dim as config.json states it (Qwen3), else hidden / heads.
+  const int64_t Tn = tokens.size(), D = c.explicit_head_dim ? c.explicit_head_dim : c.hidden_size / c.num_attention_heads;
   auto x = torch::stack([&] {
     std::vector<torch::Tensor> rows;
     for (auto t : tokens) rows.push_back(w["model.embed_tokens.weight"][t]);
@@ -423,15 +478,15 @@ torch::Tensor logits(W& w, const ModelConfig& c, const std::vector<int64_t>& tok
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto a = norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps);
-    auto q = torch::matmul(a, w[p + "self_attn.q_proj.weight"].t());
-    auto k = torch::matmul(a, w[p + "self_attn.k_proj.weight"].t());
-    auto v = torch::matmul(a, w[p + "self_attn.v_proj.weight"].t());
+    auto q = project(w, p + "self_attn.q_proj", a);
+    auto k = project(w, p + "self_attn.k_proj", a);
+    auto v = project(w, p + "self_attn.v_proj", a);
     std::vector<torch::Tensor> heads;
     const int64_t group = c.num_attention_heads / c.num_key_value_heads;
     for (int64_t h = 0; h < c.num_attention_heads; ++h) {
       const int64_t kvh = h / group;
-      auto qh = rope(q.narrow(1, h * D, D), c);
-      auto kh = rope(k.narrow(1, kvh * D, D), c);
+      auto qh = rope(head_norm(w, p + "self_attn.q_norm.weight", q.narrow(1, h * D, D), c.rms_norm_eps), c);
+      auto kh = rope(head_norm(w, p + "self_attn.k_norm.weight", k.narrow(1, kvh * D, D), c.rms_norm_eps), c);
       auto vh = v.narrow(1, kvh * D, D);
       std::vector<torch::Tensor> outs;
       for (int64_t t = 0; t < Tn; ++t) {
@@ -443,7 +498,7 @@ torch::Tensor logits(W& w, const ModelConfig& c, const std::vector<int64_t>& tok
       }
       heads.push_back(torch::stack(outs));
     }
-    x = x + torch::matmul(torch::cat(heads, 1), w[p + "self_attn.o_proj.weight"].t());
+    x = x + project(w, p + "self_attn.o_proj", torch::cat(heads, 1));
     auto m = norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps);
     auto g = torch::matmul(m, w[p + "mlp.gate_proj.weight"].t());
     auto u = torch::matmul(m, w[p + "mlp.up_proj.weight"].t());
@@ -462,18 +517,30 @@ struct Family {
   RopeScaling scaling;
   int64_t window;
   const char* model_type;
+  int64_t head_dim = 0;         // qwen3: apart from hidden / heads
+  bool attention_bias = false;  // qwen3: on q, k, v and o
 };
+
+// small_cfg's sizes as family f (qwen2: q/k/v biases; qwen3: q/k norms, f's head_dim and biases).
+ModelConfig family_cfg(const Family& f) {
+  auto cfg = small_cfg(f.heads, f.kv_heads, f.tied);
+  cfg.model_type = f.model_type;
+  cfg.rope_scaling = f.scaling;
+  cfg.sliding_window = f.window;
+  cfg.explicit_head_dim = f.head_dim;
+  cfg.qkv_bias = cfg.model_type == "qwen2" || f.attention_bias;
+  cfg.o_bias = f.attention_bias;
+  cfg.qk_norm = cfg.model_type == "qwen3";
+  cfg.validate();
+  return cfg;
+}
 std::ostream& operator<<(std::ostream& o, const Family& f) { return o << f.name; }
 
 class LlamaReference : public ::testing::TestWithParam<Family> {};
 
 TEST_P(LlamaReference, LogitsMatchIndependentImplementation) {
   const Family& f = GetParam();
-  auto cfg = small_cfg(f.heads, f.kv_heads, f.tied);
-  cfg.model_type = f.model_type;
-  cfg.rope_scaling = f.scaling;
-  cfg.sliding_window = f.window;
-  cfg.validate();
+  const ModelConfig cfg = family_cfg(f);
   Llama m = random_model(cfg, 11);
   reference::W w;
   for (auto& [name, t] : m->named_hf_parameters()) w[name] = t.detach().to(torch::kFloat64);
@@ -505,7 +572,12 @@ INSTANTIATE_TEST_SUITE_P(Families, LlamaReference,
                                            Family{"llama3_untied_scaled", 2, 1, false, kLlama3Scaling, 0, "llama"},
                                            Family{"mistral_window3_gqa", 4, 2, false, {}, 3, "mistral"},
                                            Family{"mistral_window1_mqa", 4, 1, false, {}, 1, "mistral"},
-                                           Family{"mistral_no_window", 4, 2, false, {}, 0, "mistral"}),
+                                           Family{"mistral_no_window", 4, 2, false, {}, 0, "mistral"},
+                                           Family{"qwen2_gqa", 4, 2, false, {}, 0, "qwen2"},
+                                           Family{"qwen2_tied_mha", 2, 2, true, {}, 0, "qwen2"},
+                                           Family{"qwen3_head_dim10_tied", 4, 2, true, {}, 0, "qwen3", 10},
+                                           Family{"qwen3_head_dim_default", 4, 1, false, {}, 0, "qwen3"},
+                                           Family{"qwen3_attention_bias", 4, 2, false, {}, 0, "qwen3", 8, true}),
                          [](const ::testing::TestParamInfo<Family>& i) { return std::string(i.param.name); });
 
 // The features change the logits (so the reference test above cannot pass by ignoring them).
@@ -528,6 +600,30 @@ TEST(LlamaReferenceFeatures, ScalingAndWindowMatter) {
   // The window only matters from position 3 on.
   expect_close(a.narrow(1, 0, 3), w.narrow(1, 0, 3), 1e-6);
   EXPECT_GT((a.narrow(1, 3, 9) - w.narrow(1, 3, 9)).abs().max().item<double>(), 1e-3);
+}
+
+// Qwen's pieces change the logits: the reference without the biases (Qwen2) or without the q/k
+// norms (Qwen3) is far from the module, so the reference test above would catch a missing piece.
+TEST(LlamaReferenceFeatures, QwenBiasesAndQkNormsMatter) {
+  const Family families[] = {{"qwen2", 4, 2, false, {}, 0, "qwen2"}, {"qwen3", 4, 2, false, {}, 0, "qwen3", 10}};
+  for (const Family& f : families) {
+    const ModelConfig cfg = family_cfg(f);
+    Llama m = random_model(cfg, 11);
+    reference::W w, dropped;
+    for (auto& [name, t] : m->named_hf_parameters()) {
+      w[name] = t.detach().to(torch::kFloat64);
+      const bool qk_norm = name.find("self_attn.q_norm") != std::string::npos || name.find("self_attn.k_norm") != std::string::npos;
+      if (!is_bias(name) && !qk_norm) dropped[name] = w[name];
+    }
+    ASSERT_LT(dropped.size(), w.size()) << f.name;
+    const std::vector<int64_t> tokens = {3, 17, 0, 36, 5, 5, 21, 9};
+    torch::NoGradGuard g;
+    auto got = m->forward(torch::tensor(tokens).unsqueeze(0))[0];
+    auto want = reference::logits(w, cfg, tokens), without = reference::logits(dropped, cfg, tokens);
+    const double scale = want.abs().max().item<double>();
+    expect_close(got, want, 1e-5 * scale, f.name);
+    EXPECT_GT((without - want).abs().max().item<double>(), 0.05 * scale) << f.name;
+  }
 }
 
 // ---------------------------------------------------------------- layer-wise use by a runtime

@@ -1,6 +1,7 @@
 // The activation formula of model/activations.h against the allocation tracker on real LibTorch
 // forward and backward passes of one decoder layer and of the head: saved tensors to the byte (1%),
-// transients as upper bounds. MHA and GQA, fp32 and bf16, T from 64 to 256.
+// transients as upper bounds. MHA and GQA, fp32 and bf16, T from 64 to 256, Qwen2's biases and
+// Qwen3's q/k norms with a head_dim apart from hidden / heads.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -99,15 +100,19 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
     const char* name;
     int64_t hidden, inter, heads, kv, B, T;
     torch::Dtype dtype;
+    const char* preset = "tiny";  // tiny-qwen3: q/k norms and head_dim 48; tiny-qwen2: q/k/v biases
   };
   const Case cases[] = {
       {"mha fp32", 256, 688, 8, 8, 2, 64, torch::kFloat},
       {"mha bf16", 256, 688, 8, 8, 2, 64, torch::kBFloat16},
       {"gqa bf16", 256, 688, 8, 2, 1, 128, torch::kBFloat16},
       {"gqa fp32 T256", 128, 344, 4, 2, 2, 256, torch::kFloat},
+      {"qwen3 fp32", 128, 344, 4, 2, 2, 64, torch::kFloat, "tiny-qwen3"},
+      {"qwen3 bf16", 128, 344, 4, 2, 2, 64, torch::kBFloat16, "tiny-qwen3"},
+      {"qwen2 bf16", 128, 344, 4, 2, 2, 64, torch::kBFloat16, "tiny-qwen2"},
   };
   for (const Case& c : cases) {
-    model::ModelConfig cfg = model::ModelConfig::preset("tiny");
+    model::ModelConfig cfg = model::ModelConfig::preset(c.preset);
     cfg.hidden_size = c.hidden;
     cfg.intermediate_size = c.inter;
     cfg.num_attention_heads = c.heads;

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "model/config.h"
 #include "model/errors.h"
@@ -40,7 +41,9 @@ TEST(ModelConfig, ToJsonRoundTripsAndHasHfKeys) {
   for (const auto& name : ModelConfig::preset_names()) {
     auto c = ModelConfig::preset(name);
     auto j = c.to_json();
-    EXPECT_EQ(j["architectures"], nlohmann::json::array({c.model_type == "llama" ? "LlamaForCausalLM" : "MistralForCausalLM"}));
+    const std::map<std::string, std::string> architecture = {{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
+                                                             {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+    EXPECT_EQ(j["architectures"], nlohmann::json::array({architecture.at(c.model_type)})) << name;
     EXPECT_EQ(j["model_type"], c.model_type);
     EXPECT_EQ(ModelConfig::from_json(j, name), c) << name;
   }
@@ -77,7 +80,7 @@ TEST(ModelConfig, ErrorsNameSourceAndKey) {
   j = llama7b_hf_config();
   j["model_type"] = "gemma";
   EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }),
-            "c.json: model_type \"gemma\" is not supported (supported: llama, mistral)");
+            "c.json: model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3)");
   j = llama7b_hf_config();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   EXPECT_NE(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }).find("rope_scaling"), std::string::npos);
@@ -87,7 +90,8 @@ TEST(ModelConfig, ErrorsNameSourceAndKey) {
             std::string::npos);
   EXPECT_EQ(error_of<ModelError>([] { ModelConfig::preset("llama3"); }),
             "unknown model preset 'llama3' (valid: tiny, small, llama2-7b, llama2-13b, llama2-70b, tiny-llama3, "
-            "llama3.2-1b, llama3-8b, llama3-70b, tiny-mistral, mistral-7b)");
+            "llama3.2-1b, llama3-8b, llama3-70b, tiny-mistral, mistral-7b, tiny-qwen2, qwen2.5-0.5b, qwen2.5-7b, "
+            "qwen2.5-72b, tiny-qwen3, qwen3-0.6b, qwen3-8b, qwen3-32b)");
 }
 
 // Every count is at least 1, named by its key, before anything divides by it: 0 heads with a
@@ -149,7 +153,78 @@ nlohmann::json mistral_v01_hf_config() {
     "sliding_window": 4096, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
     "transformers_version": "4.34.0.dev0", "use_cache": true, "vocab_size": 32000})");
 }
+// Qwen/Qwen2.5-7B's config.json (the base model).
+nlohmann::json qwen25_7b_hf_config() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
+    "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28,
+    "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 152064})");
+}
+// Qwen/Qwen3-0.6B's config.json.
+nlohmann::json qwen3_06b_hf_config() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
 }  // namespace
+
+// Real Qwen config.json files read as their presets: Qwen2's q/k/v biases come with model_type (its
+// config has no key for them), Qwen3's head_dim 128 is apart from hidden / heads = 64.
+TEST(QwenConfig, ParsesRealConfigsAndMatchesPresets) {
+  auto q2 = ModelConfig::from_json(qwen25_7b_hf_config(), "config.json");
+  EXPECT_EQ(q2, ModelConfig::preset("qwen2.5-7b"));
+  EXPECT_TRUE(q2.qkv_bias && !q2.o_bias && !q2.qk_norm);
+  EXPECT_EQ(q2.sliding_window, 0);  // use_sliding_window false: the size is not used
+  EXPECT_EQ(q2.num_parameters(), 7615616512LL);
+  auto q3 = ModelConfig::from_json(qwen3_06b_hf_config(), "config.json");
+  EXPECT_EQ(q3, ModelConfig::preset("qwen3-0.6b"));
+  EXPECT_TRUE(!q3.qkv_bias && !q3.o_bias && q3.qk_norm && q3.tie_word_embeddings);
+  EXPECT_EQ(q3.head_dim(), 128);
+  EXPECT_EQ(q3.explicit_head_dim, 128);
+  EXPECT_EQ(q3.rope_theta, 1e6);
+  auto j = qwen3_06b_hf_config();
+  j["attention_bias"] = true;  // Qwen3Attention: biases on q, k, v and o
+  auto biased = ModelConfig::from_json(j, "config.json");
+  EXPECT_TRUE(biased.qkv_bias && biased.o_bias);
+  EXPECT_EQ(biased.num_parameters(), q3.num_parameters() + 28 * (2048 + 1024 + 1024 + 1024));
+  EXPECT_EQ(biased.to_json()["attention_bias"], true);
+}
+
+// Unsupported Qwen options, and Qwen's pieces under Llama / Mistral, are one line naming the key.
+TEST(QwenConfig, UnsupportedOptionsAreRefusedByKey) {
+  auto err = [](nlohmann::json j) { return error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }); };
+  auto j = qwen25_7b_hf_config();
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(err(j).rfind("c.json: use_sliding_window true is not supported", 0), 0u) << err(j);
+  j = qwen3_06b_hf_config();
+  j["layer_types"] = std::vector<std::string>(27, "full_attention");
+  j["layer_types"].push_back("sliding_attention");
+  EXPECT_EQ(err(j), "c.json: layer_types entry \"sliding_attention\" is not supported (only full_attention)");
+  j = qwen3_06b_hf_config();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  EXPECT_EQ(err(j), "c.json: rope_scaling.rope_type \"yarn\" is not supported for model_type \"qwen3\" (supported: null, default)");
+  j["rope_scaling"] = {{"type", "default"}};
+  EXPECT_NO_THROW(ModelConfig::from_json(j, "c.json"));
+  j = qwen3_06b_hf_config();
+  j["head_dim"] = "128";
+  EXPECT_EQ(err(j), "c.json: head_dim \"128\" must be a positive integer");
+  j = qwen3_06b_hf_config();
+  j["model_type"] = "llama";
+  EXPECT_EQ(err(j).rfind("c.json: head_dim 128 is not supported for model_type \"llama\"", 0), 0u) << err(j);
+  j["head_dim"] = 64;
+  j["attention_bias"] = true;
+  EXPECT_EQ(err(j).rfind("c.json: attention_bias true is not supported for model_type \"llama\"", 0), 0u) << err(j);
+}
 
 TEST(Llama3Config, ParsesRealConfigsAndMatchesPresets) {
   auto c = ModelConfig::from_json(llama32_1b_hf_config(), "config.json");
