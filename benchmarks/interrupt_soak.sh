@@ -6,7 +6,7 @@
 #   bash benchmarks/interrupt_soak.sh [N=10] [WINDOW=30]   (needs build/bin/tessera; ~75 s a try)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=$ROOT/build/bin/tessera
+BIN=${TESSERA_BIN:-$ROOT/build/bin/tessera}
 N=${1:-10} WINDOW=${2:-30}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$ROOT/tests/mpi/lib.bash"
