@@ -68,7 +68,8 @@
 //   - Otherwise by rendering prefixes, without the template's cooperation. W is the whole
 //     conversation's render (what is trained on); for each assistant message i:
 //     START: P = render(messages[:i], add_generation_prompt=true); the turn starts where P and W stop
-//       agreeing (at the end of P when P is a prefix of W, as for every template seen so far).
+//       agreeing (at the end of P when P is a prefix of W, as for every template seen so far; else
+//       render(messages[:i]) must be a prefix of W that ends before that point).
 //     END: F = render(messages[:i+1]). When F is a prefix of the render that goes on after it (W, or
 //       for the last message W followed by a user message), the turn ends where F ends: the content
 //       and what the template closes the turn with (<|eot_id|>, " </s>", "<|im_end|>\n", ...).
@@ -82,8 +83,8 @@
 //       optional whitespace, by another special token or by the end of that agreement; the turn ends
 //       after it and that whitespace (which rendering alone cannot tell: the closing and the next
 //       header follow each other in every render).
-//     A turn that cannot be located so (no such closing, an empty turn) makes the record a
-//     BadExample ("template mask") naming the message.
+//     A turn that cannot be located so (a start before messages[:i] end, no such closing, an empty
+//     turn) makes the record a BadExample ("template mask") naming the message.
 //   A token is a target when its text starts inside a target span; a span boundary inside a run of
 //   text is placed as encode_with_prefix places the prompt/completion one.
 #pragma once

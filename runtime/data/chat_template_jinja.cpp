@@ -164,13 +164,22 @@ Spans JinjaTemplate::assistant_spans(const Conversation& c, const std::string& f
   Spans spans;
   for (size_t i = 0; i < c.messages.size(); ++i) {
     if (c.messages[i].role != "assistant") continue;
-    const size_t start = common_prefix(run(c, i, true).text, full);
-    const std::optional<size_t> end = turn_end(c, i, full, start);
+    const std::string prompt = run(c, i, true).text;
+    const size_t start = common_prefix(prompt, full);
+    // A generation prompt that W does not continue may only part from it after what comes before
+    // the turn (the render of messages[:i]): the turn never takes an earlier message's text.
+    bool before_ok = start == prompt.size();
+    if (!before_ok) {
+      const std::string before = run(c, i, false).text;
+      before_ok = is_prefix(before, full) && start >= before.size();
+    }
+    const std::optional<size_t> end = before_ok ? turn_end(c, i, full, start) : std::nullopt;
     if (!end || *end <= start)
       throw BadExample("template mask", "cannot locate the assistant turn of message " + std::to_string(i + 1) +
                                             " in the render of " + model_.origin +
-                                            ": no turn-closing special token follows it where the renders with and "
-                                            "without the next message agree; add {% generation %} markers to the "
+                                            ": its start is not after the messages before it, or no turn-closing "
+                                            "special token follows it where the renders with and without the next "
+                                            "message agree; add {% generation %} markers to the "
                                             "template, or set data.chat_template to a built-in");
     spans.emplace_back(start, *end);
   }

@@ -384,6 +384,10 @@ TEST(ChatTemplateAuto, UnmaskableTemplatesAndRaisedExceptionsAreBadExamples) {
   m.source = "{% for m in messages %}{% if loop.last %}LAST {% endif %}{{ m.content }}\n{% endfor %}";
   EXPECT_NE(failure_of(m).find("template mask: cannot locate the assistant turn of message 3 in the render of last.jinja"),
             std::string::npos) << failure_of(m);
+  // add_generation_prompt changing the start of the render: the turn would start before the messages
+  // before it, and take their text as targets.
+  m.source = "{% if add_generation_prompt %}GP {% endif %}{% for m in messages %}{{ m.content }}\n{% endfor %}";
+  EXPECT_NE(failure_of(m).find("template mask: cannot locate the assistant turn of message 3"), std::string::npos) << failure_of(m);
   m.source = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}x";
   EXPECT_NE(failure_of(m).find("template error: the chat template of last.jinja raised: System role not supported"),
             std::string::npos) << failure_of(m);
