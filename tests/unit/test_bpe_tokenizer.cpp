@@ -475,7 +475,11 @@ TEST_F(BpeTest, UnicodeNormalizers) {
     j["normalizer"] = normalizer;
     return std::make_unique<BpeTokenizer>(write(j, std::to_string(++files) + ".json"));
   };
-  auto bytes = [](const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); };
+  auto bytes = [](const std::string& s) {
+    std::vector<int32_t> out;
+    for (unsigned char c : s) out.push_back(c);
+    return out;
+  };
   const auto nfc = with(step("NFC")), nfd = with(step("NFD")), nfkc = with(step("NFKC")), nfkd = with(step("NFKD"));
   const std::string e_acute = "\xC3\xA9", e_combining = "e\xCC\x81", fi = "\xEF\xAC\x81", angstrom = "\xE2\x84\xAB";
   const std::string ring_a = "\xC3\x85", gak = "\xEA\xB0\x81", gak_jamo = "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8";
