@@ -29,7 +29,7 @@ JOBS=${JOBS:-2}
 # 2.6 falls back to the reference BLAS (a training step ~20x slower).
 PKGS=(build-essential cmake libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
-      libopenblas0-openmp libgloo-dev libpcre2-dev zlib1g-dev python3 python3-yaml python3-torch python3-jinja2
+      libopenblas0-openmp libgloo-dev libpcre2-dev libutf8proc-dev zlib1g-dev python3 python3-yaml python3-torch python3-jinja2
       chromium time nodejs npm procps)
 
 [ "$(id -u)" -eq 0 ] || exec sudo --preserve-env=TESSERA_COMPAT_ROOT,TESSERA_COMPAT_MIRROR,TESSERA_COMPAT_SRC,TESSERA_COMPAT_LABELS,TESSERA_COMPAT_EXCLUDE,JOBS bash "$0" "$@"

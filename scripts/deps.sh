@@ -22,7 +22,7 @@ esac
 # Building (every target, tests included: GTest, Gloo for bench collectives' baseline) and running.
 PKGS=(build-essential cmake ninja-build libtorch-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
       libboost-program-options-dev libyaml-cpp-dev libsentencepiece-dev sentencepiece libgtest-dev
-      libopenblas0-openmp libgloo-dev base-files libpcre2-dev zlib1g-dev patchelf)
+      libopenblas0-openmp libgloo-dev base-files libpcre2-dev libutf8proc-dev zlib1g-dev patchelf)
 # The test suite: the local Slurm cluster, the HTML report's screenshots, the PyTorch and Jinja2
 # peers, the npm references' runtime, clang + libFuzzer/ASan runtime (ctest sanitize.fuzz_replay).
 ((MAIN)) || PKGS+=(slurm-wlm munge python3-yaml chromium time python3-torch python3-jinja2 nodejs

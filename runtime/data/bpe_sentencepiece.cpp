@@ -1,7 +1,10 @@
 #include "runtime/data/bpe_sentencepiece.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "runtime/error.h"
 
@@ -57,6 +60,47 @@ std::string string_pattern(const json& j, const std::string& field, const std::s
   return pat["String"].get<std::string>();
 }
 
+// utf8proc's options for a normalizer type NFC, NFD, NFKC or NFKD (as its utf8proc_NFC & co.); 0 for
+// another type.
+int unicode_form(const std::string& type) {
+  if (type == "NFC") return UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+  if (type == "NFD") return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+  if (type == "NFKC") return UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+  if (type == "NFKD") return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+  return 0;
+}
+
+// `text` in a Unicode normalization form. utf8proc refuses malformed UTF-8 (and surrogates) as a
+// whole, so each run of well-formed characters is normalized on its own and the bytes between
+// runs are kept as they are (a Hugging Face text is always UTF-8; a file read here may not be).
+std::string unicode_normalize(const std::string& text, int form) {
+  std::string out;
+  out.reserve(text.size());
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  const auto normalize_run = [&](size_t begin, size_t end) {
+    if (begin == end) return;
+    utf8proc_uint8_t* mapped = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(bytes + begin, (utf8proc_ssize_t)(end - begin), &mapped, (utf8proc_option_t)form);
+    TESSERA_CHECK(n >= 0, std::string("utf8proc_map: ") + utf8proc_errmsg(n));  // the run is well-formed
+    out.append(reinterpret_cast<const char*>(mapped), (size_t)n);
+    std::free(mapped);
+  };
+  size_t run = 0;
+  for (size_t i = 0; i < text.size();) {
+    utf8proc_int32_t cp;
+    const utf8proc_ssize_t len = utf8proc_iterate(bytes + i, (utf8proc_ssize_t)(text.size() - i), &cp);
+    if (len > 0) {
+      i += (size_t)len;
+      continue;
+    }
+    normalize_run(run, i);
+    out.push_back(text[i]);
+    run = ++i;
+  }
+  normalize_run(run, text.size());
+  return out;
+}
+
 }  // namespace
 
 void Normalizer::load(const json& j, const std::string& path) {
@@ -72,22 +116,27 @@ void Normalizer::add(const json& j, const std::string& field, const std::string&
     for (size_t i = 0; i < list.size(); ++i) add(list[i], field + ".normalizers[" + std::to_string(i) + "]", path);
   } else if (type == "Prepend") {
     if (!j.contains("prepend") || !j["prepend"].is_string()) fail(path, field + ".prepend", "is not a string");
-    steps_.push_back({true, "", j["prepend"].get<std::string>()});
+    steps_.push_back({Step::Prepend, "", j["prepend"].get<std::string>()});
   } else if (type == "Replace") {
     std::string from = string_pattern(j, field, path);
-    steps_.push_back({false, std::move(from), j["content"].get<std::string>()});
+    steps_.push_back({Step::Replace, std::move(from), j["content"].get<std::string>()});
+  } else if (const int form = unicode_form(type)) {
+    steps_.push_back({Step::Unicode, "", "", form});
   } else {
     fail(path, field + ".type", (j.is_object() ? j.value("type", json("?")) : j).dump() +
-                                    " is not supported (Sequence, Prepend and Replace with a String pattern)");
+                                    " is not supported (Sequence, Prepend, Replace with a String pattern, NFC, NFD,"
+                                    " NFKC, NFKD)");
   }
 }
 
 std::string Normalizer::apply(std::string text) const {
   for (const Step& s : steps_) {
-    if (s.prepend) {
+    if (s.kind == Step::Prepend) {
       if (!text.empty()) text.insert(0, s.text);
-    } else {
+    } else if (s.kind == Step::Replace) {
       replace_all(text, s.from, s.text);
+    } else {
+      text = unicode_normalize(text, s.form);
     }
   }
   return text;

@@ -1,9 +1,12 @@
 // The parts of a Hugging Face tokenizer.json that SentencePiece-converted BPE files use (Llama 2,
-// Mistral and most Llama-2-derived models), for BpeTokenizer (bpe_tokenizer.h). Each follows the
-// `tokenizers` library:
-//  - Normalizer: "normalizer" null, Sequence, Prepend (prepends to a non-empty text) and Replace
-//    with a String pattern (every occurrence, left to right). Anything else (NFC, NFKC, Lowercase,
-//    a Regex pattern, ...) is refused naming the file and the field.
+// Mistral, Gemma and most Llama-2-derived models), and the normalizer of every kind, for
+// BpeTokenizer (bpe_tokenizer.h). Each follows the `tokenizers` library:
+//  - Normalizer (byte-level files use it too): "normalizer" null, Sequence, Prepend (prepends to a
+//    non-empty text), Replace with a String pattern (every occurrence, left to right), and the
+//    Unicode normalization forms NFC, NFD, NFKC and NFKD (utf8proc; bytes that are not UTF-8 are
+//    kept as they are, the text between them normalized). Anything else (Lowercase, Strip,
+//    StripAccents, NFKC_Casefold, BertNormalizer, Precompiled, a Regex pattern, ...) is refused
+//    naming the file and the field.
 //  - Metaspace pre-tokenizer: spaces become `replacement` (U+2581 by default), which is prepended
 //    unless the text already starts with it, per prepend_scheme: always, first (only to the text
 //    that starts the input, not to one after an added token) or never (default always; older
@@ -36,8 +39,9 @@ class Normalizer {
 
  private:
   struct Step {
-    bool prepend;      // Prepend `text`; else Replace `from` with `text`
-    std::string from, text;
+    enum Kind { Prepend, Replace, Unicode } kind;
+    std::string from, text;  // Prepend `text`; Replace `from` with `text`
+    int form = 0;            // Unicode: utf8proc's options for NFC, NFD, NFKC or NFKD
   };
   void add(const nlohmann::json& j, const std::string& field, const std::string& path);
   std::vector<Step> steps_;

@@ -1,8 +1,5 @@
 #include "runtime/data/bpe_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -14,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/data/bpe_sentencepiece.h"
+#include "runtime/data/bpe_split.h"
 #include "runtime/error.h"
 #include "util/json.h"
 
@@ -66,81 +64,6 @@ bool unmap_bytes(const std::string& s, const std::unordered_map<uint32_t, unsign
 // GPT-2's pre-tokenizer pattern (ByteLevel with use_regex).
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Per thread: a JIT stack of up to 8 MiB (the default 32 KiB overflows on long runs of one class).
-struct JitContext {
-  pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
-  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 << 10, 8 << 20, nullptr);
-  JitContext() { pcre2_jit_stack_assign(ctx, nullptr, stack); }
-  ~JitContext() {
-    pcre2_jit_stack_free(stack);
-    pcre2_match_context_free(ctx);
-  }
-};
-
-// PCRE2's own words for an error code ("match limit exceeded").
-std::string pcre2_message(int code) {
-  PCRE2_UCHAR msg[256];
-  if (pcre2_get_error_message(code, msg, sizeof msg) < 0) return "PCRE2 error " + std::to_string(code);
-  return reinterpret_cast<const char*>(msg);
-}
-
-// A compiled PCRE2 pattern (UTF, Unicode properties for \s \w \d, invalid UTF-8 treated as
-// unmatchable), JIT-compiled where PCRE2 can. Matching is thread-safe (match data per call).
-// Errors name `where` (the file and key the pattern comes from) and the pattern (its start).
-class Regex {
- public:
-  Regex(const std::string& pattern, const std::string& where) : where_(where) {
-    constexpr size_t kShown = 80;  // bytes of the pattern in an error line
-    const json shown = pattern.size() > kShown ? pattern.substr(0, kShown) + "..." : pattern;
-    pattern_ = "pattern " + shown.dump(-1, ' ', false, json::error_handler_t::replace);
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
-    if (!code_)
-      throw TESSERA_INPUT_ERROR(where_ + " does not compile at offset " + std::to_string(off) + ": " + pcre2_message(err) +
-                                " (" + pattern_ + ")");
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // optional: pcre2_match falls back to the interpreter
-  }
-  ~Regex() { pcre2_code_free(code_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // Splits [begin, end) of `s` into matches and the gaps between them (Split, behaviour Isolated).
-  void split(const std::string& s, size_t begin, size_t end, std::vector<std::pair<size_t, size_t>>& out) const {
-    thread_local JitContext jit;
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
-    size_t pos = begin, last = begin;
-    while (pos < end) {
-      const int rc = pcre2_match(code_, subject, end, pos, 0, md, jit.ctx);
-      if (rc < 0) {
-        if (rc != PCRE2_ERROR_NOMATCH) {
-          pcre2_match_data_free(md);
-          throw TESSERA_INPUT_ERROR(where_ + " failed on a text of " + std::to_string(end - begin) + " bytes: " +
-                                    pcre2_message(rc) + " (PCRE2 error " + std::to_string(rc) + "; " + pattern_ + ")");
-        }
-        break;
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      if (ov[1] == ov[0]) {  // empty match: step over one character
-        pos = ov[0] + 1;
-        while (pos < end && (static_cast<unsigned char>(s[pos]) & 0xC0) == 0x80) ++pos;
-        continue;
-      }
-      if (ov[0] > last) out.emplace_back(last, ov[0]);
-      out.emplace_back(ov[0], ov[1]);
-      pos = last = ov[1];
-    }
-    if (last < end) out.emplace_back(last, end);
-    pcre2_match_data_free(md);
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-  std::string where_, pattern_;  // the file and key; the pattern, truncated, as JSON
-};
-
 }  // namespace
 
 struct BpeTokenizer::Impl {
@@ -188,7 +111,7 @@ struct BpeTokenizer::Impl {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
   bool ignore_merges = false;
   bpe::Normalizer normalizer;
-  std::vector<std::unique_ptr<Regex>> splits;  // Split steps, then ByteLevel's own regex if use_regex
+  std::vector<std::unique_ptr<bpe::Split>> splits;  // Split steps, then ByteLevel's own regex if use_regex
   bool add_prefix_space = false;
   std::optional<bpe::Metaspace> metaspace;
   bpe::Decoder decoder;  // SentencePiece kind
@@ -373,27 +296,17 @@ void BpeTokenizer::Impl::load_pre_tokenizer(const json& pt) {
     const json& s = steps[i];
     const std::string type = s.is_object() ? s.value("type", std::string()) : std::string();
     if (seen_byte_level) fail(fields[i], "follows ByteLevel (ByteLevel must be the last step)");
-    if (type == "Split" && byte_level) {
-      if (s.value("behavior", std::string()) != "Isolated")
-        fail(fields[i] + ".behavior", s.value("behavior", json("?")).dump() + " is not supported (Isolated)");
-      if (s.value("invert", false)) fail(fields[i] + ".invert", "true is not supported");
-      const json pat = s.value("pattern", json());
-      if (pat.contains("Regex") && pat["Regex"].is_string()) {
-        splits.push_back(std::make_unique<Regex>(pat["Regex"].get<std::string>(), "tokenizer " + path + ": " + fields[i] + ".pattern.Regex"));
-      } else if (pat.contains("String") && pat["String"].is_string() && !pat["String"].get<std::string>().empty()) {
-        // A literal: quote it for PCRE2.
-        splits.push_back(std::make_unique<Regex>("\\Q" + pat["String"].get<std::string>() + "\\E", "tokenizer " + path + ": " + fields[i] + ".pattern.String"));
-      } else {
-        fail(fields[i] + ".pattern", "is neither {\"Regex\": ...} nor {\"String\": ...}");
-      }
+    if (type == "Split") {
+      splits.push_back(bpe::Split::load(s, fields[i], path));
     } else if (type == "ByteLevel") {
       seen_byte_level = true;
       add_prefix_space = s.value("add_prefix_space", false);
-      if (s.value("use_regex", true)) splits.push_back(std::make_unique<Regex>(kGpt2Pattern, "GPT-2 pattern"));
+      if (s.value("use_regex", true))
+        splits.push_back(std::make_unique<bpe::Split>(kGpt2Pattern, bpe::Split::Behavior::Isolated, false, "GPT-2 pattern"));
     } else if (type == "Metaspace" && !byte_level && steps.size() == 1) {
       metaspace = bpe::Metaspace::load(s, fields[i], path);
     } else {
-      fail(fields[i] + ".type", "\"" + type + "\" is not supported (Split and ByteLevel, or Metaspace alone)");
+      fail(fields[i] + ".type", "\"" + type + "\" is not supported (Split, ByteLevel last, or Metaspace alone)");
     }
   }
 }
@@ -553,10 +466,9 @@ void BpeTokenizer::Impl::encode_section(const std::string& text, size_t begin, s
 void BpeTokenizer::Impl::encode_text(const std::string& text, size_t begin, size_t end, bool starts_input,
                                      std::vector<int32_t>& out) const {
   if (begin >= end) return;
-  if (!byte_level) {
+  if (metaspace) {
     std::vector<std::string> pieces;
-    if (metaspace) metaspace->pre_tokenize(text.substr(begin, end - begin), starts_input, pieces);
-    else pieces.push_back(text.substr(begin, end - begin));
+    metaspace->pre_tokenize(text.substr(begin, end - begin), starts_input, pieces);
     for (const auto& p : pieces) bpe(p, out);
     return;
   }

@@ -1,10 +1,11 @@
 // Hugging Face tokenizer.json with a BPE model, as a data::Tokenizer, following the `tokenizers`
 // library. Two kinds:
-//  - byte-level BPE (the GPT-2 / tiktoken family: Llama 3.x, GPT-2-style models): a pre-tokenizer
-//    with a ByteLevel step; vocabulary spelled in GPT-2's byte-to-unicode alphabet;
-//  - the SentencePiece-converted kind (Llama 2, Mistral and most Llama-2-derived models): no
-//    pre-tokenizer or Metaspace, normalizers such as Prepend("▁") + Replace(" " -> "▁"), the
-//    vocabulary as plain text, model.byte_fallback, unk_token / fuse_unk (bpe_sentencepiece.h).
+//  - byte-level BPE (the GPT-2 / tiktoken family: Llama 3.x, Qwen, GPT-2-style models): a
+//    pre-tokenizer with a ByteLevel step; vocabulary spelled in GPT-2's byte-to-unicode alphabet;
+//  - the SentencePiece-converted kind (Llama 2, Mistral, Gemma and most Llama-2-derived models): no
+//    pre-tokenizer, Split steps or Metaspace, normalizers such as Prepend("▁") + Replace(" " -> "▁"),
+//    the vocabulary as plain text, model.byte_fallback, unk_token / fuse_unk (bpe_sentencepiece.h).
+// The normalizer (Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD) may come with either kind.
 // Encoding:
 //  1. added tokens (added_tokens[]) with normalized false (by default: special ones, e.g. <s>,
 //     <|begin_of_text|>) are cut out of the text first, leftmost-longest, and become their own ids:
@@ -12,11 +13,12 @@
 //  2. the normalizer runs on each stretch between them separately (so Prepend prefixes "▁" to the
 //     text after an added token too), then added tokens with normalized true are cut out of its
 //     output (their content normalized the same way);
-//  3. the pre-tokenizer splits each stretch: byte-level: Split steps with a regex (behaviour
-//     Isolated; Llama 3's pattern with \p{L} / \p{N} classes, run by PCRE2 in UTF + UCP mode) and a
-//     final ByteLevel step (its own GPT-2 regex when use_regex, a leading space when
-//     add_prefix_space); SentencePiece kind: Metaspace (prepend_scheme first means the stretch at
-//     the start of the text), or none (the stretch is one word);
+//  3. the pre-tokenizer splits each stretch: Split steps (a Regex or a literal String, each
+//     behavior, invert: bpe_split.h; Llama 3's and Qwen's patterns with \p{L} / \p{N} classes, run
+//     by PCRE2 in UTF + UCP mode), then in the byte-level kind a final ByteLevel step (its own GPT-2
+//     regex when use_regex, a leading space when add_prefix_space); in the SentencePiece kind
+//     Metaspace instead (prepend_scheme first means the stretch at the start of the text), or
+//     none (the stretch is one word);
 //  4. each piece's first symbols are its bytes (byte-level) or its characters (SentencePiece kind:
 //     an unknown character becomes its <0xNN> tokens with byte_fallback, else unk_token, else
 //     nothing); with model.ignore_merges a piece that is a vocabulary entry is that id; otherwise the
@@ -36,7 +38,7 @@
 //
 // Anything else is refused with a one-line error naming the file and the field: a model.type other
 // than BPE (WordPiece, Unigram, WordLevel), a normalizer, pre-tokenizer or decoder not listed here
-// (e.g. NFC, NFKC, Lowercase, Whitespace, a Regex pattern in Replace), Metaspace combined with
+// (e.g. Lowercase, Precompiled, Whitespace, Digits, a Regex pattern in Replace), Metaspace combined with
 // other pre-tokenizer steps, byte_fallback or a non-ByteLevel decoder with a ByteLevel
 // pre-tokenizer, dropout, subword prefixes/suffixes, added tokens with lstrip/rstrip/single_word,
 // merges of unknown tokens, an unk_token not in the vocabulary, byte-level vocabulary entries

@@ -39,7 +39,8 @@ deps_use() {
   export OPAL_PREFIX=$usr PATH=$root/bin:$PATH LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
   CMAKE_DEPS=(-DMPI_C_COMPILER="$usr/bin/mpicc.openmpi" -DBoost_DIR="$lib/cmake/Boost-1.74.0"
     -Dnlohmann_json_DIR="$usr/share/cmake/nlohmann_json" -DGTest_DIR="$lib/cmake/GTest" -Dyaml-cpp_DIR="$lib/cmake/yaml-cpp"
-    -DPCRE2_INCLUDE_DIR="$usr/include" -DPCRE2_LIBRARY="$lib/libpcre2-8.so")
+    -DPCRE2_INCLUDE_DIR="$usr/include" -DPCRE2_LIBRARY="$lib/libpcre2-8.so"
+    -DUTF8PROC_INCLUDE_DIR="$usr/include" -DUTF8PROC_LIBRARY="$lib/libutf8proc.so")
 }
 
 # The carried packages are Debian 12's, built against glibc 2.36: older C libraries fail at load

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs Tessera's C++ build dependencies (Open MPI, Boost.Program_options, yaml-cpp, nlohmann-json, GTest, PCRE2) as
+# Packs Tessera's C++ build dependencies (Open MPI, Boost.Program_options, yaml-cpp, nlohmann-json, GTest, PCRE2, utf8proc) as
 # Debian 12 packages into one folder, for a GPU machine that has CUDA, PyTorch and a compiler but
 # not these, and cannot download anything. Run it HERE (Debian 12, apt reaches the mirror):
 #
@@ -29,6 +29,8 @@ PKGS=(
   nlohmann-json3-dev libgtest-dev
   # PCRE2 10.42 (tokenizer.json pre-tokenizer regexes): library and headers
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
+  # utf8proc 2.8 (tokenizer.json's NFC / NFD / NFKC / NFKD normalizers): library and header
+  libutf8proc-dev libutf8proc2
 )
 command -v apt-get >/dev/null || { echo "pack_deps: needs apt-get (run it on the Debian 12 development machine)" >&2; exit 2; }
 mkdir -p "$DEST"

@@ -10,7 +10,7 @@
 # Needs: nvidia-smi, python3 with a CUDA PyTorch 2.x (its LibTorch is what Tessera builds against)
 # and NCCL (pip's nvidia-nccl-*, or the CUDA toolkit's or the system's: CMake finds it, see
 # cmake/cuda_nccl.cmake), nvcc, cmake, a C++17 compiler (C++20 for PyTorch >= 2.14), and Tessera's C++
-# dependencies (Open MPI, nlohmann-json, Boost.Program_options, yaml-cpp, GTest, PCRE2). Where the
+# dependencies (Open MPI, nlohmann-json, Boost.Program_options, yaml-cpp, GTest, PCRE2, utf8proc). Where the
 # machine lacks those, make the folder .gpu-deps here first with `bash tests/gpu/pack_deps.sh`
 # (Debian 12 packages, ~20 MB, need glibc >= 2.36) and carry it (or point TESSERA_GPU_DEBS at such
 # a folder): its packages are unpacked into a private root under the work folder, never into /, and

