@@ -320,6 +320,7 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
   if (s.rank0_reads) {
     std::string config_json = b.groups.world->broadcast_string(rank0 ? s.ms.config.to_json().dump() : "", 0);
     s.tok_choice.path = b.groups.world->broadcast_string(s.tok_choice.path, 0);
+    s.tok_choice.config = b.groups.world->broadcast_string(s.tok_choice.config, 0);
     s.tok_choice.bytes = s.tok_choice.path.empty();
     s.tok_bytes = b.groups.world->broadcast_string(s.tok_bytes, 0);
     if (!rank0) {

@@ -19,14 +19,25 @@ bool TokenizerChoice::bpe() const {
                                                  !fs::exists(p / "tokenizer.model", ec)));
 }
 
+namespace {
+
+// The tokenizer at `path`, with the tokenizer_config.json beside it when there is one.
+TokenizerChoice tokenizer_at(const std::string& path) {
+  std::error_code ec;
+  const std::string config = data::tokenizer_config_beside(path);
+  return {false, path, fs::exists(config, ec) ? config : ""};
+}
+
+}  // namespace
+
 TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& model_dir, const std::string& model_name,
                                  const model::ModelConfig& mc) {
   if (spec == "bytes") return {true, ""};
-  if (!spec.empty()) return {false, spec};
+  if (!spec.empty()) return tokenizer_at(spec);
   std::error_code ec;
   for (const char* file : {"tokenizer.model", "tokenizer.json"})
     if (!model_dir.empty() && fs::is_regular_file(fs::path(model_dir) / file, ec))
-      return {false, (fs::path(model_dir) / file).string()};
+      return tokenizer_at((fs::path(model_dir) / file).string());
   const auto& eos = mc.eos_token_ids;
   const bool byte_vocab = mc.bos_token_id == data::ByteTokenizer::kBos &&
                           std::find(eos.begin(), eos.end(), data::ByteTokenizer::kEos) != eos.end() &&
@@ -39,20 +50,14 @@ TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& mod
       "tokens (ids 0-257)");
 }
 
-std::string TokenizerChoice::tokenizer_config() const { return bytes ? "" : data::tokenizer_config_beside(path); }
-
 data::ChatTemplateChoice chat_template_for(const TokenizerChoice& tc, data::ChatTemplateKind kind) {
-  const std::string config = kind == data::ChatTemplateKind::Auto ? tc.tokenizer_config() : "";
-  if (!config.empty()) {
-    // A rank that cannot see the tokenizer's directory (model.load=rank0 broadcasts a tokenizer.model)
-    // would silently fall back to llama2 while rank 0 renders the model's template.
-    std::error_code ec;
-    const fs::path dir = fs::path(config).parent_path();
-    TESSERA_CHECK_INPUT(fs::is_directory(dir.empty() ? fs::path(".") : dir, ec),
-                        "data.chat_template auto: " + dir.string() +
-                            " (beside the tokenizer) is not visible on this rank, so its tokenizer_config.json cannot "
-                            "be read: make it visible to every rank, or set data.chat_template");
-  }
+  const std::string config = kind == data::ChatTemplateKind::Auto ? tc.config : "";
+  // A rank that cannot see it (model.load=rank0 broadcasts a tokenizer.model) would silently fall
+  // back to llama2 while rank 0 renders the model's template.
+  std::error_code ec;
+  TESSERA_CHECK_INPUT(config.empty() || fs::exists(config, ec),
+                      "data.chat_template auto: " + config + " (beside the tokenizer) is not visible on this rank, so "
+                      "its chat template cannot be read: make it visible to every rank, or set data.chat_template");
   return data::choose_chat_template(kind, config);
 }
 

@@ -30,16 +30,17 @@ struct TokenizerChoice {
   std::string path;  // the tokenizer when !bytes
   // A Hugging Face tokenizer.json (the file or its directory), not a SentencePiece model.
   bool bpe() const;
-  // The tokenizer_config.json beside the tokenizer (its file's directory, or the directory given);
-  // "" for byte-level tokens.
-  std::string tokenizer_config() const;
+  // The tokenizer_config.json beside the tokenizer (its file's directory, or the directory given)
+  // when the rank that chose it sees one there; "" without one and for byte-level tokens.
+  // model.load=rank0 broadcasts it with `path`.
+  std::string config;
 };
 TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& model_dir, const std::string& model_name,
                                  const model::ModelConfig& mc);
 
-// data.chat_template resolved for the tokenizer `tc`: auto renders the chat_template of
-// tc.tokenizer_config() (llama2 when there is none; the byte tokenizer: llama2); another value is
-// that template. Error(Input) when the tokenizer's directory is not visible on this rank.
+// data.chat_template resolved for the tokenizer `tc`: auto renders the chat_template of tc.config
+// (llama2 when there is none; the byte tokenizer: llama2); another value is that template.
+// Error(Input) when tc.config (seen by the rank that chose the tokenizer) is not visible on this rank.
 data::ChatTemplateChoice chat_template_for(const TokenizerChoice& tc, data::ChatTemplateKind kind);
 
 // The directory holding the tokenizer files of a run (data.tokenizer `spec`, else the model
