@@ -7,6 +7,7 @@
 #include <map>
 
 #include "launcher/cli.h"
+#include "launcher/data_setup.h"
 #include "model/config.h"
 #include "model/registry.h"
 #include "model/safetensors.h"
@@ -112,6 +113,37 @@ int verify(const std::vector<std::string>& args) {
   return 0;
 }
 
+// The tokenizer files of the run that saved `r` (from data.tokenizer, else model.path, as training
+// took them: data_setup.h tokenizer_dir) copied into the export `out`, so that `tessera eval` and
+// transformers read the text as training did. A line says what was copied, or why nothing was.
+void copy_tokenizer_files(const checkpoint::Reader& r, const std::string& out) {
+  namespace fs = std::filesystem;
+  const nlohmann::json cfg = r.state().value("config", nlohmann::json::object());
+  auto key = [&](const char* pointer) {
+    const nlohmann::json::json_pointer p(pointer);
+    return cfg.contains(p) && cfg.at(p).is_string() ? cfg.at(p).get<std::string>() : std::string();
+  };
+  const std::string dir = tokenizer_dir(key("/data/tokenizer"), key("/model/path"));
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) {
+    std::printf("tokenizer files: none copied (%s)\n",
+                dir.empty() ? "the run used byte-level tokens or a preset model without a tokenizer"
+                            : (dir + ", the run's tokenizer directory, is not there: copy its tokenizer files into " +
+                               out + " by hand").c_str());
+    return;
+  }
+  std::string copied;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                           "generation_config.json"}) {
+    const fs::path from = fs::path(dir) / name;
+    if (!fs::is_regular_file(from, ec)) continue;
+    fs::copy_file(from, fs::path(out) / name, ec);
+    if (ec) throw TESSERA_INPUT_ERROR("cannot copy " + from.string() + " into " + out + ": " + ec.message());
+    copied += (copied.empty() ? "" : ", ") + std::string(name);
+  }
+  std::printf("tokenizer files from %s: %s\n", dir.c_str(), copied.empty() ? "none there" : copied.c_str());
+}
+
 int consolidate(const std::vector<std::string>& args) {
   po::options_description desc("Options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(), "sharded checkpoint directory (step-<N>)")(
@@ -157,6 +189,7 @@ int consolidate(const std::vector<std::string>& args) {
     done += t->numel;
     return full;
   });
+  copy_tokenizer_files(r, out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("consolidated %s (step %lld, %zu tensors, %lld parameters) -> %s as %s in %.2f s\n", dir.c_str(),
               (long long)r.step(), specs.size(), (long long)done, out.c_str(), model::dtype_name(dtype), s);

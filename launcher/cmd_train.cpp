@@ -31,6 +31,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/splits.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/train/numerics.h"
 #include "tools/report.h"
@@ -320,6 +321,7 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
   if (s.rank0_reads) {
     std::string config_json = b.groups.world->broadcast_string(rank0 ? s.ms.config.to_json().dump() : "", 0);
     s.tok_choice.path = b.groups.world->broadcast_string(s.tok_choice.path, 0);
+    s.tok_choice.config = b.groups.world->broadcast_string(s.tok_choice.config, 0);
     s.tok_choice.bytes = s.tok_choice.path.empty();
     s.tok_bytes = b.groups.world->broadcast_string(s.tok_bytes, 0);
     if (!rank0) {
@@ -400,7 +402,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
         s.tok_choice.bytes ? data::make_tokenizer("bytes")
                          : !s.tok_bytes.empty() ? data::make_sentencepiece_tokenizer(s.tok_bytes, s.tok_choice.path)
                                               : data::make_tokenizer(s.tok_choice.path);
-    s.data = setup_data(s.cfg, s.ms.config, std::move(tokenizer), /*print_warnings=*/rank0);
+    s.data = setup_data(s.cfg, s.ms.config, s.tok_choice, std::move(tokenizer), /*print_warnings=*/rank0);
     const int64_t global = b.world_size * s.topts.micro_batch * s.topts.grad_accum;
     TESSERA_CHECK_INPUT(s.data.train->num_sequences() >= global,
                         "data.path " + s.cfg.data.path + " holds " + std::to_string(s.data.train->num_sequences()) +
@@ -453,6 +455,22 @@ void announce_run(const TrainSetup& s, const Bootstrap& b) {
   }
 }
 
+// Rank 0, --fresh: a run starting over does not append its curve to the old run's. The old
+// log.dir/metrics.jsonl is kept as metrics.jsonl.N (the lowest N not taken: a higher N is a later
+// run), said in one line.
+void keep_old_metrics(const std::string& log_dir) {
+  const fs::path metrics = fs::path(log_dir) / "metrics.jsonl";
+  std::error_code ec;
+  if (log_dir.empty() || !fs::exists(fs::symlink_status(metrics, ec))) return;
+  fs::path kept;
+  for (int n = 1;; ++n)
+    if (kept = metrics.string() + "." + std::to_string(n); !fs::exists(fs::symlink_status(kept, ec))) break;
+  fs::rename(metrics, kept, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("--fresh: cannot rename " + metrics.string() + " to " + kept.string() + ": " + ec.message());
+  std::cout << "--fresh: the previous run's " << metrics.string() << " is kept as " << kept.string()
+            << "; this run starts a new metrics.jsonl" << std::endl;
+}
+
 // Rank 0: the outcome (preemption and requeue, the final line, the report).
 void report_outcome(const train::RunResult& res, const TrainSetup& s) {
   {
@@ -499,7 +517,7 @@ int run_train(const std::vector<std::string>& args) {
       "resume", po::value<std::string>()->implicit_value("latest"),
       "resume from the latest complete checkpoint in checkpoint.dir, or from the given directory")(
       "fresh", "start from step 0 even when checkpoint.dir holds checkpoints (they are kept: the first save retires "
-      "them to <checkpoint.dir>/retired/)")(
+      "them to <checkpoint.dir>/retired/), with a new metrics.jsonl (the old one is kept as metrics.jsonl.N)")(
       "host-mem", po::value<std::string>(),
       "host RAM of this node for the job (default: the cgroup or SLURM --mem limit, if any); the run stops "
       "before loading if the memory model predicts more")(
@@ -533,6 +551,7 @@ int run_train(const std::vector<std::string>& args) {
                               {"model_source", s.ms.source}};
   if (b.slurm.present) run_state["slurm_job"] = b.slurm.job_id;  // finished_by_this_job() reads it
   collectively([&] {  // run_info.json cannot be written: every rank ends with the line
+    if (rank0 && vm->count("fresh")) keep_old_metrics(s.topts.log_dir);
     if (rank0) announce_run(s, b);
   });
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
@@ -560,6 +579,19 @@ int run_train(const std::vector<std::string>& args) {
 namespace tessera::launcher {
 namespace {
 
+// The split eval --data scores: --split; else, when the data directory has splits, the one training
+// validates on (data.val_split: validation, else test); else data.split.
+std::string eval_split(const po::variables_map& vm, const DataSection& data) {
+  const data::Splits splits = data::find_splits(data.path, data.format);
+  if (vm.count("split")) {
+    const std::string name = vm["split"].as<std::string>();
+    splits.get(name, "--split");  // refuses a split that is not there
+    return name;
+  }
+  const std::string val = splits.rule.empty() ? "" : splits.validation(data.val_split, "data.val_split", "");
+  return val.empty() ? data.split : val;
+}
+
 // eval --data: the dataset `tessera train` builds from PATH with the run configuration's data.*
 // keys (no validation split), its targets as training's (data.train_on), or every token with
 // --all-tokens. Sets *topts to the configuration's micro_batch and seq_len.
@@ -570,6 +602,8 @@ std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, co
   for (const char* s : {"data.val_path=", "data.val_fraction=0"}) sets.push_back(s);
   sets.push_back("data.path=" + vm["data"].as<std::string>());
   if (vm.count("all-tokens")) sets.push_back("data.train_on=all");
+  sets.push_back("data.split=" + eval_split(vm, Config::load(vm["config"].as<std::string>(), sets).data));
+  sets.push_back("data.val_split=none");
   const Config cfg = Config::load(vm["config"].as<std::string>(), sets);
   const TokenizerChoice tc = choose_tokenizer(cfg.data.tokenizer, model_dir, model_dir, mc);
   // What the data setup says about the files goes to stderr: stdout is eval's one JSON line.
@@ -578,7 +612,7 @@ std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, co
     std::streambuf* buf;
     ~Restore() { std::cout.rdbuf(buf); }
   } restore{out};
-  DataSetup d = setup_data(cfg, mc, data::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path),
+  DataSetup d = setup_data(cfg, mc, tc, data::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path),
                            current().world_rank == 0);
   topts->micro_batch = cfg.train.micro_batch;
   topts->seq_len = cfg.data.seq_len;
@@ -598,9 +632,11 @@ int run_eval(const std::vector<std::string>& args) {
       "config,c", po::value<std::string>()->default_value(""), "with --data: the run configuration whose data.* keys apply")(
       "set", po::value<std::vector<std::string>>()->composing(), "with --data: override a config key")(
       "all-tokens", "with --data: score every token, not only the targets")(
+      "split", po::value<std::string>(), "with --data: the split of a data directory with splits to score (default: "
+      "the one training validates on, validation else test)")(
       "dtype", po::value<std::string>()->default_value("fp32"), "compute dtype: fp32 or bf16");
-  auto vm = parse_command("tessera eval --model DIR (--tokens FILE | --data PATH [--config run.json] [--set key=value]... "
-                          "[--all-tokens]) [--dtype fp32|bf16]", desc, args);
+  auto vm = parse_command("tessera eval --model DIR (--tokens FILE | --data PATH [--split NAME] [--config run.json] "
+                          "[--set key=value]... [--all-tokens]) [--dtype fp32|bf16]", desc, args);
   if (!vm) return 0;
   const Bootstrap& b = current();
   std::shared_ptr<model::ModelDir> dir;
@@ -610,8 +646,9 @@ int run_eval(const std::vector<std::string>& args) {
   train::TrainOptions topts;
   collectively([&] {
     TESSERA_CHECK_INPUT(vm->count("tokens") + vm->count("data") == 1, "tessera eval needs one of --tokens FILE or --data PATH");
-    TESSERA_CHECK_INPUT(vm->count("data") || !(vm->count("all-tokens") || vm->count("set") || !(*vm)["config"].as<std::string>().empty()),
-                        "--all-tokens, --config and --set apply to --data (a --tokens file is scored on every token)");
+    TESSERA_CHECK_INPUT(vm->count("data") || !(vm->count("all-tokens") || vm->count("set") || vm->count("split") ||
+                                               !(*vm)["config"].as<std::string>().empty()),
+                        "--all-tokens, --split, --config and --set apply to --data (a --tokens file is scored on every token)");
     std::string dtype = (*vm)["dtype"].as<std::string>();
     TESSERA_CHECK_INPUT(dtype == "fp32" || dtype == "bf16", "--dtype '" + dtype + "' must be fp32 or bf16");
     fopts.param_dtype = fsdp::parse_dtype(dtype);

@@ -53,10 +53,12 @@ ConfigKey choice(S Config::*section, E S::*member, const char* key, const util::
 
 }  // namespace
 
-const std::vector<ConfigKey>& config_schema() {
+namespace {
+
+// The model and data sections of the schema (the rest: config_schema).
+std::vector<ConfigKey> model_and_data_keys() {
   using C = Config;
-  using util::FloatType;
-  static const std::vector<ConfigKey> schema = {
+  return {
       // model
       field(&C::model, &ModelSection::path, "model.path", "", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."),
       field(&C::model, &ModelSection::preset, "model.preset", "tiny", "Preset used when model.path is empty (any family of the model registry).", {},
@@ -79,9 +81,24 @@ const std::vector<ConfigKey>& config_schema() {
       field(&C::data, &DataSection::packing, "data.packing", true, "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."),
       choice(&C::data, &DataSection::truncation, "data.truncation", data::truncation_names(), data::Truncation::Drop,
              "An example (chat, prompt/completion) longer than seq_len + 1 tokens: drop (skip it with a warning naming file and line), left (keep its last seq_len + 1 tokens), error (stop). Text is cut into pieces instead."),
-      field(&C::data, &DataSection::val_path, "data.val_path", "", "Validation data, in the formats of data.path."),
+      field(&C::data, &DataSection::val_path, "data.val_path", "", "Validation data, in the formats of data.path (a directory with splits: its data.val_split)."),
+      field(&C::data, &DataSection::split, "data.split", "train",
+            "The split of data.path to train on when the directory has splits, named as Hugging Face datasets names them: files or folders holding train / validation / test (train.jsonl, test/, data/train-00000-of-00001.jsonl; docs/DATA.md). A split that is not there: an error naming the splits found."),
+      field(&C::data, &DataSection::val_split, "data.val_split", "",
+            "The split of a data directory with splits to validate on: empty: validation, else test (of data.path when data.val_path and data.val_fraction are unset, said in one line; of data.val_path when it is such a directory); a split name; or none (no validation from splits)."),
       field(&C::data, &DataSection::val_fraction, "data.val_fraction", 0.0, "Fraction of data.path's examples held out for validation (a fixed hash per example; 0: none). Exclusive with data.val_path.",
             {0.0, 1.0, true}),
+  };
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_schema() {
+  using C = Config;
+  using util::FloatType;
+  static const std::vector<ConfigKey> schema = [] {
+    std::vector<ConfigKey> keys = model_and_data_keys();
+    std::vector<ConfigKey> rest = {
       // train
       field(&C::train, &TrainSection::steps, "train.steps", 20, "Optimizer steps.", at_least(1)),
       field(&C::train, &TrainSection::micro_batch, "train.micro_batch", 2, "Sequences per rank per micro-step.", at_least(1)),
@@ -149,7 +166,10 @@ const std::vector<ConfigKey>& config_schema() {
       // comm
       field(&C::comm, &CommSection::timeout_s, "comm.timeout_s", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3).",
             {0.001, 1e7, false}),
-  };
+    };
+    keys.insert(keys.end(), rest.begin(), rest.end());
+    return keys;
+  }();
   return schema;
 }
 
@@ -196,6 +216,22 @@ std::string foreign_key_hint(const std::string& key) {
       {"lr_scheduler_type", "train.schedule"},
       {"model_name_or_path", "model.path (a local Hugging Face directory)"},
       {"seed", "train.seed"},
+      {"data_seed", "train.seed"},
+      {"bf16", "fsdp.mixed_precision=bf16"},
+      {"fp16", "fsdp.mixed_precision=fp16"},
+      {"bf16_full_eval", "tessera eval --dtype bf16"},
+      {"warmup_steps", "train.warmup_steps"},
+      {"weight_decay", "train.weight_decay"},
+      {"adam_beta1", "train.beta1"},
+      {"adam_beta2", "train.beta2"},
+      {"adam_epsilon", "train.eps"},
+      {"gradient_checkpointing", "fsdp.activation_checkpointing"},
+      {"activation_checkpointing", "fsdp.activation_checkpointing"},
+      {"logging_dir", "log.dir"},
+      {"report_to", "log.tensorboard (true: TensorBoard event files in log.dir)"},
+      {"save_total_limit", "checkpoint.keep"},
+      {"resume_from_checkpoint", "tessera train --resume [DIR]"},
+      {"per_device_eval_batch_size", "train.micro_batch (validation uses the training micro-batch)"},
   };
   const std::string last = key.substr(key.rfind('.') + 1);
   for (const auto& [name, ours] : table)
@@ -203,13 +239,26 @@ std::string foreign_key_hint(const std::string& key) {
   return "";
 }
 
-[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
-  std::string hint = closest_match(key, all_keys());
+// "'key' (Tessera's key for it: train.lr)", "'key' (did you mean 'train.steps'?)", "'key'".
+std::string unknown_key_text(const std::string& key) {
   const std::string foreign = foreign_key_hint(key);
-  if (!foreign.empty())
-    throw TESSERA_INPUT_ERROR(source + ": unknown config key '" + key + "' (Tessera's key for it: " + foreign + ")");
-  throw TESSERA_INPUT_ERROR(source + ": unknown config key '" + key + "'" +
-                            (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+  if (!foreign.empty()) return "'" + key + "' (Tessera's key for it: " + foreign + ")";
+  const std::string hint = closest_match(key, all_keys());
+  return "'" + key + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)");
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
+  throw TESSERA_INPUT_ERROR(source + ": unknown config key " + unknown_key_text(key));
+}
+
+// Every unknown key of a file in one line (a Hugging Face TrainingArguments file has many: one
+// error per run would make a user fix them one by one).
+void unknown_keys(const std::vector<std::string>& keys, const std::string& source) {
+  if (keys.empty()) return;
+  if (keys.size() == 1) unknown_key(keys.front(), source);
+  std::string list;
+  for (const auto& k : keys) list += (list.empty() ? "" : ", ") + unknown_key_text(k);
+  throw TESSERA_INPUT_ERROR(source + ": " + std::to_string(keys.size()) + " unknown config keys: " + list);
 }
 
 std::string type_name(const json& v) {
@@ -270,8 +319,10 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
   return v;
 }
 
+// The keys of `j` and their values, into `out`; keys that are neither a key nor a section, into
+// `unknown`.
 void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std::string, json>>& out,
-             const std::string& source) {
+             std::vector<std::string>& unknown, const std::string& source) {
   if (!j.is_object())
     throw TESSERA_INPUT_ERROR(source + ": '" + (prefix.empty() ? std::string("top level") : prefix) +
                               "' must be a JSON object, got " + type_name(j));
@@ -280,8 +331,8 @@ void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std
     if (it->is_object() && !find_key(key)) {
       bool is_section = false;
       for (const auto& k : config_schema()) is_section |= k.key.rfind(key + ".", 0) == 0;
-      if (!is_section) unknown_key(key, source);
-      flatten(*it, key, out, source);
+      if (is_section) flatten(*it, key, out, unknown, source);
+      else unknown.push_back(key);
     } else {
       out.emplace_back(key, *it);
     }
@@ -349,10 +400,13 @@ static void check_combinations(const Config& c, const std::string& source) {
 Config Config::from_json(const nlohmann::json& j, const std::string& source, const std::vector<std::string>& overrides) {
   Config c;
   std::vector<std::pair<std::string, nlohmann::json>> flat;
-  flatten(j, "", flat, source);
+  std::vector<std::string> unknown;
+  flatten(j, "", flat, unknown, source);
+  for (const auto& [key, value] : flat)
+    if (!find_key(key)) unknown.push_back(key);
+  unknown_keys(unknown, source);
   for (const auto& [key, value] : flat) {
     const ConfigKey* k = find_key(key);
-    if (!k) unknown_key(key, source);
     k->store(c, check_value(*k, value, source));
   }
   for (const auto& o : overrides) {

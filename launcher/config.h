@@ -52,6 +52,7 @@ struct DataSection {
   data::Truncation truncation{};
   std::string val_path;
   double val_fraction = 0;
+  std::string split, val_split;  // a data directory's splits (runtime/data/splits.h)
 };
 struct TrainSection {
   int64_t steps = 0, micro_batch = 0, grad_accum = 0;

@@ -218,6 +218,13 @@ int ranks_that_fit(const Config& cfg, const model::ModelConfig& mc, PlanRequest 
   return 0;
 }
 
+// One suggestion of `tessera plan`: the change and the peaks it leads to, host memory per node
+// included (an offload trades GPU memory for it: the user must have it).
+nlohmann::json suggestion(const std::string& change, const memory::Plan& p, const PlanRequest& r) {
+  return {{"change", change}, {"peak_gpu_bytes_per_rank", p.peak_gpu()}, {"peak_host_bytes_per_rank", p.peak_host()},
+          {"host_bytes_per_node", host_bytes_per_node(p, r)}};
+}
+
 }  // namespace
 
 nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req,
@@ -236,27 +243,23 @@ nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, 
                   changes.end());
     changes.push_back(k.change);
     const memory::Plan p = plan_run(c, mc, r);
-    if (why_not_fit(p, r).empty())
-      suggestions.push_back({{"change", k.change}, {"peak_gpu_bytes_per_rank", p.peak_gpu()},
-                             {"peak_host_bytes_per_rank", p.peak_host()}});
+    if (why_not_fit(p, r).empty()) suggestions.push_back(suggestion(k.change, p, r));
   }
   std::string every;
   for (const std::string& x : changes) every += (every.empty() ? "" : ", ") + x;
   if (suggestions.empty() && !every.empty()) {
     const memory::Plan p = plan_run(all, mc, all_req);
-    if (why_not_fit(p, all_req).empty())
-      suggestions.push_back({{"change", "all of: " + every}, {"peak_gpu_bytes_per_rank", p.peak_gpu()},
-                             {"peak_host_bytes_per_rank", p.peak_host()}});
+    if (why_not_fit(p, all_req).empty()) suggestions.push_back(suggestion("all of: " + every, p, all_req));
   }
   const int world = ranks_that_fit(cfg, mc, req);
   if (world > 0) {
     PlanRequest r = req;
     r.world = world;
     const memory::Plan p = plan_run(cfg, mc, r);
-    suggestions.push_back({{"change", req.gpu ? "--nodes " + std::to_string(world / req.ranks_per_node) + " (" +
-                                                    std::to_string(world) + " GPUs)"
-                                              : "--ranks " + std::to_string(world)},
-                           {"peak_gpu_bytes_per_rank", p.peak_gpu()}, {"peak_host_bytes_per_rank", p.peak_host()}});
+    suggestions.push_back(suggestion(req.gpu ? "--nodes " + std::to_string(world / req.ranks_per_node) + " (" +
+                                                   std::to_string(world) + " GPUs)"
+                                             : "--ranks " + std::to_string(world),
+                                     p, r));
   }
   if (suggestions.empty()) {
     const int w = ranks_that_fit(all, mc, all_req);
@@ -381,7 +384,12 @@ void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::Mode
             << (run.activation_checkpointing ? "activation checkpointing" : "no activation checkpointing")
             << ", micro-batch " << to.micro_batch << " x " << to.seq_len << " tokens"
             << (run.offload != fsdp::Offload::None ? ", fsdp.offload=" + fsdp::to_string(run.offload) : std::string())
-            << (run.optimizer_in_backward ? ", optimizer in backward" : "") << std::endl;
+            << (!run.optimizer_in_backward ? ""
+                : to.grad_accum == 1 ? ", optimizer in backward"
+                                     : ", optimizer in backward (saves nothing at grad_accum " + std::to_string(to.grad_accum) +
+                                           ": every gradient shard is kept across the micro-steps; it frees them only "
+                                           "at grad_accum 1)")
+            << std::endl;
   char line[256];
   std::snprintf(line, sizeof line, "  %-22s %14s %14s  %s\n", "phase", "GPU per rank", "host per rank", "peak at");
   std::cout << line;
@@ -423,7 +431,9 @@ int print_verdict(const PlanOutcome& o, const PlanRequest& req) {
   for (const auto& s : o.suggestions) {
     std::cout << "  would fit with " << s["change"].get<std::string>();
     if (s.contains("peak_gpu_bytes_per_rank") && req.gpu)
-      std::cout << " (GPU peak " << human(s["peak_gpu_bytes_per_rank"].get<int64_t>()) << ")";
+      std::cout << " (GPU peak " << human(s["peak_gpu_bytes_per_rank"].get<int64_t>()) << "; host "
+                << human(s["host_bytes_per_node"].get<int64_t>()) << " per node"
+                << (req.host_mem ? "" : ", not checked: no --host-mem given") << ")";
     else if (s.contains("peak_host_bytes_per_rank"))
       std::cout << " (host peak " << human(s["peak_host_bytes_per_rank"].get<int64_t>()) << " per rank)";
     std::cout << std::endl;

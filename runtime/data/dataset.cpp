@@ -39,11 +39,18 @@ Truncation parse_truncation(const std::string& s) {
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,
                                                             const Tokenizer& tok, const ChatTemplate& chat,
                                                             ReadStats& stats, DataFormat format) {
+  std::vector<DataListing> listings;
+  for (const auto& path : paths) listings.push_back(list_data(path, format));
+  return load_documents(listings, tok, chat, stats);
+}
+
+std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<DataListing>& listings,
+                                                            const Tokenizer& tok, const ChatTemplate& chat,
+                                                            ReadStats& stats) {
   std::vector<std::shared_ptr<const DocStore>> stores;
-  for (const auto& path : paths) {
+  for (const DataListing& listing : listings) {
     size_t in_memory = 0;  // bytes of this path's in-memory stores: util::budget::kInMemoryDataBytes
-    const DataListing listing = list_data(path, format);
-    stats.inputs.push_back(path + ": " + listing.summary());
+    stats.inputs.push_back(listing.path + ": " + listing.summary());
     for (const DataFile& file : listing.files) {
       if (file.format == FileFormat::Tokens) {
         auto store = open_token_file(file.path);

@@ -70,6 +70,10 @@ struct Batch {
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,
                                                             const Tokenizer& tok, const ChatTemplate& chat,
                                                             ReadStats& stats, DataFormat format = DataFormat::Auto);
+// The same for listings already made (a split of a directory: splits.h).
+std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<DataListing>& listings,
+                                                            const Tokenizer& tok, const ChatTemplate& chat,
+                                                            ReadStats& stats);
 
 class TokenDataset;
 // load_documents + TokenDataset in one call, chat records rendered with the llama2 template (for

@@ -116,6 +116,12 @@ R0=(train --set model.path=m --set train.steps=2 --set data.path="$SRC/examples/
 "${MPIRUN[@]}" -np 2 bash -c 'cd "$0/r$OMPI_COMM_WORLD_RANK" && exec "$@"' "$T" $BIN "${R0[@]}" > "$T/r0.log"
 check "rank0 load: the tokenizer reaches the rank without the model" test "$(wc -l < "$T/r0log/metrics.jsonl")" -eq 2
 check "same losses as when every rank reads it" test "$(last "$T/r0log/metrics.jsonl" loss)" = "$(last "$T/sp/metrics.jsonl" loss)"
+# With a chat template beside the tokenizer on rank 0's disk only, rank 1 cannot render it: refused,
+# not rendered with llama2 there (it was, before the choice carried the tokenizer_config.json).
+echo '{"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}' > "$T/r0/m/tokenizer_config.json"
+expect_error 2 "rank 1: data.chat_template auto: m/tokenizer_config.json (beside the tokenizer) is not visible on this rank" \
+  "${MPIRUN[@]}" -np 2 bash -c 'cd "$0/r$OMPI_COMM_WORLD_RANK" && exec "$@"' "$T" $BIN "${R0[@]}"
+rm "$T/r0/m/tokenizer_config.json"
 expect_error 2 "has a vocab of 420 tokens, more than the model's vocab_size 320" \
   $BIN train --set data.tokenizer="$SRC/tests/unit/fixtures/llama2-chat-test.model" --set train.steps=1
 $BIN tokenize --input "$SRC/examples/chat/val.jsonl" --tokenizer "$SRC/tests/unit/fixtures/llama2-chat-test.model" --out "$T/sp420.bin" > /dev/null

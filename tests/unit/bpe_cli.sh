@@ -13,32 +13,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, check, expec
 
 # tokenizer.json: the 256 bytes (id = byte, GPT-2 alphabet), merges " t" -> 256, "h e" -> 257,
 # " t he" -> 258, "i n" -> 259, " c" -> 260; specials 300-302; Llama 3's pre-tokenizer.
-python3 - "$T" <<'PY'
+python3 - "$T" "$(dirname "${BASH_SOURCE[0]}")/../tokenizer" <<'PY'
 import json, os, sys
 t = sys.argv[1]
-printable = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-alphabet, n = {}, 0
-for b in range(256):
-    if b in printable: alphabet[b] = chr(b)
-    else: alphabet[b] = chr(256 + n); n += 1
-spell = lambda s: "".join(alphabet[b] for b in s.encode())
-vocab = {alphabet[b]: b for b in range(256)}
+sys.path.insert(0, sys.argv[2])
+import bytelevel  # tests/tokenizer/bytelevel.py
 merges = [(" ", "t"), ("h", "e"), (" t", "he"), ("i", "n"), (" ", "c")]
-for i, (a, b) in enumerate(merges): vocab[spell(a + b)] = 256 + i
 pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
-tok = {
-  "version": "1.0",
-  "added_tokens": [{"id": 300 + i, "content": s, "special": True, "single_word": False, "lstrip": False,
-                    "rstrip": False, "normalized": False} for i, s in enumerate(specials)],
-  "normalizer": None,
-  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-      {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
-      {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
-  "decoder": {"type": "ByteLevel"},
-  "model": {"type": "BPE", "dropout": None, "ignore_merges": True, "vocab": vocab,
-            "merges": [spell(a) + " " + spell(b) for a, b in merges]},
-}
+tok = bytelevel.tokenizer(merges, specials, {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]})
 for d in ("tok", "big", "wordpiece", "whitespace"): os.mkdir(os.path.join(t, d))
 json.dump(tok, open(t + "/tok/tokenizer.json", "w"))
 json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}, open(t + "/tok/tokenizer_config.json", "w"))

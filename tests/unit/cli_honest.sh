@@ -56,6 +56,31 @@ echo '{"per_device_train_batch_size": 4}' > "$T/hf.json"
 expect_error 2 "Tessera's key for it: train.micro_batch" "$BIN" config --check "$T/hf.json"
 echo '{"train": {"warmup_ratio": 0.1}}' > "$T/hf2.json"
 expect_error 2 "warmup_ratio.*train.warmup_steps" "$BIN" config --check "$T/hf2.json"
+# A Hugging Face TrainingArguments YAML: every unknown key in one line, each with Tessera's key.
+cat > "$T/training_args.yaml" <<'YAML'
+output_dir: out
+learning_rate: 2.0e-5
+num_train_epochs: 3
+per_device_train_batch_size: 4
+gradient_accumulation_steps: 8
+max_steps: 100
+warmup_steps: 10
+weight_decay: 0.01
+lr_scheduler_type: cosine
+logging_steps: 10
+save_steps: 50
+seed: 42
+gradient_checkpointing: true
+bf16: true
+YAML
+expect_error 2 "training_args.yaml: 14 unknown config keys: " "$BIN" config --check "$T/training_args.yaml"
+for k in output_dir:checkpoint.dir learning_rate:train.lr num_train_epochs:train.steps per_device_train_batch_size:train.micro_batch \
+    gradient_accumulation_steps:train.grad_accum max_steps:train.steps warmup_steps:train.warmup_steps \
+    weight_decay:train.weight_decay lr_scheduler_type:train.schedule logging_steps:log.every save_steps:checkpoint.every \
+    seed:train.seed gradient_checkpointing:fsdp.activation_checkpointing bf16:fsdp.mixed_precision=bf16; do
+  grep -q "'${k%%:*}' (Tessera's key for it: ${k#*:}" "$T/err" || fail "no Tessera key ${k#*:} for ${k%%:*} in: $(cat "$T/err")"
+done
+ok "each TrainingArguments key names Tessera's"
 
 # The finished run again, with another learning rate: refused, nothing on disk changed.
 snapshot() { find "$T/ck" -type f -exec md5sum {} + | sort; }
@@ -100,7 +125,7 @@ check "the checkpoint of the interrupted step exists (step $step)" test -n "$ste
 check "the interrupted run resumes where it stopped" grep -q "resumed from $T/ck2/step-$step at step $step" "$T/out5"
 
 # diagnose: a flight record of a SIGTERM'd step-1 run (the run run_info.json names), then a run that
-# logged later steps: history.
+# logged later steps: history (the --fresh run above started a new metrics.jsonl, up to step 3).
 run_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$T/log/run_info.json")
 check "run_info.json names the run's id ($run_id)" test -n "$run_id"
 mkdir -p "$T/log/flight"
@@ -111,7 +136,7 @@ cat > "$T/log/flight/rank-0.json" <<JSON
 JSON
 "$BIN" diagnose "$T/log" > "$T/dx1" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx1")"
 check "diagnose: a run resumed past the records is history, not a failure" \
-  grep -q "^summary: these records are of a run that stopped at step 1; the run was resumed and has since logged up to step 5" "$T/dx1"
+  grep -q "^summary: these records are of a run that stopped at step 1; the run was resumed and has since logged up to step 3" "$T/dx1"
 rm "$T/log/metrics.jsonl"
 "$BIN" diagnose "$T/log" > "$T/dx2" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx2")"
 check "diagnose: SIGTERM on every rank with nothing pending is an interruption" \

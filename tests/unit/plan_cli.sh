@@ -59,6 +59,29 @@ assert all(s.get('peak_gpu_bytes_per_rank', 0) <= 80*2**30 for s in p['suggestio
 "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 80GiB > "$T/human.txt"
 grep -q "does not fit" "$T/human.txt" && grep -q "would fit with" "$T/human.txt" && grep -q "training step" "$T/human.txt" \
   && ok "human output" || fail "human output: $(cat "$T/human.txt")"
+# Each suggestion states the host memory per node it needs: fsdp.offload=optimizer's is what the
+# plan of that configuration says.
+"$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --set fsdp.offload=optimizer --json > "$T/off.json"
+python3 - "$T/p8.json" "$T/off.json" "$T/human.txt" <<'P' && ok "the offload suggestion states its host per node" || fail "offload host per node: $(grep 'would fit' "$T/human.txt")"
+import json, re, sys
+p, off, human = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), open(sys.argv[3]).read()
+s = [x for x in p["suggestions"] if x["change"] == "fsdp.offload=optimizer"][0]
+assert all("host_bytes_per_node" in x for x in p["suggestions"]), p["suggestions"]
+assert s["host_bytes_per_node"] == off["host_bytes_per_node"] > 2**40 / 2, (s, off["host_bytes_per_node"])
+line = [l for l in human.splitlines() if "would fit with fsdp.offload=optimizer " in l][0]
+assert re.search(r"; host [0-9.]+ [KMGT]iB per node, not checked: no --host-mem given\)$", line), line
+P
+# optim.in_backward frees gradient shards only at grad_accum 1: at 4 the plan says it saves nothing
+# there (and its training step is indeed the same as without it).
+ib=(--config "$T/70b.json" --nodes 2 --gpus-per-node 8 --set train.clip=0 --set train.grad_accum=4)
+"$BIN" plan "${ib[@]}" --set optim.in_backward=true > "$T/ib4.txt"
+"$BIN" plan "${ib[@]}" --set optim.in_backward=true --json > "$T/ib4.json"
+"$BIN" plan "${ib[@]}" --json > "$T/no4.json"
+"$BIN" plan "${ib[@]}" --set optim.in_backward=true --set train.grad_accum=1 > "$T/ib1.txt"
+check "in_backward at grad_accum 4: saves nothing there" grep -q "optimizer in backward (saves nothing at grad_accum 4" "$T/ib4.txt"
+check "in_backward at grad_accum 1: no such note" bash -c "grep -q 'optimizer in backward' '$T/ib1.txt' && ! grep -q 'saves nothing' '$T/ib1.txt'"
+check "the training step at grad_accum 4 is the same with and without it" python3 -c '
+import json, sys; a, b = (json.load(open(f))["phases"]["train"]["gpu"]["total"] for f in sys.argv[1:]); sys.exit(a != b)' "$T/ib4.json" "$T/no4.json"
 # A CPU plan of the small preset (what this machine runs).
 "$BIN" plan --set model.preset=small --ranks 2 --device cpu --json > "$T/cpu.json" && python3 -c "
 import json; p=json.load(open('$T/cpu.json')); assert 'gpu' not in p['phases']['train'] and p['peak_gpu_bytes_per_rank']==0
