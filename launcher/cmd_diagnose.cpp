@@ -11,9 +11,9 @@
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "tools/flight_report.h"
-#include "runtime/checkpoint/io.h"
+#include "tools/report.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/error.h"
-#include "util/budgets.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
@@ -55,20 +55,6 @@ std::string interrupted(int64_t step, int64_t logged, bool pending, const std::s
                 "--mca odls_base_sigkill_timeout, docs/TROUBLESHOOTING.md); resume from the last checkpoint";
 }
 
-// <log_dir>/run_info.json, written by the last run of this log.dir that passed its start checks
-// ({} if none or unreadable).
-nlohmann::json run_info(const std::string& log_dir) {
-  const auto path = fs::path(log_dir) / "run_info.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return nlohmann::json::object();
-  try {
-    auto info = util::parse_json(checkpoint::io::read_all(path.string(), util::budget::kRecordBytes));
-    return info.is_object() ? info : nlohmann::json::object();
-  } catch (const std::exception&) {
-    return nlohmann::json::object();
-  }
-}
-
 // A string at a path of keys in `j` ("" if absent).
 std::string text_at(const nlohmann::json& j, std::initializer_list<const char*> keys) {
   const nlohmann::json* at = &j;
@@ -79,20 +65,16 @@ std::string text_at(const nlohmann::json& j, std::initializer_list<const char*> 
   return at->is_string() ? at->get<std::string>() : "";
 }
 
-// The checkpoint the run's checkpoint.dir/latest names ("" if none): "<dir>/step-N".
+// The checkpoint a resume of the run would start from (checkpoint::latest of its checkpoint.dir),
+// "" if none or if checkpoint.dir is refused.
 std::string latest_checkpoint(const nlohmann::json& info) {
   const std::string dir = text_at(info, {"config", "checkpoint", "dir"});
-  std::error_code ec;
-  if (dir.empty() || !fs::is_regular_file(fs::path(dir) / "latest", ec)) return "";
   try {
-    std::string name = checkpoint::io::read_all((fs::path(dir) / "latest").string(), util::budget::kLatestBytes);
-    name.erase(name.find_last_not_of(" \n") + 1);
-    return name.rfind("step-", 0) == 0 ? (fs::path(dir) / name).string() : "";
+    return dir.empty() ? "" : checkpoint::latest(dir);
   } catch (const std::exception&) {
     return "";
   }
 }
-
 
 int64_t started_ms(const std::string& run_id) { return std::atoll(run_id.c_str()); }
 
@@ -128,7 +110,7 @@ std::string stale_records(const nlohmann::json& info, const comm::flight::Dumps&
 std::string run_history(const std::string& log_dir, const comm::flight::Dumps& dumps,
                         const comm::flight::Diagnosis& dx) {
   if (dumps.records.empty()) return "";
-  const auto info = run_info(log_dir);
+  const auto info = train::read_run_info(log_dir);
   if (auto stale = stale_records(info, dumps); !stale.empty()) return stale;
   if (auto refused = refused_start(dumps); !refused.empty()) return refused;
   int64_t step = -1;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "util/budgets.h"
 #include "util/json.h"
 #include "util/output_file.h"
 
@@ -324,15 +325,6 @@ std::map<int64_t, json> read_metrics(const std::string& run_dir, int64_t* bad) {
   return by_step;
 }
 
-json read_run_info(const std::string& run_dir) {
-  if (std::ifstream f(fs::path(run_dir) / "run_info.json"); f) {
-    try {
-      return util::parse_json(f);
-    } catch (const json::exception&) {
-    }
-  }
-  return json::object();
-}
 
 // Every numeric leaf of the records over the steps, and the order the leaves first appeared in.
 struct Fields {
@@ -517,6 +509,21 @@ std::string html_page(const std::string& run_dir, const json& info, const json& 
 }
 
 }  // namespace
+
+json read_run_info(const std::string& run_dir) {
+  const fs::path path = fs::path(run_dir) / "run_info.json";
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec || !fs::is_regular_file(path, ec) || size > util::budget::kRecordBytes) return json::object();
+  if (std::ifstream f(path); f) {
+    try {
+      json info = util::parse_json(f);
+      if (info.is_object()) return info;
+    } catch (const json::exception&) {
+    }
+  }
+  return json::object();
+}
 
 std::string render_report(const std::string& run_dir) {
   int64_t bad = 0;

@@ -13,6 +13,7 @@
 // The HTML is also well-formed XML (tests parse it); every chart is an <svg class="chart"> with a
 // <polyline class="series" data-name="..."> per series whose points are inside its viewBox.
 #pragma once
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace tessera::train {
@@ -26,5 +27,9 @@ std::string render_report(const std::string& run_dir);
 // path. An `out` that exists and is not a report (a regular file beginning as every report does) is
 // refused (Error(Input)) unless `force`.
 std::string write_report(const std::string& run_dir, const std::string& out = "", bool force = false);
+
+// run_dir/run_info.json (written by train at start: config, model, topology, run_id), or {} when it
+// is missing, not a regular file, over util::budget::kRecordBytes, unreadable or not an object.
+nlohmann::json read_run_info(const std::string& run_dir);
 
 }  // namespace tessera::train
