@@ -195,7 +195,9 @@ function readTokenFile(file) {
 
 function make(dir, src) {
   const specials = llama3Specials();
-  const enc = new Tiktoken(cl100k, specials);
+  // Llama 3's specials only: cl100k's own (<|endoftext|> ...) are not in Llama 3's tokenizer, so
+  // text that spells them (this repository's sources mention Qwen's) is ordinary text.
+  const enc = new Tiktoken({ ...cl100k, special_tokens: {} }, specials);
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify(makeTokenizerJson(enc, specials)));
   fs.writeFileSync(path.join(dir, "tokenizer_config.json"),

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every configuration key does something: each key of the schema (`tessera config --reference`) is
 # read by code outside the schema (launcher/config.h, config.cpp) through its typed field
-# (`cfg.section.key`, e.g. cfg.train.steps; config.h binds key "section.key" to field section.key).
+# (`cfg.section.key`, e.g. cfg.train.steps; config.h binds key "section.key" to field section.key),
+# or through the section handed to its owner under the section's name (`data.split`, a DataConfig
+# named data). String literals and // comments are blanked first: prose naming a key is not a read.
 # An assignment to the field is not a read. A key that is parsed, documented and then ignored --
 # what comm.timeout_s once was -- fails here.
 set -euo pipefail
@@ -14,13 +16,14 @@ check "the schema has keys ($(wc -l < "$T/keys"))" test "$(wc -l < "$T/keys")" -
 
 # The code that may read configuration: everything but the schema itself (and the tests).
 find "$SRC/launcher" "$SRC/runtime" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \( -name '*.h' -o -name '*.cpp' \) \
-  ! -path "$SRC/launcher/config.cpp" ! -path "$SRC/launcher/config.h" -print0 | sort -z | xargs -0 cat > "$T/code"
+  ! -path "$SRC/launcher/config.cpp" ! -path "$SRC/launcher/config.h" -print0 | sort -z | xargs -0 cat |
+  sed -E 's/"([^"\\]|\\.)*"/""/g; s://.*$::' > "$T/code"
 
 # Keys of $T/keys whose field no code in file $1 reads, one per line.
 unread() {
   while read -r key; do
-    # a field access (an identifier, `)` or `]` before the dot), not followed by an assignment
-    grep -qP "[A-Za-z0-9_)\]]\.${key//./\\.}\b(?!\s*=[^=])" "$1" || echo "$key"
+    # a field access (section.key, not part of a longer name), not followed by an assignment
+    grep -qP "(?<![A-Za-z0-9_])${key//./\\.}\b(?!\s*=[^=])" "$1" || echo "$key"
   done < "$T/keys"
 }
 
