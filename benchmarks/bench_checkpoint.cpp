@@ -187,8 +187,12 @@ int run_bench_checkpoint(const std::vector<std::string>& args) {
   }
   scratch = world.broadcast_string(scratch, 0);
   {
-    checkpoint::Checkpointer sync_ck(scratch + "/sync", {repeat + 1, false}, groups);
-    checkpoint::Checkpointer async_ck(scratch + "/async", {repeat + 1, true}, groups);
+    checkpoint::Policy sync_policy, async_policy;
+    sync_policy.dir = scratch + "/sync", async_policy.dir = scratch + "/async";
+    sync_policy.keep = async_policy.keep = repeat + 1;
+    async_policy.async = true;
+    checkpoint::Checkpointer sync_ck(sync_policy, groups);
+    checkpoint::Checkpointer async_ck(async_policy, groups);
     Rounds rounds{world, m, sync_ck, async_ck, scratch + "/dd-" + std::to_string(rank) + ".bin", vm->count("verbose") > 0};
     for (int i = 0; i < repeat; ++i) rounds.run(i);
     at::Tensor total = at::full({1}, rounds.best.my_bytes, at::TensorOptions().dtype(at::kLong));

@@ -22,7 +22,7 @@ namespace {
 
 struct Mode {
   std::string name;
-  at::ScalarType state_dtype;
+  optim::StateDtype state_dtype;
   bool fused;
 };
 
@@ -71,8 +71,9 @@ int run_bench_optim(const std::vector<std::string>& args) {
   TESSERA_CHECK_INPUT(numel >= 1 && rounds >= 1, "bench optim: --numel and --rounds must be >= 1");
   if ((*vm)["threads"].as<int>() > 0) at::set_num_threads((*vm)["threads"].as<int>());
 
-  const std::vector<Mode> modes = {{"fp32", at::kFloat, true},    {"bf16", at::kBFloat16, true}, {"int8", at::kByte, true},
-                                   {"fp32", at::kFloat, false},   {"bf16", at::kBFloat16, false}, {"int8", at::kByte, false}};
+  using D = optim::StateDtype;
+  const std::vector<Mode> modes = {{"fp32", D::F32, true},  {"bf16", D::BF16, true},  {"int8", D::Int8, true},
+                                   {"fp32", D::F32, false}, {"bf16", D::BF16, false}, {"int8", D::Int8, false}};
   std::vector<OptimCase> cases;
   for (const Mode& m : modes) cases.push_back(make_case(m, numel));
   std::mt19937 rng(7);
@@ -89,7 +90,7 @@ int run_bench_optim(const std::vector<std::string>& args) {
                             {"path", c.mode.fused ? "fused_cpu" : "tensor_ops"},
                             {"ns_per_element", median_of(c.ns_per_elem)},
                             {"ratio_to_fp32_fused", median_of(c.ns_per_elem) / base},
-                            {"state_bytes_per_param", optim::state_bytes_per_param(c.mode.state_dtype)}});
+                            {"state_bytes_per_param", optim::state_bytes_per_param(optim::state_scalar_type(c.mode.state_dtype))}});
   if ((*vm)["json"].as<bool>()) {
     std::cout << out.dump(1) << std::endl;
     return 0;

@@ -190,11 +190,11 @@ void print_op_counts(const json& ops) {
 // The FSDP step's operator counts as configured (the CPU's fused AdamW loop and host-side norm) and
 // as a GPU runs it (train.device_step: tensor-op AdamW and norm, clipping on the device).
 json fsdp_op_counts(const model::ModelConfig& cfg, const comm::ProcessGroups& groups, const fsdp::Options& fopts,
-                    train::TrainOptions topts, const std::shared_ptr<data::TokenDataset>& dataset) {
+                    train::Settings topts, const std::shared_ptr<data::TokenDataset>& dataset) {
   json out;
   for (bool device_step : {false, true}) {
-    topts.device_step = device_step;
-    topts.steps = 3;
+    topts.train.device_step = device_step;
+    topts.train.steps = 3;
     train::Trainer trainer(launcher::make_causal_lm(cfg), groups, fopts, topts, dataset, {});
     launcher::InitWeightSource src(cfg, 1);
     trainer.load_weights(src);
@@ -209,7 +209,7 @@ json fsdp_op_counts(const model::ModelConfig& cfg, const comm::ProcessGroups& gr
 // The baseline: one plain LibTorch process (torch::optim::AdamW, clip_grad_norm_) on the same global
 // batch with all the threads; its tokens/s, and its operator counts (eager) into (*ops)["eager"] (ops
 // non-null).
-double single_process_tps(const model::ModelConfig& cfg, at::ScalarType dtype, const train::TrainOptions& topts,
+double single_process_tps(const model::ModelConfig& cfg, at::ScalarType dtype, const train::Settings& topts,
                           data::TokenDataset& dataset, int64_t global_batch, int warmup, int steps, int threads,
                           json* ops) {
   const int saved = torch::get_num_threads();
@@ -220,7 +220,7 @@ double single_process_tps(const model::ModelConfig& cfg, at::ScalarType dtype, c
     for (auto& [name, t] : m->named_hf_parameters()) t.copy_(cfg.spec().init_tensor({name, t.sizes().vec()}, 1));
   }
   if (dtype != at::kFloat) m->to(dtype);
-  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(topts.lr));
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(topts.schedule.lr));
   std::vector<int64_t> idx(global_batch);
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i % dataset.num_sequences());
   const data::Batch batch = dataset.batch(idx);
@@ -245,7 +245,7 @@ double single_process_tps(const model::ModelConfig& cfg, at::ScalarType dtype, c
   for (int i = 0; i < std::max(warmup, 1); ++i) one_step();
   auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) one_step();
-  const double tps = double(global_batch * topts.seq_len) * steps / std::chrono::duration<double>(Clock::now() - t0).count();
+  const double tps = double(global_batch * dataset.seq_len()) * steps / std::chrono::duration<double>(Clock::now() - t0).count();
   if (ops != nullptr) {
     json eager = counts_json(count_ops(one_step), 0, cfg.num_hidden_layers + 1);
     eager["label"] = "plain LibTorch eager (torch::optim::AdamW)";
@@ -265,7 +265,7 @@ struct FsdpTiming {
   int64_t cache_hits = 0, cache_misses = 0;
 };
 
-FsdpTiming time_fsdp(const model::ModelConfig& cfg, const fsdp::Options& fopts, const train::TrainOptions& topts,
+FsdpTiming time_fsdp(const model::ModelConfig& cfg, const fsdp::Options& fopts, const train::Settings& topts,
                      const std::shared_ptr<data::TokenDataset>& dataset, int warmup, int steps, double global_tokens) {
   const launcher::Bootstrap& b = launcher::current();
   FsdpTiming t;
@@ -346,7 +346,7 @@ std::shared_ptr<data::TokenDataset> bench_dataset(const launcher::po::variables_
 
 // --modes: the default's options as run_in_process built them, handed to bench_step_modes.cpp.
 int run_modes(const launcher::po::variables_map& vm, const std::vector<StepMode>& modes, const StepBench& s,
-              const model::ModelConfig& cfg, const fsdp::Options& fopts, const train::TrainOptions& topts,
+              const model::ModelConfig& cfg, const fsdp::Options& fopts, const train::Settings& topts,
               std::shared_ptr<data::TokenDataset> dataset) {
   StepModesRun r;
   r.cfg = cfg, r.model = model_name(vm), r.strategy = vm["strategy"].as<std::string>(), r.dtype = s.dtype;
@@ -377,11 +377,9 @@ int run_in_process(const launcher::po::variables_map& vm) {
   auto dataset = bench_dataset(vm, cfg, s.T);
   s.W = b.world_size;
   MPI_Allreduce(&b.threads, &s.total_threads, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  train::TrainOptions topts;
-  topts.steps = s.warmup + s.steps;
-  topts.micro_batch = s.M;
-  topts.seq_len = s.T;
-  topts.quiet = true;
+  train::Settings topts;
+  topts.train.steps = s.warmup + s.steps;
+  topts.train.micro_batch = s.M;
   if (!modes.empty()) return run_modes(vm, modes, s, cfg, fopts, topts, dataset);
   s.fsdp = time_fsdp(cfg, fopts, topts, dataset, s.warmup, s.steps, static_cast<double>(s.W * s.M * s.T));
   // Operators and host syncs per step; then one plain process, same global batch, all the threads.
@@ -479,7 +477,7 @@ struct Driver {
   }
 
   std::vector<std::string> peer_command(const RunSpec& r) const {
-    const train::TrainOptions d;  // Tessera's hyper-parameters, the same for the peer
+    const train::Settings d;  // Tessera's hyper-parameters, the same for the peer
     auto num = [](double x) {  // shortest text that reads back as the same double
       char buf[32];
       return std::string(buf, std::to_chars(buf, buf + sizeof(buf), x).ptr);
@@ -488,10 +486,10 @@ struct Driver {
             "--tokens", tokens_path, "--seq-len", std::to_string(T), "--global-batch", std::to_string(global_batch),
             "--nproc", std::to_string(r.ranks), "--threads", std::to_string(threads), "--dtype", r.dtype,
             "--warmup", std::to_string(warmup), "--steps", std::to_string(steps),
-            "--total-steps", std::to_string(warmup + steps), "--lr", num(d.lr), "--min-lr", num(d.min_lr),
-            "--warmup-steps", std::to_string(d.warmup_steps), "--schedule", util::name_of(optim::schedule_names(), d.schedule),
-            "--weight-decay", num(d.weight_decay), "--beta1", num(d.beta1), "--beta2", num(d.beta2),
-            "--eps", num(d.eps), "--clip", num(d.clip)};
+            "--total-steps", std::to_string(warmup + steps), "--lr", num(d.schedule.lr), "--min-lr", num(d.schedule.min_lr),
+            "--warmup-steps", std::to_string(d.schedule.warmup_steps), "--schedule", util::name_of(optim::schedule_names(), d.schedule.kind),
+            "--weight-decay", num(d.optim.weight_decay), "--beta1", num(d.optim.beta1), "--beta2", num(d.optim.beta2),
+            "--eps", num(d.optim.eps), "--clip", num(d.optim.clip)};
   }
 
   // Runs one configuration once; its JSON line joins the samples.

@@ -52,7 +52,7 @@ StepMode parse_mode(const std::string& given) {
   TESSERA_CHECK_INPUT(!(has[2] && has[3]), where + " sets optim.state_dtype twice (int8 and bf16)");
   TESSERA_CHECK_INPUT(!(has[4] && has[5]), where + " sets fsdp.offload twice (offload_optimizer and offload_params)");
   m.in_backward = has[1];
-  m.state_dtype = has[2] ? at::kByte : has[3] ? at::kBFloat16 : at::kFloat;
+  m.state_dtype = has[2] ? optim::StateDtype::Int8 : has[3] ? optim::StateDtype::BF16 : optim::StateDtype::F32;
   m.offload = has[4] ? fsdp::Offload::Optimizer : has[5] ? fsdp::Offload::Params : fsdp::Offload::None;
   return m;
 }
@@ -60,9 +60,9 @@ StepMode parse_mode(const std::string& given) {
 // A mode's trainer: the default's options changed as the mode says, steps enough for every round.
 std::unique_ptr<train::Trainer> build_trainer(const StepModesRun& r, const StepMode& m) {
   fsdp::Options f = r.fopts;
-  train::TrainOptions t = r.topts;
+  train::Settings t = r.topts;
   m.apply(f, t);
-  t.steps = r.warmup + static_cast<int64_t>(r.rounds) * r.steps;  // the schedule's length: the same for every mode
+  t.train.steps = r.warmup + static_cast<int64_t>(r.rounds) * r.steps;  // the schedule's length: the same for every mode
   auto trainer = std::make_unique<train::Trainer>(launcher::make_causal_lm(r.cfg), launcher::current().groups, f, t,
                                                   r.dataset, json::object());
   launcher::InitWeightSource src(r.cfg, 1);
@@ -135,7 +135,7 @@ void print_modes(const StepModesRun& r, const std::vector<StepMode>& modes, cons
          "#   tokens/s and step: medians over rounds; step / default: the median over rounds of the ratio within each\n"
          "#   round. The default keeps train.clip = %g; in_backward runs with train.clip = 0 (it needs it).\n"
          "#   On a CPU-only machine offload's device<->host copies are memcpy, not PCIe.\n",
-         r.rounds, r.steps, r.warmup, r.topts.clip);
+         r.rounds, r.steps, r.warmup, r.topts.optim.clip);
   printf("%-36s %10s %10s %16s  %s\n", "mode", "tokens/s", "step (s)", "step / default", "keys");
   for (size_t i = 0; i < modes.size(); ++i) {
     const double tps = t[i].median_tps();
@@ -161,17 +161,17 @@ std::string StepMode::keys() const {
   std::string k;
   auto add = [&k](const std::string& s) { k += (k.empty() ? "" : " ") + s; };
   if (in_backward) add("optim.in_backward=true train.clip=0");
-  if (state_dtype == at::kByte) add("optim.state_dtype=int8");
-  if (state_dtype == at::kBFloat16) add("optim.state_dtype=bf16");
+  if (state_dtype == optim::StateDtype::Int8) add("optim.state_dtype=int8");
+  if (state_dtype == optim::StateDtype::BF16) add("optim.state_dtype=bf16");
   if (offload != fsdp::Offload::None) add("fsdp.offload=" + fsdp::to_string(offload));
   return k;
 }
 
-void StepMode::apply(fsdp::Options& f, train::TrainOptions& t) const {
-  t.optimizer_in_backward = in_backward;
-  if (in_backward) t.clip = 0;  // optim.in_backward refuses clipping (trainer.h)
-  t.optimizer_state_dtype = state_dtype;
-  f.align = std::lcm(f.align, optim::state_alignment(state_dtype));  // 8-bit blocks never straddle a shard
+void StepMode::apply(fsdp::Options& f, train::Settings& t) const {
+  t.optim.in_backward = in_backward;
+  if (in_backward) t.optim.clip = 0;  // optim.in_backward refuses clipping (optim/options.h)
+  t.optim.state_dtype = state_dtype;
+  f.align = std::lcm(f.align, optim::state_alignment(optim::state_scalar_type(state_dtype)));  // 8-bit blocks never straddle a shard
   f.offload = offload;
 }
 

@@ -2,9 +2,9 @@
 // issue 36 as a ratio to the default step, measured in the same run.
 //
 // A mode is `default` or names joined by '+', each a change against the default:
-//   in_backward        optim.in_backward = true (TrainOptions::optimizer_in_backward), with
+//   in_backward        optim.in_backward = true (optim::Options::in_backward), with
 //                      train.clip = 0, which it needs (the default keeps clipping at 1.0);
-//   int8 | bf16        optim.state_dtype (TrainOptions::optimizer_state_dtype); int8 also aligns
+//   int8 | bf16        optim.state_dtype (optim::Options::state_dtype); int8 also aligns
 //                      the shards to whole 2048-element blocks, as the launcher does;
 //   offload_optimizer | offload_params   fsdp.offload (fsdp::Options::offload).
 // One train::Trainer per mode (the same model, initial weights and dataset) is built and warmed up
@@ -27,12 +27,12 @@ namespace tessera::bench {
 struct StepMode {
   std::string name;  // canonical: "default", or its parts in the order of mode_parts(), joined by '+'
   bool in_backward = false;
-  at::ScalarType state_dtype = at::kFloat;
+  optim::StateDtype state_dtype = optim::StateDtype::F32;
   fsdp::Offload offload = fsdp::Offload::None;
   // The configuration keys this mode stands for ("" for the default).
   std::string keys() const;
   // The default's options changed as this mode says.
-  void apply(fsdp::Options& f, train::TrainOptions& t) const;
+  void apply(fsdp::Options& f, train::Settings& t) const;
 };
 
 // The names a mode is made of ("default", "in_backward", "int8", ...).
@@ -48,7 +48,7 @@ struct StepModesRun {
   model::ModelConfig cfg;
   std::string model, strategy, dtype;
   fsdp::Options fopts;
-  train::TrainOptions topts;
+  train::Settings topts;
   std::shared_ptr<data::TokenDataset> dataset;
   int warmup = 1, steps = 4, rounds = 3;
   int64_t seq_len = 0, micro_batch = 0;

@@ -26,6 +26,7 @@
 #include "launcher/plan.h"
 #include "launcher/resume.h"
 #include "launcher/run_options.h"
+#include "runtime/fsdp/strategy_check.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -116,55 +117,6 @@ void check_writable_dir(const std::string& dir, const std::string& key) {
 }
 
 }  // namespace
-
-train::TrainOptions train_options_from(const Config& cfg) {
-  train::TrainOptions t;
-  // Bounds of single keys (steps >= 1, ...) were checked when the configuration was read (config.cpp).
-  t.steps = cfg.train.steps;
-  t.micro_batch = cfg.train.micro_batch;
-  t.grad_accum = cfg.train.grad_accum;
-  t.seq_len = cfg.data.seq_len;
-  t.lr = cfg.train.lr;
-  t.min_lr = cfg.train.min_lr;
-  t.warmup_steps = cfg.train.warmup_steps;
-  t.schedule = cfg.train.schedule;
-  t.weight_decay = cfg.train.weight_decay;
-  t.beta1 = cfg.train.beta1;
-  t.beta2 = cfg.train.beta2;
-  t.eps = cfg.train.eps;
-  t.clip = cfg.train.clip;
-  t.optimizer_state_dtype = optim::state_scalar_type(cfg.optim.state_dtype);
-  t.max_skipped_steps = cfg.train.max_skipped_steps;
-  // fp16 anywhere in the gradient path gets dynamic loss scaling (runtime/train/numerics.h).
-  t.loss_scaling = cfg.fsdp.mixed_precision == util::FloatType::F16 || cfg.fsdp.reduce_dtype == util::FloatType::F16;
-  t.optimizer_in_backward = cfg.optim.in_backward;
-  t.seed = static_cast<uint64_t>(cfg.train.seed);
-  t.checkpoint_dir = cfg.checkpoint.dir;
-  t.checkpoint_every = cfg.checkpoint.every;
-  t.checkpoint_keep = static_cast<int>(cfg.checkpoint.keep);
-  t.checkpoint_async = cfg.checkpoint.async;
-  t.keep_best = cfg.checkpoint.keep_best;
-  t.eval_every = cfg.eval.every;
-  t.log_dir = cfg.log.dir.empty() ? t.checkpoint_dir : cfg.log.dir;
-  t.log_every = cfg.log.every;
-  t.preempt_signal = cfg.train.preempt_signal == PreemptSignal::USR1 ? SIGUSR1 : SIGUSR2;
-  const std::vector<int64_t>& profile = cfg.train.profile_steps;
-  if (!profile.empty()) {
-    const std::string got = nlohmann::json(profile).dump();
-    TESSERA_CHECK_INPUT(profile.size() == 2 && profile[0] >= 1 && profile[0] <= profile[1] && profile[1] <= t.steps,
-                        "train.profile_steps must be [first, last] with 1 <= first <= last <= train.steps (" +
-                            std::to_string(t.steps) + "), got " + got);
-    TESSERA_CHECK_INPUT(!t.log_dir.empty(), "train.profile_steps " + got +
-                                                " needs log.dir (or checkpoint.dir): the traces are written there");
-    t.profile_first = profile[0];
-    t.profile_last = profile[1];
-  }
-  t.peak_flops = cfg.train.peak_flops;
-  t.tensorboard = cfg.log.tensorboard;
-  TESSERA_CHECK_INPUT(!t.tensorboard || !t.log_dir.empty(),
-                      "log.tensorboard needs log.dir (or checkpoint.dir): the event file is written there");
-  return t;
-}
 
 namespace {
 
@@ -277,11 +229,17 @@ void write_run_info(const std::string& dir, const Config& cfg, const ModelSetup&
 
 namespace {
 
+// The trainer's lines for people: progress on stdout, warnings on stderr, each in one write (Open
+// MPI's output forwarding can cut a line written in pieces and deliver a piece on the wrong stream).
+train::Console console() {
+  return {[](const std::string& line) { std::cout << line + "\n" << std::flush; },
+          [](const std::string& line) { std::cerr << "tessera: warning: " + line + "\n" << std::flush; }};
+}
+
 // Everything run_train sets up before the trainer exists.
 struct TrainSetup {
   Config cfg;
   ModelSetup ms;
-  train::TrainOptions topts;
   fsdp::Options fopts;
   DataSetup data;
   TokenizerChoice tok_choice;
@@ -305,7 +263,7 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
     if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
     if (vm.count("peak-flops")) sets.push_back("train.peak_flops=" + vm["peak-flops"].as<std::string>());
     s.cfg = Config::load(vm["config"].as<std::string>(), sets);
-    s.topts = train_options_from(s.cfg);
+    train::validate(s.cfg, loss_scaling(s.cfg));
     apply_comm_timeout(s.cfg);
     s.rank0_reads = !s.cfg.model.path.empty() && s.cfg.model.load == fsdp::LoadMode::Rank0;
     if (rank0 || !s.rank0_reads) {
@@ -386,44 +344,38 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
       throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + std::string(util::short_name(s.cfg.fsdp.mixed_precision)) + ": no matmul in " +
                                 "this dtype on " + device::describe(s.device) + " with this LibTorch (" + why +
                                 "); use fsdp.mixed_precision bf16 (fp32's range: no loss scaling needed)");
-    TESSERA_CHECK_INPUT(s.topts.seq_len <= s.ms.config.max_position_embeddings,
-                        "data.seq_len " + std::to_string(s.topts.seq_len) + " exceeds the model's max_position_embeddings " +
+    TESSERA_CHECK_INPUT(s.cfg.data.seq_len <= s.ms.config.max_position_embeddings,
+                        "data.seq_len " + std::to_string(s.cfg.data.seq_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(s.ms.config.max_position_embeddings));
-    TESSERA_CHECK_INPUT(s.fopts.strategy != fsdp::Strategy::HybridShard || b.num_nodes >= 2,
-                        "fsdp.strategy hybrid_shard on 1 node (" + std::to_string(b.world_size) + " ranks) replicates "
-                        "nothing: it is full_shard with extra steps; use fsdp.strategy full_shard, or 2 or more nodes");
-    if (s.fopts.strategy == fsdp::Strategy::HybridShard)
-      TESSERA_CHECK_INPUT(b.num_nodes >= 1 && b.world_size == b.num_nodes * b.local_size &&
-                              b.groups.intra->size() * b.groups.inter->size() == b.world_size,
-                          "fsdp.strategy hybrid_shard needs the same number of ranks on every node (world " +
-                              std::to_string(b.world_size) + ", " + std::to_string(b.num_nodes) +
-                              " nodes); use --ranks-per-node");
+    const bool even = b.world_size == b.num_nodes * b.local_size &&
+                      b.groups.intra->size() * b.groups.inter->size() == b.world_size;
+    fsdp::validate_strategy(s.fopts.strategy, {b.world_size, b.num_nodes, even ? b.local_size : 0});
     std::unique_ptr<data::Tokenizer> tokenizer =
         s.tok_choice.bytes ? data::make_tokenizer("bytes")
                          : !s.tok_bytes.empty() ? data::make_sentencepiece_tokenizer(s.tok_bytes, s.tok_choice.path)
                                               : data::make_tokenizer(s.tok_choice.path);
     s.data = setup_data(s.cfg, s.ms.config, s.tok_choice, std::move(tokenizer), /*print_warnings=*/rank0);
-    const int64_t global = b.world_size * s.topts.micro_batch * s.topts.grad_accum;
+    const int64_t global = b.world_size * s.cfg.train.micro_batch * s.cfg.train.grad_accum;
     TESSERA_CHECK_INPUT(s.data.train->num_sequences() >= global,
                         "data.path " + s.cfg.data.path + " holds " + std::to_string(s.data.train->num_sequences()) +
-                            " sequences of " + std::to_string(s.topts.seq_len + 1) + " tokens, fewer than one global batch (" +
-                            std::to_string(b.world_size) + " ranks x micro_batch " + std::to_string(s.topts.micro_batch) +
-                            " x grad_accum " + std::to_string(s.topts.grad_accum) + " = " + std::to_string(global) + ")");
-    if (!s.topts.checkpoint_dir.empty()) check_writable_dir(s.topts.checkpoint_dir, "checkpoint.dir");
-    if (!s.topts.log_dir.empty()) check_writable_dir(s.topts.log_dir, "log.dir");
+                            " sequences of " + std::to_string(s.cfg.data.seq_len + 1) + " tokens, fewer than one global batch (" +
+                            std::to_string(b.world_size) + " ranks x micro_batch " + std::to_string(s.cfg.train.micro_batch) +
+                            " x grad_accum " + std::to_string(s.cfg.train.grad_accum) + " = " + std::to_string(global) + ")");
+    if (!s.cfg.checkpoint.dir.empty()) check_writable_dir(s.cfg.checkpoint.dir, "checkpoint.dir");
+    if (!s.cfg.log_dir().empty()) check_writable_dir(s.cfg.log_dir(), "log.dir");
     // The flight recorder dumps to <log.dir>/flight on a timeout, an abort or a fatal signal.
-    comm::flight::set_dump_dir(s.topts.log_dir.empty() ? "" : s.topts.log_dir + "/flight", s.run_id, b.world_size);
+    comm::flight::set_dump_dir(s.cfg.log_dir().empty() ? "" : s.cfg.log_dir() + "/flight", s.run_id, b.world_size);
     comm::flight::install_signal_handlers();
     TESSERA_CHECK_INPUT(!(vm.count("fresh") && vm.count("resume")), "--fresh and --resume contradict each other: give one");
     std::string resume = vm.count("fresh")    ? std::string("never")
                          : vm.count("resume") ? vm["resume"].as<std::string>()
                                               : s.cfg.checkpoint.resume;
     if (resume == "latest" || resume == "auto") {
-      TESSERA_CHECK_INPUT(!(resume == "latest" && s.topts.checkpoint_dir.empty()),
+      TESSERA_CHECK_INPUT(!(resume == "latest" && s.cfg.checkpoint.dir.empty()),
                           "--resume needs checkpoint.dir (or --resume DIR)");
-      if (!s.topts.checkpoint_dir.empty()) s.resume_candidates = intact_resume_candidates(s.topts.checkpoint_dir, rank0);
-      TESSERA_CHECK_INPUT(!s.resume_candidates.empty() || checkpoint::resume_candidates(s.topts.checkpoint_dir).empty(),
-                          "every checkpoint in checkpoint.dir " + s.topts.checkpoint_dir + " is damaged (said above); "
+      if (!s.cfg.checkpoint.dir.empty()) s.resume_candidates = intact_resume_candidates(s.cfg.checkpoint.dir, rank0);
+      TESSERA_CHECK_INPUT(!s.resume_candidates.empty() || checkpoint::resume_candidates(s.cfg.checkpoint.dir).empty(),
+                          "every checkpoint in checkpoint.dir " + s.cfg.checkpoint.dir + " is damaged (said above); "
                           "nothing was changed: to start over, pass --fresh");
     } else if (resume != "never") {
       TESSERA_CHECK_INPUT(fs::is_directory(resume), "--resume " + resume + ": no such checkpoint directory");
@@ -431,12 +383,12 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     }
   });
   // A checkpoint at the end of the run is verified before the run is called finished (collective).
-  s.resume_candidates = drop_damaged_ends(s.resume_candidates, s.topts.steps, *b.groups.world, rank0);
+  s.resume_candidates = drop_damaged_ends(s.resume_candidates, s.cfg.train.steps, *b.groups.world, rank0);
   collectively([&] {
     if (s.resume_candidates.empty()) return;
     s.resume_dir = s.resume_candidates.front();
-    s.finished = finished_by_this_job(s.resume_dir, s.cfg, s.topts.steps, b.slurm);
-    if (!s.finished) keep_global_batch(s.resume_dir, b.world_size, s.cfg, s.topts, rank0);
+    s.finished = finished_by_this_job(s.resume_dir, s.cfg, s.cfg.train.steps, b.slurm);
+    if (!s.finished) keep_global_batch(s.resume_dir, b.world_size, s.cfg, rank0);
   });
 }
 
@@ -451,7 +403,7 @@ void announce_run(const TrainSetup& s, const Bootstrap& b) {
               << s.cfg.data.path << " (" << describe_dataset(*s.data.train, s.data.tokenizer->name()) << ")";
     if (s.data.val) std::cout << ", validation " << describe_dataset(*s.data.val, "");
     std::cout << std::endl;
-    if (!s.topts.log_dir.empty()) write_run_info(s.topts.log_dir, s.cfg, s.ms, s.fopts, b, *s.data.train, s.data.val.get(), *s.data.tokenizer);
+    if (!s.cfg.log_dir().empty()) write_run_info(s.cfg.log_dir(), s.cfg, s.ms, s.fopts, b, *s.data.train, s.data.val.get(), *s.data.tokenizer);
   }
 }
 
@@ -487,20 +439,20 @@ void report_outcome(const train::RunResult& res, const TrainSetup& s) {
       }
     }
     std::string where = !res.last_checkpoint.empty() ? "checkpoint " + res.last_checkpoint
-                        : s.topts.checkpoint_dir.empty() ? std::string("no checkpoint (checkpoint.dir unset)")
+                        : s.cfg.checkpoint.dir.empty() ? std::string("no checkpoint (checkpoint.dir unset)")
                                                          : "no checkpoint written (checkpoint.every " +
-                                                               std::to_string(s.topts.checkpoint_every) + ")";
+                                                               std::to_string(s.cfg.checkpoint.every) + ")";
     std::cout << "done: steps " << res.start_step << " -> " << res.end_step;
     if (!res.records.empty())
       std::cout << ", loss " << res.records.front().loss << " -> " << res.records.back().loss;
     std::cout << "; " << where;
     if (res.best_step >= 0) std::cout << "; best val_loss " << res.best_val_loss << " at step " << res.best_step;
-    if (!s.topts.log_dir.empty()) std::cout << "; metrics " << s.topts.log_dir << "/metrics.jsonl";
+    if (!s.cfg.log_dir().empty()) std::cout << "; metrics " << s.cfg.log_dir() << "/metrics.jsonl";
     std::cout << std::endl;
-    if (!s.topts.log_dir.empty()) {
+    if (!s.cfg.log_dir().empty()) {
       // The run's report (tessera report RUN_DIR writes the same); a failure here loses nothing.
       try {
-        std::cout << "report " << train::write_report(s.topts.log_dir) << std::endl;
+        std::cout << "report " << train::write_report(s.cfg.log_dir()) << std::endl;
       } catch (const std::exception& e) {
         std::cerr << "tessera: warning: cannot write the report: " << e.what() << std::endl;
       }
@@ -543,7 +495,7 @@ int run_train(const std::vector<std::string>& args) {
   if (s.finished) {
     if (rank0)
       std::cout << "tessera train: checkpoint " << s.resume_dir << " is at the end of this run (train.steps "
-                << s.topts.steps << "); SLURM job " << b.slurm.job_id << " saved it before this restart (SLURM_RESTART_COUNT "
+                << s.cfg.train.steps << "); SLURM job " << b.slurm.job_id << " saved it before this restart (SLURM_RESTART_COUNT "
                 << b.slurm.restart_count << "): training is complete, nothing left to do" << std::endl;
     return 0;
   }
@@ -551,14 +503,14 @@ int run_train(const std::vector<std::string>& args) {
                               {"model_source", s.ms.source}};
   if (b.slurm.present) run_state["slurm_job"] = b.slurm.job_id;  // finished_by_this_job() reads it
   collectively([&] {  // run_info.json cannot be written: every rank ends with the line
-    if (rank0 && vm->count("fresh")) keep_old_metrics(s.topts.log_dir);
+    if (rank0 && vm->count("fresh")) keep_old_metrics(s.cfg.log_dir());
     if (rank0) announce_run(s, b);
   });
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
   // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
   const comm::ProcessGroups groups = device_groups(b, s.device);
-  train::Trainer trainer(make_causal_lm(s.ms.config), groups, s.fopts, s.topts, s.data.train, run_state, b.groups);
+  train::Trainer trainer(make_causal_lm(s.ms.config), groups, s.fopts, s.cfg, s.data.train, run_state, b.groups);
   if (s.data.val) trainer.set_validation(s.data.val);
   if (!s.resume_dir.empty()) {
     collectively([&] { s.resume_dir = resume_first_intact(trainer, s.resume_candidates, rank0); });
@@ -566,7 +518,8 @@ int run_train(const std::vector<std::string>& args) {
   } else {
     collectively([&] { load_model_weights(trainer, s.ms, s.cfg); });
   }
-  train::install_preemption_handlers(s.topts.preempt_signal);
+  trainer.set_console(console());
+  train::install_preemption_handlers(train::signal_number(s.cfg.train.preempt_signal));
   comm::flight::install_signal_handlers();  // again: its SIGTERM dump runs first, then the preemption flag
   install_mapped_file_fault_handler();  // last: a SIGBUS on a mapped data file names the file, exit 2
   const train::RunResult res = trainer.run();
@@ -594,9 +547,9 @@ std::string eval_split(const po::variables_map& vm, const DataSection& data) {
 
 // eval --data: the dataset `tessera train` builds from PATH with the run configuration's data.*
 // keys (no validation split), its targets as training's (data.train_on), or every token with
-// --all-tokens. Sets *topts to the configuration's micro_batch and seq_len.
+// --all-tokens. Sets *settings to the configuration's (micro_batch: the rows of one forward).
 std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, const std::string& model_dir,
-                                                 const model::ModelConfig& mc, train::TrainOptions* topts) {
+                                                 const model::ModelConfig& mc, train::Settings* settings) {
   std::vector<std::string> sets;
   if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
   for (const char* s : {"data.val_path=", "data.val_fraction=0"}) sets.push_back(s);
@@ -614,8 +567,7 @@ std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, co
   } restore{out};
   DataSetup d = setup_data(cfg, mc, tc, data::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path),
                            current().world_rank == 0);
-  topts->micro_batch = cfg.train.micro_batch;
-  topts->seq_len = cfg.data.seq_len;
+  settings->train = cfg.train;  // the loop's options: micro_batch rows per forward
   return d.train;
 }
 
@@ -643,7 +595,7 @@ int run_eval(const std::vector<std::string>& args) {
   std::vector<std::vector<int64_t>> sequences;
   std::shared_ptr<data::TokenDataset> dataset;
   fsdp::Options fopts;
-  train::TrainOptions topts;
+  train::Settings settings;
   collectively([&] {
     TESSERA_CHECK_INPUT(vm->count("tokens") + vm->count("data") == 1, "tessera eval needs one of --tokens FILE or --data PATH");
     TESSERA_CHECK_INPUT(vm->count("data") || !(vm->count("all-tokens") || vm->count("set") || vm->count("split") ||
@@ -654,10 +606,10 @@ int run_eval(const std::vector<std::string>& args) {
     fopts.param_dtype = fsdp::parse_dtype(dtype);
     dir = std::make_shared<model::ModelDir>((*vm)["model"].as<std::string>());
     dir->validate();
-    if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &topts);
+    if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &settings);
     else sequences = model::read_token_text((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
-  train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, topts, nullptr, {});
+  train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, settings, nullptr, {});
   collectively([&] {
     HfWeightSource src(dir);
     trainer.load_weights(src);

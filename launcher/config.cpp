@@ -22,7 +22,6 @@ template <> struct TypeName<double> { static constexpr const char* name = "float
 template <> struct TypeName<bool> { static constexpr const char* name = "bool"; };
 template <> struct TypeName<std::string> { static constexpr const char* name = "string"; };
 template <> struct TypeName<std::vector<int64_t>> { static constexpr const char* name = "int list"; };
-template <class T> struct Same { using type = T; };
 
 struct Bounds {
   std::optional<double> min, max;
@@ -30,20 +29,23 @@ struct Bounds {
 };
 Bounds at_least(double min) { return {min, std::nullopt, false}; }
 
-// A key whose field holds its JSON value as is (int64_t, double, bool, std::string, int list).
-template <class S, class T>
-ConfigKey field(S Config::*section, T S::*member, const char* key, typename Same<T>::type def, const char* help,
-                Bounds bounds = {}, util::Names choices = {}) {
-  ConfigKey k{key, TypeName<T>::name, json(def), help, std::move(choices), bounds.min, bounds.max, bounds.max_open, {}, {}};
+// A key whose field holds its JSON value as is (int64_t, double, bool, std::string, int list). Its
+// default is the field's initialiser in its section (or owner struct), B being Config or a base.
+template <class B, class S, class T>
+ConfigKey field(S B::*section, T S::*member, const char* key, const char* help, Bounds bounds = {},
+                util::Names choices = {}) {
+  static_assert(std::is_base_of_v<B, Config>);
+  ConfigKey k{key, TypeName<T>::name, json(S{}.*member), help, std::move(choices), bounds.min, bounds.max, bounds.max_open, {}, {}};
   k.store = [section, member](Config& c, const json& v) { (c.*section).*member = v.get<T>(); };
   k.value = [section, member](const Config& c) { return json((c.*section).*member); };
   return k;
 }
 
 // An enumerated key: a string among `names` (util/enum_names.h: names[i] names E(i)), held as the enum.
-template <class S, class E>
-ConfigKey choice(S Config::*section, E S::*member, const char* key, const util::Names& names, E def, const char* help) {
-  ConfigKey k{key, "string", json(util::name_of(names, def)), help, names, std::nullopt, std::nullopt, false, {}, {}};
+template <class B, class S, class E>
+ConfigKey choice(S B::*section, E S::*member, const char* key, const util::Names& names, const char* help) {
+  static_assert(std::is_base_of_v<B, Config>);
+  ConfigKey k{key, "string", json(util::name_of(names, S{}.*member)), help, names, std::nullopt, std::nullopt, false, {}, {}};
   k.store = [section, member, names](Config& c, const json& v) {
     (c.*section).*member = *util::enum_named<E>(names, v.get<std::string>());  // checked against the choices
   };
@@ -60,33 +62,32 @@ std::vector<ConfigKey> model_and_data_keys() {
   using C = Config;
   return {
       // model
-      field(&C::model, &ModelSection::path, "model.path", "", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."),
-      field(&C::model, &ModelSection::preset, "model.preset", "tiny", "Preset used when model.path is empty (any family of the model registry).", {},
+      field(&C::model, &ModelSection::path, "model.path", "Hugging Face model directory (config.json + safetensors). Empty: build `model.preset` from `model.seed`."),
+      field(&C::model, &ModelSection::preset, "model.preset", "Preset used when model.path is empty (any family of the model registry).", {},
             model::ModelConfig::preset_names()),
-      field(&C::model, &ModelSection::seed, "model.seed", 1234, "Seed of the initialisation when model.path is empty."),
-      choice(&C::model, &ModelSection::load, "model.load", fsdp::load_mode_names(), fsdp::LoadMode::Rank0,
+      field(&C::model, &ModelSection::seed, "model.seed", "Seed of the initialisation when model.path is empty."),
+      choice(&C::model, &ModelSection::load, "model.load", fsdp::load_mode_names(),
              "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only)."),
       // data
-      field(&C::data, &DataSection::path, "data.path", "/usr/share/common-licenses",
+      field(&C::data, &DataSection::path, "data.path",
             "Training data: a JSONL file (records `messages` (chat), `prompt`/`completion`, `text`, Alpaca or ShareGPT, auto-detected per record), a JSON array of such records, either gzip-compressed, plain text (*.txt, *.md, *.text or no extension), a token file from `tessera tokenize`, or a directory of them (docs/DATA.md). Anything else is refused."),
-      choice(&C::data, &DataSection::format, "data.format", data::data_format_names(), data::DataFormat::Auto,
+      choice(&C::data, &DataSection::format, "data.format", data::data_format_names(),
              "How data files are read: auto (decided per file by content and extension, printed at start), or jsonl, json, text for every file whatever its name (token files aside)."),
-      field(&C::data, &DataSection::tokenizer, "data.tokenizer", "",
+      field(&C::data, &DataSection::tokenizer, "data.tokenizer",
             "SentencePiece tokenizer.model (Llama 2 format), a Hugging Face BPE tokenizer.json (byte-level as Llama 3's, or SentencePiece-converted as Llama 2's and Mistral's; a *.json file or a directory holding tokenizer.json), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Its vocabulary must fit the model's vocab_size. Empty: the model directory's tokenizer.model, else its tokenizer.json; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny presets); otherwise an error naming the model's vocab size."),
-      field(&C::data, &DataSection::seq_len, "data.seq_len", 128, "Tokens per training sequence (<= the model's max_position_embeddings).", at_least(1)),
-      choice(&C::data, &DataSection::chat_template, "data.chat_template", data::chat_template_names(),
-             data::ChatTemplateKind::Auto, "How `messages` records are rendered: auto (the model's own Jinja `chat_template` from the tokenizer_config.json beside its tokenizer, rendered as transformers does; llama2 when it has none; the choice is printed), llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated). Targets: the assistant turns and their end-of-turn (docs/DATA.md)."),
-      choice(&C::data, &DataSection::train_on, "data.train_on", train_on_names(), TrainOn::Completion,
+      field(&C::data, &DataSection::seq_len, "data.seq_len", "Tokens per training sequence (<= the model's max_position_embeddings).", at_least(1)),
+      choice(&C::data, &DataSection::chat_template, "data.chat_template", data::chat_template_names(), "How `messages` records are rendered: auto (the model's own Jinja `chat_template` from the tokenizer_config.json beside its tokenizer, rendered as transformers does; llama2 when it has none; the choice is printed), llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated). Targets: the assistant turns and their end-of-turn (docs/DATA.md)."),
+      choice(&C::data, &DataSection::train_on, "data.train_on", train_on_names(),
              "Loss targets: completion (assistant turns and completions; `text` records and text files entirely) or all (every token)."),
-      field(&C::data, &DataSection::packing, "data.packing", true, "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."),
-      choice(&C::data, &DataSection::truncation, "data.truncation", data::truncation_names(), data::Truncation::Drop,
+      field(&C::data, &DataSection::packing, "data.packing", "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."),
+      choice(&C::data, &DataSection::truncation, "data.truncation", data::truncation_names(),
              "An example (chat, prompt/completion) longer than seq_len + 1 tokens: drop (skip it with a warning naming file and line), left (keep its last seq_len + 1 tokens), error (stop). Text is cut into pieces instead."),
-      field(&C::data, &DataSection::val_path, "data.val_path", "", "Validation data, in the formats of data.path (a directory with splits: its data.val_split)."),
-      field(&C::data, &DataSection::split, "data.split", "train",
+      field(&C::data, &DataSection::val_path, "data.val_path", "Validation data, in the formats of data.path (a directory with splits: its data.val_split)."),
+      field(&C::data, &DataSection::split, "data.split",
             "The split of data.path to train on when the directory has splits, named as Hugging Face datasets names them: files or folders holding train / validation / test (train.jsonl, test/, data/train-00000-of-00001.jsonl; docs/DATA.md). A split that is not there: an error naming the splits found."),
-      field(&C::data, &DataSection::val_split, "data.val_split", "",
+      field(&C::data, &DataSection::val_split, "data.val_split",
             "The split of a data directory with splits to validate on: empty: validation, else test (of data.path when data.val_path and data.val_fraction are unset, said in one line; of data.val_path when it is such a directory); a split name; or none (no validation from splits)."),
-      field(&C::data, &DataSection::val_fraction, "data.val_fraction", 0.0, "Fraction of data.path's examples held out for validation (a fixed hash per example; 0: none). Exclusive with data.val_path.",
+      field(&C::data, &DataSection::val_fraction, "data.val_fraction", "Fraction of data.path's examples held out for validation (a fixed hash per example; 0: none). Exclusive with data.val_path.",
             {0.0, 1.0, true}),
   };
 }
@@ -100,71 +101,70 @@ const std::vector<ConfigKey>& config_schema() {
     std::vector<ConfigKey> keys = model_and_data_keys();
     std::vector<ConfigKey> rest = {
       // train
-      field(&C::train, &TrainSection::steps, "train.steps", 20, "Optimizer steps.", at_least(1)),
-      field(&C::train, &TrainSection::micro_batch, "train.micro_batch", 2, "Sequences per rank per micro-step.", at_least(1)),
-      field(&C::train, &TrainSection::grad_accum, "train.grad_accum", 1, "Micro-steps per optimizer step (gradients are reduced once per step).", at_least(1)),
-      field(&C::train, &TrainSection::lr, "train.lr", 3e-4, "Peak learning rate.", at_least(0)),
-      field(&C::train, &TrainSection::min_lr, "train.min_lr", 3e-5, "Learning rate at the end of the cosine decay.", at_least(0)),
-      field(&C::train, &TrainSection::warmup_steps, "train.warmup_steps", 5, "Linear warmup steps.", at_least(0)),
-      choice(&C::train, &TrainSection::schedule, "train.schedule", optim::schedule_names(), optim::Schedule::Cosine,
+      field(&C::train, &train::LoopOptions::steps, "train.steps", "Optimizer steps.", at_least(1)),
+      field(&C::train, &train::LoopOptions::micro_batch, "train.micro_batch", "Sequences per rank per micro-step.", at_least(1)),
+      field(&C::train, &train::LoopOptions::grad_accum, "train.grad_accum", "Micro-steps per optimizer step (gradients are reduced once per step).", at_least(1)),
+      field(&C::schedule, &optim::LrSchedule::lr, "train.lr", "Peak learning rate.", at_least(0)),
+      field(&C::schedule, &optim::LrSchedule::min_lr, "train.min_lr", "Learning rate at the end of the cosine decay.", at_least(0)),
+      field(&C::schedule, &optim::LrSchedule::warmup_steps, "train.warmup_steps", "Linear warmup steps.", at_least(0)),
+      choice(&C::schedule, &optim::LrSchedule::kind, "train.schedule", optim::schedule_names(),
              "Learning-rate schedule after warmup, down to train.min_lr at train.steps (constant: train.lr throughout)."),
-      field(&C::train, &TrainSection::weight_decay, "train.weight_decay", 0.1, "AdamW decoupled weight decay (not applied to norm weights).", at_least(0)),
-      field(&C::train, &TrainSection::beta1, "train.beta1", 0.9, "AdamW beta1.", {0.0, 1.0, true}),
-      field(&C::train, &TrainSection::beta2, "train.beta2", 0.95, "AdamW beta2.", {0.0, 1.0, true}),
-      field(&C::train, &TrainSection::eps, "train.eps", 1e-8, "AdamW epsilon.", at_least(0)),
-      field(&C::train, &TrainSection::clip, "train.clip", 1.0, "Global gradient-norm clipping threshold (0 disables).", at_least(0)),
-      field(&C::train, &TrainSection::max_skipped_steps, "train.max_skipped_steps", 10,
+      field(&C::optim, &optim::Options::weight_decay, "train.weight_decay", "AdamW decoupled weight decay (not applied to norm weights).", at_least(0)),
+      field(&C::optim, &optim::Options::beta1, "train.beta1", "AdamW beta1.", {0.0, 1.0, true}),
+      field(&C::optim, &optim::Options::beta2, "train.beta2", "AdamW beta2.", {0.0, 1.0, true}),
+      field(&C::optim, &optim::Options::eps, "train.eps", "AdamW epsilon.", at_least(0)),
+      field(&C::optim, &optim::Options::clip, "train.clip", "Global gradient-norm clipping threshold (0 disables).", at_least(0)),
+      field(&C::train, &train::LoopOptions::max_skipped_steps, "train.max_skipped_steps",
             "A step whose loss or gradient norm is not finite is skipped on every rank (weights and optimizer state untouched; with fp16 the loss scale halves); this many skipped in a row stop the run with exit code 2, the last checkpoint kept (0: never stop).",
             at_least(0)),
-      field(&C::train, &TrainSection::seed, "train.seed", 42, "Seed of data shuffling."),
-      field(&C::train, &TrainSection::device, "train.device", "auto",
+      field(&C::train, &train::LoopOptions::seed, "train.seed", "Seed of data shuffling."),
+      field(&C::train, &train::LoopOptions::device, "train.device",
             "Where shards, optimizer state and compute live: `auto` (cuda when this build has CUDA and a GPU is visible, else cpu), `cpu` (MPI collectives), `cuda` (local rank r uses GPU r; NCCL collectives), `cuda:N` (local rank r uses GPU N+r)."),
-      choice(&C::train, &TrainSection::preempt_signal, "train.preempt_signal", preempt_signal_names(), PreemptSignal::USR2,
+      choice(&C::train, &train::LoopOptions::preempt_signal, "train.preempt_signal", train::preempt_signal_names(),
              "Signal that makes the loop finish the step, checkpoint and exit for requeue (SIGTERM always does)."),
       // fsdp
-      choice(&C::fsdp, &FsdpSection::strategy, "fsdp.strategy", fsdp::strategy_names(), fsdp::Strategy::FullShard,
+      choice(&C::fsdp, &FsdpSection::strategy, "fsdp.strategy", fsdp::strategy_names(),
              "full_shard (ZeRO-3), shard_grad_op (ZeRO-2), no_shard (DDP), hybrid_shard (full_shard in a node, replicate across nodes)."),
-      choice(&C::fsdp, &FsdpSection::mixed_precision, "fsdp.mixed_precision", util::float_type_names(), FloatType::F32,
+      choice(&C::fsdp, &FsdpSection::mixed_precision, "fsdp.mixed_precision", util::float_type_names(),
              "Dtype of gathered parameters and compute; master shards and optimizer state are fp32. fp16 needs a GPU (refused on CPU: LibTorch has no fp16 matmul there)."),
-      choice(&C::fsdp, &FsdpSection::reduce_dtype, "fsdp.reduce_dtype", util::float_type_names(), FloatType::F32,
+      choice(&C::fsdp, &FsdpSection::reduce_dtype, "fsdp.reduce_dtype", util::float_type_names(),
              "Dtype of gradient reduction. fp16 here or in mixed_precision turns on dynamic loss scaling (as torch.cuda.amp.GradScaler: scale 65536, halved on a non-finite step, doubled after 2000 finite ones; checkpointed)."),
-      choice(&C::fsdp, &FsdpSection::activation_checkpointing, "fsdp.activation_checkpointing", recompute_names(),
-             Recompute::Auto, "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false."),
-      field(&C::fsdp, &FsdpSection::prefetch, "fsdp.prefetch", true, "Issue the next unit's all-gather before the current unit's compute (forward and backward)."),
-      field(&C::fsdp, &FsdpSection::limit_all_gathers, "fsdp.limit_all_gathers", 2, "Most decoder-layer units gathered at once.",
+      choice(&C::fsdp, &FsdpSection::activation_checkpointing, "fsdp.activation_checkpointing", recompute_names(), "Recompute each decoder layer in backward: auto (on for hidden_size >= 4096: the 7B and larger presets), true, false."),
+      field(&C::fsdp, &FsdpSection::prefetch, "fsdp.prefetch", "Issue the next unit's all-gather before the current unit's compute (forward and backward)."),
+      field(&C::fsdp, &FsdpSection::limit_all_gathers, "fsdp.limit_all_gathers", "Most decoder-layer units gathered at once.",
             at_least(1)),
-      choice(&C::fsdp, &FsdpSection::accumulate, "fsdp.accumulate", fsdp::accumulate_names(), fsdp::Accumulate::Sharded,
+      choice(&C::fsdp, &FsdpSection::accumulate, "fsdp.accumulate", fsdp::accumulate_names(),
              "Gradient accumulation over train.grad_accum micro-steps: sharded (every micro-step reduce-scatters into the fp32 gradient shard; nothing model-sized is kept between micro-steps) or unsharded (micro-steps before the last accumulate a full-size fp32 gradient per unit locally, like no_sync(); one reduction per step: less traffic, 4 bytes per parameter more memory). no_shard adds into its (full) gradient either way."),
-      choice(&C::fsdp, &FsdpSection::offload, "fsdp.offload", fsdp::offload_names(), fsdp::Offload::None,
+      choice(&C::fsdp, &FsdpSection::offload, "fsdp.offload", fsdp::offload_names(),
              "Host offload of the shard state (DeepSpeed ZeRO-Offload, FSDP CPUOffload): none; optimizer (fp32 master, gradient shard and AdamW moments in pinned host memory, AdamW on the host's cores; the device keeps the compute-dtype parameter shard; each reduced gradient chunk is copied down, the updated parameter shard up once per step); params (also the compute-dtype parameter shard on the host, copied up before every all-gather, forward and backward). Combines with every strategy, dtype, optim.in_backward and optim.state_dtype; `tessera plan` prints the GPU and host bytes and the PCIe bytes per step, and a run whose host memory does not fit the node is refused before loading (docs/MEMORY.md#host-offload-fsdpoffload)."),
       // optim
-      choice(&C::optim, &OptimSection::state_dtype, "optim.state_dtype", optim::state_dtype_names(), optim::StateDtype::F32,
+      choice(&C::optim, &optim::Options::state_dtype, "optim.state_dtype", optim::state_dtype_names(),
              "Dtype of AdamW's two moments: fp32 (16 bytes per parameter with the fp32 master and gradient), bf16 (12 bytes; each update is computed in fp32 and rounded once) or int8 (10.004 bytes: 8-bit block-wise quantization as Dettmers et al. 2021, bitsandbytes' dynamic map, an fp32 absmax per block of 2048 elements; updates computed in fp32; FSDP shards aligned to whole blocks, so checkpoints reshard without re-quantizing; its checkpoints are format version 2). Resume with the value the checkpoint was saved with."),
-      field(&C::optim, &OptimSection::in_backward, "optim.in_backward", false,
+      field(&C::optim, &optim::Options::in_backward, "optim.in_backward",
             "Run each unit's AdamW update in backward as soon as its gradient shard is reduced, and free that shard (torchtune's optimizer_in_bwd): gradient memory of a few units instead of 4 bytes per parameter. Needs train.clip 0 and no fp16; a non-finite gradient stops the run instead of skipping the step (docs/FSDP.md)."),
       // checkpoint
-      field(&C::checkpoint, &CheckpointSection::dir, "checkpoint.dir", "", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."),
-      field(&C::checkpoint, &CheckpointSection::every, "checkpoint.every", 0, "Save every N steps (0: only at the end and on preemption).", at_least(0)),
-      field(&C::checkpoint, &CheckpointSection::keep, "checkpoint.keep", 2, "Complete checkpoints to retain.", at_least(1)),
-      field(&C::checkpoint, &CheckpointSection::keep_best, "checkpoint.keep_best", false,
+      field(&C::checkpoint, &checkpoint::Policy::dir, "checkpoint.dir", "Directory of sharded checkpoints (step-<N>/). Empty: no checkpoints."),
+      field(&C::checkpoint, &checkpoint::Policy::every, "checkpoint.every", "Save every N steps (0: only at the end and on preemption).", at_least(0)),
+      field(&C::checkpoint, &checkpoint::Policy::keep, "checkpoint.keep", "Complete checkpoints to retain.", at_least(1)),
+      field(&C::checkpoint, &checkpoint::Policy::keep_best, "checkpoint.keep_best",
             "Also keep the checkpoint with the lowest validation loss (saved whenever validation improves); needs validation data and checkpoint.dir."),
-      field(&C::checkpoint, &CheckpointSection::async, "checkpoint.async", false, "true: snapshot master and moments to host memory and write on a background thread while training goes on. false: the save blocks the step and writes the shards as they are (a GPU's streamed down through one 4 MiB host buffer: no host snapshot)."),
-      field(&C::checkpoint, &CheckpointSection::resume, "checkpoint.resume", "auto",
+      field(&C::checkpoint, &checkpoint::Policy::async, "checkpoint.async", "true: snapshot master and moments to host memory and write on a background thread while training goes on. false: the save blocks the step and writes the shards as they are (a GPU's streamed down through one 4 MiB host buffer: no host snapshot)."),
+      field(&C::checkpoint, &checkpoint::Policy::resume, "checkpoint.resume",
             "auto: resume from the latest complete checkpoint in checkpoint.dir if any; never; or a checkpoint directory."),
       // eval
-      field(&C::eval, &EvalSection::every, "eval.every", 0, "Validation loss every N steps (0: only at the end of the run); needs data.val_path or data.val_fraction.", at_least(0)),
+      field(&C::eval, &train::EvalOptions::every, "eval.every", "Validation loss every N steps (0: only at the end of the run); needs data.val_path or data.val_fraction.", at_least(0)),
       // log
-      field(&C::log, &LogSection::dir, "log.dir", "", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."),
-      field(&C::log, &LogSection::every, "log.every", 1, "Progress line every N steps.", at_least(1)),
-      field(&C::log, &LogSection::tensorboard, "log.tensorboard", false,
+      field(&C::log, &train::LogOptions::dir, "log.dir", "Directory for metrics.jsonl (one record per step), run_info.json (config and topology) and report.html (`tessera report`). Empty: checkpoint.dir, else none."),
+      field(&C::log, &train::LogOptions::every, "log.every", "Progress line every N steps.", at_least(1)),
+      field(&C::log, &train::LogOptions::tensorboard, "log.tensorboard",
             "Also write the scalars of metrics.jsonl (loss, val_loss, lr, grad_norm, tokens_per_s, mfu, peak_rss_bytes, peak_gpu_mem_bytes) to log.dir/events.out.tfevents.<time>.<host> for TensorBoard (rank 0). Needs log.dir (or checkpoint.dir)."),
-      field(&C::train, &TrainSection::peak_flops, "train.peak_flops", 0.0,
+      field(&C::train, &train::LoopOptions::peak_flops, "train.peak_flops",
             "Peak FLOP/s of one rank in the compute dtype, the denominator of MFU (`tessera train --peak-flops`). 0: the hardware's, from a table of vendor datasheet peaks by GPU name, or on a CPU cores x FLOP per cycle (AVX-512/AVX2 FMA, AMX/AVX-512 bf16) x the highest clock read from the machine (docs/PERFORMANCE.md#mfu).",
             at_least(0)),
-      field(&C::train, &TrainSection::profile_steps, "train.profile_steps", {},
+      field(&C::train, &train::LoopOptions::profile_steps, "train.profile_steps",
             "Steps [first, last] (1-based, inclusive) to trace: every rank writes log.dir/trace-rank-<r>.json, a Chrome trace (chrome://tracing, ui.perfetto.dev) with one track per thread (compute, each communicator's thread). Needs log.dir (or checkpoint.dir). []: no trace. The step-time breakdown in metrics.jsonl is always on."),
       // comm
-      field(&C::comm, &CommSection::timeout_s, "comm.timeout_s", 600.0, "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3).",
+      field(&C::comm, &CommSection::timeout_s, "comm.timeout_s", "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3).",
             {0.001, 1e7, false}),
     };
     keys.insert(keys.end(), rest.begin(), rest.end());
@@ -380,21 +380,15 @@ json read_json_file(const std::string& path) {
   return parse_json_text(ss.str(), path);
 }
 
-Config::Config() {
-  for (const auto& k : config_schema()) k.store(*this, k.default_value);
+// Keys that are each valid but cannot work together: one line naming them (at config check), from
+// the owner's check (optim::validate; the rest of train::validate needs the command line's
+// directories and runs in train and plan).
+static void check_combinations(const Config& c, const std::string& source) {
+  optim::validate(c.optim, loss_scaling(c), source);
 }
 
-// Keys that are each valid but cannot work together: one line naming them (at config check).
-static void check_combinations(const Config& c, const std::string& source) {
-  if (c.optim.in_backward) {
-    TESSERA_CHECK_INPUT(c.train.clip == 0,
-                        source + ": optim.in_backward cannot clip (train.clip = " + number_text(c.train.clip) +
-                            "): each unit is updated before the global gradient norm exists; set train.clip = 0");
-    const bool fp16 = c.fsdp.mixed_precision == util::FloatType::F16 || c.fsdp.reduce_dtype == util::FloatType::F16;
-    TESSERA_CHECK_INPUT(!fp16, source + ": optim.in_backward does not combine with fp16 (fsdp.mixed_precision / "
-                                        "fsdp.reduce_dtype): loss scaling must skip overflowing steps, and units are "
-                                        "updated before the overflow is known; use bf16");
-  }
+bool loss_scaling(const Config& c) {
+  return c.fsdp.mixed_precision == util::FloatType::F16 || c.fsdp.reduce_dtype == util::FloatType::F16;
 }
 
 Config Config::from_json(const nlohmann::json& j, const std::string& source, const std::vector<std::string>& overrides) {

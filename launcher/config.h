@@ -22,6 +22,7 @@
 #include "runtime/data/names.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/optim/names.h"
+#include "runtime/train/options.h"
 #include "util/dtype_names.h"
 #include "util/enum_names.h"
 
@@ -33,68 +34,39 @@ TESSERA_ENUM_NAMES(recompute_names, "auto", "true", "false")
 // data.train_on.
 enum class TrainOn { Completion, All };
 TESSERA_ENUM_NAMES(train_on_names, "completion", "all")
-// train.preempt_signal.
-enum class PreemptSignal { USR1, USR2 };
-TESSERA_ENUM_NAMES(preempt_signal_names, "USR1", "USR2")
 
+// The sections the launcher itself reads (model, data, fsdp, comm); the training loop's, the
+// optimizer's and the checkpoint's are owned by those components (runtime/train/options.h) and
+// reach Config through train::Settings. The initialisers are the defaults (config_schema() reads
+// them: a key's default is its field in a default-constructed section).
 struct ModelSection {
-  std::string path, preset;
-  int64_t seed = 0;
-  fsdp::LoadMode load{};
+  std::string path, preset = "tiny";
+  int64_t seed = 1234;
+  fsdp::LoadMode load = fsdp::LoadMode::Rank0;
 };
 struct DataSection {
-  std::string path, tokenizer;
-  data::DataFormat format{};
-  int64_t seq_len = 0;
-  data::ChatTemplateKind chat_template{};
-  TrainOn train_on{};
-  bool packing = false;
-  data::Truncation truncation{};
+  std::string path = "/usr/share/common-licenses", tokenizer;
+  data::DataFormat format = data::DataFormat::Auto;
+  int64_t seq_len = 128;
+  data::ChatTemplateKind chat_template = data::ChatTemplateKind::Auto;
+  TrainOn train_on = TrainOn::Completion;
+  bool packing = true;
+  data::Truncation truncation = data::Truncation::Drop;
   std::string val_path;
   double val_fraction = 0;
-  std::string split, val_split;  // a data directory's splits (runtime/data/splits.h)
-};
-struct TrainSection {
-  int64_t steps = 0, micro_batch = 0, grad_accum = 0;
-  double lr = 0, min_lr = 0;
-  int64_t warmup_steps = 0;
-  optim::Schedule schedule{};
-  double weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, clip = 0;
-  int64_t max_skipped_steps = 0, seed = 0;
-  std::string device;
-  PreemptSignal preempt_signal{};
-  std::vector<int64_t> profile_steps;
-  double peak_flops = 0;
+  std::string split = "train", val_split;  // a data directory's splits (runtime/data/splits.h)
 };
 struct FsdpSection {
-  fsdp::Strategy strategy{};
-  util::FloatType mixed_precision{}, reduce_dtype{};
-  Recompute activation_checkpointing{};
-  bool prefetch = false;
-  int64_t limit_all_gathers = 0;
-  fsdp::Accumulate accumulate{};
-  fsdp::Offload offload{};
-};
-struct OptimSection {
-  optim::StateDtype state_dtype{};
-  bool in_backward = false;
-};
-struct CheckpointSection {
-  std::string dir;
-  int64_t every = 0, keep = 0;
-  bool keep_best = false, async = false;
-  std::string resume;
-};
-struct EvalSection {
-  int64_t every = 0;
-};
-struct LogSection {
-  std::string dir;
-  int64_t every = 0;
-  bool tensorboard = false;
+  fsdp::Strategy strategy = fsdp::Strategy::FullShard;
+  util::FloatType mixed_precision = util::FloatType::F32, reduce_dtype = util::FloatType::F32;
+  Recompute activation_checkpointing = Recompute::Auto;
+  bool prefetch = true;
+  int64_t limit_all_gathers = 2;
+  fsdp::Accumulate accumulate = fsdp::Accumulate::Sharded;
+  fsdp::Offload offload = fsdp::Offload::None;
 };
 struct CommSection {
-  double timeout_s = 0;
+  double timeout_s = 600.0;
 };
 
 class Config;
@@ -115,20 +87,17 @@ struct ConfigKey {
 
 const std::vector<ConfigKey>& config_schema();
 
-class Config {
+// train, schedule, optim, checkpoint, eval and log come from train::Settings (what the Trainer is
+// given, runtime/train/options.h); the launcher's own sections are here.
+class Config : public train::Settings {
  public:
   ModelSection model;
   DataSection data;
-  TrainSection train;
   FsdpSection fsdp;
-  OptimSection optim;
-  CheckpointSection checkpoint;
-  EvalSection eval;
-  LogSection log;
   CommSection comm;
 
-  // Every key at its schema default.
-  Config();
+  // Every key at its default.
+  Config() = default;
   // Reads a run config file (JSON; YAML when the name ends in .yaml/.yml; errors name file, line and
   // column), merges over the defaults, applies `--set key=value` overrides, validates every key.
   static Config load(const std::string& path, const std::vector<std::string>& overrides = {});
@@ -143,6 +112,10 @@ class Config {
   // Markdown table of every key (for README).
   static std::string reference_markdown();
 };
+
+// fp16 anywhere in the gradient path (fsdp.mixed_precision or fsdp.reduce_dtype): the trainer turns
+// on dynamic loss scaling (runtime/train/numerics.h).
+bool loss_scaling(const Config& c);
 
 // Parses JSON text; on error throws Error(Input) "FILE:LINE:COL: <reason>".
 nlohmann::json parse_json_text(const std::string& text, const std::string& source);

@@ -13,6 +13,7 @@
 #include "launcher/cli.h"
 #include "launcher/model_lm.h"
 #include "launcher/run_options.h"
+#include "runtime/fsdp/strategy_check.h"
 #include "model/activations.h"
 #include "runtime/error.h"
 #include "runtime/optim/quant8.h"
@@ -36,24 +37,24 @@ int stored_bytes_of(const std::string& torch_dtype) { return torch_dtype == "flo
 
 memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
   const fsdp::Options fo = fsdp_options_from(cfg, mc);
-  const train::TrainOptions to = train_options_from(cfg);
+  const at::ScalarType state = optim::state_scalar_type(cfg.optim.state_dtype);
   memory::RunShape r;
   r.strategy = fo.strategy;
   r.world = req.world;
   r.ranks_per_node = req.ranks_per_node;
   r.param_bytes = static_cast<int>(c10::elementSize(fo.param_dtype));
   r.reduce_bytes = static_cast<int>(c10::elementSize(fo.reduce_dtype));
-  r.state_bytes = static_cast<int>(c10::elementSize(to.optimizer_state_dtype));  // int8: 1 (uint8 codes)
-  r.state_block = to.optimizer_state_dtype == at::kByte ? optim::q8::kDefaultBlock : 0;
+  r.state_bytes = static_cast<int>(c10::elementSize(state));  // int8: 1 (uint8 codes)
+  r.state_block = state == at::kByte ? optim::q8::kDefaultBlock : 0;
   r.stored_bytes = req.stored_bytes;
   r.limit_all_gathers = fo.limit_all_gathers;
   r.prefetch = fo.prefetch;
   r.activation_checkpointing = fo.activation_checkpointing;
   r.accumulate_unsharded = fo.accumulate == fsdp::Accumulate::Unsharded;
-  r.grad_accum = to.grad_accum;
-  r.optimizer_in_backward = to.optimizer_in_backward;
+  r.grad_accum = cfg.train.grad_accum;
+  r.optimizer_in_backward = cfg.optim.in_backward;
   r.offload = fo.offload;
-  r.checkpoint_async = to.checkpoint_async;
+  r.checkpoint_async = cfg.checkpoint.async;
   r.load = cfg.model.path.empty() ? fsdp::LoadMode::Parallel : cfg.model.load;  // a preset is initialised in place
   r.gpu = req.gpu;
   r.align = fo.align;
@@ -62,11 +63,10 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
 
 memory::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
   const memory::RunShape run = run_shape_from(cfg, mc, req);
-  const train::TrainOptions to = train_options_from(cfg);
   // A GPU run uses LibTorch >= 2's fused attention; a CPU run this build's attention, and bf16
   // products widened to fp32 on a CPU without AVX-512.
   return memory::estimate(memory_shape(mc),
-                          activation_terms(mc, to.micro_batch, to.seq_len, run.param_bytes,
+                          activation_terms(mc, cfg.train.micro_batch, cfg.data.seq_len, run.param_bytes,
                                            model::run_kernels(req.gpu)),
                           run);
 }
@@ -165,7 +165,7 @@ struct Knob {
 std::vector<Knob> knobs(const Config& cfg, const model::ModelConfig& mc) {
   std::vector<Knob> k;
   const fsdp::Options fo = fsdp_options_from(cfg, mc);
-  const train::TrainOptions to = train_options_from(cfg);
+  const train::LoopOptions& to = cfg.train;
   if (!fo.activation_checkpointing)
     k.push_back({"fsdp.activation_checkpointing=true", [](Config& c, PlanRequest&) { c.fsdp.activation_checkpointing = Recompute::True; }});
   if (fo.strategy != fsdp::Strategy::FullShard && fo.strategy != fsdp::Strategy::HybridShard)
@@ -180,14 +180,14 @@ std::vector<Knob> knobs(const Config& cfg, const model::ModelConfig& mc) {
                    c.train.grad_accum = ga;
                  }});
   }
-  if (to.optimizer_state_dtype == at::kFloat)
+  if (cfg.optim.state_dtype == optim::StateDtype::F32)
     k.push_back({"optim.state_dtype=bf16", [](Config& c, PlanRequest&) { c.optim.state_dtype = optim::StateDtype::BF16; }});
-  if (to.optimizer_state_dtype != at::kByte)
+  if (cfg.optim.state_dtype != optim::StateDtype::Int8)
     k.push_back({"optim.state_dtype=int8", [](Config& c, PlanRequest&) { c.optim.state_dtype = optim::StateDtype::Int8; }});
-  if (!to.optimizer_in_backward && !to.loss_scaling)  // fp16 cannot (config check)
+  if (!cfg.optim.in_backward && !loss_scaling(cfg))  // fp16 cannot (config check)
     k.push_back({"optim.in_backward=true train.clip=0 (no gradient clipping)", [](Config& c, PlanRequest&) {
                    c.optim.in_backward = true;
-                   c.train.clip = 0;
+                   c.optim.clip = 0;
                  }});
   if (fo.accumulate == fsdp::Accumulate::Unsharded && to.grad_accum > 1)
     k.push_back({"fsdp.accumulate=sharded", [](Config& c, PlanRequest&) { c.fsdp.accumulate = fsdp::Accumulate::Sharded; }});
@@ -308,10 +308,7 @@ PlanRequest plan_request(const po::variables_map& vm, const Config& cfg, std::st
   }
   if (vm.count("host-mem")) req.host_mem = static_cast<int64_t>(parse_byte_size(vm["host-mem"].as<std::string>(), "--host-mem"));
   const int nodes = req.world / req.ranks_per_node;
-  TESSERA_CHECK_INPUT(!(cfg.fsdp.strategy == fsdp::Strategy::HybridShard && nodes == 1),
-                      "plan: fsdp.strategy hybrid_shard on one node is full_shard with extra steps; use full_shard or more nodes");
-  TESSERA_CHECK_INPUT(!(cfg.fsdp.strategy == fsdp::Strategy::HybridShard && req.ranks_per_node == 1),
-                      "plan: fsdp.strategy hybrid_shard with one rank per node shards nothing; use no_shard or more ranks per node");
+  fsdp::validate_strategy(cfg.fsdp.strategy, {req.world, nodes, req.ranks_per_node});
   *device_out = device;
   return req;
 }
@@ -376,13 +373,13 @@ void print_pcie(const memory::Plan& plan, const memory::RunShape& run) {
 // The human table: one line about the run, a row per phase, the step's categories, host per node.
 void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::ModelConfig& mc, const memory::Plan& plan,
                       const memory::RunShape& run, const PlanRequest& req) {
-  const train::TrainOptions to = train_options_from(cfg);
+  const train::LoopOptions& to = cfg.train;
   std::cout << "tessera plan: " << o.model_name << " (" << mc.num_parameters() << " parameters), " << fsdp::to_string(run.strategy) << " over "
             << req.world << " rank(s) (" << req.world / req.ranks_per_node << " node(s) x " << req.ranks_per_node << "), shard group "
             << plan.shard_size << ", " << (req.gpu ? "GPU" : "CPU") << ", compute " << run.param_bytes * 8
             << "-bit, reduce " << run.reduce_bytes * 8 << "-bit, moments " << run.state_bytes * 8 << "-bit, "
             << (run.activation_checkpointing ? "activation checkpointing" : "no activation checkpointing")
-            << ", micro-batch " << to.micro_batch << " x " << to.seq_len << " tokens"
+            << ", micro-batch " << to.micro_batch << " x " << cfg.data.seq_len << " tokens"
             << (run.offload != fsdp::Offload::None ? ", fsdp.offload=" + fsdp::to_string(run.offload) : std::string())
             << (!run.optimizer_in_backward ? ""
                 : to.grad_accum == 1 ? ", optimizer in backward"
@@ -463,6 +460,7 @@ int run_plan(const std::vector<std::string>& args) {
   std::vector<std::string> sets;
   if (vm->count("set")) sets = (*vm)["set"].as<std::vector<std::string>>();
   const Config cfg = Config::load((*vm)["config"].as<std::string>(), sets);
+  train::validate(cfg, loss_scaling(cfg));  // as train does
   PlanOutcome o;
   PlanRequest req = plan_request(*vm, cfg, &o.device);
   const model::ModelConfig mc = plan_model(cfg, req, &o.model_name);

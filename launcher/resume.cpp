@@ -89,9 +89,9 @@ SavedBatch saved_batch(const std::string& ckpt) {
   return b;
 }
 
-void keep_global_batch(const std::string& ckpt, int world_size, Config& cfg, train::TrainOptions& topts, bool print) {
+void keep_global_batch(const std::string& ckpt, int world_size, Config& cfg, bool print) {
   const SavedBatch saved = saved_batch(ckpt);
-  const int64_t mb = topts.micro_batch, ga = topts.grad_accum;
+  const int64_t mb = cfg.train.micro_batch, ga = cfg.train.grad_accum;
   if (saved.world_size == world_size || world_size * mb * ga == saved.global_batch) return;
   const int64_t per_accum = world_size * mb;  // sequences of one micro-step over all ranks
   if (saved.global_batch % per_accum != 0)
@@ -107,7 +107,6 @@ void keep_global_batch(const std::string& ckpt, int world_size, Config& cfg, tra
               << " ranks: train.grad_accum " << ga << " -> " << new_ga << " keeps the global batch of "
               << saved.global_batch << " sequences (micro_batch " << mb << " x grad_accum " << new_ga << " x "
               << world_size << " ranks)" << std::endl;
-  topts.grad_accum = new_ga;
   cfg.train.grad_accum = new_ga;
 }
 

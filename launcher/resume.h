@@ -18,7 +18,6 @@ class Communicator;
 
 namespace tessera::train {
 class Trainer;
-struct TrainOptions;
 }  // namespace tessera::train
 
 namespace tessera::launcher {
@@ -49,7 +48,7 @@ SavedBatch saved_batch(const std::string& ckpt);
 // world_size x train.micro_batch x train.grad_accum is not its global batch G, train.grad_accum
 // becomes G / (world_size x micro_batch) in `cfg` and `topts` (the manifest of the next save records
 // it), said in one line when `print`. Error(Input) in one line when that is not a whole number.
-void keep_global_batch(const std::string& ckpt, int world_size, Config& cfg, train::TrainOptions& topts, bool print);
+void keep_global_batch(const std::string& ckpt, int world_size, Config& cfg, bool print);
 
 // trainer.resume() from the first of `candidates` that is not damaged: on
 // checkpoint::DamagedCheckpoint (thrown on every rank together) the next one is tried, and rank 0

@@ -1,5 +1,7 @@
-// The run configuration (launcher/config.h) turned into the option structs of the runtime, in one
-// place for `train`, `eval` and `plan`.
+// The FSDP section of the run configuration resolved into the engine's options (activation
+// checkpointing's auto, the alignment the optimizer state needs), in one place for `train`, `eval`
+// and `plan`. The loop's, the optimizer's and the checkpoint's settings need no conversion: Config
+// is a train::Settings.
 #pragma once
 #include "launcher/config.h"
 #include "model/config.h"
@@ -9,6 +11,5 @@
 namespace tessera::launcher {
 
 fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc);
-train::TrainOptions train_options_from(const Config& cfg);
 
 }  // namespace tessera::launcher

@@ -156,7 +156,7 @@ void prepare_tmp_dir(const std::string& root, const std::string& tmp) {
 struct Job {
   int64_t step = 0;
   std::string root, tmp, final_dir;
-  int keep = 2;
+  int64_t keep = 2;
   int64_t retire_above = -1;  // >= 0: retire step-<K> with K above it (the lineage's first save)
   bool writer = false, leader = false;
   int shard_rank = 0, shard_size = 1;
@@ -530,8 +530,8 @@ SaveTiming Checkpointer::Impl::run(const Job& job) {
   return t;
 }
 
-Checkpointer::Checkpointer(std::string root_dir, SaveOptions opts, const comm::ProcessGroups& groups)
-    : root_(std::move(root_dir)), opts_(opts), groups_(groups), impl_(std::make_unique<Impl>()) {
+Checkpointer::Checkpointer(const Policy& policy, const comm::ProcessGroups& groups)
+    : root_(policy.dir), opts_(policy), groups_(groups), impl_(std::make_unique<Impl>()) {
   TESSERA_CHECK_INPUT(!root_.empty(), "checkpoint.dir is empty");
   impl_->comm = groups_.world->host_duplicate("checkpoint");
 }

@@ -41,8 +41,15 @@ constexpr const char* kFormatName = "tessera-checkpoint";
 // components handed to save() call their state (AdamW: "exp_avg", "exp_avg_sq").
 constexpr const char* kParamKind = "param";
 
-struct SaveOptions {
-  int keep = 2;        // complete checkpoints retained (older ones deleted after a successful save); <=0: all
+// The checkpoint settings, owned here: the schema binds checkpoint.dir, every, keep, keep_best, async
+// and resume to these fields (their defaults are these initialisers). The Checkpointer reads dir,
+// keep and async; the trainer asks when to save (every, keep_best) and the launcher resolves resume.
+struct Policy {
+  std::string dir;     // step-<N>/ directories; empty: no checkpoints
+  int64_t every = 0;   // save every N steps (0: at the end and on preemption)
+  int64_t keep = 2;    // complete checkpoints retained (older ones deleted after a successful save); <=0: all
+  bool keep_best = false;  // also keep the one with the lowest validation loss
+  std::string resume = "auto";  // auto, never, or a checkpoint directory
   // true: snapshot master and moments to host memory, write on a background thread (training goes
   // on). false: write from the shards themselves, a GPU's streamed down through one host buffer of
   // kStagingBytes (layout.h): the save's host cost is that buffer, and training waits for it.
@@ -66,7 +73,7 @@ struct SaveTiming {
 // interleave with training collectives).
 class Checkpointer {
  public:
-  Checkpointer(std::string root_dir, SaveOptions opts, const comm::ProcessGroups& groups);
+  Checkpointer(const Policy& policy, const comm::ProcessGroups& groups);  // writes into policy.dir
   ~Checkpointer();  // waits for an async save in flight (errors are reported on stderr, not thrown)
 
   // Saves step `step`: every kind in `kinds` (one tensor per engine unit, shaped like its shard on
@@ -96,7 +103,7 @@ class Checkpointer {
 
  private:
   std::string root_;
-  SaveOptions opts_;
+  Policy opts_;
   comm::ProcessGroups groups_;
   std::unique_ptr<Impl> impl_;
 };

@@ -294,13 +294,11 @@ double state_bytes_per_param(at::ScalarType state_dtype) {
 AdamW::AdamW(AdamWOptions options) : options_(options) {
   const auto& o = options_;
   TESSERA_CHECK_INPUT(o.group_elems >= 1, "AdamW group_elems must be >= 1");
-  TESSERA_CHECK_INPUT(o.state_dtype == at::kFloat || o.state_dtype == at::kBFloat16 || o.state_dtype == at::kByte,
-                      "AdamW state dtype must be fp32, bf16 or 8-bit (uint8 codes)");
   TESSERA_CHECK_INPUT(o.block >= 1 && o.block <= q8::kMaxBlock && (o.block & (o.block - 1)) == 0,
                       "AdamW 8-bit block must be a power of two <= " + std::to_string(q8::kMaxBlock));
 }
 
-int64_t AdamW::state_bytes_per_element() const { return 2 * c10::elementSize(options_.state_dtype); }
+int64_t AdamW::state_bytes_per_element() const { return 2 * c10::elementSize(options_.state_type()); }
 
 int64_t AdamW::state_bytes(int64_t numel) const {
   const int64_t blocks = quantized() ? (numel + options_.block - 1) / options_.block : 0;
@@ -317,7 +315,7 @@ void AdamW::ensure_state(const std::vector<ParamShard>& shards) {
   for (size_t i = 0; i < shards.size(); ++i) {
     memory::Scope scope(memory::Category::Optimizer, shards[i].host ? memory::Where::Host : memory::Where::Device);
     const at::Tensor& p = shards[i].param;
-    auto opts = p.options().dtype(options_.state_dtype);
+    auto opts = p.options().dtype(options_.state_type());
     if (!exp_avg_[i].defined()) exp_avg_[i] = at::zeros({p.numel()}, opts);
     if (!exp_avg_sq_[i].defined()) exp_avg_sq_[i] = at::zeros({p.numel()}, opts);
     TESSERA_CHECK(exp_avg_[i].numel() == p.numel(), "AdamW state does not match shard " + std::to_string(i));

@@ -43,17 +43,20 @@
 
 #include "runtime/named_shards.h"
 #include "runtime/optim/names.h"
+#include "runtime/optim/options.h"
 #include "runtime/optim/quant8.h"
 
 namespace tessera::optim {
 
-struct AdamWOptions {
-  double lr = 3e-4;  // default lr; step() takes the scheduled lr explicitly
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-  at::ScalarType state_dtype = at::kFloat;  // moments: kFloat, kBFloat16, or kByte (8-bit block-wise)
+// optim.state_dtype as a tensor dtype: kFloat, kBFloat16, kByte (8-bit).
+at::ScalarType state_scalar_type(StateDtype d);
+
+// The user's settings (options.h: betas, eps, weight decay, the moments' dtype) and the
+// optimizer's own tuning. step() takes the scheduled learning rate.
+struct AdamWOptions : Options {
+  AdamWOptions() = default;
+  explicit AdamWOptions(const Options& o) : Options(o) {}
+  at::ScalarType state_type() const { return state_scalar_type(state_dtype); }  // kFloat, kBFloat16 or kByte
   int64_t block = q8::kDefaultBlock;        // 8-bit state: elements per absmax block (a power of two <= kMaxBlock)
   bool fused_cpu = true;  // CPU shards: the one-pass loop (false: the tensor-op path; for tests)
   int64_t group_elems = int64_t(1) << 25;  // tensor-op path: elements per group (32M: 128 MiB per fp32 temporary)
@@ -109,7 +112,7 @@ class AdamW {
     std::vector<at::Tensor> views;
   };
   const std::vector<at::Tensor>& decay_views_of(size_t i, const ParamShard& s);
-  bool quantized() const { return options_.state_dtype == at::kByte; }
+  bool quantized() const { return options_.state_dtype == StateDtype::Int8; }
   const q8::CodebookTensors& codebook_tensors(bool is_signed, const at::Device& device);
   AdamWOptions options_;
   int64_t step_count_ = 0;
@@ -121,8 +124,6 @@ class AdamW {
 
 // fp32 | bf16 | int8 (the 8-bit state: at::kByte); Error(Input) otherwise.
 at::ScalarType parse_state_dtype(const std::string& s);
-// optim.state_dtype as AdamWOptions::state_dtype: kFloat, kBFloat16, kByte (8-bit).
-at::ScalarType state_scalar_type(StateDtype d);
 // The FSDP alignment (elements) a state dtype needs so that its blocks are the same at every world
 // size and checkpoints reshard them: the 8-bit block size (q8::kDefaultBlock), else 1.
 int64_t state_alignment(at::ScalarType state_dtype);

@@ -12,13 +12,12 @@ void validate(const LrSchedule& s) {
   TESSERA_CHECK_INPUT(s.min_lr >= 0 && s.min_lr <= s.lr,
                       "min_lr must be in [0, lr = " + std::to_string(s.lr) + "], got " + std::to_string(s.min_lr));
   TESSERA_CHECK_INPUT(s.warmup_steps >= 0, "warmup steps must be >= 0, got " + std::to_string(s.warmup_steps));
-  TESSERA_CHECK_INPUT(s.total_steps >= 0, "total steps must be >= 0, got " + std::to_string(s.total_steps));
 }
 
-double lr_at(int64_t step, const LrSchedule& s) {
+double lr_at(int64_t step, const LrSchedule& s, int64_t total_steps) {
   if (step < s.warmup_steps) return s.lr * double(step + 1) / double(s.warmup_steps);
   if (s.kind == Schedule::Constant) return s.lr;
-  const int64_t decay_steps = s.total_steps - s.warmup_steps;
+  const int64_t decay_steps = total_steps - s.warmup_steps;
   const double progress =
       decay_steps <= 0 ? 1.0 : std::clamp(double(step - s.warmup_steps) / double(decay_steps), 0.0, 1.0);
   if (s.kind == Schedule::Linear) return s.min_lr + (s.lr - s.min_lr) * (1 - progress);

@@ -13,17 +13,20 @@
 
 namespace tessera::optim {
 
+// The schedule's settings, owned here: the schema binds train.lr, train.min_lr, train.warmup_steps
+// and train.schedule to these fields (their defaults are these initialisers). The run's length
+// (train.steps) is the loop's, passed to lr_at().
 struct LrSchedule {
   double lr = 3e-4;
-  double min_lr = 0.0;
-  int64_t warmup_steps = 0;
-  int64_t total_steps = 0;
+  double min_lr = 3e-5;
+  int64_t warmup_steps = 5;
   Schedule kind = Schedule::Cosine;  // names.h
 };
 
 // Throws Error(Input) for negative steps or lr, or min_lr > lr.
 void validate(const LrSchedule& schedule);
 
-double lr_at(int64_t step, const LrSchedule& schedule);
+// The learning rate of 0-based step `step` of a run of `total_steps`.
+double lr_at(int64_t step, const LrSchedule& schedule, int64_t total_steps);
 
 }  // namespace tessera::optim

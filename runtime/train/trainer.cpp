@@ -138,13 +138,13 @@ struct Trainer::Impl {
   comm::ProcessGroups host;    // MPI/self communicators over the same ranks
   at::Device device = at::kCPU;
   fsdp::Options fopts;
-  TrainOptions opts;
+  Settings cfg;          // the run's settings (options.h), each part read by its owner
+  Console console;       // where rank 0's lines for people go (set_console; default: nowhere)
   std::shared_ptr<const data::TokenDataset> dataset, val;
   nlohmann::json run_state;
   std::unique_ptr<fsdp::Engine> engine;
   std::unique_ptr<optim::AdamW> adamw;
   std::unique_ptr<data::DistributedSampler> sampler;
-  optim::LrSchedule schedule;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer;
   int64_t step = 0;
   device::Peak peak;       // MFU's denominator per rank (flops 0: unknown)
@@ -162,11 +162,11 @@ struct Trainer::Impl {
     s["step"] = step;
     s["sampler"] = sampler ? sampler->state() : nlohmann::json(nullptr);
     s["optimizer"] = {{"step_count", adamw->step_count()}};
-    s["rng"] = {{"data_seed", opts.seed}};
+    s["rng"] = {{"data_seed", cfg.train.seed}};
     s["strategy"] = fsdp::to_string(fopts.strategy);
     s["world_size"] = groups.world->size();
     // checkpoint.keep_best: the checkpoint named here survives pruning (checkpoint.cpp prune()).
-    if (opts.keep_best && best_step >= 0) s["best"] = {{"step", best_step}, {"val_loss", best_val_loss}};
+    if (cfg.checkpoint.keep_best && best_step >= 0) s["best"] = {{"step", best_step}, {"val_loss", best_val_loss}};
     s["numerics"] = guard.state();
     if (scaler.enabled()) s["numerics"]["loss_scale"] = scaler.state();
     return s;
@@ -193,7 +193,7 @@ struct Trainer::Impl {
   at::Tensor forward(const data::Batch& b, double scale, bool last, QueuedStep& q);
   void backward(const at::Tensor& loss, double scale, QueuedStep& q);
   void optimizer_step(QueuedStep& q);
-  // optim.in_backward (TrainOptions::optimizer_in_backward): the step's loss agreed before the last
+  // optim.in_backward (optim::Options::in_backward): the step's loss agreed before the last
   // backward, each unit's update from the engine's on_grad_ready hook, the norm checked after.
   bool loss_finite_before_update(QueuedStep& q);
   void update_in_backward(int unit);
@@ -230,7 +230,7 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, TrainOptions opts,
+Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, const Settings& settings,
                  std::shared_ptr<const data::TokenDataset> dataset, nlohmann::json run_state,
                  const comm::ProcessGroups& host_groups)
     : impl_(std::make_unique<Impl>()) {
@@ -246,44 +246,33 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   // null on a CPU (host clocks).
   profile::set_device_clock(profile::device_clock_for(im.device));
   im.fopts = fsdp_opts;
-  im.opts = opts;
+  im.cfg = settings;
   im.dataset = std::move(dataset);
   im.run_state = std::move(run_state);
   memory::install();
   im.base_rss = memory::rss_bytes();
   im.engine = std::make_unique<fsdp::Engine>(im.lm.units, im.lm.layer, groups, fsdp_opts, im.lm.decay);
-  optim::AdamWOptions ao;
-  ao.lr = opts.lr;
-  ao.beta1 = opts.beta1;
-  ao.beta2 = opts.beta2;
-  ao.eps = opts.eps;
-  ao.weight_decay = opts.weight_decay;
-  ao.state_dtype = opts.optimizer_state_dtype;
-  ao.fused_cpu = !opts.device_step;
+  // fp16 anywhere in the gradient path gets dynamic loss scaling (numerics.h).
+  const bool loss_scaling =
+      settings.train.loss_scaling || fsdp_opts.param_dtype == at::kHalf || fsdp_opts.reduce_dtype == at::kHalf;
+  validate(settings, loss_scaling);
+  optim::AdamWOptions ao(settings.optim);
+  ao.fused_cpu = !settings.train.device_step;
   im.adamw = std::make_unique<optim::AdamW>(ao);
-  TESSERA_CHECK_INPUT(opts.max_skipped_steps >= 0, "train.max_skipped_steps must be >= 0 (got " +
-                                                        std::to_string(opts.max_skipped_steps) + ")");
-  im.guard = NumericsGuard(opts.max_skipped_steps);
-  if (opts.optimizer_in_backward) {
-    TESSERA_CHECK_INPUT(opts.clip <= 0 && !opts.loss_scaling,
-                        "optim.in_backward needs train.clip = 0 and no fp16 loss scaling (fsdp.mixed_precision / fsdp.reduce_dtype fp16)");
+  im.guard = NumericsGuard(settings.train.max_skipped_steps);
+  if (settings.optim.in_backward) {
     im.engine->on_grad_ready([&im](int unit) { im.update_in_backward(unit); });
     if (fsdp_opts.offload != fsdp::Offload::None) im.host_updates = std::make_unique<HostUpdateThread>();
   }
-  im.scaler = LossScaler(opts.loss_scaling);
-  im.schedule = {opts.lr, opts.min_lr, opts.warmup_steps, opts.steps, opts.schedule};
-  optim::validate(im.schedule);
+  im.scaler = LossScaler(loss_scaling);
   if (im.dataset) {
     // Every rank is a data-parallel rank, whatever the sharding strategy.
     im.sampler = std::make_unique<data::DistributedSampler>(im.dataset->num_sequences(), groups.world->size(),
-                                                            groups.world->rank(), opts.micro_batch,
-                                                            opts.grad_accum, opts.seed);
+                                                            groups.world->rank(), settings.train.micro_batch,
+                                                            settings.train.grad_accum, settings.train.seed);
   }
-  if (!opts.checkpoint_dir.empty()) {
-    checkpoint::SaveOptions so;
-    so.keep = opts.checkpoint_keep;
-    so.async = opts.checkpoint_async;
-    im.checkpointer = std::make_unique<checkpoint::Checkpointer>(opts.checkpoint_dir, so, im.host);
+  if (!settings.checkpoint.dir.empty()) {
+    im.checkpointer = std::make_unique<checkpoint::Checkpointer>(settings.checkpoint, im.host);
     im.checkpointer->begin_lineage(0, "");  // a fresh run, unless resume() says otherwise
   }
 }
@@ -353,7 +342,7 @@ at::Tensor Trainer::Impl::summed_loss(const data::Batch& b, double grad_scale) {
   at::Tensor h = lm.embed(device::to_device(b.inputs, device));
   for (int64_t i = 0; i < eng.num_layers(); ++i) h = eng.run_layer(i, h);
   profile::Phase head = profile::Phase::label("head and loss");
-  return lm.head_loss(h, device::to_device(b.labels, device), grad_scale, opts.device_step);
+  return lm.head_loss(h, device::to_device(b.labels, device), grad_scale, cfg.train.device_step);
 }
 
 // The step's micro-batches, and the number of target tokens they hold on all ranks (one host
@@ -362,7 +351,7 @@ std::vector<data::Batch> Trainer::Impl::next_batches(QueuedStep& q) {
   profile::Phase data_part(profile::Part::Data);
   std::vector<data::Batch> batches;
   at::Tensor count = at::zeros({1}, at::kLong);
-  for (int64_t a = 0; a < opts.grad_accum; ++a) {
+  for (int64_t a = 0; a < cfg.train.grad_accum; ++a) {
     batches.push_back(dataset->batch(sampler->micro_batch(step, static_cast<int>(a))));
     count.data_ptr<int64_t>()[0] += batches.back().targets;
   }
@@ -426,9 +415,9 @@ void Trainer::Impl::optimizer_step(QueuedStep& q) {
   const optim::ShardView view = engine->optimizer_view();
   inject_test_faults(view, q);
   scaler.unscale(view.grads());  // before the norm and clipping see them
-  const optim::Clipped clipped = optim::clip(view, opts.clip, adamw->options().fused_cpu);
+  const optim::Clipped clipped = optim::clip(view, cfg.optim.clip, adamw->options().fused_cpu);
   q.grad_norm = clipped.norm;
-  q.lr = optim::lr_at(step, schedule);
+  q.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
   {
     profile::Phase sync(profile::Part::SyncWait);
     groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
@@ -451,7 +440,7 @@ bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
     profile::Phase sync(profile::Part::SyncWait);
     q.skipped = host.world->any(!std::isfinite(loss));
   }
-  q.lr = optim::lr_at(step, schedule);
+  q.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
   in_bwd = {!q.skipped, adamw->step_count(), q.lr, {}, &q};
   if (host_updates) host_updates->begin(test_fault("hold-host-update", groups.world->rank(), step + 1));
   return !q.skipped;
@@ -540,7 +529,7 @@ QueuedStep Trainer::Impl::queue_step() {
       if (abandon_if_preempted(a, q)) return q;
       const bool last = a + 1 == batches.size();
       const at::Tensor loss = forward(batches[a], scale, last, q);
-      if (last && opts.optimizer_in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
+      if (last && cfg.optim.in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
       backward(loss, scale, q);
     }
   } catch (...) {
@@ -548,7 +537,7 @@ QueuedStep Trainer::Impl::queue_step() {
     if (host_updates) host_updates->abandon();  // no job outlives the step that handed it over
     throw;
   }
-  if (opts.optimizer_in_backward) finish_in_backward(q);
+  if (cfg.optim.in_backward) finish_in_backward(q);
   else optimizer_step(q);
   engine->after_step();
   engine->zero_grad();
@@ -598,7 +587,7 @@ bool Trainer::Impl::skip_step(QueuedStep& q) {
 
 StepRecord Trainer::Impl::record(const QueuedStep& q) {
   Impl& im = *this;
-  const int64_t T = im.opts.seq_len, accum = im.opts.grad_accum;
+  const int64_t T = im.dataset->seq_len(), accum = im.cfg.train.grad_accum;
   StepRecord r;
   r.step = im.step;
   r.device = device::describe(im.device);
@@ -612,7 +601,7 @@ StepRecord Trainer::Impl::record(const QueuedStep& q) {
   r.loss_scale = im.scaler.enabled() ? q.loss_scale : 0.0;
   r.time = profile::end_step();
   r.step_time_s = seconds_since(q.t0);
-  const double tokens = static_cast<double>(im.groups.world->size() * im.opts.micro_batch * accum * T);
+  const double tokens = static_cast<double>(im.groups.world->size() * im.cfg.train.micro_batch * accum * T);
   r.tokens_per_s = tokens / r.step_time_s;
   if (im.lm.flops_per_token) {  // model FLOP/s of all ranks over the peak of all ranks
     const double model_flops = r.tokens_per_s * im.lm.flops_per_token(T);
@@ -644,11 +633,11 @@ std::string Trainer::save_checkpoint() {
   if (test_fault("stall-save", im.groups.world->rank(), im.step)) raise(SIGSTOP);
   auto timing = im.checkpointer->save(im.step, *im.engine, im.checkpoint_state(), im.state_json());
   im.last_checkpoint = im.checkpointer->root() + "/step-" + std::to_string(im.step);
-  if (!im.opts.quiet && im.groups.world->rank() == 0) {
+  if (im.console.out && im.groups.world->rank() == 0) {
     char buf[160];
     snprintf(buf, sizeof(buf), "checkpoint step-%ld: loop blocked %.2fs%s", static_cast<long>(im.step),
-             timing.blocked_s, im.opts.checkpoint_async ? " (writing in the background)" : "");
-    std::cout << buf << std::endl;
+             timing.blocked_s, im.cfg.checkpoint.async ? " (writing in the background)" : "");
+    im.console.out(buf);
   }
   return im.checkpointer->root() + "/step-" + std::to_string(im.step);
 }
@@ -672,12 +661,12 @@ class RunLog {
  public:
   RunLog(const Trainer::Impl& im, int64_t start_step) : im_(im), start_step_(start_step), t_start_(Clock::now()) {
     rank0_ = im.groups.world->rank() == 0;
-    if (!rank0_ || im.opts.log_dir.empty()) return;
-    const std::string path = im.opts.log_dir + "/metrics.jsonl";
+    if (!rank0_ || im.cfg.log_dir().empty()) return;
+    const std::string path = im.cfg.log_dir() + "/metrics.jsonl";
     std::string why;  // appended to (a resumed run), never through a link (util/output_file.h)
     if (!metrics_.open(path, util::OutputFile::Mode::Append, why))
       throw TESSERA_INPUT_ERROR("cannot open the metrics file " + path + " for appending: " + why);
-    if (im.opts.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(im.opts.log_dir);
+    if (im.cfg.log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(im.cfg.log_dir());
   }
 
   void step(const StepRecord& r, bool trace_done) {
@@ -687,32 +676,30 @@ class RunLog {
       metrics_.write(rec.dump() + "\n");  // one write per record: a crashed run keeps what it logged
       if (tensorboard_) tensorboard_->add_scalars(r.step, tensorboard_scalars(rec));
     }
-    if (im_.opts.quiet) return;
-    if (r.step % im_.opts.log_every == 0 || r.step == im_.opts.steps || r.evaluated) std::cout << progress_line(r) << std::endl;
+    const Console& c = im_.console;
+    if (!c.out) return;
+    if (r.step % im_.cfg.log.every == 0 || r.step == im_.cfg.train.steps || r.evaluated) c.out(progress_line(r));
     if (trace_done)
-      std::cout << "trace of steps " << std::max(im_.opts.profile_first, start_step_ + 1) << "-" << r.step << ": "
-                << im_.opts.log_dir << "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)" << std::endl;
+      c.out("trace of steps " + std::to_string(std::max(im_.cfg.train.profile_steps.at(0), start_step_ + 1)) + "-" +
+            std::to_string(r.step) + ": " + im_.cfg.log_dir() + "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)");
     if (r.skipped) {
-      // One write of the whole line: Open MPI 5's output forwarding can cut a line written in
-      // pieces and deliver a piece on the wrong stream (stderr's "tessera: warning: step " was
-      // seen in front of a progress line on stdout).
       std::ostringstream w;
-      w << "tessera: warning: step " << r.step << ": " << im_.guard.last_reason()
+      w << "step " << r.step << ": " << im_.guard.last_reason()
         << "; optimizer step skipped on every rank (" << im_.guard.consecutive() << " in a row, " << r.skipped_steps
-        << " in total; train.max_skipped_steps " << im_.opts.max_skipped_steps << ")\n";
-      std::cerr << w.str() << std::flush;
+        << " in total; train.max_skipped_steps " << im_.cfg.train.max_skipped_steps << ")";
+      if (c.warn) c.warn(w.str());
     }
   }
 
   // Where the time went: the median step (the first step of the run, with its warm-up, left out).
   void summary(const std::vector<StepRecord>& records) const {
-    if (!rank0_ || im_.opts.quiet || records.empty()) return;
+    if (!rank0_ || !im_.console.out || records.empty()) return;
     std::vector<profile::Breakdown> times;
     for (size_t i = records.size() > 1 ? 1 : 0; i < records.size(); ++i) times.push_back(records[i].time);
     const profile::Breakdown m = profile::median(times);
     char head[96];
     snprintf(head, sizeof(head), "time per step (median of %zu, %.3f s): ", times.size(), m.step_s);
-    std::cout << head << m.summary() << std::endl;
+    im_.console.out(head + m.summary());
   }
 
  private:
@@ -746,7 +733,7 @@ class RunLog {
 
   std::string progress_line(const StepRecord& r) const {
     const double done = static_cast<double>(r.step - start_step_);
-    const double eta = seconds_since(t_start_) / done * static_cast<double>(im_.opts.steps - r.step);
+    const double eta = seconds_since(t_start_) / done * static_cast<double>(im_.cfg.train.steps - r.step);
     char val[64] = "";
     if (r.evaluated) snprintf(val, sizeof(val), " | val %.4f (ppl %.2f)", r.val_loss, std::exp(r.val_loss));
     // Numerics: the fp16 loss scale, and this step skipped / the run's skipped steps so far.
@@ -764,7 +751,7 @@ class RunLog {
     char line[420];
     snprintf(line, sizeof(line),
              "step %ld/%ld | loss %.4f%s | gnorm %.3f%s | lr %.2e | %.0f tok/s | MFU %s | mem %.0f MiB | ETA %s",
-             static_cast<long>(r.step), static_cast<long>(im_.opts.steps), r.loss, val, r.grad_norm, num, r.lr,
+             static_cast<long>(r.step), static_cast<long>(im_.cfg.train.steps), r.loss, val, r.grad_norm, num, r.lr,
              r.tokens_per_s, mfu, mem / 1048576.0, format_duration(eta).c_str());
     return line;
   }
@@ -782,14 +769,15 @@ class RunLog {
 // train.profile_steps: the trace starts with its first step (or the first step of a resumed run
 // inside the window) and is written after its last. Returns whether step `next` ends the trace.
 bool Trainer::Impl::trace_around(int64_t next, bool before) {
-  const bool traced = opts.profile_last > 0 && next >= opts.profile_first && next <= opts.profile_last;
+  const std::vector<int64_t>& window = cfg.train.profile_steps;  // [first, last] or empty (validated)
+  const bool traced = !window.empty() && next >= window[0] && next <= window[1];
   if (before) {
     if (traced && !profile::tracing()) profile::start_trace();
     return false;
   }
-  const bool done = traced && (next == opts.profile_last || next == opts.steps);
+  const bool done = traced && (next == window[1] || next == cfg.train.steps);
   if (done)
-    profile::write_trace(opts.log_dir + "/trace-rank-" + std::to_string(groups.world->rank()) + ".json",
+    profile::write_trace(cfg.log_dir() + "/trace-rank-" + std::to_string(groups.world->rank()) + ".json",
                          groups.world->rank());
   return done;
 }
@@ -797,7 +785,7 @@ bool Trainer::Impl::trace_around(int64_t next, bool before) {
 // Validation every eval.every steps and at the end (not when stopping: time is short then). Returns
 // whether it found a new best validation loss.
 bool Trainer::Impl::validate_if_due(Trainer& self, StepRecord& r, bool stopping) {
-  if (!val || stopping || !(step == opts.steps || (opts.eval_every > 0 && step % opts.eval_every == 0))) return false;
+  if (!val || stopping || !(step == cfg.train.steps || (cfg.eval.every > 0 && step % cfg.eval.every == 0))) return false;
   const EvalResult e = self.evaluate();
   r.evaluated = true;
   r.val_loss = e.loss;
@@ -811,23 +799,23 @@ bool Trainer::Impl::validate_if_due(Trainer& self, StepRecord& r, bool stopping)
 // (checkpoint.keep_best), and at the end.
 bool Trainer::Impl::checkpoint_due(bool stopping, bool new_best) const {
   if (!checkpointer) return false;
-  const bool periodic = opts.checkpoint_every > 0 && step % opts.checkpoint_every == 0;
-  return stopping || periodic || (new_best && opts.keep_best) || step == opts.steps;
+  const bool periodic = cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0;
+  return stopping || periodic || (new_best && cfg.checkpoint.keep_best) || step == cfg.train.steps;
 }
 
 RunResult Trainer::run() {
   Impl& im = *impl_;
   RunResult res;
   res.start_step = im.step;
-  im.peak = device::peak_flops(im.device, im.fopts.param_dtype, at::get_num_threads(), im.opts.peak_flops);
+  im.peak = device::peak_flops(im.device, im.fopts.param_dtype, at::get_num_threads(), im.cfg.train.peak_flops);
   im.gemm_flops = measure_gemm_flops(im.fopts.param_dtype, im.device);
-  if (im.groups.world->rank() == 0 && !im.opts.quiet) std::cout << describe_peak(im.peak) << std::endl;
+  if (im.groups.world->rank() == 0 && im.console.out) im.console.out(describe_peak(im.peak));
   // Rank 0 opens the run's log files (a link planted at metrics.jsonl is refused there): every rank
   // learns of it, and ends with the same line.
   std::unique_ptr<RunLog> run_log;
   throw_if_any(*im.host.world, capture_error([&] { run_log = std::make_unique<RunLog>(im, res.start_step); }));
   RunLog& log = *run_log;
-  while (im.step < im.opts.steps) {
+  while (im.step < im.cfg.train.steps) {
     const int64_t next = im.step + 1;
     // The step's collectives, its stop vote and validation all carry "train step" (flight recorder).
     profile::Phase train_step = profile::Phase::activity(next, "train step");
@@ -861,6 +849,8 @@ RunResult Trainer::run() {
   return res;
 }
 
+void Trainer::set_console(Console console) { impl_->console = std::move(console); }
+
 void Trainer::set_validation(std::shared_ptr<const data::TokenDataset> val) { impl_->val = std::move(val); }
 
 Trainer::EvalResult Trainer::evaluate() {
@@ -868,7 +858,7 @@ Trainer::EvalResult Trainer::evaluate() {
   TESSERA_CHECK(im.val, "evaluate() needs a validation set");
   torch::NoGradGuard no_grad;
   fsdp::Engine& eng = *im.engine;
-  const int64_t W = im.groups.world->size(), rank = im.groups.world->rank(), m = im.opts.micro_batch;
+  const int64_t W = im.groups.world->size(), rank = im.groups.world->rank(), m = im.cfg.train.micro_batch;
   const int64_t rows = im.val->num_sequences();
   const int64_t passes = ((rows + W - 1) / W + m - 1) / m;  // the same on every rank
   at::Tensor sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(im.device));  // loss, targets

@@ -8,7 +8,7 @@
 // device the step queues its work with one host synchronisation per step: the numerics guard
 // reads the step's loss and gradient norm before the optimizer (numerics.h: a non-finite one skips
 // the step on every rank, as torch.cuda.amp.GradScaler.step reads found_inf).
-// fsdp.mixed_precision / reduce_dtype fp16 add dynamic loss scaling (TrainOptions::loss_scaling).
+// fsdp.mixed_precision / reduce_dtype fp16 add dynamic loss scaling (the trainer derives it from the engine's dtypes).
 //
 // THREADS. A Trainer is built, driven and destroyed by one thread (the launcher's main thread) and
 // is not thread-safe; it holds no locks. Every method is collective (all ranks call it in the same
@@ -51,6 +51,7 @@
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/names.h"
 #include "runtime/profile/step_profile.h"
+#include "runtime/train/options.h"
 
 namespace tessera::data {
 class TokenDataset;
@@ -75,7 +76,7 @@ struct CausalLm {
   // the model may fuse it so that the logits never exist (CausalLmModule::head_loss: its default
   // is head + cross_entropy). Training and validation call it. grad_scale: the loss scale backward
   // will carry (fp16), a hint for a fused head; device_rows: skip ignored rows as a GPU does, on any
-  // device (TrainOptions::device_step) -- model::HeadLoss.
+  // device (LoopOptions::device_step) -- model::HeadLoss.
   std::function<at::Tensor(const at::Tensor& h, const at::Tensor& labels, double grad_scale, bool device_rows)> head_loss;
   // Called before every forward with that batch's layout; the model keeps it for the layer calls of
   // the micro-batch (activation-checkpointing recompute in its backward included). Empty: the model
@@ -86,43 +87,11 @@ struct CausalLm {
   std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables
 };
 
-struct TrainOptions {
-  int64_t steps = 20, micro_batch = 2, grad_accum = 1, seq_len = 128;
-  double lr = 3e-4, min_lr = 3e-5;
-  int64_t warmup_steps = 5;
-  optim::Schedule schedule = optim::Schedule::Cosine;
-  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
-  at::ScalarType optimizer_state_dtype = at::kFloat;  // AdamW moments (optim.state_dtype)
-  uint64_t seed = 42;
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
-  int checkpoint_keep = 2;
-  bool checkpoint_async = false;
-  bool keep_best = false;  // keep the checkpoint with the lowest validation loss beside the last K
-  std::string log_dir;
-  int64_t log_every = 1;
-  int64_t eval_every = 0;  // validation every N steps (0: only at the end); needs set_validation()
-  int preempt_signal = 0;  // SIGUSR1 / SIGUSR2 (SIGTERM is always handled)
-  bool quiet = false;      // no progress lines (tests)
-  // The step as a GPU runs it, on any device: AdamW and the gradient norm as tensor operations,
-  // clipping on the device (bench step counts that step's operators; tests check it trains the same).
-  bool device_step = false;
-  // Numerics (numerics.h): skipped steps in a row that end the run (0: never), and fp16 dynamic
-  // loss scaling (the launcher turns it on when fp16 is the compute or the reduction dtype).
-  int64_t max_skipped_steps = 10;
-  bool loss_scaling = false;
-  // optim.in_backward: each unit's AdamW update runs in backward as soon as its gradient shard is
-  // final, which is then released (gradient memory O(unit)). Needs clip 0 and no loss scaling
-  // (the configuration refuses both). A non-finite loss, known before backward, skips the step with
-  // every unit untouched; a non-finite gradient with a finite loss, seen only after some units were
-  // updated, stops the run (CollectiveError) before anything of the step is saved.
-  bool optimizer_in_backward = false;
-  // train.profile_steps: a Chrome trace of steps [first, last] (1-based, inclusive) into
-  // <log_dir>/trace-rank-<r>.json, written by every rank after step `last` (0, 0: none).
-  int64_t profile_first = 0, profile_last = 0;
-  // MFU's denominator (runtime/device/peak_flops.h): FLOP/s of one rank; 0: the hardware's peak.
-  double peak_flops = 0;
-  bool tensorboard = false;  // log.tensorboard: <log_dir>/events.out.tfevents.* (rank 0; tensorboard.h)
+// Where rank 0's lines for people go: `out` the progress line (every log.every steps), the peak
+// line, checkpoint and trace notes, the time summary; `warn` a skipped step. The caller renders
+// them (the launcher prints them); empty (the default): the trainer prints nothing.
+struct Console {
+  std::function<void(const std::string&)> out, warn;
 };
 
 struct StepRecord {
@@ -161,7 +130,8 @@ struct RunResult {
 class Trainer {
  public:
   // host_groups: MPI (or self) groups over the same ranks; empty (default): `groups` (CPU runs).
-  Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, TrainOptions opts,
+  // `settings` (options.h) are validated here too (validate(): the same check as the launcher's).
+  Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options fsdp_opts, const Settings& settings,
           std::shared_ptr<const data::TokenDataset> dataset, nlohmann::json run_state,
           const comm::ProcessGroups& host_groups = {});
   ~Trainer();
@@ -178,7 +148,8 @@ class Trainer {
   // Restores shards, optimizer and sampler from a checkpoint directory; returns its step.
   int64_t resume(const std::string& ckpt_dir);
   StepRecord train_step();  // one optimizer step (grad_accum micro-batches)
-  RunResult run();          // from the current step to opts.steps, with logging/checkpoints/signals
+  RunResult run();          // from the current step to train.steps, with logging/checkpoints/signals
+  void set_console(Console console);  // before run(); default: silent
   std::string save_checkpoint();  // returns the directory written
   std::string save_abandoned(int64_t start_step);  // after a step abandoned on a stop request
   int64_t step() const;
@@ -188,7 +159,7 @@ class Trainer {
   // Forward only (no grad, FSDP-sharded): next-token cross entropy per sequence for [B, T] tokens.
   std::vector<double> sequence_losses(const at::Tensor& tokens);
 
-  // The validation set: evaluated every opts.eval_every steps and at the end of run().
+  // The validation set: evaluated every eval.every steps and at the end of run().
   void set_validation(std::shared_ptr<const data::TokenDataset> val);
   // Mean cross entropy over every target token of the validation set (forward only, FSDP-sharded:
   // rank r evaluates rows r, r + W, ... in micro_batch-sized batches; all ranks run the same number

@@ -36,6 +36,7 @@ if grep -q "$head $((step + 1)) (" "$T/dx"; then
   check "diagnose: interrupted during step $((step + 1)), which was abandoned; step-$step is saved" grep -q \
     "$head $((step + 1)) (Ctrl-C under mpirun, preemption or scancel), not a hang; the ranks stopped during that step and the last complete step is saved ($T/ck/step-$step," "$T/dx"
 else
+  grep -q "$head $step (" "$T/dx" || { echo "saved step-$step; diagnose said:"; cat "$T/dx"; }
   check "diagnose: interrupted, not a failed collective" \
     grep -q "$head $step (Ctrl-C under mpirun, preemption or scancel), not a hang" "$T/dx"
 fi

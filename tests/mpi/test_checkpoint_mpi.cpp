@@ -54,7 +54,7 @@ TEST_F(MpiCheckpointTest, SameWorldRoundTripIsBitExactForEveryStrategy) {
     SCOPED_TRACE(tessera::fsdp::to_string(s));
     auto a = engine_for(s);
     fill(*a, 21);
-    Checkpointer ck(dir + "/" + tessera::fsdp::to_string(s), {}, world_groups());
+    Checkpointer ck(test_policy(dir + "/" + tessera::fsdp::to_string(s)), world_groups());
     const auto t = ck.save(3, *a, a->kinds, test_state(3));
     EXPECT_EQ(t.bytes > 0, a->replicate_group().rank() == 0);  // replicas do not write
     auto b = engine_for(s);
@@ -74,7 +74,7 @@ TEST_F(MpiCheckpointTest, ReshardsBetweenWorldSizesAndStrategies) {
   // Saved at W = np (full_shard), loaded at every W' dividing np.
   auto a = make_engine(world_groups(), Strategy::FullShard);
   fill(*a, 31);
-  const std::string full = Checkpointer(dir + "/full", {}, world_groups()).save(10, *a, a->kinds, test_state(10)).dir;
+  const std::string full = Checkpointer(test_policy(dir + "/full"), world_groups()).save(10, *a, a->kinds, test_state(10)).dir;
   for (int w : {4, 2, 1}) {
     if (w > np || np % w) continue;
     SCOPED_TRACE("load at W=" + std::to_string(w));
@@ -86,7 +86,7 @@ TEST_F(MpiCheckpointTest, ReshardsBetweenWorldSizesAndStrategies) {
   if (world().rank() == 0) {
     auto solo = make_engine(self_groups(), Strategy::FullShard);
     fill(*solo, 41);
-    Checkpointer(dir + "/solo", {}, self_groups()).save(1, *solo, solo->kinds, test_state(1));
+    Checkpointer(test_policy(dir + "/solo"), self_groups()).save(1, *solo, solo->kinds, test_state(1));
   }
   world().barrier()->wait();
   auto c = make_engine(world_groups(), Strategy::FullShard);
@@ -95,13 +95,13 @@ TEST_F(MpiCheckpointTest, ReshardsBetweenWorldSizesAndStrategies) {
   // hybrid_shard (2 files at np=4) -> full_shard, and no_shard (1 file) -> hybrid_shard.
   auto h = engine_for(Strategy::HybridShard);
   fill(*h, 51);
-  const std::string hyb = Checkpointer(dir + "/hybrid", {}, world_groups()).save(2, *h, h->kinds, test_state(2)).dir;
+  const std::string hyb = Checkpointer(test_policy(dir + "/hybrid"), world_groups()).save(2, *h, h->kinds, test_state(2)).dir;
   auto f = make_engine(world_groups(), Strategy::FullShard);
   tessera::checkpoint::load(hyb, *f, f->kinds);
   EXPECT_EQ(mismatches(*f, 51), 0);
   auto n = engine_for(Strategy::NoShard);
   fill(*n, 61);
-  const std::string ns = Checkpointer(dir + "/noshard", {}, world_groups()).save(2, *n, n->kinds, test_state(2)).dir;
+  const std::string ns = Checkpointer(test_policy(dir + "/noshard"), world_groups()).save(2, *n, n->kinds, test_state(2)).dir;
   auto h2 = engine_for(Strategy::HybridShard);
   tessera::checkpoint::load(ns, *h2, h2->kinds);
   EXPECT_EQ(mismatches(*h2, 61), 0);
@@ -110,7 +110,7 @@ TEST_F(MpiCheckpointTest, ReshardsBetweenWorldSizesAndStrategies) {
 TEST_F(MpiCheckpointTest, AsyncSaveOverlapsTrainingCollectives) {
   auto a = make_engine(world_groups(), Strategy::FullShard);
   fill(*a, 71);
-  Checkpointer ck(dir, {3, true}, world_groups());
+  Checkpointer ck(test_policy(dir, 3, true), world_groups());
   const auto t = ck.save(5, *a, a->kinds, test_state(5));
   EXPECT_GE(t.blocked_s, 0);
   // Training goes on: the engine's own collectives and new values while the save is in flight.
@@ -131,7 +131,7 @@ TEST_F(MpiCheckpointTest, AsyncSaveOverlapsTrainingCollectives) {
 TEST_F(MpiCheckpointTest, CorruptionIsTheSameErrorOnEveryRank) {
   auto a = make_engine(world_groups(), Strategy::FullShard);
   fill(*a, 81);
-  const std::string ck = Checkpointer(dir, {}, world_groups()).save(1, *a, a->kinds, test_state(1)).dir;
+  const std::string ck = Checkpointer(test_policy(dir), world_groups()).save(1, *a, a->kinds, test_state(1)).dir;
   const int last = world().size() - 1;
   const std::string file = ck + "/" + (last ? "rank-0000" + std::to_string(last) + ".bin" : "rank-00000.bin");
   if (world().rank() == 0) flip_byte(file, 64);
@@ -149,7 +149,7 @@ TEST_F(MpiCheckpointTest, CorruptionIsTheSameErrorOnEveryRank) {
   world().barrier()->wait();
   if (world().rank() == 0) write_file(dir + "/blocked", "x");
   world().barrier()->wait();
-  msg = error_of([&] { Checkpointer(dir + "/blocked", {}, world_groups()).save(2, *a, a->kinds, test_state(2)); });
+  msg = error_of([&] { Checkpointer(test_policy(dir + "/blocked"), world_groups()).save(2, *a, a->kinds, test_state(2)); });
   EXPECT_NE(msg.find(dir + "/blocked"), std::string::npos) << msg;
   EXPECT_TRUE(fs::exists(ck + "/manifest.json"));
 }
@@ -163,7 +163,7 @@ TEST(CheckpointCrash, SaveLoop) {
   const std::string root = std::string(d) + "/ckpt";
   const char* first = std::getenv("TESSERA_CKPT_CRASH_FIRST_STEP");
   auto e = make_engine(world_groups(), Strategy::FullShard, tiny_config(256));
-  Checkpointer ck(root, {2, std::getenv("TESSERA_CKPT_CRASH_ASYNC") != nullptr}, world_groups());
+  Checkpointer ck(test_policy(root, 2, std::getenv("TESSERA_CKPT_CRASH_ASYNC") != nullptr), world_groups());
   for (int64_t step = first ? std::atoll(first) : 1;; ++step) {
     fill(*e, step);
     ck.save(step, *e, e->kinds, test_state(step, tiny_config(256)));

@@ -77,14 +77,14 @@ model::TokenLayout layout_of(const data::Batch& b) {
 }
 
 // test::short_run (5 steps of 2 micro-batches, 32 tokens, lr 2e-3) with 2-row micro-batches.
-train::TrainOptions test_train_options() {
-  train::TrainOptions t = test::short_run();
-  t.micro_batch = 2;
-  t.min_lr = 2e-4;
-  t.warmup_steps = 2;
-  t.weight_decay = 0.1;
-  t.clip = 0.5;  // small enough to clip
-  t.eps = 1e-3;  // large enough that AdamW is NOT invariant to the gradient scale (catches a wrong average)
+train::Settings test_train_options() {
+  train::Settings t = test::short_run();
+  t.train.micro_batch = 2;
+  t.schedule.min_lr = 2e-4;
+  t.schedule.warmup_steps = 2;
+  t.optim.weight_decay = 0.1;
+  t.optim.clip = 0.5;  // small enough to clip
+  t.optim.eps = 1e-3;  // large enough that AdamW is NOT invariant to the gradient scale (catches a wrong average)
   return t;
 }
 
@@ -96,25 +96,24 @@ struct Reference {
 // Single process, no sharding: W ranks x micro m x accum a == 1 rank x micro m x accum a*W.
 // The loss of a step is the mean cross entropy over all its target tokens (every micro-batch's
 // summed loss divided by the step's total).
-Reference reference_run(const model::ModelConfig& cfg, const train::TrainOptions& t, int world,
+Reference reference_run(const model::ModelConfig& cfg, const train::Settings& t, int world,
                         const std::shared_ptr<data::TokenDataset>& dataset) {
   model::Llama m(cfg);
   model::init_weights(m, 1234);
-  data::DistributedSampler sampler(dataset->num_sequences(), 1, 0, static_cast<int>(t.micro_batch),
-                                   static_cast<int>(t.grad_accum * world), t.seed);
+  data::DistributedSampler sampler(dataset->num_sequences(), 1, 0, static_cast<int>(t.train.micro_batch),
+                                   static_cast<int>(t.train.grad_accum * world), t.train.seed);
   std::vector<torch::Tensor> decay, no_decay;
   for (auto& [name, p] : m->named_hf_parameters())  // no decay on norms (Qwen3's q/k norms too) and biases (Qwen2's)
     (model::is_norm_weight(name) || model::is_bias(name) ? no_decay : decay).push_back(p);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                 torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(t.weight_decay)));
+                                 torch::optim::AdamWOptions(t.schedule.lr).betas({t.optim.beta1, t.optim.beta2}).eps(t.optim.eps).weight_decay(t.optim.weight_decay)));
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
-                                    torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(0.0)));
+                                    torch::optim::AdamWOptions(t.schedule.lr).betas({t.optim.beta1, t.optim.beta2}).eps(t.optim.eps).weight_decay(0.0)));
   torch::optim::AdamW opt(groups);
-  optim::LrSchedule sched{t.lr, t.min_lr, t.warmup_steps, t.steps, t.schedule};
   Reference ref;
-  const int64_t accum = t.grad_accum * world;
-  for (int64_t step = 0; step < t.steps; ++step) {
+  const int64_t accum = t.train.grad_accum * world;
+  for (int64_t step = 0; step < t.train.steps; ++step) {
     opt.zero_grad();
     std::vector<data::Batch> batches;
     int64_t targets = 0;
@@ -133,8 +132,8 @@ Reference reference_run(const model::ModelConfig& cfg, const train::TrainOptions
     }
     std::vector<torch::Tensor> all;
     for (auto& [n, p] : m->named_hf_parameters()) all.push_back(p);
-    if (t.clip > 0) torch::nn::utils::clip_grad_norm_(all, t.clip);
-    double lr = optim::lr_at(step, sched);
+    if (t.optim.clip > 0) torch::nn::utils::clip_grad_norm_(all, t.optim.clip);
+    double lr = optim::lr_at(step, t.schedule, t.train.steps);
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     opt.step();
     ref.losses.push_back(loss_sum / static_cast<double>(targets));
@@ -183,15 +182,15 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessReference) {
     fo.activation_checkpointing = ac;
     fo.accumulate = pass == 2 ? fsdp::Accumulate::Unsharded : fsdp::Accumulate::Sharded;
     auto t = test_train_options();
-    if (!ac) t.clip = 0;  // unclipped: the gradients' absolute scale reaches the update
-    train::Trainer trainer(launcher::make_causal_lm(cfg), groups_for(strategy), fo, t, test_dataset(t.seq_len), {});
+    if (!ac) t.optim.clip = 0;  // unclipped: the gradients' absolute scale reaches the update
+    train::Trainer trainer(launcher::make_causal_lm(cfg), groups_for(strategy), fo, t, test_dataset(test::kSeqLen), {});
     test::init_weights(trainer, cfg);
     std::vector<double> losses;
-    for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
+    for (int s = 0; s < t.train.steps; ++s) losses.push_back(trainer.train_step().loss);
     auto got = gather_all(trainer.engine());
     static std::map<std::pair<int, double>, Reference> refs;  // the reference depends on W and clip
-    auto key = std::make_pair(W, t.clip);
-    if (!refs.count(key)) refs[key] = reference_run(cfg, t, W, test_dataset(t.seq_len));
+    auto key = std::make_pair(W, t.optim.clip);
+    if (!refs.count(key)) refs[key] = reference_run(cfg, t, W, test_dataset(test::kSeqLen));
     const Reference& ref = refs[key];
     std::string what = GetParam() + (ac ? " +AC" : "") + (pass == 2 ? " unsharded accumulation" : "") +
                        " W=" + std::to_string(W);
@@ -213,7 +212,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, FsdpEquivalence,
 // FSDP over every rank on `ds` from the reference's initial weights (seed 1234), with or without
 // activation checkpointing: losses and parameters equal the single-process reference `ref`.
 // counted (non-null): the operator counts of step 2 (caches built, moments allocated).
-void expect_run_matches(const Reference& ref, const model::ModelConfig& cfg, const train::TrainOptions& t,
+void expect_run_matches(const Reference& ref, const model::ModelConfig& cfg, const train::Settings& t,
                         const std::shared_ptr<data::TokenDataset>& ds, bool ac, const std::string& name,
                         profile::ops::Counts* counted = nullptr) {
   fsdp::Options fo;
@@ -221,7 +220,7 @@ void expect_run_matches(const Reference& ref, const model::ModelConfig& cfg, con
   train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, ds, {});
   test::init_weights(trainer, cfg);
   std::vector<double> losses;
-  for (int s = 0; s < t.steps; ++s) {
+  for (int s = 0; s < t.train.steps; ++s) {
     if (counted && s == 1) profile::ops::start();
     losses.push_back(trainer.train_step().loss);
     if (counted && s == 1) {
@@ -243,18 +242,18 @@ TEST(FsdpSft, MaskedPackedDataMatchesSingleProcessReference) {
   const auto cfg = test_config();
   const int W = world_groups().world->size();
   auto t = test_train_options();
-  t.micro_batch = 1;
-  t.grad_accum = 4 / std::min(W, 4) + 1;  // at W=4 still 2 micro-steps, each with its own target count
-  auto ds = sft_dataset(t.seq_len);
+  t.train.micro_batch = 1;
+  t.train.grad_accum = 4 / std::min(W, 4) + 1;  // at W=4 still 2 micro-steps, each with its own target count
+  auto ds = sft_dataset(test::kSeqLen);
   // The data really is packed and masked, and micro-batches carry different numbers of targets.
-  data::DistributedSampler probe(ds->num_sequences(), 1, 0, 1, static_cast<int>(t.grad_accum * W), t.seed);
+  data::DistributedSampler probe(ds->num_sequences(), 1, 0, 1, static_cast<int>(t.train.grad_accum * W), t.train.seed);
   std::set<int64_t> counts;
   bool packed = false;
-  for (int a = 0; a < t.grad_accum * W; ++a) {
+  for (int a = 0; a < t.train.grad_accum * W; ++a) {
     auto b = ds->batch(probe.micro_batch(0, a));
     counts.insert(b.targets);
     packed |= b.packed;
-    ASSERT_LT(b.targets, t.seq_len);  // prompts are not targets
+    ASSERT_LT(b.targets, test::kSeqLen);  // prompts are not targets
   }
   ASSERT_TRUE(packed);
   ASSERT_GT(counts.size(), 1u);
@@ -262,7 +261,7 @@ TEST(FsdpSft, MaskedPackedDataMatchesSingleProcessReference) {
   for (bool ac : {false, true}) expect_run_matches(ref, cfg, t, ds, ac, "sft");
 }
 
-// The step as a GPU runs it (TrainOptions::device_step: AdamW and the gradient norm as tensor
+// The step as a GPU runs it (LoopOptions::device_step: AdamW and the gradient norm as tensor
 // operations, clipping on the device, the head's ignored rows skipped by weight) trains like the
 // single-process reference on masked, packed data, and stays within the GPU's launch and sync
 // budget of issue 34, counted by profile::ops as bench step does: no host synchronisation inside
@@ -272,10 +271,10 @@ TEST(FsdpDeviceStep, TrainsLikeTheReferenceWithinTheGpuBudget) {
   const auto cfg = test_config();
   const int W = world_groups().world->size();
   auto t = test_train_options();
-  t.micro_batch = 1;
-  t.grad_accum = 2;
-  t.device_step = true;
-  auto ds = sft_dataset(t.seq_len);
+  t.train.micro_batch = 1;
+  t.train.grad_accum = 2;
+  t.train.device_step = true;
+  auto ds = sft_dataset(test::kSeqLen);
   const Reference ref = reference_run(cfg, t, W, ds);
   for (bool ac : {false, true}) {
     profile::ops::Counts counted;
@@ -307,8 +306,8 @@ TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
   ASSERT_LT(ds->num_sequences(), static_cast<int64_t>(docs.size()) / 2);  // several documents per row
   ASSERT_EQ(ds->num_sequences(), 7);  // at np 2 and 4 some rank runs a filler forward in the last pass
   auto t = test_train_options();
-  t.micro_batch = 1;
-  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, t, test_dataset(t.seq_len), {});
+  t.train.micro_batch = 1;
+  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, t, test_dataset(test::kSeqLen), {});
   test::init_weights(trainer, cfg);
   trainer.set_validation(ds);
   const auto packed = trainer.evaluate();
@@ -345,13 +344,13 @@ TEST_P(FamilyEquivalence, MatchesSingleProcessReference) {
   const auto cfg = model::ModelConfig::preset(GetParam());
   const int W = world_groups().world->size();
   auto t = test_train_options();
-  t.seq_len = 48;
+  const int64_t seq_len = 48;
   fsdp::Options fo;
-  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(seq_len), {});
   test::init_weights(trainer, cfg);
   std::vector<double> losses;
-  for (int s = 0; s < t.steps; ++s) losses.push_back(trainer.train_step().loss);
-  const Reference ref = reference_run(cfg, t, W, test_dataset(t.seq_len));
+  for (int s = 0; s < t.train.steps; ++s) losses.push_back(trainer.train_step().loss);
+  const Reference ref = reference_run(cfg, t, W, test_dataset(seq_len));
   const std::string what = GetParam() + " W=" + std::to_string(W);
   ASSERT_EQ(losses.size(), ref.losses.size());
   for (size_t i = 0; i < losses.size(); ++i)
@@ -375,7 +374,7 @@ TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
   auto cfg = test_config();
   cfg.num_hidden_layers = 5;
   auto t = test_train_options();
-  t.steps = 1;
+  t.train.steps = 1;
   for (int limit : {1, 2, 3}) {
     fsdp::Options fo;
     fo.strategy = fsdp::Strategy::FullShard;
@@ -390,7 +389,7 @@ TEST(FsdpMemory, GatheredLayersNeverExceedLimit) {
       max_live = std::max(max_live, live);
       return inner(i, h);
     };
-    train::Trainer trainer(lm, world_groups(), fo, t, test_dataset(t.seq_len), {});
+    train::Trainer trainer(lm, world_groups(), fo, t, test_dataset(test::kSeqLen), {});
     eng = &trainer.engine();
     test::init_weights(trainer, cfg);
     trainer.train_step();
@@ -409,15 +408,15 @@ TEST(FsdpMemory, ShardedAccumulationHoldsNoModelSizedGradient) {
   auto cfg = test_config();
   cfg.num_hidden_layers = 8;
   auto t = test_train_options();
-  t.steps = 1;
-  t.grad_accum = 3;
+  t.train.steps = 1;
+  t.train.grad_accum = 3;
   int64_t model_fp32 = 0;
   for (const auto& s : model::hf_tensor_specs(cfg)) model_fp32 += 4 * s.numel();
   int64_t peak[2] = {0, 0};
   for (int unsharded = 0; unsharded < 2; ++unsharded) {
     fsdp::Options fo;
     fo.accumulate = unsharded ? fsdp::Accumulate::Unsharded : fsdp::Accumulate::Sharded;
-    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(test::kSeqLen), {});
     test::init_weights(trainer, cfg);
     const auto r = trainer.train_step();
     peak[unsharded] = r.memory.tracked.bytes[static_cast<int>(memory::Category::UnsharedGrads)];
@@ -442,20 +441,20 @@ TEST(FsdpMemory, Bf16OptimizerStateTracksFp32) {
   std::map<std::string, torch::Tensor> params[2];
   for (int bf16 = 0; bf16 < 2; ++bf16) {
     auto tb = t;
-    tb.optimizer_state_dtype = bf16 ? at::kBFloat16 : at::kFloat;
-    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, tb, test_dataset(t.seq_len), {});
+    tb.optim.state_dtype = bf16 ? optim::StateDtype::BF16 : optim::StateDtype::F32;
+    train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, tb, test_dataset(test::kSeqLen), {});
     test::init_weights(trainer, cfg);
-    for (int s = 0; s < t.steps; ++s) {
+    for (int s = 0; s < t.train.steps; ++s) {
       const auto r = trainer.train_step();
       losses[bf16].push_back(r.loss);
-      if (s == t.steps - 1) {
+      if (s == t.train.steps - 1) {
         EXPECT_EQ(r.memory.tracked.bytes[static_cast<int>(memory::Category::Optimizer)],
                   (bf16 ? 4 : 8) * r.memory.tracked.bytes[static_cast<int>(memory::Category::Master)] / 4);
       }
     }
     params[bf16] = gather_all(trainer.engine());
   }
-  for (int s = 0; s < t.steps; ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 2e-3 * losses[0][s]) << "step " << s;
+  for (int s = 0; s < t.train.steps; ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 2e-3 * losses[0][s]) << "step " << s;
   expect_close(params[1], params[0], 2e-2, "bf16 moments");
   bool differs = false;
   for (const auto& [n, p] : params[0]) differs |= !torch::equal(p, params[1].at(n));
@@ -465,7 +464,7 @@ TEST(FsdpMemory, Bf16OptimizerStateTracksFp32) {
 // Evaluation holds what inference needs: masters and gathered units, no gradients, no moments.
 TEST(FsdpMemory, EvaluationAllocatesNoTrainingState) {
   const auto cfg = test_config();
-  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, train::TrainOptions{}, nullptr, {});
+  train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fsdp::Options{}, train::Settings{}, nullptr, {});
   test::init_weights(trainer, cfg);
   memory::reset_peak();
   auto losses = trainer.sequence_losses(torch::randint(cfg.vocab_size, {2, 16}, torch::kLong));
@@ -482,29 +481,29 @@ TEST(FsdpMemory, EvaluationAllocatesNoTrainingState) {
 TEST(FsdpResume, BitExactAtSameWorldSize) {
   const auto cfg = test_config();
   auto t = test_train_options();
-  t.steps = 10;
+  t.train.steps = 10;
   const test::SharedTempDir ck("tessera_resume_test");
   const std::string dir = ck.str();
   fsdp::Options fo;
   std::vector<double> straight;
   std::map<std::string, torch::Tensor> straight_params;
   {
-    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(test::kSeqLen), {});
     test::init_weights(tr, cfg);
     for (int s = 0; s < 10; ++s) straight.push_back(tr.train_step().loss);
     straight_params = gather_all(tr.engine());
   }
   auto t2 = t;
-  t2.checkpoint_dir = dir;
+  t2.checkpoint.dir = dir;
   std::vector<double> resumed;
   {
-    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(test::kSeqLen), {});
     test::init_weights(tr, cfg);
     for (int s = 0; s < 5; ++s) resumed.push_back(tr.train_step().loss);
     tr.save_checkpoint();
   }
   {
-    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(t.seq_len), {});
+    train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t2, test_dataset(test::kSeqLen), {});
     std::string latest = checkpoint::latest(dir);
     ASSERT_FALSE(latest.empty());
     EXPECT_EQ(tr.resume(latest), 5);
@@ -530,7 +529,7 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
   ASSERT_EQ(nccl.world->backend(), "nccl");
   const auto cfg = test_config();
   auto t = test_train_options();
-  t.steps = 4;
+  t.train.steps = 4;
   for (bool ac : {false, true}) {
     const test::SharedTempDir ck("tessera_cuda_test");
     const std::string dir = ck.str();
@@ -538,20 +537,20 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
     fo.activation_checkpointing = ac;
     std::vector<double> cpu_losses, gpu_losses;
     {
-      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
+      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(test::kSeqLen), {});
       test::init_weights(tr, cfg);
-      for (int s = 0; s < t.steps; ++s) cpu_losses.push_back(tr.train_step().loss);
+      for (int s = 0; s < t.train.steps; ++s) cpu_losses.push_back(tr.train_step().loss);
     }
     std::map<std::string, torch::Tensor> gpu_params;
     {
       fsdp::Options fg = fo;
       fg.device = gpu;
       auto tg = t;
-      tg.checkpoint_dir = dir;
-      train::Trainer tr(launcher::make_causal_lm(cfg), nccl, fg, tg, test_dataset(t.seq_len), {}, world_groups());
+      tg.checkpoint.dir = dir;
+      train::Trainer tr(launcher::make_causal_lm(cfg), nccl, fg, tg, test_dataset(test::kSeqLen), {}, world_groups());
       test::init_weights(tr, cfg);
       for (auto& sh : tr.engine().shards()) ASSERT_EQ(sh.master.device(), gpu);
-      for (int s = 0; s < t.steps; ++s) {
+      for (int s = 0; s < t.train.steps; ++s) {
         auto r = tr.train_step();
         EXPECT_EQ(r.device, tessera::device::describe(gpu));
         EXPECT_GT(r.peak_gpu_mem_bytes, 0);
@@ -560,11 +559,11 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
       tr.save_checkpoint();
       for (auto& [name, p] : gather_all(tr.engine())) gpu_params[name] = p.cpu();
     }
-    for (int s = 0; s < t.steps; ++s)
+    for (int s = 0; s < t.train.steps; ++s)
       EXPECT_NEAR(gpu_losses[s], cpu_losses[s], 1e-4 * std::abs(cpu_losses[s])) << "step " << s << (ac ? " +AC" : "");
     {
-      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(t.seq_len), {});
-      EXPECT_EQ(tr.resume(checkpoint::latest(dir)), t.steps);
+      train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(test::kSeqLen), {});
+      EXPECT_EQ(tr.resume(checkpoint::latest(dir)), t.train.steps);
       for (auto& [name, p] : gather_all(tr.engine())) EXPECT_TRUE(torch::equal(p, gpu_params.at(name))) << name;
     }
   }

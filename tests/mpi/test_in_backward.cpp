@@ -27,17 +27,17 @@ const model::ModelConfig& four_layers() { return test::four_layer_model(); }
 std::shared_ptr<data::TokenDataset> rows() { return test::numbered_rows("line", 31, 97, "in-backward"); }
 
 // test::short_run, without clipping, `accum` micro-steps, 4 steps at lr 3e-3.
-train::TrainOptions options(bool in_backward, int64_t accum = 2) {
-  train::TrainOptions t = test::short_run();
-  t.steps = 4;
-  t.grad_accum = accum;
-  t.lr = 3e-3;
-  t.clip = 0;
-  t.optimizer_in_backward = in_backward;
+train::Settings options(bool in_backward, int64_t accum = 2) {
+  train::Settings t = test::short_run();
+  t.train.steps = 4;
+  t.train.grad_accum = accum;
+  t.schedule.lr = 3e-3;
+  t.optim.clip = 0;
+  t.optim.in_backward = in_backward;
   return t;
 }
 
-std::unique_ptr<train::Trainer> trainer(const train::TrainOptions& t, fsdp::Options fo = {}) {
+std::unique_ptr<train::Trainer> trainer(const train::Settings& t, fsdp::Options fo = {}) {
   auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(four_layers()), test::world_groups(), fo, t,
                                              rows(), nlohmann::json::object());
   test::init_weights(*tr, four_layers());
@@ -131,7 +131,7 @@ TEST(InBackward, ClippingAndFp16AreRefused) {
       {"optim.in_backward", "fp16", "fsdp.mixed_precision"});
   EXPECT_NO_THROW(launcher::Config::from_json({{"optim", {{"in_backward", true}}}, {"train", {{"clip", 0}}}}, "run.json", {}));
   auto t = options(true);
-  t.clip = 1.0;
+  t.optim.clip = 1.0;
   test::expect_input_error([&] { trainer(t); }, {"optim.in_backward", "train.clip"});
 }
 

@@ -45,7 +45,7 @@ std::shared_ptr<data::TokenDataset> dataset() {
   return d;
 }
 
-std::unique_ptr<train::Trainer> make_trainer(const train::TrainOptions& t, fsdp::Options fo = {}) {
+std::unique_ptr<train::Trainer> make_trainer(const train::Settings& t, fsdp::Options fo = {}) {
   auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(test_config()), world(), fo, t, dataset(),
                                              nlohmann::json::object());
   test::init_weights(*tr, test_config());
@@ -71,7 +71,7 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
     test::FaultScope fault(kind + "@" + std::to_string(W() - 1) + ":3");
     auto t = test::short_run();
     const test::SharedTempDir ck("tessera_numerics_skip_" + kind);
-    t.checkpoint_dir = ck.str();
+    t.checkpoint.dir = ck.str();
     auto tr = make_trainer(t);
     for (int s = 1; s <= 2; ++s) {
       train::StepRecord r = tr->train_step();
@@ -113,12 +113,12 @@ TEST(NumericsGuard, InjectedNonFiniteSkipsExactlyThatStepOnEveryRank) {
 TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
   test::FaultScope fault("inf-grad@0:3,inf-grad@0:4");
   auto t = test::short_run();
-  t.steps = 6;
-  t.max_skipped_steps = 2;
+  t.train.steps = 6;
+  t.train.max_skipped_steps = 2;
   const test::SharedTempDir ck("tessera_numerics_limit");
-  t.checkpoint_dir = ck.str();
-  t.checkpoint_every = 1;
-  t.checkpoint_keep = 10;
+  t.checkpoint.dir = ck.str();
+  t.checkpoint.every = 1;
+  t.checkpoint.keep = 10;
   {
     auto tr = make_trainer(t);
     try {
@@ -129,7 +129,7 @@ TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
       const std::string m = e.what();
       EXPECT_NE(m.find("train.max_skipped_steps 2 reached: 2 optimizer steps in a row skipped (steps 3-4; last: "
                        "non-finite gradient norm (inf)); the weights and optimizer state are those after step 2; "
-                       "last checkpoint " + t.checkpoint_dir + "/step-3"),
+                       "last checkpoint " + t.checkpoint.dir + "/step-3"),
                 std::string::npos)
           << m;
       EXPECT_EQ(m.find('\n'), std::string::npos);
@@ -137,19 +137,19 @@ TEST(NumericsGuard, MaxSkippedStepsStopsTheRunAndKeepsTheLastCheckpoint) {
     EXPECT_EQ(tr->step(), 4);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  EXPECT_FALSE(fs::exists(t.checkpoint_dir + "/step-4"));
-  EXPECT_TRUE(fs::exists(t.checkpoint_dir + "/step-2"));
-  EXPECT_EQ(checkpoint::latest(t.checkpoint_dir), t.checkpoint_dir + "/step-3");
+  EXPECT_FALSE(fs::exists(t.checkpoint.dir + "/step-4"));
+  EXPECT_TRUE(fs::exists(t.checkpoint.dir + "/step-2"));
+  EXPECT_EQ(checkpoint::latest(t.checkpoint.dir), t.checkpoint.dir + "/step-3");
   std::vector<std::vector<torch::Tensor>> state;
   for (const char* step : {"step-2", "step-3"}) {
     auto again = t;
-    again.checkpoint_dir.clear();
+    again.checkpoint.dir.clear();
     auto tr = make_trainer(again);
-    tr->resume(t.checkpoint_dir + "/" + step);
+    tr->resume(t.checkpoint.dir + "/" + step);
     state.push_back(test::local_state(*tr));
   }
   EXPECT_TRUE(test::on_every_rank(test::bit_identical(state[0], state[1])));
-  nlohmann::json st = manifest_state(t.checkpoint_dir + "/step-3");
+  nlohmann::json st = manifest_state(t.checkpoint.dir + "/step-3");
   EXPECT_EQ(st.at("numerics").at("consecutive_skipped").get<int64_t>(), 1);
   EXPECT_EQ(st.at("numerics").at("first_skipped_step").get<int64_t>(), 3);
 }
@@ -163,7 +163,7 @@ TEST(LossScaling, IsExactInFp32) {
   std::vector<train::StepRecord> plain, scaled;
   std::vector<torch::Tensor> plain_state, scaled_state;
   for (bool on : {false, true}) {
-    t.loss_scaling = on;
+    t.train.loss_scaling = on;
     auto tr = make_trainer(t);
     auto& out = on ? scaled : plain;
     for (int s = 0; s < 4; ++s) out.push_back(tr->train_step());
@@ -176,7 +176,7 @@ TEST(LossScaling, IsExactInFp32) {
     EXPECT_EQ(scaled[i].loss, plain[i].loss) << "step " << i + 1;
     EXPECT_NEAR(scaled[i].grad_norm, plain[i].grad_norm, 1e-6 * plain[i].grad_norm) << "step " << i + 1;
   }
-  EXPECT_GT(plain[0].grad_norm, t.clip);  // clipping was active
+  EXPECT_GT(plain[0].grad_norm, t.optim.clip);  // clipping was active
   ASSERT_EQ(scaled_state.size(), plain_state.size());
   for (size_t i = 0; i < plain_state.size(); ++i) {
     if (!plain_state[i].defined()) continue;
@@ -193,8 +193,8 @@ TEST(LossScaling, Fp16ScaleSurvivesACheckpoint) {
   fsdp::Options fo;
   fo.reduce_dtype = at::kHalf;
   auto t = test::short_run();
-  t.steps = 6;
-  t.loss_scaling = true;
+  t.train.steps = 6;
+  t.train.loss_scaling = true;
   std::vector<train::StepRecord> straight;
   {
     auto tr = make_trainer(t, fo);
@@ -211,7 +211,7 @@ TEST(LossScaling, Fp16ScaleSurvivesACheckpoint) {
   }
   auto t2 = t;
   const test::SharedTempDir ck("tessera_numerics_scale");
-  t2.checkpoint_dir = ck.str();
+  t2.checkpoint.dir = ck.str();
   std::string ckpt;
   {
     auto tr = make_trainer(t2, fo);

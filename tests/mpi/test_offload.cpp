@@ -46,14 +46,14 @@ struct Case {
   }
 };
 
-train::TrainOptions options(const Case& c) {
-  train::TrainOptions t = test::short_run();
-  t.steps = 3;
-  t.grad_accum = c.accum;
-  t.lr = 3e-3;
-  t.clip = c.in_backward ? 0 : 1.0;  // clipping on where it may be: the host's norm folds into AdamW
-  t.optimizer_in_backward = c.in_backward;
-  t.optimizer_state_dtype = c.state;
+train::Settings options(const Case& c) {
+  train::Settings t = test::short_run();
+  t.train.steps = 3;
+  t.train.grad_accum = c.accum;
+  t.schedule.lr = 3e-3;
+  t.optim.clip = c.in_backward ? 0 : 1.0;  // clipping on where it may be: the host's norm folds into AdamW
+  t.optim.in_backward = c.in_backward;
+  t.optim.state_dtype = test::state_dtype_of(c.state);
   return t;
 }
 

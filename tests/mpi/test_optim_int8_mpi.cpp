@@ -53,14 +53,14 @@ std::shared_ptr<data::TokenDataset> dataset(int64_t seq_len) {
 }
 
 // train_support.h's short run, longer (8 steps of 2 x 2 rows), with clipping and a cosine floor.
-train::TrainOptions options(at::ScalarType state_dtype) {
-  train::TrainOptions t = test::short_run();
-  t.steps = 8;
-  t.micro_batch = 2;
-  t.min_lr = 2e-4;
-  t.warmup_steps = 2;
-  t.clip = 0.5;
-  t.optimizer_state_dtype = state_dtype;
+train::Settings options(at::ScalarType state_dtype) {
+  train::Settings t = test::short_run();
+  t.train.steps = 8;
+  t.train.micro_batch = 2;
+  t.schedule.min_lr = 2e-4;
+  t.schedule.warmup_steps = 2;
+  t.optim.clip = 0.5;
+  t.optim.state_dtype = test::state_dtype_of(state_dtype);
   return t;
 }
 
@@ -71,10 +71,10 @@ fsdp::Options fsdp_options() {
   return fo;
 }
 
-std::unique_ptr<train::Trainer> make_trainer(const comm::ProcessGroups& g, const train::TrainOptions& t,
+std::unique_ptr<train::Trainer> make_trainer(const comm::ProcessGroups& g, const train::Settings& t,
                                              const fsdp::Options& fo = fsdp_options()) {
   const auto cfg = test::tiny_model(3);
-  auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(cfg), g, fo, t, dataset(t.seq_len), nlohmann::json{});
+  auto tr = std::make_unique<train::Trainer>(launcher::make_causal_lm(cfg), g, fo, t, dataset(test::kSeqLen), nlohmann::json{});
   launcher::InitWeightSource src(cfg, 1234);
   tr->load_weights(src);
   return tr;
@@ -123,9 +123,9 @@ TEST(Int8Moments, TracksTheFp32StateRun) {
   std::vector<double> losses[2];
   for (int q = 0; q < 2; ++q) {
     auto t = options(q ? at::kByte : at::kFloat);
-    t.steps = 6;
+    t.train.steps = 6;
     auto tr = make_trainer(world_groups(), t);
-    for (int s = 0; s < t.steps; ++s) losses[q].push_back(tr->train_step().loss);
+    for (int s = 0; s < t.train.steps; ++s) losses[q].push_back(tr->train_step().loss);
   }
   bool differs = false;
   for (size_t s = 0; s < losses[0].size(); ++s) {
@@ -160,7 +160,7 @@ TEST(Int8Moments, ResumeIsBitExact) {
     EXPECT_EQ(r.memory.tracked.bytes[opt], 2 * chunks + 8 * chunks / 2048);
   }
   auto t2 = t;
-  t2.checkpoint_dir = dir.str();
+  t2.checkpoint.dir = dir.str();
   {
     auto tr = make_trainer(world_groups(), t2);
     for (int s = 0; s < 4; ++s) resumed.push_back(tr->train_step().loss);
@@ -194,7 +194,7 @@ TEST(Int8Moments, ReshardKeepsBlocksAndScales) {
     {
       const comm::ProcessGroups g = sub_groups(saved_at);
       auto t1 = t;
-      t1.checkpoint_dir = root;
+      t1.checkpoint.dir = root;
       if (saver) {
         auto tr = make_trainer(g, t1);
         for (int s = 0; s < 3; ++s) tr->train_step();
@@ -210,7 +210,7 @@ TEST(Int8Moments, ReshardKeepsBlocksAndScales) {
       {
         const comm::ProcessGroups g = sub_groups(w);
         auto t2 = t;
-        t2.checkpoint_dir = again;
+        t2.checkpoint.dir = again;
         if (world().rank() < w) {
           auto tr = make_trainer(g, t2);
           ASSERT_EQ(tr->resume(saved), 3);
@@ -228,7 +228,7 @@ TEST(Int8Moments, ReshardKeepsBlocksAndScales) {
 TEST(Int8Moments, ResumingAnotherStateDtypeIsRefused) {
   test::SharedTempDir dir("tessera-int8-refuse");
   auto t = options(at::kFloat);
-  t.checkpoint_dir = dir.str();
+  t.checkpoint.dir = dir.str();
   {
     auto tr = make_trainer(world_groups(), t);
     tr->train_step();

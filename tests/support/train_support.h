@@ -48,17 +48,23 @@ inline std::shared_ptr<data::TokenDataset> numbered_rows(const std::string& word
   return d = dataset_of("rows.txt", text, 32);
 }
 
-// A short run: 5 steps of 2 micro-batches of 1 row of 32 tokens, lr 2e-3 after 1 warmup step, no
-// progress lines; a test changes what it needs.
-inline train::TrainOptions short_run() {
-  train::TrainOptions t;
-  t.steps = 5;
-  t.micro_batch = 1;
-  t.grad_accum = 2;
-  t.seq_len = 32;
-  t.lr = 2e-3;
-  t.warmup_steps = 1;
-  t.quiet = true;
+// optim.state_dtype of the moments' tensor dtype (kFloat, kBFloat16, kByte: 8-bit).
+inline optim::StateDtype state_dtype_of(at::ScalarType t) {
+  return t == at::kByte ? optim::StateDtype::Int8 : t == at::kBFloat16 ? optim::StateDtype::BF16 : optim::StateDtype::F32;
+}
+
+// The rows of the tests' datasets (short_run's data.seq_len).
+constexpr int64_t kSeqLen = 32;
+
+// A short run: 5 steps of 2 micro-batches of 1 row (of kSeqLen tokens), lr 2e-3 after 1 warmup
+// step (the trainer prints nothing unless given a Console); a test changes what it needs.
+inline train::Settings short_run() {
+  train::Settings t;
+  t.train.steps = 5;
+  t.train.micro_batch = 1;
+  t.train.grad_accum = 2;
+  t.schedule.lr = 2e-3;
+  t.schedule.warmup_steps = 1;
   return t;
 }
 

@@ -89,7 +89,7 @@ import json; p=json.load(open('$T/cpu.json')); assert 'gpu' not in p['phases']['
 
 # Impossible layouts: exit 2 and one line naming the problem.
 expect_error 2 "do not divide into nodes of 4" "$BIN" plan --config "$T/70b.json" --ranks 10 --ranks-per-node 4
-expect_error 2 "hybrid_shard on one node" "$BIN" plan --config "$T/70b.json" --set fsdp.strategy=hybrid_shard --nodes 1 --gpus-per-node 8
+expect_error 2 "hybrid_shard on 1 node" "$BIN" plan --config "$T/70b.json" --set fsdp.strategy=hybrid_shard --nodes 1 --gpus-per-node 8
 expect_error 2 "cannot fit" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 1GiB
 expect_error 2 "is not a size" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem lots
 expect_error 2 "say how many ranks" "$BIN" plan --config "$T/70b.json"

@@ -242,7 +242,7 @@ checkpoint.dir: ""                  # dotted keys work as in JSON
   EXPECT_NE(from_yaml.json(), Config().json());
   EXPECT_EQ(from_yaml.fsdp.activation_checkpointing, Recompute::True);
   EXPECT_FALSE(from_yaml.fsdp.prefetch);
-  EXPECT_DOUBLE_EQ(from_yaml.train.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(from_yaml.schedule.lr, 3e-4);
   // --set applies to YAML configs the same way.
   EXPECT_EQ(Config::load(yaml, {"train.steps=9"}).train.steps, 9);
   // An empty YAML file (or comments only) is the defaults, as `{}` is in JSON.

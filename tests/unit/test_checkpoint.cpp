@@ -15,7 +15,6 @@
 namespace test_checkpoint {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
 using namespace ckpt_test;  // with fs and Checkpointer
-using tessera::checkpoint::SaveOptions;
 
 namespace {
 
@@ -56,7 +55,7 @@ TEST(Crc32c, KnownVectorsAndImplementationsAgree) {
 TEST_F(CheckpointTest, RoundTripIsBitExactAndReturnsState) {
   auto a = make_engine(self_groups());
   fill(*a, 11);
-  Checkpointer ck(dir, {}, self_groups());
+  Checkpointer ck(test_policy(dir), self_groups());
   const auto t = ck.save(7, *a, a->kinds, test_state(7));
   EXPECT_EQ(t.dir, dir + "/step-7");
   EXPECT_GT(t.bytes, 0);
@@ -81,7 +80,7 @@ TEST_F(CheckpointTest, AlignmentAndPaddingDoNotMatter) {
   // Saved with align 16, loaded into an engine with align 1 (other padding, other flat offsets).
   auto a = make_engine(self_groups(), tessera::fsdp::Strategy::FullShard, tiny_config(), 16);
   fill(*a, 3);
-  Checkpointer(dir, {}, self_groups()).save(1, *a, a->kinds, test_state(1));
+  Checkpointer(test_policy(dir), self_groups()).save(1, *a, a->kinds, test_state(1));
   auto b = make_engine(self_groups(), tessera::fsdp::Strategy::FullShard, tiny_config(), 1);
   tessera::checkpoint::load(dir + "/step-1", *b, b->kinds);
   EXPECT_EQ(mismatches(*b, 3), 0);
@@ -90,7 +89,7 @@ TEST_F(CheckpointTest, AlignmentAndPaddingDoNotMatter) {
 TEST_F(CheckpointTest, AsyncSaveSnapshotsAndReportsTiming) {
   auto a = make_engine(self_groups());
   fill(*a, 5);
-  Checkpointer ck(dir, {2, true}, self_groups());
+  Checkpointer ck(test_policy(dir, 2, true), self_groups());
   const auto blocked = ck.save(3, *a, a->kinds, test_state(3));
   EXPECT_GT(blocked.blocked_s, 0);
   fill(*a, 6);  // training continues: must not leak into the snapshot being written
@@ -110,7 +109,7 @@ TEST_F(CheckpointTest, AsyncSaveSnapshotsAndReportsTiming) {
 }
 
 TEST_F(CheckpointTest, KeepLastKAndLatestIgnoresIncomplete) {
-  save_steps({1, 2, 3}, {2, false});
+  save_steps({1, 2, 3}, 2);
   EXPECT_FALSE(fs::exists(dir + "/step-1"));
   EXPECT_TRUE(fs::exists(dir + "/step-2"));
   EXPECT_TRUE(fs::exists(dir + "/step-3"));
@@ -120,7 +119,7 @@ TEST_F(CheckpointTest, KeepLastKAndLatestIgnoresIncomplete) {
   fs::create_directories(dir + "/step-8");
   EXPECT_EQ(tessera::checkpoint::latest(dir), dir + "/step-3");
   EXPECT_EQ(tessera::checkpoint::latest(dir + "/nonexistent"), "");
-  save_steps({4}, {0, false});  // keep <= 0: keep everything; stale *.tmp removed
+  save_steps({4}, 0);  // keep <= 0: keep everything; stale *.tmp removed
   EXPECT_FALSE(fs::exists(dir + "/step-9.tmp"));
   EXPECT_TRUE(fs::exists(dir + "/step-2"));
   EXPECT_EQ(tessera::checkpoint::latest(dir), dir + "/step-4");
@@ -128,10 +127,10 @@ TEST_F(CheckpointTest, KeepLastKAndLatestIgnoresIncomplete) {
 
 TEST_F(CheckpointTest, SavingAnExistingStepReplacesIt) {
   save_steps({5});
-  save_steps({5}, {1, false});  // same step, other values (seed is the step: use another engine)
+  save_steps({5}, 1);  // same step, other values (seed is the step: use another engine)
   auto e = make_engine(self_groups());
   fill(*e, 99);
-  Checkpointer(dir, {1, false}, self_groups()).save(5, *e, e->kinds, test_state(5));
+  Checkpointer(test_policy(dir, 1, false), self_groups()).save(5, *e, e->kinds, test_state(5));
   auto b = make_engine(self_groups());
   tessera::checkpoint::load(dir + "/step-5", *b, b->kinds);
   EXPECT_EQ(mismatches(*b, 99), 0);
@@ -214,7 +213,7 @@ TEST_F(CheckpointTest, FailedSaveKeepsPreviousCheckpoints) {
   const std::string blocked = dir + "/blocked";
   write_file(blocked, "x");
   auto e = make_engine(self_groups());
-  std::string msg = error_of([&] { Checkpointer(blocked, {}, self_groups()).save(2, *e, e->kinds, test_state(2)); });
+  std::string msg = error_of([&] { Checkpointer(test_policy(blocked), self_groups()).save(2, *e, e->kinds, test_state(2)); });
   EXPECT_NE(msg.find(blocked), std::string::npos) << msg;
   fs::remove(blocked);
   EXPECT_EQ(snapshot(dir), before);

@@ -32,7 +32,7 @@ class CheckpointFaults : public ::testing::Test {
   }
   std::string save_steps(const std::string& root, const std::vector<int64_t>& steps, int keep = 5) {
     auto e = make_engine(self_groups());
-    Checkpointer ck(root, {keep, false}, self_groups());
+    Checkpointer ck(test_policy(root, keep, false), self_groups());
     std::string last;
     for (int64_t s : steps) {
       fill(*e, s);
@@ -141,7 +141,7 @@ TEST_F(CheckpointFaults, FullDiskDuringSaveNamesPathAndBytesAndKeepsThePrevious)
   const std::string before = read_file(first + "/rank-00000.bin");
   auto e = make_engine(self_groups());
   fill(*e, 2);
-  const std::string msg = error_of([&] { Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)); });
+  const std::string msg = error_of([&] { Checkpointer(test_policy(root, 2, false), self_groups()).save(2, *e, e->kinds, test_state(2)); });
   EXPECT_EQ(msg.rfind("checkpoint step-2 does not fit in checkpoint.dir " + root + ": cannot allocate ", 0), 0u) << msg;
   EXPECT_NE(msg.find(" bytes for " + root + "/step-2.tmp/rank-00000.bin: No space left on device ("), std::string::npos) << msg;
   EXPECT_NE(msg.find("the previous checkpoint " + first + " is kept"), std::string::npos) << msg;
@@ -154,7 +154,7 @@ TEST_F(CheckpointFaults, FullDiskDuringSaveNamesPathAndBytesAndKeepsThePrevious)
   EXPECT_FALSE(fs::exists(root + "/step-2"));
   // Room again (the previous one pruned by hand): the same save succeeds.
   tessera::util::remove_tree(first);
-  EXPECT_EQ(Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)).dir, root + "/step-2");
+  EXPECT_EQ(Checkpointer(test_policy(root, 2, false), self_groups()).save(2, *e, e->kinds, test_state(2)).dir, root + "/step-2");
 }
 
 // Room for the rank file but not for the manifest, on an async save: save() itself fails (the
@@ -166,7 +166,7 @@ TEST_F(CheckpointFaults, AsyncSaveWithoutRoomForTheManifestFailsInSave) {
   if (root.empty()) GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
   auto e = make_engine(self_groups());
   fill(*e, 2);
-  Checkpointer ck(root, {2, true}, self_groups());
+  Checkpointer ck(test_policy(root, 2, true), self_groups());
   const std::string msg = error_of([&] { ck.save(2, *e, e->kinds, test_state(2)); });
   EXPECT_EQ(msg.rfind("checkpoint step-2 does not fit in checkpoint.dir " + root + ": cannot allocate ", 0), 0u) << msg;
   EXPECT_NE(msg.find(" bytes for " + root + "/step-2.tmp/manifest.json: No space left on device ("), std::string::npos) << msg;
@@ -184,7 +184,7 @@ TEST_F(CheckpointFaults, NoRoomForLatestFailsInSaveBeforeTheCheckpointAppears) {
   if (root.empty()) GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
   auto e = make_engine(self_groups());
   fill(*e, 2);
-  const std::string msg = error_of([&] { Checkpointer(root, {2, false}, self_groups()).save(2, *e, e->kinds, test_state(2)); });
+  const std::string msg = error_of([&] { Checkpointer(test_policy(root, 2, false), self_groups()).save(2, *e, e->kinds, test_state(2)); });
   EXPECT_EQ(msg.rfind("checkpoint step-2 does not fit in checkpoint.dir " + root + ": cannot allocate ", 0), 0u) << msg;
   EXPECT_NE(msg.find(root + "/latest.tmp: No space left on device"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(root + "/step-2")) << "a complete step-2 that latest does not name";
@@ -204,7 +204,7 @@ TEST_F(CheckpointFaults, AsyncSaveThatGotItsBlocksPublishesOnAFullDisk) {
   if (root.empty()) GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root (CAP_SYS_ADMIN)";
   auto e = make_engine(self_groups());
   fill(*e, 2);
-  Checkpointer ck(root, {2, true}, self_groups());
+  Checkpointer ck(test_policy(root, 2, true), self_groups());
   ck.save(2, *e, e->kinds, test_state(2));
   EXPECT_EQ(tessera::checkpoint::io::free_bytes(root), 0);
   EXPECT_EQ(error_of([&] { ck.wait(); }), "");

@@ -35,14 +35,14 @@ class LineageTest : public CheckpointDirTest {
 
 TEST_F(LineageTest, RollbackResumesFromItsOwnLineageAndRetiresTheAbandonedRun) {
   {  // The first run: steps 1, 2, 3 (values seeded 101, 102, 103).
-    Checkpointer first(dir, {5, false}, self_groups());
+    Checkpointer first(test_policy(dir, 5, false), self_groups());
     first.begin_lineage(0, "");
     for (int64_t s = 1; s <= 3; ++s) save(first, s, 100 + s);
   }
   EXPECT_EQ(latest(dir), dir + "/step-3");
 
   // Rolled back to step-1: before its first save, latest() is where it resumed from.
-  Checkpointer second(dir, {2, false}, self_groups());
+  Checkpointer second(test_policy(dir, 2, false), self_groups());
   second.begin_lineage(1, dir + "/step-1");
   EXPECT_EQ(latest(dir), dir + "/step-1");
   EXPECT_TRUE(fs::exists(dir + "/step-3/manifest.json"));  // nothing moved before a new checkpoint exists
@@ -67,7 +67,7 @@ TEST_F(LineageTest, RollbackResumesFromItsOwnLineageAndRetiresTheAbandonedRun) {
   EXPECT_TRUE(fs::exists(dir + "/retired/step-3"));
 
   // A second rollback (to step-2) retiring another step-3 keeps both retired copies.
-  Checkpointer third(dir, {2, false}, self_groups());
+  Checkpointer third(test_policy(dir, 2, false), self_groups());
   third.begin_lineage(2, dir + "/step-2");
   EXPECT_EQ(latest(dir), dir + "/step-2");
   save(third, 4, 304);
@@ -79,14 +79,14 @@ TEST_F(LineageTest, RollbackResumesFromItsOwnLineageAndRetiresTheAbandonedRun) {
 TEST_F(LineageTest, ResumedFromAnotherDirectoryAndFallbacks) {
   const std::string other = dir + "/other";
   {
-    Checkpointer ck(other, {5, false}, self_groups());
+    Checkpointer ck(test_policy(other, 5, false), self_groups());
     save(ck, 4, 104);
   }
   {  // A stale run in the root with a higher step.
-    Checkpointer ck(dir + "/root", {5, false}, self_groups());
+    Checkpointer ck(test_policy(dir + "/root", 5, false), self_groups());
     save(ck, 9, 109);
   }
-  Checkpointer run(dir + "/root", {5, false}, self_groups());
+  Checkpointer run(test_policy(dir + "/root", 5, false), self_groups());
   run.begin_lineage(4, other + "/step-4");
   // An absolute pointer out of the root: `auto` refuses it, naming it, rather than resume the
   // stale step-9 (or follow a pointer that may have been planted); --resume DIR resumes it.
@@ -97,7 +97,7 @@ TEST_F(LineageTest, ResumedFromAnotherDirectoryAndFallbacks) {
 
   // A pointer naming something that is gone falls back to the highest complete step.
   tessera::util::remove_tree(dir + "/root/step-5");
-  Checkpointer plain(dir + "/root", {5, false}, self_groups());
+  Checkpointer plain(test_policy(dir + "/root", 5, false), self_groups());
   save(plain, 3, 203);  // no lineage: writes the pointer, retires nothing
   tessera::util::remove_tree(dir + "/root/step-3");
   fs::create_directories(dir + "/root/step-7");  // incomplete: never chosen

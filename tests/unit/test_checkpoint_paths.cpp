@@ -45,7 +45,7 @@ TEST_F(CheckpointPaths, SaveNeverWritesThroughALinkPlantedAtItsNames) {
   fs::create_directory_symlink(outside + "/dir", root + "/step-2.tmp");
   fs::create_directory_symlink(outside + "/dir", root + "/step-2.old");
   fs::create_directory_symlink(outside + "/gone", root + "/step-3");  // dangling: replaced by the save
-  Checkpointer ck(root, {5, false}, self_groups());
+  Checkpointer ck(test_policy(root, 5, false), self_groups());
   save(2, ck);
   save(3, ck);
   EXPECT_EQ(outside_state(), before);
@@ -58,10 +58,10 @@ TEST_F(CheckpointPaths, SaveNeverWritesThroughALinkPlantedAtItsNames) {
 }
 
 TEST_F(CheckpointPaths, ARetiredThatIsALinkIsRefusedAndNothingMoves) {
-  save_steps({4}, {5, false}, root);
+  save_steps({4}, 5, root);
   fs::create_directory_symlink(outside + "/dir", root + "/retired");
   const std::string before = outside_state();
-  Checkpointer ck(root, {5, false}, self_groups());
+  Checkpointer ck(test_policy(root, 5, false), self_groups());
   ck.begin_lineage(0, "");  // a fresh run: its first save retires step-4
   EXPECT_INPUT_ERROR(save(1, ck), "cannot retire checkpoints to " + root + "/retired: it is a symbolic link");
   EXPECT_EQ(outside_state(), before);
@@ -69,8 +69,8 @@ TEST_F(CheckpointPaths, ARetiredThatIsALinkIsRefusedAndNothingMoves) {
 }
 
 TEST_F(CheckpointPaths, LatestNamesOnlyAStepDirectoryOfTheRoot) {
-  save_steps({2, 4}, {5, false}, root);
-  save_steps({7}, {5, false}, outside + "/dir");
+  save_steps({2, 4}, 5, root);
+  save_steps({7}, 5, outside + "/dir");
   const std::string want = "; it must be one line naming a step-<N> directory of checkpoint.dir " + root;
   for (const std::string& text : {outside + "/dir/step-7", std::string("../outside/dir/step-7"), std::string("step-4/.."),
                                   std::string("step-2\nstep-4"), std::string("retired/step-9")}) {
@@ -111,7 +111,7 @@ TEST_F(CheckpointPaths, LatestNamesOnlyAStepDirectoryOfTheRoot) {
 // as a regular file: a FIFO is refused at once, not waited on. (The Reader names a rank file that
 // is not a regular file before it opens anything: util::not_regular_file, issue 58's data part.)
 TEST_F(CheckpointPaths, AManifestOrRankFileThatIsAFifoOrDeviceIsRefusedWithoutBlocking) {
-  const std::string ck = save_steps({3}, {5, false}, root), mpath = ck + "/manifest.json";
+  const std::string ck = save_steps({3}, 5, root), mpath = ck + "/manifest.json";
   const std::string manifest = read_file(mpath);
   fs::remove(mpath);
   ASSERT_EQ(::mkfifo(mpath.c_str(), 0600), 0);

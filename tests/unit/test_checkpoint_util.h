@@ -139,14 +139,21 @@ inline nlohmann::json test_state(int64_t step, const model::ModelConfig& cfg = t
           {"optimizer", {{"step_count", step}}}};
 }
 
+// checkpoint.dir, keep and async of a test's checkpointer.
+inline checkpoint::Policy test_policy(const std::string& dir, int64_t keep = 2, bool async = false) {
+  checkpoint::Policy p;
+  p.dir = dir, p.keep = keep, p.async = async;
+  return p;
+}
+
 // A test with a checkpoint directory of its own, `dir` (fresh, removed after the test).
 class CheckpointDirTest : public ::testing::Test {
  protected:
   // Saves `steps` (values seeded by the step) with a fresh engine into `root` (default: dir);
   // returns the last step's directory.
-  std::string save_steps(const std::vector<int64_t>& steps, checkpoint::SaveOptions opts = {}, std::string root = "") {
+  std::string save_steps(const std::vector<int64_t>& steps, int64_t keep = 2, std::string root = "") {
     auto e = make_engine(self_groups());
-    checkpoint::Checkpointer ck(root.empty() ? dir : root, opts, self_groups());
+    checkpoint::Checkpointer ck(test_policy(root.empty() ? dir : root, keep), self_groups());
     std::string last;
     for (int64_t s : steps) {
       fill(*e, s);

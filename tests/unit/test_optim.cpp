@@ -67,20 +67,20 @@ TEST(AdamW, MatchesTorchAdamWWithDecayAndNoDecayGroups) {
   torch::Tensor w = torch::randn({7, 5}).requires_grad_();
   torch::Tensor g = torch::randn({9}).requires_grad_();
   AdamWOptions opt;
-  opt.lr = 1e-2;
+  const double lr0 = 1e-2;  // the reference's initial lr; every step sets its own
   opt.weight_decay = 0.1;
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{w}, std::make_unique<torch::optim::AdamWOptions>(
-                                                         torch::optim::AdamWOptions(opt.lr)
+                                                         torch::optim::AdamWOptions(lr0)
                                                              .betas({opt.beta1, opt.beta2})
                                                              .eps(opt.eps)
                                                              .weight_decay(opt.weight_decay)));
   groups.emplace_back(std::vector<torch::Tensor>{g}, std::make_unique<torch::optim::AdamWOptions>(
-                                                         torch::optim::AdamWOptions(opt.lr)
+                                                         torch::optim::AdamWOptions(lr0)
                                                              .betas({opt.beta1, opt.beta2})
                                                              .eps(opt.eps)
                                                              .weight_decay(0.0)));
-  torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(opt.lr));
+  torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(lr0));
 
   // Tessera side: one flat shard holding both, decay on the first 35 elements only (a range, no
   // per-element mask); plus a second shard holding a copy of w alone, decayed everywhere.
@@ -156,7 +156,7 @@ TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
   // The one-pass CPU loop and the tensor-op path (used on GPUs) compute the same formula.
   torch::manual_seed(3);
   const int64_t n = (int64_t(1) << 20) + 1000;
-  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+  for (StateDtype dt : {StateDtype::F32, StateDtype::BF16}) {
     auto [a, b] = twin_shards(n, {{100, int64_t(1) << 20}});
     AdamWOptions oa, ob;
     oa.state_dtype = ob.state_dtype = dt;
@@ -168,13 +168,13 @@ TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
     // (one step of 2^-8 relative), which moves that element's later updates by up to lr x 2^-8: the
     // bound is then 3 steps x 1e-2 x 2^-8, and such flips must stay rare (< 1% of the elements).
     const at::Tensor diff = (a[0].param - b[0].param).abs();
-    if (dt == at::kFloat) {
+    if (dt == StateDtype::F32) {
       EXPECT_LT(diff.max().item<double>(), 1e-5);
     } else {
       EXPECT_LT(diff.max().item<double>(), 3 * 1e-2 / 256);
       EXPECT_LT(diff.gt(1e-5).sum().item<double>(), 0.01 * n);
     }
-    EXPECT_EQ(fa.state(a)[0].per_unit[0].scalar_type(), dt);
+    EXPECT_EQ(fa.state(a)[0].per_unit[0].scalar_type(), state_scalar_type(dt));
   }
 }
 
@@ -183,7 +183,7 @@ TEST(AdamW, TensorOpPathDoesNotDependOnGrouping) {
   // groups, several shards in one group, decay ranges across piece boundaries: the same bits as
   // one group holding everything, for fp32 and bf16 moments, with and without clipping's scale.
   torch::manual_seed(5);
-  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+  for (StateDtype dt : {StateDtype::F32, StateDtype::BF16}) {
     std::vector<ParamShard> a(3), b(3);
     const int64_t sizes[3] = {5000, 700, 2300};
     for (int k = 0; k < 3; ++k) {
@@ -218,7 +218,7 @@ TEST(AdamW, Bf16StateTracksFp32State) {
   torch::manual_seed(4);
   auto [a, b] = twin_shards(5000, {{0, 5000}});
   AdamWOptions o32, o16;
-  o16.state_dtype = at::kBFloat16;
+  o16.state_dtype = StateDtype::BF16;
   AdamW f32(o32), f16(o16);
   EXPECT_EQ(f16.state_bytes_per_element(), 4);
   const torch::Tensor start = a[0].param.clone();
@@ -245,31 +245,31 @@ TEST(DtypeNames, OneTableOfNames) {
 }
 
 TEST(LrSchedule, WarmupCosineLinearConstant) {
-  LrSchedule s{1.0, 0.1, 4, 14, Schedule::Cosine};
-  EXPECT_DOUBLE_EQ(lr_at(0, s), 0.25);
-  EXPECT_DOUBLE_EQ(lr_at(1, s), 0.5);
-  EXPECT_DOUBLE_EQ(lr_at(3, s), 1.0);
-  EXPECT_DOUBLE_EQ(lr_at(4, s), 1.0);                        // decay starts at the top
-  EXPECT_NEAR(lr_at(9, s), 0.1 + 0.45 * (1 + std::cos(M_PI * 0.5)), 1e-12);  // half-way: 0.55
-  EXPECT_NEAR(lr_at(9, s), 0.55, 1e-12);
-  EXPECT_NEAR(lr_at(14, s), 0.1, 1e-12);
-  EXPECT_NEAR(lr_at(100, s), 0.1, 1e-12);                    // stays at min_lr
-  EXPECT_GT(lr_at(6, s), lr_at(7, s));
+  LrSchedule s{1.0, 0.1, 4, Schedule::Cosine};  // of a 14-step run
+  EXPECT_DOUBLE_EQ(lr_at(0, s, 14), 0.25);
+  EXPECT_DOUBLE_EQ(lr_at(1, s, 14), 0.5);
+  EXPECT_DOUBLE_EQ(lr_at(3, s, 14), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(4, s, 14), 1.0);                        // decay starts at the top
+  EXPECT_NEAR(lr_at(9, s, 14), 0.1 + 0.45 * (1 + std::cos(M_PI * 0.5)), 1e-12);  // half-way: 0.55
+  EXPECT_NEAR(lr_at(9, s, 14), 0.55, 1e-12);
+  EXPECT_NEAR(lr_at(14, s, 14), 0.1, 1e-12);
+  EXPECT_NEAR(lr_at(100, s, 14), 0.1, 1e-12);                    // stays at min_lr
+  EXPECT_GT(lr_at(6, s, 14), lr_at(7, s, 14));
 
   s.kind = Schedule::Linear;
-  EXPECT_NEAR(lr_at(9, s), 0.55, 1e-12);
-  EXPECT_NEAR(lr_at(6, s), 1.0 - 0.9 * 0.2, 1e-12);
+  EXPECT_NEAR(lr_at(9, s, 14), 0.55, 1e-12);
+  EXPECT_NEAR(lr_at(6, s, 14), 1.0 - 0.9 * 0.2, 1e-12);
   s.kind = Schedule::Constant;
-  EXPECT_DOUBLE_EQ(lr_at(2, s), 0.75);
-  EXPECT_DOUBLE_EQ(lr_at(50, s), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(2, s, 14), 0.75);
+  EXPECT_DOUBLE_EQ(lr_at(50, s, 14), 1.0);
 
-  LrSchedule no_warmup{2.0, 0.0, 0, 10, Schedule::Cosine};
-  EXPECT_DOUBLE_EQ(lr_at(0, no_warmup), 2.0);
-  EXPECT_NEAR(lr_at(10, no_warmup), 0.0, 1e-12);
+  LrSchedule no_warmup{2.0, 0.0, 0, Schedule::Cosine};  // of a 10-step run
+  EXPECT_DOUBLE_EQ(lr_at(0, no_warmup, 10), 2.0);
+  EXPECT_NEAR(lr_at(10, no_warmup, 10), 0.0, 1e-12);
 
-  EXPECT_THROW(validate(LrSchedule{1.0, 2.0, 0, 10, Schedule::Cosine}), Error);
-  EXPECT_THROW(validate(LrSchedule{1.0, 0.0, -1, 10, Schedule::Cosine}), Error);
-  EXPECT_NO_THROW(validate(LrSchedule{1.0, 0.1, 4, 14, Schedule::Linear}));
+  EXPECT_THROW(validate(LrSchedule{1.0, 2.0, 0, Schedule::Cosine}), Error);
+  EXPECT_THROW(validate(LrSchedule{1.0, 0.0, -1, Schedule::Cosine}), Error);
+  EXPECT_NO_THROW(validate(LrSchedule{1.0, 0.1, 4, Schedule::Linear}));
 }
 
 TEST(ClipGradNorm, MatchesTorchClipGradNorm) {

@@ -162,7 +162,7 @@ TEST(AdamW8bit, OneStepIsFp32AdamWOnTheDequantizedState) {
   b[0].param = a[0].param.clone();
   b[0].decay = a[0].decay;
   AdamWOptions o8, o32;
-  o8.state_dtype = at::kByte;
+  o8.state_dtype = StateDtype::Int8;
   o8.block = 512;
   AdamW q(o8), f(o32);
   for (int s = 0; s < 2; ++s) {
@@ -191,7 +191,7 @@ TEST(AdamW8bit, OneStepIsFp32AdamWOnTheDequantizedState) {
 
 TEST(AdamW8bit, StateLayoutAndBytes) {
   AdamWOptions o;
-  o.state_dtype = at::kByte;
+  o.state_dtype = StateDtype::Int8;
   AdamW q(o);
   std::vector<ParamShard> s(2);
   s[0].param = torch::zeros({4096});
@@ -230,7 +230,7 @@ TEST(AdamW8bit, FusedCpuLoopEqualsTensorOps) {
   b[0].param = a[0].param.clone();
   b[0].decay = a[0].decay;
   AdamWOptions oa, ob;
-  oa.state_dtype = ob.state_dtype = at::kByte;
+  oa.state_dtype = ob.state_dtype = StateDtype::Int8;
   ob.fused_cpu = false;
   ob.group_elems = 10000;  // pieces of 5 blocks, several groups
   AdamW fa(oa), fb(ob);
@@ -257,7 +257,7 @@ TEST(AdamW8bit, TensorOpPathDoesNotDependOnGrouping) {
     a[k].decay = b[k].decay = {{10, 300}, {600, 50}};
   }
   AdamWOptions small, whole;
-  small.state_dtype = whole.state_dtype = at::kByte;
+  small.state_dtype = whole.state_dtype = StateDtype::Int8;
   small.block = whole.block = 256;
   small.fused_cpu = whole.fused_cpu = false;
   small.group_elems = 1000;  // rounded up to 1024: four blocks per piece
@@ -291,7 +291,7 @@ TEST(AdamW8bit, ShardsCutAtBlockBoundariesEqualTheWhole) {
   split[0].decay = {{50, 4 * block - 50}};
   split[1].decay = {{0, 950 - 4 * block}};
   AdamWOptions o;
-  o.state_dtype = at::kByte;
+  o.state_dtype = StateDtype::Int8;
   o.block = block;
   AdamW a(o), b(o);
   for (int i = 0; i < 5; ++i) {
@@ -322,7 +322,7 @@ TEST(AdamW8bit, TracksFp32AdamWOnANoisyRegression) {
   p8[0].param = torch::zeros({n});
   AdamWOptions o32, o8;
   o32.weight_decay = o8.weight_decay = 0;
-  o8.state_dtype = at::kByte;
+  o8.state_dtype = StateDtype::Int8;
   AdamW f32(o32), f8(o8);
   auto loss = [&](const at::Tensor& p) { return (p - target).pow(2).mean().item<double>(); };
   const double start = loss(p32[0].param);

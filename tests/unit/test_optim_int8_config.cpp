@@ -20,11 +20,11 @@ TEST(Int8Config, ReachesTheOptimizerAndAlignsShardsToBlocks) {
   const Config c = Config::load("", {"optim.state_dtype=int8"});
   EXPECT_EQ(c.optim.state_dtype, optim::StateDtype::Int8);
   const model::ModelConfig mc = model::ModelConfig::preset("tiny");
-  EXPECT_EQ(train_options_from(c).optimizer_state_dtype, at::kByte);
+  EXPECT_EQ(optim::AdamWOptions(c.optim).state_type(), at::kByte);  // what the trainer gives AdamW
   EXPECT_EQ(fsdp_options_from(c, mc).align % optim::q8::kDefaultBlock, 0);
   // The other dtypes keep the engine's alignment.
   const Config f = Config::load("", {"optim.state_dtype=bf16"});
-  EXPECT_EQ(train_options_from(f).optimizer_state_dtype, at::kBFloat16);
+  EXPECT_EQ(optim::AdamWOptions(f.optim).state_type(), at::kBFloat16);
   EXPECT_EQ(fsdp_options_from(f, mc).align, fsdp::Options{}.align);
 }
 

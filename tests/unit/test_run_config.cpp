@@ -88,12 +88,12 @@ TEST(RunConfig, TypedFieldsHoldWhatWasSet) {
                                      "data.truncation=left", "optim.state_dtype=bf16", "train.preempt_signal=USR1",
                                      "train.profile_steps=[2,3]", "fsdp.activation_checkpointing=false",
                                      "data.train_on=all", "data.chat_template=llama3", "model.load=parallel"});
-  EXPECT_EQ(c.train.schedule, optim::Schedule::Linear);
+  EXPECT_EQ(c.schedule.kind, optim::Schedule::Linear);
   EXPECT_EQ(c.fsdp.mixed_precision, util::FloatType::BF16);
   EXPECT_EQ(c.fsdp.strategy, fsdp::Strategy::HybridShard);
   EXPECT_EQ(c.data.truncation, data::Truncation::Left);
   EXPECT_EQ(c.optim.state_dtype, optim::StateDtype::BF16);
-  EXPECT_EQ(c.train.preempt_signal, PreemptSignal::USR1);
+  EXPECT_EQ(c.train.preempt_signal, train::PreemptSignal::USR1);
   EXPECT_EQ(c.train.profile_steps, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(c.fsdp.activation_checkpointing, Recompute::False);
   EXPECT_EQ(c.data.train_on, TrainOn::All);
@@ -147,34 +147,27 @@ TEST(RunConfig, ReferenceShowsBoundsAndChoices) {
   EXPECT_EQ(rows, config_schema().size());
 }
 
-// TrainOptions{} and fsdp::Options{} are what the runtime does when a library caller sets nothing;
-// `tessera train` with no configuration must do the same.
+// train::Settings{} and fsdp::Options{} are what the runtime does when a library caller sets
+// nothing; `tessera train` with no configuration must do the same. The schema's defaults are the
+// owners' initialisers (config.cpp reads them), so the keys' defaults are a default Settings'.
 TEST(RunConfig, RuntimeDefaultsAreTheSchemaDefaults) {
   const Config c;
-  const train::TrainOptions t = train_options_from(c), lib;
-  EXPECT_EQ(t.steps, lib.steps);
-  EXPECT_EQ(t.micro_batch, lib.micro_batch);
-  EXPECT_EQ(t.grad_accum, lib.grad_accum);
-  EXPECT_EQ(t.seq_len, lib.seq_len);
-  EXPECT_EQ(t.lr, lib.lr);
-  EXPECT_EQ(t.min_lr, lib.min_lr);
-  EXPECT_EQ(t.warmup_steps, lib.warmup_steps);
-  EXPECT_EQ(t.schedule, lib.schedule);
-  EXPECT_EQ(t.weight_decay, lib.weight_decay);
-  EXPECT_EQ(t.beta1, lib.beta1);
-  EXPECT_EQ(t.beta2, lib.beta2);
-  EXPECT_EQ(t.eps, lib.eps);
-  EXPECT_EQ(t.clip, lib.clip);
-  EXPECT_EQ(t.optimizer_state_dtype, lib.optimizer_state_dtype);
-  EXPECT_EQ(t.seed, lib.seed);
-  EXPECT_EQ(t.checkpoint_every, lib.checkpoint_every);
-  EXPECT_EQ(t.checkpoint_keep, lib.checkpoint_keep);
-  EXPECT_EQ(t.checkpoint_async, lib.checkpoint_async);
-  EXPECT_EQ(t.keep_best, lib.keep_best);
-  EXPECT_EQ(t.eval_every, lib.eval_every);
-  EXPECT_EQ(t.log_every, lib.log_every);
-  EXPECT_EQ(t.max_skipped_steps, lib.max_skipped_steps);
-  EXPECT_EQ(t.loss_scaling, lib.loss_scaling);
+  const train::Settings& t = c;
+  const train::Settings lib;
+  EXPECT_EQ(t.train.steps, lib.train.steps);
+  EXPECT_EQ(t.schedule.lr, lib.schedule.lr);
+  EXPECT_EQ(t.schedule.kind, lib.schedule.kind);
+  EXPECT_EQ(t.optim.clip, lib.optim.clip);
+  EXPECT_EQ(t.optim.state_dtype, lib.optim.state_dtype);
+  EXPECT_EQ(t.checkpoint.keep, lib.checkpoint.keep);
+  EXPECT_EQ(t.log.every, lib.log.every);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"train.lr", 3e-4}, {"train.min_lr", 3e-5}, {"train.warmup_steps", 5}, {"train.clip", 1.0},
+           {"train.beta2", 0.95}, {"checkpoint.keep", 2}, {"checkpoint.resume", "auto"}, {"log.every", 1}})
+    EXPECT_EQ(Config().json().at(nlohmann::json::json_pointer("/" + key.substr(0, key.find('.')) + "/" +
+                                                             key.substr(key.find('.') + 1))),
+              value)
+        << key;
   const fsdp::Options f = fsdp_options_from(c, model::ModelConfig::preset("tiny")), flib;
   EXPECT_EQ(f.strategy, flib.strategy);
   EXPECT_EQ(f.param_dtype, flib.param_dtype);
