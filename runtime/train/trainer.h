@@ -52,6 +52,7 @@
 #include "runtime/optim/names.h"
 #include "runtime/profile/step_profile.h"
 #include "runtime/train/options.h"
+#include "runtime/train/preemption.h"
 
 namespace tessera::data {
 class TokenDataset;
@@ -170,17 +171,11 @@ class Trainer {
   };
   EvalResult evaluate();
 
+  // The state the trainer's rooms share (trainer_impl.h, included only inside runtime/train).
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-// Installs handlers: the signal (SIGTERM, SIGINT, `preempt_signal`) sets a flag the loop checks once
-// per step (all ranks agree); the run stops after that step with a checkpoint. A second SIGINT ends
-// the process at once (the default action).
-void install_preemption_handlers(int preempt_signal);
-bool preemption_requested();
-int preemption_signal();  // the signal behind preemption_requested() on this rank (0: none)
 
 }  // namespace tessera::train
