@@ -10,6 +10,7 @@
 #include "launcher/cli.h"
 #include "runtime/data/chat_template.h"
 #include "runtime/data/reader.h"
+#include "runtime/data/splits.h"
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
@@ -63,6 +64,10 @@ int run_tokenize(const std::vector<std::string>& args) {
        "order)")
       ("format", po::value<std::string>()->default_value("auto"),
        "how the input files are read: auto (by content and extension, printed), jsonl, json or text (as data.format)")
+      ("split", po::value<std::string>()->default_value("train"),
+       "the split of an --input directory with splits to tokenise (files or folders named train / validation / test "
+       "as Hugging Face datasets names them; as data.split): train by default; one that is not there is refused, "
+       "naming the splits found")
       ("out", po::value<std::string>()->required(), "output token file (.bin)")
       ("tokenizer", po::value<std::string>()->default_value("bytes"),
        "SentencePiece tokenizer.model, Hugging Face tokenizer.json (file or its directory), or bytes (byte-level "
@@ -72,8 +77,8 @@ int run_tokenize(const std::vector<std::string>& args) {
        "--tokenizer, else llama2), llama2, llama3 or none (as data.chat_template)")
       ("force", po::bool_switch(), "replace OUT if it exists");
   const auto vm = parse_command(
-      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template auto] "
-      "[--format auto]",
+      "tessera tokenize --input PATH [--split NAME] --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] "
+      "[--chat-template auto] [--format auto]",
       desc, args);
   if (!vm) return 0;
 
@@ -96,8 +101,11 @@ int run_tokenize(const std::vector<std::string>& args) {
   const auto format = parse_named<data::DataFormat>(data::data_format_names(), (*vm)["format"].as<std::string>(), "--format");
   std::vector<data::DataFile> files;
   int64_t total = 0;
+  const std::string split = (*vm)["split"].as<std::string>();
   for (const auto& in : inputs) {
-    const data::DataListing listing = data::list_data(in, format);
+    const data::Splits splits = data::find_splits(in, format);  // a directory with splits: one of them
+    const data::DataListing& listing = splits.get(split, "--split");
+    if (!splits.rule.empty()) std::cout << "input " << in << " " << splits.chosen("--split", split) << std::endl;
     for (const auto& f : listing.files) {
       if (f.format == data::FileFormat::Tokens)
         throw TESSERA_INPUT_ERROR("input " + f.path + " is a token file already (train reads it as it is)");
