@@ -86,12 +86,7 @@ RopeKeys rope_keys(const nlohmann::json& j, const std::string& src) {
   if (config_key(j, "rope_theta") && theta != r.theta)
     throw ModelError(src + ": rope_parameters.rope_theta " + nlohmann::json(theta).dump() + " and rope_theta " +
                      nlohmann::json(r.theta).dump() + " differ: give one");
-  r.theta = theta;
-  r.type = type;
-  r.type_key = type_key;
-  r.scaling = params;
-  r.key = "rope_parameters";
-  return r;
+  return RopeKeys{theta, params, "rope_parameters", type, type_key};
 }
 
 void refuse_rope_type(const RopeKeys& r, const std::string& src, const std::string& model_type,
