@@ -581,14 +581,19 @@ namespace {
 
 // The split eval --data scores: --split; else, when the data directory has splits, the one training
 // validates on (data.val_split: validation, else test); else data.split. *scored: its name when the
-// directory has splits (else left null).
+// directory has splits (else left null), said in one line on stderr.
 std::string eval_split(const po::variables_map& vm, const DataSection& data, nlohmann::json* scored) {
   const data::Splits splits = data::find_splits(data.path, data.format);
   std::string name = vm.count("split") ? vm["split"].as<std::string>() : "";
   if (vm.count("split")) splits.get(name, "--split");  // refuses a split that is not there
   else if (!splits.rule.empty()) name = splits.validation(data.val_split, "data.val_split", "");
   if (name.empty()) name = data.split;
-  if (!splits.rule.empty()) *scored = name;
+  if (!splits.rule.empty()) {
+    *scored = name;
+    if (current().world_rank == 0)  // stderr: stdout is eval's one JSON line
+      std::cerr << "eval: split " << name << " of " << data.path
+                << (vm.count("split") ? " (--split)" : " (the split training validates on; --split another)") << std::endl;
+  }
   return name;
 }
 

@@ -9,7 +9,8 @@
 #   token counts, equal loss and val_loss). data.split trains on another split (never validating on
 #   the split it trains on), data.val_split picks or turns off the validation split, and a
 #   data.val_path that has splits gives its data.val_split.
-# - `eval --data DIR` scores the split training validates on (--split another) and names it.
+# - `eval --data DIR` scores the split training validates on (--split another) and names it (JSON,
+#   and a line on stderr).
 # Bad input (a split that is not there, for train alone and under mpirun, tokenize and eval; a
 # save_to_disk DatasetDict of Arrow files): one line, exit 2.
 # Small data and one run per case (each train run checks one layout and one key): a few seconds.
@@ -116,6 +117,7 @@ ev val_ref --data "$T/val.jsonl"
 check "eval of data without splits: split null" grep -q '"split":null' "$T/test_ref.ev"
 ev files --data "$T/files"
 check "eval --data DIR scores its test split, and says so" [ "$(cat "$T/files.ev")" = "$(sed 's/"split":null/"split":"test"/' "$T/test_ref.ev")" ]
+check "also in one line on stderr" grep -q "^eval: split test of $T/files (the split training validates on; --split another)$" "$T/files.err"
 ev shards --data "$T/shards"
 check "eval of a directory of shards scores validation" [ "$(cat "$T/shards.ev")" = "$(sed 's/"split":null/"split":"validation"/' "$T/val_ref.ev")" ]
 ev shards_test --data "$T/shards" --split test
