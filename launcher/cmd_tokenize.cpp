@@ -54,6 +54,27 @@ class ProgressBar {
   int last_decile_ = -1;
 };
 
+// The files of the --input paths (of a directory with splits, split `split`'s), each input's listing
+// printed; *total: their bytes.
+std::vector<data::DataFile> input_files(const std::vector<std::string>& inputs, data::DataFormat format,
+                                        const std::string& split, int64_t* total) {
+  std::vector<data::DataFile> files;
+  std::error_code ec;
+  for (const auto& in : inputs) {
+    const data::Splits splits = data::find_splits(in, format);
+    const data::DataListing& listing = splits.get(split, "--split");
+    if (!splits.rule.empty()) std::cout << "input " << in << " " << splits.chosen("--split", split) << std::endl;
+    for (const auto& f : listing.files) {
+      if (f.format == data::FileFormat::Tokens)
+        throw TESSERA_INPUT_ERROR("input " + f.path + " is a token file already (train reads it as it is)");
+      files.push_back(f);
+      *total += static_cast<int64_t>(std::filesystem::file_size(f.path, ec));
+    }
+    std::cout << "input " << in << ": " << listing.summary() << std::endl;
+  }
+  return files;
+}
+
 }  // namespace
 
 int run_tokenize(const std::vector<std::string>& args) {
@@ -99,21 +120,8 @@ int run_tokenize(const std::vector<std::string>& args) {
   const auto chat = std::move(choice.chat);
   chat->check(*tokenizer);
   const auto format = parse_named<data::DataFormat>(data::data_format_names(), (*vm)["format"].as<std::string>(), "--format");
-  std::vector<data::DataFile> files;
   int64_t total = 0;
-  const std::string split = (*vm)["split"].as<std::string>();
-  for (const auto& in : inputs) {
-    const data::Splits splits = data::find_splits(in, format);  // a directory with splits: one of them
-    const data::DataListing& listing = splits.get(split, "--split");
-    if (!splits.rule.empty()) std::cout << "input " << in << " " << splits.chosen("--split", split) << std::endl;
-    for (const auto& f : listing.files) {
-      if (f.format == data::FileFormat::Tokens)
-        throw TESSERA_INPUT_ERROR("input " + f.path + " is a token file already (train reads it as it is)");
-      files.push_back(f);
-      total += static_cast<int64_t>(std::filesystem::file_size(f.path, ec));
-    }
-    std::cout << "input " << in << ": " << listing.summary() << std::endl;
-  }
+  const std::vector<data::DataFile> files = input_files(inputs, format, (*vm)["split"].as<std::string>(), &total);
 
   for (const std::string& stale : data::TokenFileWriter::remove_stale_temporaries(out))
     std::cout << "removed " << stale << ", left by an interrupted tokenize" << std::endl;
