@@ -10,6 +10,7 @@
 #include "launcher/cli.h"
 #include "runtime/data/chat_template.h"
 #include "runtime/data/reader.h"
+#include "runtime/data/splits.h"
 #include "runtime/data/token_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/error.h"
@@ -53,6 +54,27 @@ class ProgressBar {
   int last_decile_ = -1;
 };
 
+// The files of the --input paths (of a directory with splits, split `split`'s), each input's listing
+// printed; *total: their bytes.
+std::vector<data::DataFile> input_files(const std::vector<std::string>& inputs, data::DataFormat format,
+                                        const std::string& split, int64_t* total) {
+  std::vector<data::DataFile> files;
+  std::error_code ec;
+  for (const auto& in : inputs) {
+    const data::Splits splits = data::find_splits(in, format);
+    const data::DataListing& listing = splits.get(split, "--split");
+    if (!splits.rule.empty()) std::cout << "input " << in << " " << splits.chosen("--split", split) << std::endl;
+    for (const auto& f : listing.files) {
+      if (f.format == data::FileFormat::Tokens)
+        throw TESSERA_INPUT_ERROR("input " + f.path + " is a token file already (train reads it as it is)");
+      files.push_back(f);
+      *total += static_cast<int64_t>(std::filesystem::file_size(f.path, ec));
+    }
+    std::cout << "input " << in << ": " << listing.summary() << std::endl;
+  }
+  return files;
+}
+
 }  // namespace
 
 int run_tokenize(const std::vector<std::string>& args) {
@@ -63,6 +85,10 @@ int run_tokenize(const std::vector<std::string>& args) {
        "order)")
       ("format", po::value<std::string>()->default_value("auto"),
        "how the input files are read: auto (by content and extension, printed), jsonl, json or text (as data.format)")
+      ("split", po::value<std::string>()->default_value("train"),
+       "the split of an --input directory with splits to tokenise (files or folders named train / validation / test "
+       "as Hugging Face datasets names them; as data.split): train by default; one that is not there is refused, "
+       "naming the splits found")
       ("out", po::value<std::string>()->required(), "output token file (.bin)")
       ("tokenizer", po::value<std::string>()->default_value("bytes"),
        "SentencePiece tokenizer.model, Hugging Face tokenizer.json (file or its directory), or bytes (byte-level "
@@ -72,8 +98,8 @@ int run_tokenize(const std::vector<std::string>& args) {
        "--tokenizer, else llama2), llama2, llama3 or none (as data.chat_template)")
       ("force", po::bool_switch(), "replace OUT if it exists");
   const auto vm = parse_command(
-      "tessera tokenize --input PATH --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] [--chat-template auto] "
-      "[--format auto]",
+      "tessera tokenize --input PATH [--split NAME] --out FILE.bin [--tokenizer tokenizer.model|tokenizer.json|bytes] "
+      "[--chat-template auto] [--format auto]",
       desc, args);
   if (!vm) return 0;
 
@@ -94,18 +120,8 @@ int run_tokenize(const std::vector<std::string>& args) {
   const auto chat = std::move(choice.chat);
   chat->check(*tokenizer);
   const auto format = parse_named<data::DataFormat>(data::data_format_names(), (*vm)["format"].as<std::string>(), "--format");
-  std::vector<data::DataFile> files;
   int64_t total = 0;
-  for (const auto& in : inputs) {
-    const data::DataListing listing = data::list_data(in, format);
-    for (const auto& f : listing.files) {
-      if (f.format == data::FileFormat::Tokens)
-        throw TESSERA_INPUT_ERROR("input " + f.path + " is a token file already (train reads it as it is)");
-      files.push_back(f);
-      total += static_cast<int64_t>(std::filesystem::file_size(f.path, ec));
-    }
-    std::cout << "input " << in << ": " << listing.summary() << std::endl;
-  }
+  const std::vector<data::DataFile> files = input_files(inputs, format, (*vm)["split"].as<std::string>(), &total);
 
   for (const std::string& stale : data::TokenFileWriter::remove_stale_temporaries(out))
     std::cout << "removed " << stale << ", left by an interrupted tokenize" << std::endl;

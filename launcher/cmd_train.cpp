@@ -533,29 +533,36 @@ namespace tessera::launcher {
 namespace {
 
 // The split eval --data scores: --split; else, when the data directory has splits, the one training
-// validates on (data.val_split: validation, else test); else data.split.
-std::string eval_split(const po::variables_map& vm, const DataSection& data) {
+// validates on (data.val_split: validation, else test); else data.split. *scored: its name when the
+// directory has splits (else left null), said in one line on stderr.
+std::string eval_split(const po::variables_map& vm, const DataSection& data, nlohmann::json* scored) {
   const data::Splits splits = data::find_splits(data.path, data.format);
-  if (vm.count("split")) {
-    const std::string name = vm["split"].as<std::string>();
-    splits.get(name, "--split");  // refuses a split that is not there
-    return name;
+  std::string name = vm.count("split") ? vm["split"].as<std::string>() : "";
+  if (vm.count("split")) splits.get(name, "--split");  // refuses a split that is not there
+  else if (!splits.rule.empty()) name = splits.validation(data.val_split, "data.val_split", "");
+  if (name.empty()) name = data.split;
+  if (!splits.rule.empty()) {
+    *scored = name;
+    if (current().world_rank == 0)  // stderr: stdout is eval's one JSON line
+      std::cerr << "eval: split " << name << " of " << data.path
+                << (vm.count("split") ? " (--split)" : " (the split training validates on; --split another)") << std::endl;
   }
-  const std::string val = splits.rule.empty() ? "" : splits.validation(data.val_split, "data.val_split", "");
-  return val.empty() ? data.split : val;
+  return name;
 }
 
 // eval --data: the dataset `tessera train` builds from PATH with the run configuration's data.*
 // keys (no validation split), its targets as training's (data.train_on), or every token with
-// --all-tokens. Sets *settings to the configuration's (micro_batch: the rows of one forward).
+// --all-tokens. Sets *settings to the configuration's (micro_batch: the rows of one forward), *split
+// to the split scored (null when the data has no splits: all of it).
 std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, const std::string& model_dir,
-                                                 const model::ModelConfig& mc, train::Settings* settings) {
+                                                 const model::ModelConfig& mc, train::Settings* settings,
+                                                 nlohmann::json* split) {
   std::vector<std::string> sets;
   if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
   for (const char* s : {"data.val_path=", "data.val_fraction=0"}) sets.push_back(s);
   sets.push_back("data.path=" + vm["data"].as<std::string>());
   if (vm.count("all-tokens")) sets.push_back("data.train_on=all");
-  sets.push_back("data.split=" + eval_split(vm, Config::load(vm["config"].as<std::string>(), sets).data));
+  sets.push_back("data.split=" + eval_split(vm, Config::load(vm["config"].as<std::string>(), sets).data, split));
   sets.push_back("data.val_split=none");
   const Config cfg = Config::load(vm["config"].as<std::string>(), sets);
   const TokenizerChoice tc = choose_tokenizer(cfg.data.tokenizer, model_dir, model_dir, mc);
@@ -594,6 +601,7 @@ int run_eval(const std::vector<std::string>& args) {
   std::shared_ptr<model::ModelDir> dir;
   std::vector<std::vector<int64_t>> sequences;
   std::shared_ptr<data::TokenDataset> dataset;
+  nlohmann::json split;  // the split --data scored; null: the data has no splits
   fsdp::Options fopts;
   train::Settings settings;
   collectively([&] {
@@ -606,7 +614,7 @@ int run_eval(const std::vector<std::string>& args) {
     fopts.param_dtype = fsdp::parse_dtype(dtype);
     dir = std::make_shared<model::ModelDir>((*vm)["model"].as<std::string>());
     dir->validate();
-    if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &settings);
+    if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &settings, &split);
     else sequences = model::read_token_text((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
   train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, settings, nullptr, {});
@@ -624,7 +632,7 @@ int run_eval(const std::vector<std::string>& args) {
     trainer.set_validation(dataset);
     const train::Trainer::EvalResult e = trainer.evaluate();
     out = {{"mean_loss", e.loss}, {"tokens", e.targets}, {"sequences", dataset->num_sequences()},
-           {"scored", vm->count("all-tokens") ? "all tokens" : "target tokens"}};
+           {"scored", vm->count("all-tokens") ? "all tokens" : "target tokens"}, {"split", split}};
   } else {
     std::vector<double> losses;
     int64_t predicted = 0;

@@ -92,12 +92,7 @@ DataChoice choose_data(const DataSection& cfg) {
   DataChoice c;
   const data::Splits splits = data::find_splits(cfg.path, cfg.format);
   c.train = splits.get(cfg.split, "data.split");
-  if (!splits.rule.empty())
-    c.note = "data.path " + cfg.path + " has splits " + splits.found() + " (by " + splits.rule + "): data.split " +
-             cfg.split;
-  if (!splits.outside.empty())
-    c.note += "; in no split, not read: " + splits.outside.front() +
-              (splits.outside.size() > 1 ? " and " + std::to_string(splits.outside.size() - 1) + " more" : "");
+  if (!splits.rule.empty()) c.note = "data.path " + cfg.path + " " + splits.chosen("data.split", cfg.split);
   if (!cfg.val_path.empty()) {
     const data::Splits vs = data::find_splits(cfg.val_path, cfg.format);
     const std::string name =

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -47,6 +48,54 @@ double config_number(const nlohmann::json& j, const std::string& key, const std:
   return v->get<double>();
 }
 
+namespace {
+// The rope_type of a rope_parameters / rope_scaling object (`key`), "" for default; `absent`: what a
+// missing rope_type means ("default", or "" to refuse it).
+std::string read_rope_type(const nlohmann::json& o, const std::string& key, const std::string& src,
+                           const char* absent, std::string* type_key) {
+  const nlohmann::json* type = config_key(o, "rope_type");  // Hugging Face reads "rope_type", and "type" in older files
+  *type_key = key + ".rope_type";
+  if (!type && (type = config_key(o, "type"))) *type_key = key + ".type";
+  if (!type && !*absent) throw ModelError(src + ": " + key + " has no 'rope_type'");
+  if (type && !type->is_string()) throw ModelError(src + ": " + *type_key + " " + type->dump() + " must be a string");
+  const std::string t = type ? type->get<std::string>() : absent;
+  return t == "default" ? "" : t;
+}
+}  // namespace
+
+RopeKeys rope_keys(const nlohmann::json& j, const std::string& src) {
+  RopeKeys r;
+  const nlohmann::json* params = config_key(j, "rope_parameters");  // transformers >= 5
+  const nlohmann::json* legacy = config_key(j, "rope_scaling");
+  const double fallback = 10000.0;
+  r.theta = config_number(j, "rope_theta", src, &fallback);
+  if (legacy && !legacy->is_object())
+    throw ModelError(src + ": rope_scaling " + legacy->dump() + " must be an object or null");
+  if (legacy) r.type = read_rope_type(*legacy, "rope_scaling", src, "", &r.type_key), r.scaling = legacy, r.key = "rope_scaling";
+  if (!params) return r;
+  if (!params->is_object()) throw ModelError(src + ": rope_parameters " + params->dump() + " must be an object or null");
+  for (const auto& [k, v] : params->items())
+    if (v.is_object())
+      throw ModelError(src + ": rope_parameters." + k + ": RoPE parameters per layer type are not supported (one "
+                       "rope_parameters object for every layer)");
+  std::string type_key;
+  const std::string type = read_rope_type(*params, "rope_parameters", src, "default", &type_key);
+  if (legacy && type != r.type)
+    throw ModelError(src + ": " + type_key + " and " + r.type_key + " differ: give one of rope_parameters and rope_scaling");
+  const double theta = config_number(*params, "rope_theta", src + ": rope_parameters", &r.theta);
+  if (config_key(j, "rope_theta") && theta != r.theta)
+    throw ModelError(src + ": rope_parameters.rope_theta " + nlohmann::json(theta).dump() + " and rope_theta " +
+                     nlohmann::json(r.theta).dump() + " differ: give one");
+  return RopeKeys{theta, params, "rope_parameters", type, type_key};
+}
+
+void refuse_rope_type(const RopeKeys& r, const std::string& src, const std::string& model_type,
+                      const std::vector<std::string>& supported) {
+  if (r.type.empty() || std::find(supported.begin(), supported.end(), r.type) != supported.end()) return;
+  throw ModelError(src + ": " + r.type_key + " \"" + r.type + "\" is not supported for model_type \"" + model_type +
+                   "\" (supported: " + (supported.empty() ? "" : join(supported) + ", ") + "default)");
+}
+
 // ------------------------------------------------------------------------------------------------
 // The keys every family shares
 // ------------------------------------------------------------------------------------------------
@@ -88,8 +137,7 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
   for (const SizeKey& k : kSizeKeys) c.*k.field = config_int(j, k.name, src, k.fallback ? &(c.*k.fallback) : nullptr);
   check_sizes_positive(c, src);
   c.rms_norm_eps = config_number(j, "rms_norm_eps", src, nullptr);
-  const double theta = 10000.0;
-  c.rope_theta = config_number(j, "rope_theta", src, &theta);
+  c.rope_theta = rope_keys(j, src).theta;
   const int64_t bos = 1;
   c.bos_token_id = config_int(j, "bos_token_id", src, &bos);
   if (const auto* eos = config_key(j, "eos_token_id")) {
@@ -105,10 +153,12 @@ ModelConfig read_common_keys(const nlohmann::json& j, const std::string& src) {
     if (!t->is_boolean()) throw ModelError(src + ": key 'tie_word_embeddings' must be a boolean, got " + t->dump());
     c.tie_word_embeddings = t->get<bool>();
   }
-  if (const auto* d = config_key(j, "torch_dtype")) {
-    if (!d->is_string()) throw ModelError(src + ": key 'torch_dtype' must be a string, got " + d->dump());
-    c.torch_dtype = d->get<std::string>();
-  }
+  // transformers >= 4.56 writes "dtype" (and reads it before "torch_dtype" when both are there).
+  for (const char* key : {"torch_dtype", "dtype"})
+    if (const auto* d = config_key(j, key)) {
+      if (!d->is_string()) throw ModelError(src + ": key '" + key + "' must be a string, got " + d->dump());
+      c.torch_dtype = d->get<std::string>();
+    }
   if (const auto* b = config_key(j, "attention_bias")) {
     if (!b->is_boolean()) throw ModelError(src + ": key 'attention_bias' must be a boolean, got " + b->dump());
     c.qkv_bias = c.o_bias = b->get<bool>();

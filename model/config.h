@@ -84,7 +84,7 @@ struct ModelConfig {
 ModelConfig sized_config(const std::string& model_type, int64_t vocab, int64_t hidden, int64_t intermediate,
                          int64_t layers, int64_t heads, int64_t kv_heads, int64_t max_positions, int64_t bos,
                          int64_t eos, const std::string& torch_dtype);
-// The keys every registered family shares (sizes, norms, rope_theta, tied embeddings, dtype,
+// The keys every registered family shares (sizes, norms, rope_theta (rope_keys), tied embeddings, dtype,
 // bos/eos ids, attention_bias into qkv_bias and o_bias, head_dim into explicit_head_dim when it is
 // not hidden_size / num_attention_heads; hidden_act must be silu, mlp_bias false). model_type,
 // rope_scaling and sliding_window are left to the family, and so is refusing attention_bias or
@@ -97,6 +97,23 @@ void refuse_attention_extras(const ModelConfig& c, const std::string& source_nam
 nlohmann::json common_keys_json(const ModelConfig& c);
 // j[key] unless absent or null.
 const nlohmann::json* config_key(const nlohmann::json& j, const std::string& key);
+// RoPE as config.json gives it: transformers >= 5 writes rope_parameters {"rope_theta", "rope_type",
+// the scaling's keys} (rope_type absent: default); earlier versions a top-level rope_theta and
+// rope_scaling {"rope_type" (older files: "type"), ...} (null: none). Both shapes read the same; a
+// file with both must agree (rope_theta, rope_type), and rope_parameters per layer type (Gemma 3's
+// {"full_attention": {...}, ...}) is refused. ModelError naming the file and the key.
+struct RopeKeys {
+  double theta = 10000.0;                    // rope_parameters.rope_theta, else rope_theta, else 10000
+  const nlohmann::json* scaling = nullptr;   // the object holding the scaling's keys; nullptr: none
+  std::string key;                           // its name in messages: "rope_parameters" or "rope_scaling"
+  std::string type;                          // its rope_type; "" for none and for "default"
+  std::string type_key;                      // "rope_parameters.rope_type", "rope_scaling.type", ...
+};
+RopeKeys rope_keys(const nlohmann::json& j, const std::string& source_name);
+// ModelError "<source>: <type_key> \"<type>\" is not supported for model_type \"<model_type>\"
+// (supported: <supported>)" when `r` has a rope_type that is not in `supported` (besides default).
+void refuse_rope_type(const RopeKeys& r, const std::string& source_name, const std::string& model_type,
+                      const std::vector<std::string>& supported = {});
 // An integer key; `fallback` when absent/null (null fallback: ModelError "missing required key").
 int64_t config_int(const nlohmann::json& j, const std::string& key, const std::string& source_name,
                    const int64_t* fallback);

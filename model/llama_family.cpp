@@ -24,25 +24,18 @@ ModelConfig llama3(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers,
   return c;
 }
 
+// rope_scaling (transformers < 5) or rope_parameters (>= 5): none, default or llama3.
 RopeScaling parse_rope_scaling(const nlohmann::json& j, const std::string& src) {
-  const nlohmann::json* rs = config_key(j, "rope_scaling");
-  if (!rs) return {};
-  if (!rs->is_object()) throw ModelError(src + ": rope_scaling " + rs->dump() + " must be an object or null");
-  // Hugging Face reads "rope_type", and "type" in older files.
-  const nlohmann::json* type = config_key(*rs, "rope_type");
-  const char* type_key = "rope_scaling.rope_type";
-  if (!type) type = config_key(*rs, "type"), type_key = "rope_scaling.type";
-  if (!type) throw ModelError(src + ": rope_scaling has no 'rope_type'");
-  if (type->is_string() && type->get<std::string>() == "default") return {};
-  if (!type->is_string() || type->get<std::string>() != "llama3")
-    throw ModelError(src + ": " + type_key + " " + type->dump() + " is not supported (supported: llama3, default)");
-  const std::string where = src + ": rope_scaling";
+  const RopeKeys r = rope_keys(j, src);
+  refuse_rope_type(r, src, "llama", {"llama3"});
+  if (r.type.empty()) return {};
+  const std::string where = src + ": " + r.key;
   RopeScaling s;
   s.type = "llama3";
-  s.factor = config_number(*rs, "factor", where, nullptr);
-  s.low_freq_factor = config_number(*rs, "low_freq_factor", where, nullptr);
-  s.high_freq_factor = config_number(*rs, "high_freq_factor", where, nullptr);
-  s.original_max_position_embeddings = config_int(*rs, "original_max_position_embeddings", where, nullptr);
+  s.factor = config_number(*r.scaling, "factor", where, nullptr);
+  s.low_freq_factor = config_number(*r.scaling, "low_freq_factor", where, nullptr);
+  s.high_freq_factor = config_number(*r.scaling, "high_freq_factor", where, nullptr);
+  s.original_max_position_embeddings = config_int(*r.scaling, "original_max_position_embeddings", where, nullptr);
   return s;
 }
 

@@ -39,8 +39,7 @@ class MistralFamily final : public LlamaArchitecture {
  protected:
   std::string architecture() const override { return "MistralForCausalLM"; }
   void read_family_keys(const nlohmann::json& j, const std::string& src, ModelConfig& c) const override {
-    if (const auto* rs = config_key(j, "rope_scaling"))
-      throw ModelError(src + ": rope_scaling " + rs->dump() + " is not supported for model_type \"mistral\"");
+    refuse_rope_type(rope_keys(j, src), src, "mistral");
     const int64_t none = 0;
     c.sliding_window = config_int(j, "sliding_window", src, &none);  // null: plain causal
     if (const auto* w = config_key(j, "sliding_window"); w && c.sliding_window <= 0)

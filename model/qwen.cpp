@@ -7,8 +7,8 @@
 //   query and key head after the projection and before RoPE; head_dim from config.json (128 at every
 //   size, so 2048 query features at hidden 1024 in Qwen3-0.6B).
 // Sliding-window attention (use_sliding_window true, or a layer_types entry other than
-// full_attention) and rope_scaling (YaRN for long contexts) are refused by key; with
-// use_sliding_window false, sliding_window is ignored, as Hugging Face does.
+// full_attention) and rope_scaling / rope_parameters other than default (YaRN for long contexts) are
+// refused by key; with use_sliding_window false, sliding_window is ignored, as Hugging Face does.
 #include "model/errors.h"
 #include "model/llama.h"
 
@@ -41,21 +41,6 @@ ModelConfig tiny_qwen(const std::string& model_type, int64_t head_dim, bool tied
   c.bos_token_id = 256;
   c.torch_dtype = "float32";
   return c;
-}
-
-// rope_scaling: null or rope_type "default" only.
-void refuse_rope_scaling(const nlohmann::json& j, const std::string& src, const std::string& model_type) {
-  const nlohmann::json* rs = config_key(j, "rope_scaling");
-  if (!rs) return;
-  const nlohmann::json* type = rs->is_object() ? config_key(*rs, "rope_type") : nullptr;
-  std::string key = "rope_scaling.rope_type";  // Hugging Face reads "rope_type", and "type" in older files
-  if (!type && rs->is_object()) {
-    type = config_key(*rs, "type");
-    key = "rope_scaling.type";
-  }
-  if (type && type->is_string() && type->get<std::string>() == "default") return;
-  throw ModelError(src + ": " + (type ? key + " " + type->dump() : "rope_scaling " + rs->dump()) +
-                   " is not supported for model_type \"" + model_type + "\" (supported: null, default)");
 }
 
 // use_sliding_window true, or layer_types naming anything but full_attention (transformers >= 4.53).
@@ -113,7 +98,7 @@ class QwenFamily final : public LlamaArchitecture {
  protected:
   std::string architecture() const override { return qwen3_ ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"; }
   void read_family_keys(const nlohmann::json& j, const std::string& src, ModelConfig& c) const override {
-    refuse_rope_scaling(j, src, family());
+    refuse_rope_type(rope_keys(j, src), src, family());  // rope_scaling / rope_parameters: default only
     refuse_sliding_window(j, src);
     if (!qwen3_) {  // Qwen2Attention's, whatever attention_bias says
       c.qkv_bias = true;

@@ -68,31 +68,52 @@ constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}
 
 struct BpeTokenizer::Impl {
   // Added tokens matched leftmost-longest: those written in the text as they are, or (normalized)
-  // in the normalizer's output.
+  // in the normalizer's output. A byte trie of their contents, so that a position costs one step per
+  // byte matched, not one comparison per token sharing its first byte (Gemma 3 has thousands of
+  // added tokens starting with '<').
   struct Matcher {
     std::vector<std::pair<std::string, int32_t>> tokens;
-    std::array<std::vector<size_t>, 256> by_first{};  // indices into `tokens`, longest first
+    std::unordered_map<uint64_t, int32_t> edges;  // (node, byte) -> child node; node 0 is the root
+    std::vector<int32_t> node_id;                 // the token a node spells (the first listed), or -1
+    std::array<bool, 256> starts{};               // some token starts with this byte
+    static uint64_t edge(int32_t node, unsigned char c) { return (uint64_t(uint32_t(node)) << 8) | c; }
     void index() {
-      std::vector<size_t> order(tokens.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::stable_sort(order.begin(), order.end(),
-                       [&](size_t x, size_t y) { return tokens[x].first.size() > tokens[y].first.size(); });
-      for (size_t i : order) by_first[static_cast<unsigned char>(tokens[i].first[0])].push_back(i);
+      node_id.assign(1, -1);
+      for (const auto& [content, id] : tokens) {
+        int32_t node = 0;
+        for (unsigned char c : content) {
+          auto [it, fresh] = edges.emplace(edge(node, c), (int32_t)node_id.size());
+          if (fresh) node_id.push_back(-1);
+          node = it->second;
+        }
+        if (node_id[node] < 0) node_id[node] = id;
+        starts[static_cast<unsigned char>(content[0])] = true;
+      }
+    }
+    // The longest token at s[p..]: its length and id; length 0 when none.
+    std::pair<size_t, int32_t> longest(const std::string& s, size_t p) const {
+      std::pair<size_t, int32_t> best{0, -1};
+      int32_t node = 0;
+      for (size_t i = p; i < s.size(); ++i) {
+        auto it = edges.find(edge(node, static_cast<unsigned char>(s[i])));
+        if (it == edges.end()) break;
+        node = it->second;
+        if (node_id[node] >= 0) best = {i + 1 - p, node_id[node]};
+      }
+      return best;
     }
     // Cuts `s` at the tokens: their ids go to `ids`, the text between them to gap(begin, end).
     template <class Gap>
     void split(const std::string& s, std::vector<int32_t>& ids, Gap&& gap) const {
       size_t start = 0;
       for (size_t p = 0; p < s.size(); ++p) {
-        for (size_t idx : by_first[static_cast<unsigned char>(s[p])]) {
-          const auto& [content, id] = tokens[idx];
-          if (s.compare(p, content.size(), content) != 0) continue;
-          if (p > start) gap(start, p);
-          ids.push_back(id);
-          start = p + content.size();
-          p = start - 1;
-          break;
-        }
+        if (!starts[static_cast<unsigned char>(s[p])]) continue;
+        const auto [len, id] = longest(s, p);
+        if (len == 0) continue;
+        if (p > start) gap(start, p);
+        ids.push_back(id);
+        start = p + len;
+        p = start - 1;
       }
       if (s.size() > start) gap(start, s.size());
     }
@@ -198,6 +219,7 @@ void BpeTokenizer::Impl::load(const json& j) {
 
 void BpeTokenizer::Impl::load_vocab(const json& model, const std::unordered_map<uint32_t, unsigned char>& inverse) {
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail("model.vocab", "is missing");
+  vocab.reserve(model["vocab"].size());
   std::string bytes;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
@@ -231,25 +253,30 @@ void BpeTokenizer::Impl::load_vocab(const json& model, const std::unordered_map<
 void BpeTokenizer::Impl::load_merges(const json& model, const std::unordered_map<uint32_t, unsigned char>& inverse) {
   if (!model.contains("merges") || !model["merges"].is_array()) fail("model.merges", "is missing");
   const json& ms = model["merges"];
-  std::string left, right;
+  merges.reserve(ms.size());
+  // Half a million merges in Gemma 3's file: no string is built per merge beyond the lookups' keys.
+  std::string a, b, left, right, both;
   for (size_t r = 0; r < ms.size(); ++r) {
-    const std::string field = "model.merges[" + std::to_string(r) + "]";
-    std::string a, b;
+    auto field = [r] { return "model.merges[" + std::to_string(r) + "]"; };
     if (ms[r].is_string()) {  // "a b"
-      const std::string m = ms[r].get<std::string>();
+      const std::string& m = ms[r].get_ref<const std::string&>();
       const size_t sp = m.find(' ');
-      if (sp == std::string::npos) fail(field, "\"" + m + "\" is not two tokens separated by a space");
-      a = m.substr(0, sp), b = m.substr(sp + 1);
+      if (sp == std::string::npos) fail(field(), "\"" + m + "\" is not two tokens separated by a space");
+      a.assign(m, 0, sp), b.assign(m, sp + 1);
     } else if (ms[r].is_array() && ms[r].size() == 2 && ms[r][0].is_string() && ms[r][1].is_string()) {
-      a = ms[r][0].get<std::string>(), b = ms[r][1].get<std::string>();
+      a = ms[r][0].get_ref<const std::string&>(), b = ms[r][1].get_ref<const std::string&>();
     } else {
-      fail(field, "is neither \"a b\" nor [\"a\", \"b\"]");
+      fail(field(), "is neither \"a b\" nor [\"a\", \"b\"]");
     }
-    if (!byte_level) left = a, right = b;
-    else if (!unmap_bytes(a, inverse, left) || !unmap_bytes(b, inverse, right)) fail(field, "is not byte-level");
-    auto l = vocab.find(left), rr = vocab.find(right), m = vocab.find(left + right);
+    const std::string *l_key = &a, *r_key = &b;
+    if (byte_level) {
+      if (!unmap_bytes(a, inverse, left) || !unmap_bytes(b, inverse, right)) fail(field(), "is not byte-level");
+      l_key = &left, r_key = &right;
+    }
+    both.assign(*l_key).append(*r_key);
+    auto l = vocab.find(*l_key), rr = vocab.find(*r_key), m = vocab.find(both);
     if (l == vocab.end() || rr == vocab.end() || m == vocab.end())
-      fail(field, "\"" + a + " " + b + "\" merges tokens that are not in model.vocab");
+      fail(field(), "\"" + a + " " + b + "\" merges tokens that are not in model.vocab");
     merges.emplace(key(l->second, rr->second), std::make_pair((int32_t)r, m->second));  // first listing wins
   }
 }

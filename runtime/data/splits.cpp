@@ -129,6 +129,15 @@ const DataListing& Splits::get(const std::string& name, const std::string& key) 
                             (rule.empty() ? "; no file or folder is named after a split: all of it is train" : "") + ")");
 }
 
+std::string Splits::chosen(const std::string& key, const std::string& name) const {
+  if (rule.empty()) return "";
+  std::string s = "has splits " + found() + " (by " + rule + "): " + key + " " + name;
+  if (!outside.empty())
+    s += "; in no split, not read: " + outside.front() +
+         (outside.size() > 1 ? " and " + std::to_string(outside.size() - 1) + " more" : "");
+  return s;
+}
+
 std::string Splits::validation(const std::string& wanted, const std::string& key, const std::string& except) const {
   if (wanted == "none") return "";
   if (!wanted.empty()) {

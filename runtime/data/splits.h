@@ -41,6 +41,10 @@ struct Splits {
   std::string found() const;
   // Split `name`; Error(Input) "KEY NAME: data directory PATH has no split NAME (splits found: ...)".
   const DataListing& get(const std::string& name, const std::string& key) const;
+  // What choosing split `name` with option `key` reads, for the line that says so: "has splits train
+  // (1 file), test (1 file) (by file names): KEY NAME; in no split, not read: README.md"; "" without
+  // split names.
+  std::string chosen(const std::string& key, const std::string& name) const;
   // The split to validate on: `wanted` when not "" (get() refuses a missing one); else validation,
   // else test, never `except` (the split trained on); "" when there is none or `wanted` is "none".
   std::string validation(const std::string& wanted, const std::string& key, const std::string& except) const;

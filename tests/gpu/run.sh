@@ -55,6 +55,11 @@
 #                  within its timeout + slack (test_nccl_timeout)
 #   nccl_stall     with >= 2 GPUs: `tessera train` on 2 GPUs, rank 1 SIGSTOPped; every rank ends
 #                  within comm.timeout_s + 10 s with one line naming rank, host, device (stall.sh)
+#   hf_parity      tiny random Llama, Qwen2 and Qwen3 models written by the image's transformers
+#                  (save_pretrained, fp32): `tessera eval` per-sequence losses within 1e-4 of
+#                  transformers' forward (hf_parity.py; needs python3 with transformers, else skipped;
+#                  last by value, so a full run rarely reaches it: TESSERA_GPU_STEPS=hf_parity runs it
+#                  after the build alone)
 #   report         tokens/s, MFU, peak memory, Tessera / eager
 # TESSERA_GPU_STEPS (comma-separated names from this list, probe and init_model coming with
 # tessera_train; default: all) selects steps for a rerun; deps, configure and build run whenever a
@@ -85,12 +90,12 @@ fi
 # (conformance: its filtered cases ran 48 s on the CPU communicators alone in a rehearsal on 2 loaded
 # cores, 2026-12-01.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
-PLAN_AFTER_BUILD=(probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall)
+PLAN_AFTER_BUILD=(probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
 declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
-  [probe]=45 [init_model]=45 [tessera_train]=120 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60)
+  [probe]=45 [init_model]=45 [tessera_train]=120 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
 declare -A LEAST=([env]=5 [deps]=5 [configure]=20 [build]=30 [eager]=45
-  [probe]=15 [init_model]=15 [tessera_train]=45 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30)
+  [probe]=15 [init_model]=15 [tessera_train]=45 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
 # Which step a selection name brings (tessera_train brings its probe and the model it trains).
 declare -A SELECTED_BY=([probe]=tessera_train [init_model]=tessera_train)
 # What the rest of a chain needs at least: the probe and the model are only worth their time when
@@ -126,6 +131,7 @@ applies() {
     case $name in
       env | eager | init_model | tessera_train | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
       fp16_bf16) echo "rehearsal (no GPU; fp16 compute is refused on CPU)"; return 1 ;;
+      hf_parity) echo "rehearsal (no transformers here: the step compares with the device image's transformers)"; return 1 ;;
     esac
   fi
   return 0
@@ -208,7 +214,7 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 MODE=gpu
 ((REHEARSAL)) && MODE=rehearsal
 
-SELECTABLE="env deps configure build eager tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall"
+SELECTABLE="env deps configure build eager tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
 STEPS=${TESSERA_GPU_STEPS:-all}
 if [[ $STEPS != all ]]; then
   for s in ${STEPS//,/ }; do
@@ -219,7 +225,7 @@ wanted() { local s=${SELECTED_BY[$1]:-$1}; [[ $STEPS == all || ",$STEPS," == *",
 BUILD_TARGETS=()
 # The three gtest steps run tests of mpi_tests, the one binary of tests/mpi/test_*.cpp.
 { wanted conformance || wanted fsdp_train || wanted nccl_timeout; } && BUILD_TARGETS+=(mpi_tests)
-{ wanted nccl_stall || wanted tessera_train || wanted fp16_bf16 || wanted build; } && BUILD_TARGETS+=(tessera)
+{ wanted nccl_stall || wanted tessera_train || wanted fp16_bf16 || wanted hf_parity || wanted build; } && BUILD_TARGETS+=(tessera)
 wanted build && BUILD_TARGETS=(tessera mpi_tests)
 NEED_BUILD=$((${#BUILD_TARGETS[@]} > 0))
 SELECTED_AFTER_BUILD=()
@@ -600,6 +606,17 @@ fi
 if can_run nccl_stall; then
   step nccl_stall bash "$SRC/tests/gpu/stall.sh" "$BUILD/bin/tessera" "$CORPUS" "$WORK/run/stall" cuda 10
   grep '^stall:\|^ok:\|^FAIL:' "$LOGS/nccl_stall.log" | say_lines
+fi
+
+# ---- hf_parity: Tessera's forward against transformers' on models transformers wrote ---------------
+if can_run hf_parity; then
+  if ! python3 -c 'import transformers' 2>/dev/null; then
+    skip hf_parity "python3 has no transformers"
+  else
+    rm -rf "$WORK/run/hf_parity"
+    step hf_parity python3 "$SRC/tests/gpu/hf_parity.py" --tessera "$BUILD/bin/tessera" --work "$WORK/run/hf_parity"
+    grep '^hf_parity:' "$LOGS/hf_parity.log" | say_lines
+  fi
 fi
 
 # ---- report ---------------------------------------------------------------------------------------

@@ -79,15 +79,17 @@ echo '{"splits": ["train"]}' > hf/dataset_dict.json
 head -c 20 lines.jsonl.gz > cut.jsonl.gz
 refused() {
   local input=$1 want=$2
-  expect_error 2 "data file $want" "$BIN" tokenize --input "$input" --out refused.bin
+  expect_error 2 "$want" "$BIN" tokenize --input "$input" --out refused.bin
   [ ! -e refused.bin ] && ! ls | grep -q '\.tmp\.' || fail "$input: output written despite the refusal"
 }
-refused data.parquet "data.parquet is a Parquet file.*read_parquet"
-refused archive.zip "archive.zip is a zip archive: unzip it"
-refused nul.jsonl "nul.jsonl holds binary content (a NUL byte at offset 14)"
-refused bad.json "bad.json does not parse as JSON (at line 2, column [0-9]*, in record 1: syntax error"
-refused hf "hf/train/data-00000-of-00001.arrow is an Arrow file of a Hugging Face datasets save_to_disk folder.*load_from_disk('hf/train')"
-refused cut.jsonl.gz "cut.jsonl.gz is corrupt gzip"
+refused data.parquet "data file data.parquet is a Parquet file.*read_parquet"
+refused archive.zip "data file archive.zip is a zip archive: unzip it"
+refused nul.jsonl "data file nul.jsonl holds binary content (a NUL byte at offset 14)"
+refused bad.json "data file bad.json does not parse as JSON (at line 2, column [0-9]*, in record 1: syntax error"
+# The DatasetDict as a whole (its splits, as train and tokenize see them), and one split's folder.
+refused hf "data directory hf is a Hugging Face save_to_disk DatasetDict (dataset_dict.json: splits train) stored as Arrow.*load_from_disk('hf')"
+refused hf/train "data file hf/train/data-00000-of-00001.arrow is an Arrow file of a Hugging Face datasets save_to_disk folder.*load_from_disk('hf/train')"
+refused cut.jsonl.gz "data file cut.jsonl.gz is corrupt gzip"
 expect_error 2 "--format 'xml' is not one of auto, jsonl, json, text" \
   "$BIN" tokenize --input notes.txt --out refused.bin --format xml
 

@@ -7,7 +7,8 @@
 # head; Qwen2 untied), `tessera eval`'s per-sequence losses equal the reference's, and the reference
 # without the q/k/v biases (Qwen2) or without the q/k norms (Qwen3) is far from both, so the test
 # would catch a missing piece. Then unsupported Qwen options stop with one line naming config.json
-# and the key, exit 2.
+# and the key, exit 2; a config.json as transformers >= 5 writes it (rope_parameters, dtype) gives
+# the same losses.
 set -uo pipefail
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
 PY=/usr/bin/python3
@@ -160,6 +161,17 @@ edit yarn "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0, 'original_ma
 expect_error 2 "$T/yarn/config.json: rope_scaling.rope_type \"yarn\" is not supported for model_type \"qwen3\"" \
   "$BIN" init-model --config "$T/yarn/config.json" --out "$T/never"
 [ ! -e "$T/never" ] || fail "a failed init-model wrote its output"
+# transformers >= 5 writes rope_parameters instead of rope_theta / rope_scaling, and dtype for torch_dtype:
+# the same model, the same losses; an unknown rope_type there is refused by its key.
+edit v5 "c['rope_parameters'] = {'rope_theta': c.pop('rope_theta'), 'rope_type': 'default'}; c.pop('rope_scaling'); c['dtype'] = c.pop('torch_dtype')"
+"$BIN" eval --model "$T/v5" --tokens "$T/tokens.txt" > "$T/eval_v5.json" || fail "eval of a transformers 5 config.json"
+cmp -s <("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['per_sequence_loss'])" "$T/eval_qwen3.json") \
+  <("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['per_sequence_loss'])" "$T/eval_v5.json") ||
+  fail "rope_parameters changed the losses"
+ok "config.json with rope_parameters (transformers >= 5): the same losses"
+edit v5_yarn "c['rope_parameters'] = {'rope_theta': c.pop('rope_theta'), 'rope_type': 'yarn', 'factor': 4.0}; c.pop('rope_scaling')"
+expect_error 2 "$T/v5_yarn/config.json: rope_parameters.rope_type \"yarn\" is not supported for model_type \"qwen3\" (supported: default)" \
+  "$BIN" eval --model "$T/v5_yarn" --tokens "$T/tokens.txt"
 edit mistral "c['model_type'] = 'mistral'"  # Mistral has no q/k norms nor a head_dim of its own
 expect_error 2 "$T/mistral/config.json: head_dim 48 is not supported for model_type \"mistral\"" \
   "$BIN" eval --model "$T/mistral" --tokens "$T/tokens.txt"

@@ -165,6 +165,10 @@ TEST_F(BpeTest, SpecialTokensInTextAreSpecials) {
   EXPECT_EQ(t.encode("hi<|eot|>hi"), ids({256, 301, 256}));
   EXPECT_EQ(t.encode("<|eot|>!"), ids({302}));  // longest match
   EXPECT_EQ(t.encode("<|eot|"), ids({'<', '|', 'e', 'o', 't', '|'}));
+  // The longest token that matches, not the longest that starts alike; a failed match at one '<' is
+  // retried at the next byte.
+  EXPECT_EQ(t.encode("<|eot|>x"), ids({301, 'x'}));
+  EXPECT_EQ(t.encode("<<|eot|>!<"), ids({'<', 302, '<'}));
   EXPECT_EQ(t.encode("a[plain]"), ids({'a', 303}));  // non-special added tokens are matched too
   EXPECT_EQ(t.special_id("<|eot|>"), 301);
   EXPECT_EQ(t.special_id("<|begin_of_text|>"), 300);

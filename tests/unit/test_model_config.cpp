@@ -212,7 +212,7 @@ TEST(QwenConfig, UnsupportedOptionsAreRefusedByKey) {
   EXPECT_EQ(err(j), "c.json: layer_types entry \"sliding_attention\" is not supported (only full_attention)");
   j = qwen3_06b_hf_config();
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
-  EXPECT_EQ(err(j), "c.json: rope_scaling.rope_type \"yarn\" is not supported for model_type \"qwen3\" (supported: null, default)");
+  EXPECT_EQ(err(j), "c.json: rope_scaling.rope_type \"yarn\" is not supported for model_type \"qwen3\" (supported: default)");
   j["rope_scaling"] = {{"type", "default"}};
   EXPECT_NO_THROW(ModelConfig::from_json(j, "c.json"));
   j = qwen3_06b_hf_config();
@@ -251,6 +251,75 @@ TEST(Llama3Config, ParsesRealConfigsAndMatchesPresets) {
   EXPECT_TRUE(ModelConfig::from_json(j, "c").rope_scaling.type.empty());
 }
 
+// transformers >= 5 writes RoPE as rope_parameters {"rope_theta", "rope_type", the scaling's keys}
+// instead of rope_theta and rope_scaling (and "dtype" for "torch_dtype", since 4.56): config.json
+// files written that way (each family's real file converted as transformers 5 converts it) read as
+// the same configs; an unknown rope_type, RoPE
+// per layer type and a disagreeing rope_theta are refused in one line naming the file and the key.
+TEST(ModelConfig, Transformers5RopeParameters) {
+  TempDir dir;
+  const std::string path = (dir.path() / "config.json").string();
+  auto load = [&](const nlohmann::json& j) {
+    std::ofstream(path) << j.dump(2);
+    return ModelConfig::load(path);
+  };
+  auto err = [&](const nlohmann::json& j) { return error_of<ModelError>([&] { load(j); }); };
+  // What transformers 5 writes: rope_theta and rope_scaling folded into rope_parameters.
+  auto v5 = [](nlohmann::json j) {
+    nlohmann::json p = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"]
+                                                                                 : nlohmann::json{{"rope_type", "default"}};
+    p["rope_theta"] = j.value("rope_theta", 10000.0);
+    j["dtype"] = j["torch_dtype"];  // transformers >= 4.56's name
+    j.erase("rope_scaling"), j.erase("rope_theta"), j.erase("torch_dtype");
+    j["rope_parameters"] = p;
+    j["transformers_version"] = "5.0.0";
+    return j;
+  };
+  for (const auto& [name, j] : std::map<std::string, nlohmann::json>{
+           {"llama3.2-1b", llama32_1b_hf_config()}, {"mistral-7b", mistral_v01_hf_config()},
+           {"qwen2.5-7b", qwen25_7b_hf_config()}, {"qwen3-0.6b", qwen3_06b_hf_config()}}) {
+    EXPECT_EQ(load(v5(j)), ModelConfig::preset(name)) << name;
+    EXPECT_EQ(load(v5(j)), load(j)) << name;
+  }
+  EXPECT_EQ(load(v5(llama32_1b_hf_config())).rope_scaling, (RopeScaling{"llama3", 32.0, 1.0, 4.0, 8192}));
+  EXPECT_EQ(load(v5(qwen3_06b_hf_config())).rope_theta, 1e6);
+  EXPECT_EQ(load(v5(qwen3_06b_hf_config())).torch_dtype, "bfloat16");
+  auto llama2 = v5(llama7b_hf_config());  // no rope_theta in the file: 10000 by default
+  llama2["rope_parameters"].erase("rope_type");  // absent: default
+  EXPECT_EQ(load(llama2).rope_theta, 10000.0);
+  EXPECT_TRUE(load(llama2).rope_scaling.type.empty());
+  llama2["rope_parameters"]["rope_theta"] = 20000.0;
+  EXPECT_EQ(load(llama2).rope_theta, 20000.0);
+
+  auto q3 = v5(qwen3_06b_hf_config());
+  q3["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
+  EXPECT_EQ(err(q3), path + ": rope_parameters.rope_type \"yarn\" is not supported for model_type \"qwen3\" (supported: default)");
+  auto l = v5(llama32_1b_hf_config());
+  l["rope_parameters"]["rope_type"] = "linear";
+  EXPECT_EQ(err(l), path + ": rope_parameters.rope_type \"linear\" is not supported for model_type \"llama\" (supported: llama3, default)");
+  l = v5(llama32_1b_hf_config());
+  l["rope_parameters"].erase("factor");
+  EXPECT_EQ(err(l), path + ": rope_parameters: missing required key 'factor'");
+  auto m = v5(mistral_v01_hf_config());
+  m["rope_parameters"]["rope_type"] = "dynamic";
+  EXPECT_EQ(err(m), path + ": rope_parameters.rope_type \"dynamic\" is not supported for model_type \"mistral\" (supported: default)");
+  m["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  EXPECT_EQ(err(m).rfind(path + ": rope_parameters.full_attention: RoPE parameters per layer type are not supported", 0), 0u) << err(m);
+  m["rope_parameters"] = "default";
+  EXPECT_EQ(err(m), path + ": rope_parameters \"default\" must be an object or null");
+  q3 = v5(qwen3_06b_hf_config());
+  q3["rope_theta"] = 10000.0;
+  EXPECT_EQ(err(q3), path + ": rope_parameters.rope_theta 1000000.0 and rope_theta 10000.0 differ: give one");
+  q3["rope_theta"] = 1e6;  // both, agreeing: read
+  EXPECT_EQ(load(q3), ModelConfig::preset("qwen3-0.6b"));
+  l = v5(llama32_1b_hf_config());
+  l["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(err(l), path + ": rope_parameters.rope_type and rope_scaling.rope_type differ: give one of rope_parameters and rope_scaling");
+  q3["rope_parameters"]["rope_type"] = 3;
+  EXPECT_EQ(err(q3), path + ": rope_parameters.rope_type 3 must be a string");
+}
+
 TEST(MistralConfig, SlidingWindowOrNot) {
   auto c = ModelConfig::from_json(mistral_v01_hf_config(), "config.json");
   EXPECT_EQ(c, ModelConfig::preset("mistral-7b"));
@@ -283,12 +352,12 @@ TEST(Llama3Config, UnsupportedValuesNameFileAndKey) {
   auto j = llama32_1b_hf_config();
   j["rope_scaling"]["rope_type"] = "yarn";
   EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "m/config.json"); }),
-            "m/config.json: rope_scaling.rope_type \"yarn\" is not supported (supported: llama3, default)");
+            "m/config.json: rope_scaling.rope_type \"yarn\" is not supported for model_type \"llama\" (supported: llama3, default)");
   j = llama32_1b_hf_config();
   j["rope_scaling"].erase("rope_type");
   j["rope_scaling"]["type"] = "linear";
   EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }),
-            "c.json: rope_scaling.type \"linear\" is not supported (supported: llama3, default)");
+            "c.json: rope_scaling.type \"linear\" is not supported for model_type \"llama\" (supported: llama3, default)");
   j = llama32_1b_hf_config();
   j["rope_scaling"].erase("factor");
   EXPECT_EQ(error_of<ModelError>([&] { ModelConfig::from_json(j, "c.json"); }), "c.json: rope_scaling: missing required key 'factor'");
