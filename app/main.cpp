@@ -172,8 +172,7 @@ void print_version() {
 
 // Ends the process with `rc` once the command is done: its output flushed, but no static destructors
 // run. LibTorch's would deregister its ~2,000 operators one by one: ~10% of the CPU time of a short
-// command (258 M of 2,475 M instructions for a program that only loads LibTorch, callgrind,
-// 2026-12-04). Nothing of Tessera's is left for them: the command's objects (checkpoint writer,
+// command (measurements: docs/PERFORMANCE.md#build-suite-and-start-up-measurements). Nothing of Tessera's is left for them: the command's objects (checkpoint writer,
 // communicator threads, report and metrics files) are destroyed and MPI is finalised before this
 // runs, and the process-lifetime state (memory tracker, profiler, flight recorder) is never
 // destroyed anyway. Sanitizer builds (TESSERA_SANITIZE, scripts/sanitize.sh: CMakeLists.txt defines

@@ -12,8 +12,8 @@
 # loader bound none of libtorch_cpu's symbols to a library left out, and that of the 67,964
 # (library, symbol) pairs both starts bind only 2 move: weak C++ template instantiations
 # (std::vector<int>::reserve, std::map<string, string>::find) whose first copy sat in OpenCV, now
-# bound to another copy of the same code. (Reordering the loader's search instead, tried on
-# 2026-12-04, moved 252 weak and 9 strong symbols.) Where the
+# bound to another copy of the same code. (Reordering the loader's search instead moved strong
+# symbols too (measurements: docs/PERFORMANCE.md#build-suite-and-start-up-measurements).) Where the
 # script makes no copy (a LibTorch with a RUNPATH of its own, as pip's; nothing unused; no
 # patchelf) they load LibTorch's own file. An installed binary (no build RUNPATH) loads LibTorch's
 # own file too: the same code, a slower start and 44 MiB more resident (runtime/planner's

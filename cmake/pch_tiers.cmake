@@ -14,16 +14,14 @@
 # Unity units: what a translation unit that includes LibTorch costs gcc before its own code (the
 # precompiled header, the same templates instantiated and optimised again) is paid once per unit of
 # TESSERA_UNITY sources (CMake's UNITY_BUILD; 0: a unit per source), in every library part and test
-# binary. A clean build (2 cores, 2026-12-03): the libraries' sources 615 -> 283 CPU-s, the tests'
-# 474 -> 231 (units of 5); the whole build 9m52 -> 8m10 user CPU, 5m53 -> 4m43 wall with units of 16
-# (99: 4m39, the same: most parts have fewer sources). The sources of one part share a unit, so the names they define at file scope (also
+# binary (measurements: docs/PERFORMANCE.md#build-suite-and-start-up-measurements). The sources of one part share a unit, so the names they define at file scope (also
 # in anonymous namespaces) must differ; a source that forgets an include may compile only in its unit
 # (-DTESSERA_UNITY=0 shows it).
 
 # Flags for code that is only checked, never timed (the test files, the NCCL link check of a CPU
 # build): -O1 without debug information. -O1 keeps __OPTIMIZE__ defined, so the -O2 precompiled
 # headers above still load (-O0 would not), and a header built with -g1 serves a compile without
-# -g. unit_tests' LibTorch unit: 28-30 CPU-s against 37-44 at -O2 -g1 (2026-12-04).
+# -g (measurements: docs/PERFORMANCE.md#build-suite-and-start-up-measurements).
 set(TESSERA_CHECK_ONLY_OPT -O1 -g0)
 
 # tessera_include_tier(FILE OUT): 2 (torch), 1 (aten) or 0 (plain) for FILE, cached per file.

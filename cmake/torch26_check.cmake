@@ -8,8 +8,7 @@
 #   - TORCH26_DIR: where the 2.6 headers are fetched to and the precompiled header cached
 #     (build/torch26, git-ignored);
 #   - time for a first run (fetch + precompile). It is a filler (tests/CMakeLists.txt): at nice 19,
-#     on the cores the other tests leave idle (75 CPU-s from nothing, 50 with the
-#     precompiled header cached, alone, 2026-12-04).
+#     on the cores the other tests leave idle (measurements: docs/PERFORMANCE.md#build-suite-and-start-up-measurements).
 if(NOT TEST unit.torch26_syntax)
   message(FATAL_ERROR "cmake/torch26_check.cmake: unit.torch26_syntax is not registered (tests/unit/torch26_syntax.sh missing?)")
 endif()

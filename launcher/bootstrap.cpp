@@ -77,8 +77,7 @@ void init_mpi(int argc, char** argv) {
   // there is nothing to progress costs a sched_yield; the environment can still say otherwise.
   setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
   // A process started without a launcher (`tessera train` as one process) is an MPI singleton, for
-  // which Open MPI 4 forks an orted that a world of one never uses: measured 0.3 s of CPU and 0.26 s
-  // of wall time per start (0.83 -> 0.50 CPU-s, 2026-12-04). Isolated, it starts none; the
+  // which Open MPI 4 forks an orted that a world of one never uses (measurements: docs/PERFORMANCE.md#build-suite-and-start-up-measurements). Isolated, it starts none; the
   // parameter means nothing under mpirun or srun.
   setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
   int provided = 0;
