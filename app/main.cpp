@@ -95,39 +95,6 @@ std::vector<std::string> take_global_options(std::vector<std::string> args) {
   return rest;
 }
 
-// After a collective timeout on this rank (its record written): waits until every rank's record of
-// this run is in `flight_dir` or a grace period (a quarter of comm.timeout_s, 2-30 s) has passed,
-// then, on the lowest rank with a record, prints the diagnosis of the records as its last line.
-void diagnose_after_timeout(const std::string& flight_dir, int world_size, int world_rank) {
-  using namespace std::chrono;
-  const auto grace = std::clamp<milliseconds>(comm::default_timeout() / 4, seconds(2), seconds(30));
-  const std::string run = comm::flight::run_id();
-  const auto deadline = steady_clock::now() + grace;
-  comm::flight::Dumps dumps;
-  for (;;) {
-    try {
-      dumps = comm::flight::read_dumps(flight_dir);
-    } catch (const std::exception&) {
-      dumps = {};
-    }
-    std::set<int> ranks;
-    for (const auto& r : dumps.records)
-      if (r.value("run_id", "") == run) ranks.insert(r.value("rank", -1));
-    if (static_cast<int>(ranks.size()) >= world_size || steady_clock::now() >= deadline) {
-      const int printer = ranks.empty() ? world_rank : *ranks.begin();
-      if (printer != world_rank) {
-        std::this_thread::sleep_for(seconds(1));  // let the printing rank print before anyone aborts
-        return;
-      }
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(100));
-  }
-  const auto dx = comm::flight::diagnose(dumps);
-  std::cerr << "tessera: flight recorder: " << dx.summary << " (full report: tessera diagnose "
-            << std::filesystem::path(flight_dir).parent_path().string() << ")" << std::endl;
-}
-
 int report(int code, const std::string& what, bool collective, bool timeout = false) {
   const auto& b = current();
   bool print = !collective || b.world_rank == 0;
@@ -141,7 +108,7 @@ int report(int code, const std::string& what, bool collective, bool timeout = fa
   }
   const std::string flight_dir = comm::flight::dump_dir();
   if (!collective && timeout && b.world_size > 1 && !flight_dir.empty())
-    diagnose_after_timeout(flight_dir, b.world_size, b.world_rank);
+    tools::diagnose_after_timeout(flight_dir, b.world_size, b.world_rank);
   if (!collective && b.world_size > 1) abort_all(code);
   finalize();
   return code;

@@ -213,8 +213,8 @@ json compare_with_plan(const Case& c, const Config& conf, const json& measured, 
   req.world = c.world;
   req.ranks_per_node = c.ranks_per_node > 0 ? c.ranks_per_node : c.world;
   req.stored_bytes = c.model == "mid" ? 2 : 4;
-  const memory::Plan plan = launcher::plan_run(conf, mc, req);
-  const memory::PhaseEstimate& est = c.eval ? plan.eval_host : plan.train_host;
+  const planner::Plan plan = launcher::plan_run(conf, mc, req);
+  const planner::PhaseEstimate& est = c.eval ? plan.eval_host : plan.train_host;
   const int64_t peak = measured.at("peak_rss").get<int64_t>(), base = measured.at("process_base").get<int64_t>();
   const int64_t predicted = est.total();
   const int64_t floor = (c.eval ? plan.eval_floor : plan.train_floor) + base;

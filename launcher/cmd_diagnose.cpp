@@ -81,7 +81,7 @@ int64_t started_ms(const std::string& run_id) { return std::atoll(run_id.c_str()
 // Records of a start that never ran a step (every record at step -1) with an input error on a rank:
 // the run was refused at start, one rank's check (its shard of a checkpoint, its device) failing
 // while the others passed. Not a hang and not a crash of training. Returns "" otherwise.
-std::string refused_start(const comm::flight::Dumps& dumps) {
+std::string refused_start(const tools::Dumps& dumps) {
   const nlohmann::json* error = nullptr;
   for (const auto& r : dumps.records) {
     if (r.contains("context") && r["context"].value("step", int64_t{-1}) >= 0) return "";
@@ -93,7 +93,7 @@ std::string refused_start(const comm::flight::Dumps& dumps) {
 }
 
 // Records that a later run of this log.dir made stale: run_info.json names a run that started after them.
-std::string stale_records(const nlohmann::json& info, const comm::flight::Dumps& dumps) {
+std::string stale_records(const nlohmann::json& info, const tools::Dumps& dumps) {
   const std::string mine = dumps.records.front().value("run_id", "");
   const std::string last = text_at(info, {"run_id"});
   if (last.empty() || last == mine || started_ms(last) <= started_ms(mine)) return "";
@@ -107,10 +107,10 @@ std::string stale_records(const nlohmann::json& info, const comm::flight::Dumps&
 //  - "refused:" the run stopped at start on one rank's input error, before any step;
 //  - "interrupted:" every rank was stopped by SIGTERM (preemption, Ctrl-C under mpirun, scancel):
 //    not a hang, whatever was in flight when the signal came (interrupted() says more).
-std::string run_history(const std::string& log_dir, const comm::flight::Dumps& dumps,
-                        const comm::flight::Diagnosis& dx) {
+std::string run_history(const std::string& log_dir, const tools::Dumps& dumps,
+                        const tools::Diagnosis& dx) {
   if (dumps.records.empty()) return "";
-  const auto info = train::read_run_info(log_dir);
+  const auto info = tools::read_run_info(log_dir);
   if (auto stale = stale_records(info, dumps); !stale.empty()) return stale;
   if (auto refused = refused_start(dumps); !refused.empty()) return refused;
   int64_t step = -1;
@@ -144,8 +144,8 @@ int run_diagnose(const std::vector<std::string>& args) {
   const std::string dir = (*vm)["dir"].as<std::string>();
   std::error_code ec;
   const std::string flight = fs::is_directory(fs::path(dir) / "flight", ec) ? (fs::path(dir) / "flight").string() : dir;
-  const auto dumps = comm::flight::read_dumps(flight);
-  const auto dx = comm::flight::diagnose(dumps);
+  const auto dumps = tools::read_dumps(flight);
+  const auto dx = tools::diagnose(dumps);
   for (const auto& line : dx.lines) std::cout << line << "\n";
   const std::string history = run_history(fs::path(flight).parent_path().string(), dumps, dx);
   if (!history.empty()) std::cout << history << "\n";

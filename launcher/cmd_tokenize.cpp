@@ -165,7 +165,7 @@ int run_report(const std::vector<std::string>& args) {
   if (!vm) return 0;
   // The report first: on an error nothing is printed on stdout (std::cout << "wrote " << f() may
   // print "wrote " before f() throws).
-  const std::string path = train::write_report((*vm)["run-dir"].as<std::string>(), (*vm)["out"].as<std::string>(),
+  const std::string path = tools::write_report((*vm)["run-dir"].as<std::string>(), (*vm)["out"].as<std::string>(),
                                                vm->count("force") > 0);
   std::cout << "wrote " << path << std::endl;
   return 0;

@@ -97,7 +97,7 @@ void check_host_memory(const Config& cfg, const model::ModelConfig& mc, const Bo
   req.gpu = gpu;
   req.host_mem = limit;
   req.stored_bytes = mc.torch_dtype == "float32" ? 4 : 2;
-  const memory::Plan plan = plan_run(cfg, mc, req);
+  const planner::Plan plan = plan_run(cfg, mc, req);
   const std::string why = why_not_fit(plan, req);
   if (why.empty()) return;
   std::string impossible;
@@ -452,7 +452,7 @@ void report_outcome(const train::RunResult& res, const TrainSetup& s) {
     if (!s.cfg.log_dir().empty()) {
       // The run's report (tessera report RUN_DIR writes the same); a failure here loses nothing.
       try {
-        std::cout << "report " << train::write_report(s.cfg.log_dir()) << std::endl;
+        std::cout << "report " << tools::write_report(s.cfg.log_dir()) << std::endl;
       } catch (const std::exception& e) {
         std::cerr << "tessera: warning: cannot write the report: " << e.what() << std::endl;
       }

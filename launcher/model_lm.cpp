@@ -41,8 +41,8 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
   return lm;
 }
 
-memory::ModelShape memory_shape(const model::ModelConfig& cfg) {
-  memory::ModelShape s;
+planner::ModelShape memory_shape(const model::ModelConfig& cfg) {
+  planner::ModelShape s;
   const std::vector<model::UnitSpec> units = model::unit_specs(cfg);
   for (size_t u = 0; u < units.size(); ++u) {
     s.units.emplace_back();
@@ -57,10 +57,10 @@ memory::ModelShape memory_shape(const model::ModelConfig& cfg) {
   return s;
 }
 
-memory::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
+planner::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
                                                model::Kernels kernels) {
   const model::ActivationBytes a = model::activation_bytes(cfg, B, T, elem, kernels);
-  memory::ActivationTerms t;
+  planner::ActivationTerms t;
   t.layer_input = a.layer_input;
   t.layer_saved = a.layer_saved;
   t.layer_forward_transient = a.layer_forward_transient;

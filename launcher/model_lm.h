@@ -24,8 +24,8 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg);
 // The model as the memory model sees it: the same units (shapes, order) make_causal_lm hands the
 // engine, which root parameters belong to the head, and the activation terms of
 // model/activations.h for a micro-batch [B, T] in a compute dtype of `elem` bytes.
-memory::ModelShape memory_shape(const model::ModelConfig& cfg);
-memory::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
+planner::ModelShape memory_shape(const model::ModelConfig& cfg);
+planner::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
                                                model::Kernels kernels);
 
 // Weights from the family's initialisation (seed): every rank generates only the parameters of the

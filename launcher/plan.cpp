@@ -35,10 +35,10 @@ int stored_bytes_of(const std::string& torch_dtype) { return torch_dtype == "flo
 
 }  // namespace
 
-memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
+planner::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
   const fsdp::Options fo = fsdp_options_from(cfg, mc);
   const at::ScalarType state = optim::state_scalar_type(cfg.optim.state_dtype);
-  memory::RunShape r;
+  planner::RunShape r;
   r.strategy = fo.strategy;
   r.world = req.world;
   r.ranks_per_node = req.ranks_per_node;
@@ -61,23 +61,23 @@ memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc,
   return r;
 }
 
-memory::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
-  const memory::RunShape run = run_shape_from(cfg, mc, req);
+planner::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req) {
+  const planner::RunShape run = run_shape_from(cfg, mc, req);
   // A GPU run uses LibTorch >= 2's fused attention; a CPU run this build's attention, and bf16
   // products widened to fp32 on a CPU without AVX-512.
-  return memory::estimate(memory_shape(mc),
+  return planner::estimate(memory_shape(mc),
                           activation_terms(mc, cfg.train.micro_batch, cfg.data.seq_len, run.param_bytes,
                                            model::run_kernels(req.gpu)),
                           run);
 }
 
-int64_t host_bytes_per_node(const memory::Plan& plan, const PlanRequest& req) {
+int64_t host_bytes_per_node(const planner::Plan& plan, const PlanRequest& req) {
   const int64_t others = std::max({plan.load_other.total(), plan.train_host.total(), plan.save_host.total(),
                                    plan.eval_host.total()});
   return plan.peak_host() + static_cast<int64_t>(req.ranks_per_node - 1) * others;
 }
 
-std::string why_not_fit(const memory::Plan& plan, const PlanRequest& req) {
+std::string why_not_fit(const planner::Plan& plan, const PlanRequest& req) {
   if (req.gpu && req.gpu_mem > 0 && plan.peak_gpu() > req.gpu_mem)
     return "GPU peak " + human(plan.peak_gpu()) + " per rank (" + std::string(plan.train_gpu.total() >= plan.eval_gpu.total()
                                                                          ? plan.train_gpu.bytes.phase
@@ -142,7 +142,7 @@ int64_t detect_host_limit(std::string* source) {
 
 namespace {
 
-nlohmann::json plan_json(const memory::Plan& plan, const PlanRequest& req) {
+nlohmann::json plan_json(const planner::Plan& plan, const PlanRequest& req) {
   nlohmann::json phases = {
       {"load", {{"reading_rank", plan.load_reader.to_json()}, {"other_ranks", plan.load_other.to_json()}}},
       {"train", {{"host", plan.train_host.to_json()}}},
@@ -220,7 +220,7 @@ int ranks_that_fit(const Config& cfg, const model::ModelConfig& mc, PlanRequest 
 
 // One suggestion of `tessera plan`: the change and the peaks it leads to, host memory per node
 // included (an offload trades GPU memory for it: the user must have it).
-nlohmann::json suggestion(const std::string& change, const memory::Plan& p, const PlanRequest& r) {
+nlohmann::json suggestion(const std::string& change, const planner::Plan& p, const PlanRequest& r) {
   return {{"change", change}, {"peak_gpu_bytes_per_rank", p.peak_gpu()}, {"peak_host_bytes_per_rank", p.peak_host()},
           {"host_bytes_per_node", host_bytes_per_node(p, r)}};
 }
@@ -242,20 +242,20 @@ nlohmann::json fitting_changes(const Config& cfg, const model::ModelConfig& mc, 
     changes.erase(std::remove_if(changes.begin(), changes.end(), [&](const std::string& x) { return x.rfind(key, 0) == 0; }),
                   changes.end());
     changes.push_back(k.change);
-    const memory::Plan p = plan_run(c, mc, r);
+    const planner::Plan p = plan_run(c, mc, r);
     if (why_not_fit(p, r).empty()) suggestions.push_back(suggestion(k.change, p, r));
   }
   std::string every;
   for (const std::string& x : changes) every += (every.empty() ? "" : ", ") + x;
   if (suggestions.empty() && !every.empty()) {
-    const memory::Plan p = plan_run(all, mc, all_req);
+    const planner::Plan p = plan_run(all, mc, all_req);
     if (why_not_fit(p, all_req).empty()) suggestions.push_back(suggestion("all of: " + every, p, all_req));
   }
   const int world = ranks_that_fit(cfg, mc, req);
   if (world > 0) {
     PlanRequest r = req;
     r.world = world;
-    const memory::Plan p = plan_run(cfg, mc, r);
+    const planner::Plan p = plan_run(cfg, mc, r);
     suggestions.push_back(suggestion(req.gpu ? "--nodes " + std::to_string(world / req.ranks_per_node) + " (" +
                                                    std::to_string(world) + " GPUs)"
                                              : "--ranks " + std::to_string(world),
@@ -337,8 +337,8 @@ struct PlanOutcome {
   nlohmann::json suggestions;
 };
 
-nlohmann::json plan_as_json(const PlanOutcome& o, const model::ModelConfig& mc, const memory::Plan& plan,
-                            const memory::RunShape& run, const PlanRequest& req) {
+nlohmann::json plan_as_json(const PlanOutcome& o, const model::ModelConfig& mc, const planner::Plan& plan,
+                            const planner::RunShape& run, const PlanRequest& req) {
   return {{"model", {{"name", o.model_name}, {"parameters", mc.num_parameters()}}},
           {"layout", {{"world", req.world}, {"ranks_per_node", req.ranks_per_node}, {"nodes", req.world / req.ranks_per_node},
                       {"device", o.device}, {"strategy", fsdp::to_string(run.strategy)}, {"shard_group", plan.shard_size},
@@ -350,7 +350,7 @@ nlohmann::json plan_as_json(const PlanOutcome& o, const model::ModelConfig& mc, 
           {"gpu_bytes_per_node", plan.peak_gpu() * req.ranks_per_node},
           {"offload", fsdp::to_string(run.offload)},
           {"pcie_bytes_per_step", {{"up", plan.pcie.up}, {"down", plan.pcie.down},
-                                   {"seconds_at_25GBps", plan.pcie.seconds(memory::kPcieBytesPerSecond)}}},
+                                   {"seconds_at_25GBps", plan.pcie.seconds(planner::kPcieBytesPerSecond)}}},
           {"gpu_mem", req.gpu_mem},
           {"host_mem", req.host_mem},
           {"fits", o.why.empty()},
@@ -359,20 +359,20 @@ nlohmann::json plan_as_json(const PlanOutcome& o, const model::ModelConfig& mc, 
 }
 
 // Host offload's PCIe traffic per rank and step, and its time on a PCIe 4.0 x16 link.
-void print_pcie(const memory::Plan& plan, const memory::RunShape& run) {
+void print_pcie(const planner::Plan& plan, const planner::RunShape& run) {
   if (run.offload == fsdp::Offload::None) return;
   char line[256];
   std::snprintf(line, sizeof line,
                 "  PCIe per rank and step (fsdp.offload=%s): %s down (gradient shards), %s up (parameter shards), "
                 ">= %.2f s at %.0f GB/s each way\n",
                 fsdp::to_string(run.offload).c_str(), human(plan.pcie.down).c_str(), human(plan.pcie.up).c_str(),
-                plan.pcie.seconds(memory::kPcieBytesPerSecond), memory::kPcieBytesPerSecond / 1e9);
+                plan.pcie.seconds(planner::kPcieBytesPerSecond), planner::kPcieBytesPerSecond / 1e9);
   std::cout << line;
 }
 
 // The human table: one line about the run, a row per phase, the step's categories, host per node.
-void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::ModelConfig& mc, const memory::Plan& plan,
-                      const memory::RunShape& run, const PlanRequest& req) {
+void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::ModelConfig& mc, const planner::Plan& plan,
+                      const planner::RunShape& run, const PlanRequest& req) {
   const train::LoopOptions& to = cfg.train;
   std::cout << "tessera plan: " << o.model_name << " (" << mc.num_parameters() << " parameters), " << fsdp::to_string(run.strategy) << " over "
             << req.world << " rank(s) (" << req.world / req.ranks_per_node << " node(s) x " << req.ranks_per_node << "), shard group "
@@ -390,7 +390,7 @@ void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::Mode
   char line[256];
   std::snprintf(line, sizeof line, "  %-22s %14s %14s  %s\n", "phase", "GPU per rank", "host per rank", "peak at");
   std::cout << line;
-  auto row = [&](const char* name, const memory::PhaseEstimate* gpu, const memory::PhaseEstimate& host) {
+  auto row = [&](const char* name, const planner::PhaseEstimate* gpu, const planner::PhaseEstimate& host) {
     std::snprintf(line, sizeof line, "  %-22s %14s %14s  %s\n", name, gpu ? human(gpu->total()).c_str() : "-",
                   human(host.total()).c_str(), gpu ? gpu->bytes.phase : host.bytes.phase);
     std::cout << line;
@@ -400,7 +400,7 @@ void print_plan_table(const PlanOutcome& o, const Config& cfg, const model::Mode
   row("training step", req.gpu ? &plan.train_gpu : nullptr, plan.train_host);
   row("checkpoint save", nullptr, plan.save_host);
   row("evaluation", req.gpu ? &plan.eval_gpu : nullptr, plan.eval_host);
-  const memory::PhaseEstimate& t = req.gpu ? plan.train_gpu : plan.train_host;
+  const planner::PhaseEstimate& t = req.gpu ? plan.train_gpu : plan.train_host;
   std::cout << "  training step peak by category:";
   for (int c = 0; c < memory::kNumCategories; ++c)
     if (t.bytes.bytes[c] > 0) std::cout << " " << memory::name(static_cast<memory::Category>(c)) << " " << human(t.bytes.bytes[c]) << ";";
@@ -464,13 +464,13 @@ int run_plan(const std::vector<std::string>& args) {
   PlanOutcome o;
   PlanRequest req = plan_request(*vm, cfg, &o.device);
   const model::ModelConfig mc = plan_model(cfg, req, &o.model_name);
-  const memory::Plan plan = plan_run(cfg, mc, req);
+  const planner::Plan plan = plan_run(cfg, mc, req);
   o.why = why_not_fit(plan, req);
   // What would make it fit: each knob alone, then all of them, then more ranks.
   std::string impossible;
   o.suggestions = o.why.empty() ? nlohmann::json::array() : fitting_changes(cfg, mc, req, &impossible);
   if (!impossible.empty()) throw TESSERA_INPUT_ERROR("plan: " + o.model_name + " cannot fit: " + o.why + ", " + impossible);
-  const memory::RunShape run = run_shape_from(cfg, mc, req);
+  const planner::RunShape run = run_shape_from(cfg, mc, req);
   if (vm->count("json")) {
     std::cout << plan_as_json(o, mc, plan, run, req).dump(2) << std::endl;
     return o.why.empty() ? 0 : 1;

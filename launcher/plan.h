@@ -22,14 +22,14 @@ struct PlanRequest {
   int stored_bytes = 4;  // checkpoint dtype on disk (what rank0 loading stages)
 };
 
-memory::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req);
-memory::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req);
+planner::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req);
+planner::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const PlanRequest& req);
 
 // Host bytes of the busiest node: the reading rank's load phase plus the other local ranks'.
-int64_t host_bytes_per_node(const memory::Plan& plan, const PlanRequest& req);
+int64_t host_bytes_per_node(const planner::Plan& plan, const PlanRequest& req);
 
 // "" when the plan fits the request's limits, else why not (one line).
-std::string why_not_fit(const memory::Plan& plan, const PlanRequest& req);
+std::string why_not_fit(const planner::Plan& plan, const PlanRequest& req);
 
 // The memory limit of this node for this job, the tightest of: cgroup memory.max (v2, or v1's
 // memory.limit_in_bytes) of this process's cgroup and its parents, SLURM_MEM_PER_NODE,

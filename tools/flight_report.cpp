@@ -2,6 +2,9 @@
 #include "tools/flight_report.h"
 
 #include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,13 +13,15 @@
 #include <set>
 #include <sstream>
 
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/error.h"
 #include "util/json.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace tessera::comm::flight {
+namespace tessera::tools {
 namespace {
 
 // "0-3, 5, 7-8"
@@ -430,4 +435,34 @@ Diagnosis diagnose(const Dumps& dumps) {
   return dx;
 }
 
-}  // namespace tessera::comm::flight
+void diagnose_after_timeout(const std::string& flight_dir, int world_size, int world_rank) {
+  using namespace std::chrono;
+  const auto grace = std::clamp<milliseconds>(comm::default_timeout() / 4, seconds(2), seconds(30));
+  const std::string run = comm::flight::run_id();
+  const auto deadline = steady_clock::now() + grace;
+  Dumps dumps;
+  for (;;) {
+    try {
+      dumps = read_dumps(flight_dir);
+    } catch (const std::exception&) {
+      dumps = {};
+    }
+    std::set<int> ranks;
+    for (const auto& r : dumps.records)
+      if (r.value("run_id", "") == run) ranks.insert(r.value("rank", -1));
+    if (static_cast<int>(ranks.size()) >= world_size || steady_clock::now() >= deadline) {
+      const int printer = ranks.empty() ? world_rank : *ranks.begin();
+      if (printer != world_rank) {
+        std::this_thread::sleep_for(seconds(1));  // let the printing rank print before anyone aborts
+        return;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  const auto dx = diagnose(dumps);
+  std::cerr << "tessera: flight recorder: " << dx.summary << " (full report: tessera diagnose "
+            << std::filesystem::path(flight_dir).parent_path().string() << ")" << std::endl;
+}
+
+}  // namespace tessera::tools

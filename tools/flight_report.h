@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::comm::flight {
+namespace tessera::tools {
 
 struct Dumps {
   std::vector<nlohmann::json> records;  // parsed rank-*.json of the newest run
@@ -49,4 +49,10 @@ struct Diagnosis {
 };
 Diagnosis diagnose(const Dumps& dumps);
 
-}  // namespace tessera::comm::flight
+// After a collective timeout on this rank (its record written): waits until every rank's record of
+// this run is in `flight_dir` or a grace period (a quarter of comm.timeout_s, 2-30 s) has passed,
+// then, on the lowest rank with a record, prints the diagnosis as its last line (stderr). Called
+// by the main thread of `tessera` (app/main.cpp) on its way out.
+void diagnose_after_timeout(const std::string& flight_dir, int world_size, int world_rank);
+
+}  // namespace tessera::tools

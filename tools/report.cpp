@@ -23,7 +23,7 @@
 #include "util/json.h"
 #include "util/output_file.h"
 
-namespace tessera::train {
+namespace tessera::tools {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -565,4 +565,4 @@ std::string write_report(const std::string& run_dir, const std::string& out, boo
   return path;
 }
 
-}  // namespace tessera::train
+}  // namespace tessera::tools

@@ -16,7 +16,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-namespace tessera::train {
+namespace tessera::tools {
 
 // The report of run directory `run_dir` as HTML. Throws Error(Input) naming the file when
 // metrics.jsonl is missing or holds no record.
@@ -32,4 +32,4 @@ std::string write_report(const std::string& run_dir, const std::string& out = ""
 // is missing, not a regular file, over util::budget::kRecordBytes, unreadable or not an object.
 nlohmann::json read_run_info(const std::string& run_dir);
 
-}  // namespace tessera::train
+}  // namespace tessera::tools

@@ -8,7 +8,9 @@
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/fsdp/shard_plan.h"
 
-namespace tessera::memory {
+namespace tessera::planner {
+
+using namespace tessera::memory;  // the tracker's categories, placements and names
 
 nlohmann::json PhaseEstimate::to_json() const {
   nlohmann::json j = {{"total", total()}, {"base", base}, {"untracked", untracked}, {"tracked", bytes.total()},
@@ -415,4 +417,4 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   return plan;
 }
 
-}  // namespace tessera::memory
+}  // namespace tessera::planner

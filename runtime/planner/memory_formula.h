@@ -66,7 +66,12 @@
 #include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
 
-namespace tessera::memory {
+namespace tessera::planner {
+
+// The tracker's categories and snapshots (runtime/memory/tracker.h): what a plan is measured against.
+using memory::Category;
+using memory::kNumCategories;
+using memory::Snapshot;
 
 // Resident set of a tessera process before it allocates anything for the model (LibTorch, Open
 // MPI with its shared-memory transport, glibc), measured on this project's Debian 12 build: 117-122
@@ -161,4 +166,4 @@ struct Plan {
 // The activation terms come from the model family at (micro_batch, seq_len, compute bytes).
 Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShape& run);
 
-}  // namespace tessera::memory
+}  // namespace tessera::planner

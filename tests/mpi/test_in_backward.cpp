@@ -88,15 +88,15 @@ TEST(InBackward, GradientShardsAreNeverAllAliveTogether) {
   EXPECT_GT(plain, 0);
   EXPECT_LT(early, plain) << "gradient-shard bytes at the step's peak: in backward " << early << ", ordinary " << plain;
   // The planner's term: the largest unit's shard (4 bytes an element) instead of every unit's.
-  memory::RunShape run;
+  planner::RunShape run;
   run.world = run.ranks_per_node = world().world->size();
   run.align = fsdp::Options{}.align;
   run.optimizer_in_backward = true;
-  const memory::Plan plan = memory::estimate(launcher::memory_shape(four_layers()), {}, run);
+  const planner::Plan plan = planner::estimate(launcher::memory_shape(four_layers()), {}, run);
   const int64_t predicted = plan.train_host.bytes.bytes[static_cast<int>(memory::Category::GradShard)];
   EXPECT_LE(early, predicted);
   run.optimizer_in_backward = false;
-  EXPECT_LT(predicted, memory::estimate(launcher::memory_shape(four_layers()), {}, run)
+  EXPECT_LT(predicted, planner::estimate(launcher::memory_shape(four_layers()), {}, run)
                            .train_host.bytes.bytes[static_cast<int>(memory::Category::GradShard)]);
 }
 

@@ -11,7 +11,7 @@
 //    unit but the root is updated after the backward went past it, with the same bits;
 //  - with it, a non-finite loss still skips the step with every unit untouched and a non-finite
 //    gradient still stops the run;
-//  - the bytes copied each way per step are the planner's PCIe bytes (memory::Plan::pcie);
+//  - the bytes copied each way per step are the planner's PCIe bytes (planner::Plan::pcie);
 //  - the memory breakdown places master, gradient shard and optimizer state on the host, the
 //    parameter shard on the device (optimizer) or the host (params), as the planner does.
 #include <gtest/gtest.h>
@@ -74,8 +74,8 @@ std::unique_ptr<train::Trainer> trainer(const Case& c, fsdp::Offload offload) {
 }
 
 // The planner's view of the same run.
-memory::Plan plan_of(const Case& c) {
-  memory::RunShape run;
+planner::Plan plan_of(const Case& c) {
+  planner::RunShape run;
   run.strategy = c.strategy;
   run.world = run.ranks_per_node = test::world_groups().world->size();
   run.param_bytes = static_cast<int>(c10::elementSize(c.dtype));
@@ -83,7 +83,7 @@ memory::Plan plan_of(const Case& c) {
   run.offload = c.offload;
   run.optimizer_in_backward = c.in_backward;
   run.align = engine_options(c, c.offload).align;
-  return memory::estimate(launcher::memory_shape(four_layers()), {}, run);
+  return planner::estimate(launcher::memory_shape(four_layers()), {}, run);
 }
 
 int cat(memory::Category c) { return static_cast<int>(c); }
@@ -113,7 +113,7 @@ TEST(Offload, EqualsTheRunWithoutOffloadAndCopiesWhatThePlanSays) {
       EXPECT_EQ(a.grad_norm, b.grad_norm) << c.name() << ", step " << s + 1;
     }
     const fsdp::Traffic after = off->engine().traffic();
-    const memory::Pcie predicted = plan_of(c).pcie;
+    const planner::Pcie predicted = plan_of(c).pcie;
     EXPECT_EQ(after.up - before.up, predicted.up) << c.name() << ": bytes up in one step";
     EXPECT_EQ(after.down - before.down, predicted.down) << c.name() << ": bytes down in one step";
     EXPECT_GT(predicted.up, 0) << c.name();

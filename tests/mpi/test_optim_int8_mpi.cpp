@@ -147,12 +147,12 @@ TEST(Int8Moments, ResumeIsBitExact) {
     train::StepRecord r;
     for (int s = 0; s < 8; ++s) straight.push_back((r = tr->train_step()).loss);
     straight_state = local_state(*tr);
-    memory::RunShape run;
+    planner::RunShape run;
     run.world = world().size();
     run.state_bytes = 1;
     run.state_block = optim::q8::kDefaultBlock;
     run.align = fsdp_options().align;
-    const memory::Plan plan = memory::estimate(launcher::memory_shape(test::tiny_model(3)), {}, run);
+    const planner::Plan plan = planner::estimate(launcher::memory_shape(test::tiny_model(3)), {}, run);
     const int opt = static_cast<int>(memory::Category::Optimizer);
     EXPECT_EQ(r.memory.tracked.bytes[opt], plan.train_host.bytes.bytes[opt]);
     int64_t chunks = 0;

@@ -23,6 +23,7 @@ namespace test_flight {  // the files of a gtest binary compile together (tests/
 
 namespace fs = std::filesystem;
 namespace flight = tessera::comm::flight;
+namespace tools = tessera::tools;
 using nlohmann::json;
 
 namespace {
@@ -173,9 +174,9 @@ TEST(FlightRecorder, DumpWritesOneValidRecordThatTheReportReads) {
   // The first strong dump wins: a second one does not overwrite it.
   EXPECT_EQ(flight::dump("error", "later"), "");
   EXPECT_EQ(read_json(path)["reason"], "timeout");
-  const auto dumps = flight::read_dumps(dir + "/flight");
+  const auto dumps = tools::read_dumps(dir + "/flight");
   ASSERT_EQ(dumps.records.size(), 1u);
-  EXPECT_EQ(flight::diagnose(dumps).lines.size() >= 2, true);
+  EXPECT_EQ(tools::diagnose(dumps).lines.size() >= 2, true);
   flight::set_dump_dir("", "", 1);
   tessera::util::remove_tree(dir);
 }
@@ -240,12 +241,12 @@ TEST(FlightRecorderDeathTest, SigtermDumpIsWeakAndChainsToThePreviousHandler) {
 
 TEST(FlightReport, NamesTheRankThatNeverJoinedAndTheOneBehind) {
   // World of 4: ranks 0 and 2 wait in #5 (an all_reduce), rank 3 last issued #4, rank 1 left no record.
-  flight::Dumps d;
+  tools::Dumps d;
   auto e = [](int seq, const char* state) { return std::make_tuple(seq, std::string("all_reduce"), 2, std::string(state)); };
   d.records.push_back(rank_record(0, 4, "timeout", {e(3, "completed"), e(4, "completed"), e(5, "started")}));
   d.records.push_back(rank_record(2, 4, "timeout", {e(4, "completed"), e(5, "started")}));
   d.records.push_back(rank_record(3, 4, "signal SIGTERM", {e(3, "completed"), e(4, "completed")}));
-  const auto dx = flight::diagnose(d);
+  const auto dx = tools::diagnose(d);
   EXPECT_FALSE(dx.desync);
   EXPECT_TRUE(dx.pending);
   EXPECT_EQ(dx.missing, std::vector<int>({1}));
@@ -296,14 +297,14 @@ TEST(FlightRecorderDeathTest, AStopIsCountedAndASigcontAloneIsNot) {
 TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   // Rank 1 was stopped (SIGSTOP) inside #4 and continued later; rank 0 completed #4 and timed out in #5.
   auto e = [](int seq, const char* state) { return std::make_tuple(seq, std::string("all_reduce"), 2, std::string(state)); };
-  flight::Dumps d;
+  tools::Dumps d;
   d.records.push_back(rank_record(0, 2, "timeout", {e(4, "completed"), e(5, "started")}));
   json r1 = rank_record(1, 2, "timeout", {e(3, "completed"), e(4, "started")});
   r1["stops"] = 1;
   r1["stop_end_ns"] = 2000;  // after #4's enqueue_ns (1004)
   r1["stop_ns"] = 12300000000LL;
   d.records.push_back(r1);
-  auto dx = flight::diagnose(d);
+  auto dx = tools::diagnose(d);
   EXPECT_NE(dx.summary.find("collective #4 all_reduce(sum) 8 bytes float32 (2 elements) on group 'world' (mpi, ranks 0-1) "
                             "at step 7, train step did not complete: rank 1 was stopped for 12.3 s while in it (did not run: "
                             "SIGSTOP or frozen); rank 0 completed it (then in #5)"),
@@ -311,7 +312,7 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   EXPECT_EQ(dx.behind, std::vector<int>({1}));
   // Stopped before it issued #4: not stopped in it, it timed out waiting like the others.
   d.records[1]["stop_end_ns"] = 10;
-  dx = flight::diagnose(d);
+  dx = tools::diagnose(d);
   EXPECT_NE(dx.summary.find("rank 1 timed out waiting in it; rank 0 completed it (then in #5)"), std::string::npos)
       << dx.summary;
   // Its record written on SIGTERM 14 s after it issued #4, with a 10 s timeout it never hit: it was
@@ -319,13 +320,13 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1]["reason"] = "signal SIGTERM";
   d.records[1]["timeout_ms"] = 10000;
   d.records[1]["clock"]["monotonic_ns"] = 1004 + 14000000000LL;
-  dx = flight::diagnose(d);
+  dx = tools::diagnose(d);
   EXPECT_NE(dx.summary.find("rank 1 was in it for 14.0 s without timing out (timeout 10 s): stopped or not running; "
                             "rank 0 completed it (then in #5)"),
             std::string::npos) << dx.summary;
   EXPECT_EQ(dx.behind, std::vector<int>({1}));
   d.records[1]["clock"]["monotonic_ns"] = 1004 + 2000000000LL;  // 2 s: ended by the launcher while waiting
-  EXPECT_NE(flight::diagnose(d).summary.find("rank 1 was in it without timing out (record written on signal SIGTERM)"),
+  EXPECT_NE(tools::diagnose(d).summary.find("rank 1 was in it without timing out (record written on signal SIGTERM)"),
             std::string::npos);
   // Both in #5; rank 1 issued it 12 s after rank 0 (it ran again only after a stop, and caught up).
   d.records[0] = rank_record(0, 2, "timeout", {e(4, "completed"), e(5, "started")});
@@ -333,7 +334,7 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1] = rank_record(1, 2, "signal SIGTERM", {e(4, "completed"), e(5, "started")});
   d.records[1]["timeout_ms"] = 10000;
   d.records[1]["clock"]["realtime_ns"] = 9000 + 12000000000LL;  // same monotonic times, 12 s later on the wall clock
-  dx = flight::diagnose(d);
+  dx = tools::diagnose(d);
   EXPECT_NE(dx.summary.find("collective #5 all_reduce(sum) 8 bytes float32 (2 elements) on group 'world' (mpi, ranks 0-1) at "
                             "step 7, train step did not complete: rank 1 issued it 12.0 s after rank 0, later than the "
                             "timeout (10 s): behind; rank 0 timed out waiting in it"),
@@ -344,7 +345,7 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1] = rank_record(1, 2, "signal SIGTERM", {e(4, "completed"), e(5, "completed"), e(6, "started")});
   d.records[1]["timeout_ms"] = 10000;
   d.records[1]["clock"]["realtime_ns"] = 9000 + 12000000000LL;
-  dx = flight::diagnose(d);
+  dx = tools::diagnose(d);
   EXPECT_NE(dx.summary.find("collective #5 all_reduce(sum) 8 bytes float32 (2 elements) on group 'world' (mpi, ranks 0-1) at "
                             "step 7, train step did not complete: rank 1 issued it 12.0 s after rank 0, later than the "
                             "timeout (10 s): behind, and completed it when it ran again (then in #6); rank 0 timed out "
@@ -352,7 +353,7 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
             std::string::npos) << dx.summary;
   EXPECT_EQ(dx.behind, std::vector<int>({1}));
   d.records[1]["clock"]["realtime_ns"] = 9000 + 2000000000LL;  // 2 s late: within the timeout, not behind
-  EXPECT_NE(flight::diagnose(d).summary.find("rank 0 timed out waiting in it; rank 1 completed it (then in #6)"),
+  EXPECT_NE(tools::diagnose(d).summary.find("rank 0 timed out waiting in it; rank 1 completed it (then in #6)"),
             std::string::npos);
   // In time, completed #5 on its side, then stopped 1 s later in #6, before rank 0's timeout: a
   // sender's last fragment (a TCP rendezvous' completion message) can still wait in it, so it is the
@@ -363,7 +364,7 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1]["stop_end_ns"] = 12000000000LL;  // began at 1 s, after #5 ended
   // Rank 1 alone is behind, and the summary says `says`.
   auto rank1_behind = [&d](const std::string& says) {
-    const flight::Diagnosis dx = flight::diagnose(d);
+    const tools::Diagnosis dx = tools::diagnose(d);
     EXPECT_EQ(dx.behind, std::vector<int>({1}));
     EXPECT_NE(dx.summary.find(says), std::string::npos) << dx.summary;
   };
@@ -387,7 +388,7 @@ TEST(FlightReport, ARankStoppedInACollectiveIsNamed) {
   d.records[1]["groups"][0]["entries"][1]["start_ns"] = 0;
   d.records[1]["groups"][0]["entries"][1]["end_ns"] = 0;
   d.records[1]["stop_end_ns"] = 30000000000LL;  // began at 19 s, after rank 0 had timed out: not the cause
-  EXPECT_NE(flight::diagnose(d).summary.find("rank 0 timed out waiting in it; rank 1 completed it (then in #6)"),
+  EXPECT_NE(tools::diagnose(d).summary.find("rank 0 timed out waiting in it; rank 1 completed it (then in #6)"),
             std::string::npos);
 }
 
@@ -408,23 +409,23 @@ TEST(FlightReport, DesyncAndInSyncAndOlderRuns) {
   old["clock"]["realtime_ns"] = 10;
   write(old);
   std::ofstream(dir + "/rank-7.json") << "{not json";
-  auto dumps = flight::read_dumps(dir);
+  auto dumps = tools::read_dumps(dir);
   ASSERT_EQ(dumps.records.size(), 2u);
   ASSERT_EQ(dumps.notes.size(), 2u);
-  auto dx = flight::diagnose(dumps);
+  auto dx = tools::diagnose(dumps);
   EXPECT_TRUE(dx.desync);
   EXPECT_NE(dx.summary.find("desync in group 'world' (mpi, ranks 0-1) at collective #2: rank 0 all_reduce(sum) 4 bytes "
                             "float32 (1 element) at step 7, train step; rank 1 all_reduce(sum) 8 bytes float32 (2 elements)"),
             std::string::npos) << dx.summary;
   // In sync: nothing pending, nothing disagrees.
-  flight::Dumps ok;
+  tools::Dumps ok;
   ok.records.push_back(rank_record(0, 2, "signal SIGTERM", {e(1, "barrier", 0, "completed")}));
   ok.records.push_back(rank_record(1, 2, "signal SIGTERM", {e(1, "barrier", 0, "completed")}));
-  dx = flight::diagnose(ok);
+  dx = tools::diagnose(ok);
   EXPECT_FALSE(dx.desync);
   EXPECT_FALSE(dx.pending);
   EXPECT_EQ(dx.summary, "no pending collective and no desync in the records");
-  EXPECT_THROW(flight::read_dumps(dir + "/missing"), tessera::Error);
+  EXPECT_THROW(tools::read_dumps(dir + "/missing"), tessera::Error);
   tessera::util::remove_tree(dir);
 }
 

@@ -23,7 +23,7 @@ namespace {
 int cat(memory::Category c) { return static_cast<int>(c); }
 
 // Llama 2 7B on one node of 8 GPUs, bf16 compute and reduction, with `sets` on top.
-memory::Plan plan_7b(const std::vector<std::string>& more) {
+planner::Plan plan_7b(const std::vector<std::string>& more) {
   std::vector<std::string> sets = {"fsdp.mixed_precision=bf16", "fsdp.reduce_dtype=bf16", "model.preset=llama2-7b"};
   sets.insert(sets.end(), more.begin(), more.end());  // later --set values win
   PlanRequest req;
@@ -35,7 +35,7 @@ memory::Plan plan_7b(const std::vector<std::string>& more) {
 }  // namespace
 
 TEST(OffloadPlan, OptimizerMovesTheShardStateToTheHost) {
-  const memory::Plan none = plan_7b({}), opt = plan_7b({"fsdp.offload=optimizer"});
+  const planner::Plan none = plan_7b({}), opt = plan_7b({"fsdp.offload=optimizer"});
   const int64_t c = opt.shard_elements;
   ASSERT_EQ(c, none.shard_elements);
   const memory::Snapshot& gpu = opt.train_gpu.bytes;
@@ -59,39 +59,39 @@ TEST(OffloadPlan, OptimizerMovesTheShardStateToTheHost) {
 // checkpoint.async is the knob of the save's host cost: a synchronous save streams a GPU's shards
 // down through one staging buffer, an asynchronous one snapshots master and moments on the host.
 TEST(OffloadPlan, ASynchronousSaveStreamsTheGpuShardsAnAsyncOneSnapshotsThem) {
-  const memory::Plan sync = plan_7b({}), async = plan_7b({"checkpoint.async=true"});
+  const planner::Plan sync = plan_7b({}), async = plan_7b({"checkpoint.async=true"});
   const int k = cat(memory::Category::Checkpoint);
   const int64_t c = sync.shard_elements;
   EXPECT_EQ(sync.save_host.bytes.bytes[k], checkpoint::kStagingBytes);
   EXPECT_EQ(async.save_host.bytes.bytes[k], 12 * c);  // fp32 master and two fp32 moments
   EXPECT_LT(sync.save_host.total() * 20, async.save_host.total());  // the process base and 4 MiB vs 9.6 GiB
-  const memory::Plan q8 = plan_7b({"checkpoint.async=true", "optim.state_dtype=int8"});
+  const planner::Plan q8 = plan_7b({"checkpoint.async=true", "optim.state_dtype=int8"});
   const int64_t c8 = q8.shard_elements;  // shards aligned to whole blocks of 2048
   EXPECT_EQ(q8.save_host.bytes.bytes[k], 6 * c8 + 8 * c8 / 2048);  // the master, 8-bit moments and their scales
 }
 
 TEST(OffloadPlan, ParamsAlsoMovesTheParameterShard) {
-  const memory::Plan opt = plan_7b({"fsdp.offload=optimizer"}), par = plan_7b({"fsdp.offload=params"});
+  const planner::Plan opt = plan_7b({"fsdp.offload=optimizer"}), par = plan_7b({"fsdp.offload=params"});
   const int64_t c = par.shard_elements;
   EXPECT_EQ(par.train_gpu.bytes.bytes[cat(memory::Category::ParamShard)], 0);
   EXPECT_EQ(par.train_host.bytes.bytes[cat(memory::Category::ParamShard)], 2 * c);
   EXPECT_LT(par.train_gpu.total(), opt.train_gpu.total());
   // fp32 compute: the master is the parameter shard, nothing more on the host.
-  const memory::Plan f32 = plan_7b({"fsdp.offload=params", "fsdp.mixed_precision=fp32", "fsdp.reduce_dtype=fp32"});
+  const planner::Plan f32 = plan_7b({"fsdp.offload=params", "fsdp.mixed_precision=fp32", "fsdp.reduce_dtype=fp32"});
   EXPECT_EQ(f32.train_host.bytes.bytes[cat(memory::Category::ParamShard)], 0);
 }
 
 TEST(OffloadPlan, CombinesWithInBackwardAndInt8Moments) {
-  const memory::Plan opt = plan_7b({"fsdp.offload=optimizer"});
-  const memory::Plan ib = plan_7b({"fsdp.offload=optimizer", "optim.in_backward=true", "train.clip=0"});
-  const memory::Plan q8 = plan_7b({"fsdp.offload=optimizer", "optim.state_dtype=int8"});
+  const planner::Plan opt = plan_7b({"fsdp.offload=optimizer"});
+  const planner::Plan ib = plan_7b({"fsdp.offload=optimizer", "optim.in_backward=true", "train.clip=0"});
+  const planner::Plan q8 = plan_7b({"fsdp.offload=optimizer", "optim.state_dtype=int8"});
   const int g = cat(memory::Category::GradShard), o = cat(memory::Category::Optimizer);
   // in_backward: one unit's gradient shard on the host instead of every unit's.
   EXPECT_LT(ib.train_host.bytes.bytes[g], opt.train_host.bytes.bytes[g] / 10);
   EXPECT_EQ(ib.train_gpu.bytes.bytes[g], 0);
   // ... and the next unit's too: the host optimizer thread updates one unit while the backward
   // reduces the next (a Llama 2 7B layer's shard over 8 ranks: 25.3M elements).
-  const memory::Plan inline_ib = plan_7b({"optim.in_backward=true", "train.clip=0"});
+  const planner::Plan inline_ib = plan_7b({"optim.in_backward=true", "train.clip=0"});
   EXPECT_GT(ib.train_host.bytes.bytes[g], inline_ib.train_gpu.bytes.bytes[g] + 4 * 25'000'000);
   // int8 moments: 2 + 8/2048 bytes per element, on the host.
   EXPECT_EQ(q8.train_host.bytes.bytes[o], 2 * q8.shard_elements + 8 * q8.shard_elements / 2048);
@@ -100,10 +100,10 @@ TEST(OffloadPlan, CombinesWithInBackwardAndInt8Moments) {
 }
 
 TEST(OffloadPlan, PcieBytesPerStep) {
-  const memory::Plan none = plan_7b({});
+  const planner::Plan none = plan_7b({});
   EXPECT_EQ(none.pcie.up + none.pcie.down, 0);
   // optimizer: the bf16 gradient chunks down each micro-step, the bf16 parameter shard up once.
-  const memory::Plan opt = plan_7b({"fsdp.offload=optimizer", "train.grad_accum=4"});
+  const planner::Plan opt = plan_7b({"fsdp.offload=optimizer", "train.grad_accum=4"});
   const int64_t c = opt.shard_elements;
   EXPECT_EQ(opt.pcie.down, 4 * 2 * c);
   EXPECT_EQ(opt.pcie.up, 2 * c);
@@ -112,14 +112,14 @@ TEST(OffloadPlan, PcieBytesPerStep) {
   // params: the parameter shard up before every all-gather: each unit in forward, each layer again
   // in backward (full_shard), every micro-step.
   const model::ModelConfig mc = model::ModelConfig::preset("llama2-7b");
-  const memory::ModelShape shape = memory_shape(mc);
+  const planner::ModelShape shape = memory_shape(mc);
   const int64_t root_chunk = fsdp::ShardPlan::make(shape.units[0], 8, fsdp::Options{}.align).chunk;
-  const memory::Plan par = plan_7b({"fsdp.offload=params", "train.grad_accum=2"});
+  const planner::Plan par = plan_7b({"fsdp.offload=params", "train.grad_accum=2"});
   EXPECT_EQ(par.pcie.up, 2 * 2 * (2 * c - root_chunk));
   EXPECT_EQ(par.pcie.down, 2 * 2 * c);
   // shard_grad_op keeps the layers gathered into backward: one copy up per unit and micro-step.
   EXPECT_EQ(plan_7b({"fsdp.offload=params", "fsdp.strategy=shard_grad_op"}).pcie.up, 2 * c);
-  EXPECT_GT(opt.pcie.seconds(memory::kPcieBytesPerSecond), 0.0);
+  EXPECT_GT(opt.pcie.seconds(planner::kPcieBytesPerSecond), 0.0);
 }
 
 TEST(OffloadPlan, SuggestedWhenNothingElseFits) {
@@ -190,7 +190,7 @@ TEST(OffloadPlan, TesseraPlanPrintsHostBytesAndPcie) {
 // The floor of optim.in_backward holds no gradient shard: each unit's is updated and released as
 // its reduction retires, and the unit's full gradients (counted in the floor) outweigh it.
 TEST(OffloadPlan, TheFloorOfInBackwardHasNoGradientShards) {
-  const memory::Plan plain = plan_7b({"train.clip=0"}), ib = plan_7b({"optim.in_backward=true", "train.clip=0"});
+  const planner::Plan plain = plan_7b({"train.clip=0"}), ib = plan_7b({"optim.in_backward=true", "train.clip=0"});
   EXPECT_EQ(plain.train_floor - ib.train_floor, 4 * plain.shard_elements);
 }
 

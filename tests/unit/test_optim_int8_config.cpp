@@ -41,8 +41,8 @@ TEST(Int8Config, PlanCountsTwoBytesPerParameterAndTheScales) {
   req.ranks_per_node = 8;
   req.gpu = true;
   const int opt = static_cast<int>(memory::Category::Optimizer);
-  const memory::Plan f32 = plan_run(Config::load("", {}), mc, req);
-  const memory::Plan q8 = plan_run(Config::load("", {"optim.state_dtype=int8"}), mc, req);
+  const planner::Plan f32 = plan_run(Config::load("", {}), mc, req);
+  const planner::Plan q8 = plan_run(Config::load("", {"optim.state_dtype=int8"}), mc, req);
   const int64_t elems = q8.shard_elements;
   EXPECT_EQ(q8.train_gpu.bytes.bytes[opt], 2 * elems + 8 * elems / 2048);
   EXPECT_EQ(f32.train_gpu.bytes.bytes[opt], 8 * f32.shard_elements);
