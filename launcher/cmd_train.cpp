@@ -26,6 +26,7 @@
 #include "launcher/plan.h"
 #include "launcher/resume.h"
 #include "launcher/run_options.h"
+#include "runtime/device/gemm_probe.h"
 #include "runtime/fsdp/strategy_check.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
@@ -340,7 +341,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
                       vm.count("host-mem") ? vm["host-mem"].as<std::string>() : std::string());
     // A compute dtype this LibTorch cannot multiply on this s.device (fp16 on CPU) is refused before
     // anything runs; it would otherwise fail at the first forward.
-    if (const std::string why = train::unsupported_matmul(s.fopts.param_dtype, s.device); !why.empty())
+    if (const std::string why = device::unsupported_matmul(s.fopts.param_dtype, s.device); !why.empty())
       throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + std::string(util::short_name(s.cfg.fsdp.mixed_precision)) + ": no matmul in " +
                                 "this dtype on " + device::describe(s.device) + " with this LibTorch (" + why +
                                 "); use fsdp.mixed_precision bf16 (fp32's range: no loss scaling needed)");

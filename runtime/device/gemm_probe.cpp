@@ -29,4 +29,18 @@ double measure_gemm_flops(at::ScalarType dtype, at::Device device) {
   return 2.0 * n * n * n * iters / seconds_since(t0);
 }
 
+std::string unsupported_matmul(at::ScalarType dtype, at::Device device) {
+  try {
+    at::NoGradGuard no_grad;
+    const at::Tensor a = at::ones({2, 2}, at::TensorOptions().dtype(dtype).device(device));
+    at::matmul(a, a);
+    at::addmm(a, a, a);  // nn::Linear's CPU kernel
+    return "";
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (const auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    return msg.empty() ? "matmul failed" : msg;
+  }
+}
+
 }  // namespace tessera::device

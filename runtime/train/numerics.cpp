@@ -123,18 +123,4 @@ void NumericsGuard::load_state(const nlohmann::json& j, const std::string& where
 
 // ---- dtype support -----------------------------------------------------------------------------
 
-std::string unsupported_matmul(at::ScalarType dtype, at::Device device) {
-  try {
-    at::NoGradGuard no_grad;
-    const at::Tensor a = at::ones({2, 2}, at::TensorOptions().dtype(dtype).device(device));
-    at::matmul(a, a);
-    at::addmm(a, a, a);  // nn::Linear's CPU kernel
-    return "";
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    if (const auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    return msg.empty() ? "matmul failed" : msg;
-  }
-}
-
 }  // namespace tessera::train

@@ -98,9 +98,4 @@ class NumericsGuard {
   std::string last_reason_;
 };
 
-// "" when `dtype` matmuls run on `device` with this LibTorch, else LibTorch's error (one line). A
-// probe (one 2x2 matmul), not a version table: LibTorch 1.13 has no fp16 matmul on CPU
-// ("addmm_impl_cpu_" not implemented for 'Half'), later versions may.
-std::string unsupported_matmul(at::ScalarType dtype, at::Device device);
-
 }  // namespace tessera::train

@@ -14,6 +14,7 @@
 
 #include "runtime/error.h"
 #include "runtime/optim/clip.h"
+#include "runtime/device/gemm_probe.h"
 #include "runtime/train/numerics.h"
 
 namespace test_numerics {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -247,14 +248,14 @@ TEST(DtypeSupport, ProbeAgreesWithLibTorch) {
   } catch (const std::exception&) {
     half_runs = false;
   }
-  const std::string why = unsupported_matmul(torch::kHalf, torch::kCPU);
+  const std::string why = device::unsupported_matmul(torch::kHalf, torch::kCPU);
   EXPECT_EQ(why.empty(), half_runs) << why;
   if (!half_runs) {
     EXPECT_NE(why.find("Half"), std::string::npos) << why;
     EXPECT_EQ(why.find('\n'), std::string::npos);
   }
-  EXPECT_EQ(unsupported_matmul(torch::kFloat, torch::kCPU), "");
-  EXPECT_EQ(unsupported_matmul(torch::kBFloat16, torch::kCPU), "");
+  EXPECT_EQ(device::unsupported_matmul(torch::kFloat, torch::kCPU), "");
+  EXPECT_EQ(device::unsupported_matmul(torch::kBFloat16, torch::kCPU), "");
 }
 
 }  // namespace test_numerics
