@@ -17,3 +17,9 @@ rank_pids() {
     if [[ $(cat "/proc/$p/comm" 2>/dev/null) == tessera?(-faults) ]]; then echo "$p"; else rank_pids "$p"; fi
   done
 }
+
+# work_dir NAME: WORK, a fresh /tmp/tessera-NAME-XXXXXX removed when the script exits.
+work_dir() {
+  WORK=$(mktemp -d "/tmp/tessera-$1-XXXXXX")
+  trap 'rm -rf "$WORK"' EXIT
+}

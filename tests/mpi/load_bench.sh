@@ -6,12 +6,11 @@
 # naive grows by at least the model's fp32 size on every rank (the measurement sees a full model
 # when one is materialised).
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 MPIRUN+=(-np 2)
-WORK=$(mktemp -d /tmp/tessera-load-bench-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
+work_dir load-bench
 
 cat >"$WORK/config.json" <<'EOF'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1000, "hidden_size": 512,

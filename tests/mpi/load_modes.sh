@@ -8,8 +8,7 @@ set -u
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 MPIRUN+=(-np 2)
-WORK=$(mktemp -d /tmp/tessera-load-modes-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+work_dir load-modes
 source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # fail
 
 "$BIN" init-model --preset tiny --dtype bf16 --seed 3 --max-shard-size 300KB --out "$WORK/good" >/dev/null ||
