@@ -75,11 +75,11 @@ void Trainer::Impl::backward(const at::Tensor& loss, double scale, QueuedStep& q
 // non-finite for the numerics guard's tests. Never fires in `tessera`.
 void Trainer::Impl::inject_test_faults(const optim::ShardView& view, QueuedStep& q) const {
   inject_inf_grad(view);
-  if (test_fault("nan-loss", groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+  if (test_fault(Fault::NanLoss, groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
 }
 
 void Trainer::Impl::inject_inf_grad(const optim::ShardView& view) const {
-  if (!test_fault("inf-grad", groups.world->rank(), step + 1)) return;
+  if (!test_fault(Fault::InfGrad, groups.world->rank(), step + 1)) return;
   for (const optim::ParamShard& s : view.shards)
     if (s.grad.defined() && s.grad.numel() > 0) {
       s.grad.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
@@ -109,7 +109,7 @@ void Trainer::Impl::optimizer_step(QueuedStep& q) {
 // host sync); a non-finite one skips the step before any unit is updated (numerics.h), else the
 // engine's hook updates each unit in the backward that follows.
 bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
-  if (test_fault("nan-loss", groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
+  if (test_fault(Fault::NanLoss, groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
   {
     profile::Phase sync(profile::Part::SyncWait);
     groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
@@ -122,7 +122,7 @@ bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
   }
   q.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
   in_bwd = {!q.skipped, adamw->step_count(), q.lr, {}, &q};
-  if (host_updates) host_updates->begin(test_fault("hold-host-update", groups.world->rank(), step + 1));
+  if (host_updates) host_updates->begin(test_fault(Fault::HoldHostUpdate, groups.world->rank(), step + 1));
   return !q.skipped;
 }
 

@@ -10,6 +10,6 @@ FaultHook g_hook = nullptr;
 
 void install_fault_hook(FaultHook hook) { g_hook = hook; }
 
-bool test_fault(const char* kind, int rank, int64_t step) { return g_hook && g_hook(kind, rank, step); }
+bool test_fault(Fault kind, int rank, int64_t step) { return g_hook && g_hook(kind, rank, step); }
 
 }  // namespace tessera::train

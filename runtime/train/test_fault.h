@@ -27,12 +27,19 @@
 #pragma once
 #include <cstdint>
 
+#include "util/enum_names.h"
+
 namespace tessera::train {
 
-// True when the installed hook fires `kind` for this rank at this step; false without a hook.
-bool test_fault(const char* kind, int rank, int64_t step);
+// The fault points, by the names TESSERA_TEST_FAULT uses (a misspelt point does not compile; a
+// misspelt name in the variable is refused by the tests' parser).
+enum class Fault { Desync, StallSave, StallLoad, InfGrad, NanLoss, HoldHostUpdate };
+TESSERA_ENUM_NAMES(fault_names, "desync", "stall-save", "stall-load", "inf-grad", "nan-loss", "hold-host-update")
 
-using FaultHook = bool (*)(const char* kind, int rank, int64_t step);
+// True when the installed hook fires `kind` for this rank at this step; false without a hook.
+bool test_fault(Fault kind, int rank, int64_t step);
+
+using FaultHook = bool (*)(Fault kind, int rank, int64_t step);
 void install_fault_hook(FaultHook hook);
 
 }  // namespace tessera::train

@@ -11,7 +11,9 @@
 
 namespace {
 
-bool env_fault(const char* kind, int rank, int64_t step) {
+using tessera::train::Fault;
+
+bool env_fault(Fault kind, int rank, int64_t step) {
   const char* env = std::getenv("TESSERA_TEST_FAULT");
   if (!env || !*env) return false;
   std::stringstream ss(env);
@@ -20,7 +22,10 @@ bool env_fault(const char* kind, int rank, int64_t step) {
     const auto at = item.find('@'), colon = item.find(':', at == std::string::npos ? 0 : at);
     if (at == std::string::npos || colon == std::string::npos)
       throw TESSERA_INPUT_ERROR("TESSERA_TEST_FAULT item '" + item + "': expected kind@rank:step");
-    if (item.substr(0, at) != kind) continue;
+    const auto named = tessera::util::enum_named<Fault>(tessera::train::fault_names(), item.substr(0, at));
+    if (!named)
+      throw TESSERA_INPUT_ERROR("TESSERA_TEST_FAULT item '" + item + "': no fault point " + item.substr(0, at));
+    if (*named != kind) continue;
     const std::string r = item.substr(at + 1, colon - at - 1), s = item.substr(colon + 1);
     if (std::atoi(r.c_str()) != rank) continue;
     if (s == "*" || std::atoll(s.c_str()) == step) return true;
