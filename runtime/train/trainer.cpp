@@ -25,6 +25,7 @@
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/optim/shard_view.h"
+#include "runtime/profile/kernel_trace.h"
 #include "runtime/profile/phase.h"
 #include "runtime/train/host_update.h"
 #include "runtime/train/numerics.h"
@@ -223,6 +224,7 @@ struct Trainer::Impl {
   bool skip_step(QueuedStep& q);
   // train.max_skipped_steps reached: the same CollectiveError on every rank.
   bool trace_around(int64_t next, bool before);
+  profile::KernelTrace kernel_trace;  // the kernels of train.profile_steps (profile/kernel_trace.h)
   bool validate_if_due(Trainer& self, StepRecord& r, bool stopping);
   bool checkpoint_due(bool stopping, bool new_best) const;
   void check_skip_limit() const {
@@ -692,6 +694,10 @@ class RunLog {
     if (trace_done)
       std::cout << "trace of steps " << std::max(im_.opts.profile_first, start_step_ + 1) << "-" << r.step << ": "
                 << im_.opts.log_dir << "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)" << std::endl;
+    if (trace_done && im_.kernel_trace.written)  // else one warning saying why it was not written
+      std::cout << "kernel trace of rank 0: " << im_.kernel_trace.note << std::endl;
+    else if (trace_done)
+      std::cerr << ("tessera: warning: " + im_.kernel_trace.note + "\n") << std::flush;
     if (r.skipped) {
       // One write of the whole line: Open MPI 5's output forwarding can cut a line written in
       // pieces and deliver a piece on the wrong stream (stderr's "tessera: warning: step " was
@@ -784,13 +790,18 @@ class RunLog {
 bool Trainer::Impl::trace_around(int64_t next, bool before) {
   const bool traced = opts.profile_last > 0 && next >= opts.profile_first && next <= opts.profile_last;
   if (before) {
-    if (traced && !profile::tracing()) profile::start_trace();
+    if (traced && !profile::tracing()) {
+      profile::start_trace();
+      profile::start_kernel_trace(device);
+    }
     return false;
   }
   const bool done = traced && (next == opts.profile_last || next == opts.steps);
-  if (done)
-    profile::write_trace(opts.log_dir + "/trace-rank-" + std::to_string(groups.world->rank()) + ".json",
-                         groups.world->rank());
+  const std::string rank = std::to_string(groups.world->rank());
+  if (done) {
+    profile::write_trace(opts.log_dir + "/trace-rank-" + rank + ".json", groups.world->rank());
+    kernel_trace = profile::write_kernel_trace(opts.log_dir + "/kernels-rank-" + rank + ".json");
+  }
   return done;
 }
 
