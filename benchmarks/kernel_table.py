@@ -167,6 +167,9 @@ def table(sides):
         out.append("%s / %s kernel time: %.2fx" % (a["name"], b["name"], a["total_ms_per_step"] / b["total_ms_per_step"]))
     for s in sides:
         out.append("SDPA backend that ran (%s): %s" % (s["name"], s["sdpa_backend"]))
+        if not s["kernels"]:
+            out.append("NOTE: %s has no device kernels (%s): a CPU-only trace, or a profiler that did not record "
+                       "the device" % (s["name"], s["path"]))
     return out
 
 

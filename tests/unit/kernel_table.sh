@@ -111,6 +111,10 @@ check "... and nothing else after the backend line" test "$(tail -n 1 "$T/one")"
 python3 -c 'import json,sys; json.dump({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "ts": 0, "dur": 7}]}, open(sys.argv[1], "w"))' "$T/plain.json"
 "${TABLE[@]}" --trace cpu="$T/plain.json" >"$T/plain"
 check "no attention kernel: 'none (no fused attention kernel ...)'" grep -q "^SDPA backend that ran (cpu): none (no fused attention kernel" "$T/plain"
+# A trace without device events (a CPU run; PyTorch 1.13's legacy export, a bare list): said so.
+echo '[{"name": "aten::mm", "ph": "X", "ts": 1, "dur": 5, "tid": 1, "pid": "CPU functions", "args": {}}]' >"$T/cpu.json"
+"${TABLE[@]}" --trace cpu="$T/cpu.json" >"$T/cpu"
+check "no device kernels: a NOTE naming the trace" grep -q "^NOTE: cpu has no device kernels ($T/cpu.json)" "$T/cpu"
 
 # Bad input: one line naming the file, non-zero exit.
 echo '{"traceEvents": 3}' >"$T/bad.json"
