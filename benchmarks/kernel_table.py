@@ -9,9 +9,11 @@ PyTorch's torch.profiler export_chrome_trace) and the number of training steps i
 the distinct step annotations in it -- Tessera's "tessera/train step N", torch.profiler's
 "ProfilerStep#N" -- else 1). Every device event (Kineto "cat" kernel, gpu_memcpy, gpu_memset; any
 capitalisation) is put into the first category whose pattern matches its name, or failing that the
-name of the LibTorch operator that launched it (the cpu_op with the same "External id"); after the
-first three, a kernel launched inside Tessera's "tessera/optimizer" span (runtime/profile/kernel_trace.h)
-is the optimizer's and one inside "tessera/head and loss" the loss's, whatever its name:
+name of the LibTorch operator that launched it (the cpu_op with the same "External id", its own or its
+runtime call's: the cuda_runtime event with the same "correlation"); after the first three, a kernel
+launched (its runtime call, else its operator, on the host) inside Tessera's "tessera/optimizer" span
+(runtime/profile/kernel_trace.h) is the optimizer's and one inside "tessera/head and loss" the
+loss's, whatever its name:
 
   communication   nccl
   attention       flash, fmha, sdpa, attention, cudnn (SDPA's fused kernels: FlashAttention-2,
@@ -83,8 +85,12 @@ def read_events(path):
 
 
 def external_id(e):
-    args = e.get("args") or {}
+    args = (e or {}).get("args") or {}
     return args.get("External id", args.get("external id"))
+
+
+def correlation(e):
+    return ((e or {}).get("args") or {}).get("correlation")
 
 
 def classify(name, op, span):
@@ -99,11 +105,11 @@ def classify(name, op, span):
     return span or "other"
 
 
-def span_of(op_event, spans):
-    """The category of the Tessera span (SPANS) around the launching operator's start, or None."""
-    if op_event is None:
+def span_of(host_event, spans):
+    """The category of the Tessera span (SPANS) around a kernel's launch on the host, or None."""
+    if host_event is None:
         return None
-    t, pid = float(op_event.get("ts", 0)), op_event.get("pid")
+    t, pid = float(host_event.get("ts", 0)), host_event.get("pid")
     for cat, begin, end, span_pid in spans:
         if begin <= t <= end and span_pid == pid:
             return cat
@@ -114,6 +120,10 @@ def summarize(name, path, steps):
     events = read_events(path)
     ops = {external_id(e): e for e in events
            if str(e.get("cat", "")).lower() == "cpu_op" and external_id(e) is not None}
+    # The runtime call that launched each kernel (cudaLaunchKernel, ...), by correlation id: its host
+    # time is inside the spans even where a kernel's own "External id" is missing.
+    launches = {correlation(e): e for e in events
+                if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver") and correlation(e) is not None}
     spans = [(SPANS[e["name"]], float(e.get("ts", 0)), float(e.get("ts", 0)) + float(e.get("dur", 0)), e.get("pid"))
              for e in events if e.get("name") in SPANS and str(e.get("cat", "")).lower() == "user_annotation"]
     if steps is None:
@@ -125,8 +135,9 @@ def summarize(name, path, steps):
         if str(e.get("cat", "")).lower() not in DEVICE_CATS or e.get("ph", "X") != "X":
             continue
         kname, dur = e.get("name", ""), float(e.get("dur", 0))
-        op = ops.get(external_id(e))
-        cat = classify(kname, op and op.get("name", ""), span_of(op, spans))
+        launch = launches.get(correlation(e))
+        op = ops.get(external_id(e) if external_id(e) is not None else external_id(launch))
+        cat = classify(kname, op and op.get("name", ""), span_of(launch or op, spans))
         by_cat[cat] += dur
         k = by_kernel.setdefault(kname, [0.0, 0, cat])
         k[0] += dur

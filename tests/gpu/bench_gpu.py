@@ -183,7 +183,10 @@ def versions(torch):
     nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
     sdp = {name: getattr(torch.backends.cuda, name + "_sdp_enabled")()
            for name in ("cudnn", "flash", "mem_efficient", "math") if hasattr(torch.backends.cuda, name + "_sdp_enabled")}
-    return {"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+    v = torch.backends.cudnn.version()  # cuDNN 9: major * 10000 + minor * 100 + patch; 8: major * 1000 + ...
+    cudnn = None if v is None else "%d.%d.%d" % ((v // 10000, v // 100 % 100, v % 100) if v >= 10000 else
+                                                 (v // 1000, v // 100 % 10, v % 100))
+    return {"cuda": torch.version.cuda, "cudnn": cudnn,
             "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl, "sdp_enabled": sdp}
 
 

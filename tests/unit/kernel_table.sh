@@ -7,7 +7,8 @@
 # are summed by hand below, not by the script's rules:
 #   tessera, per step (2 steps, "tessera/train step N"): gemm 1000 + 500, attention 400 (a flash
 #     kernel whose name also says cutlass), communication 300, optimizer 200 + 50 (an add and a norm
-#     launched inside the span tessera/optimizer), loss 120 (an exp inside tessera/head and loss),
+#     launched inside the span tessera/optimizer; the add's kernel names its launch by "correlation"
+#     alone), loss 120 (an exp inside tessera/head and loss),
 #     copies 80 + 30 (a copy_ kernel, a device memcpy), glue 60 (silu), other 10 = 2750 us;
 #   eager, per step (2 steps, "ProfilerStep#N"): gemm 1200, attention 300 (cuDNN), optimizer 100
 #     (fused AdamW), loss 90 + 10 (log_softmax, nll_loss), glue 150 (a mul launched by aten::mul),
@@ -38,6 +39,8 @@ def trace(path, steps, step_name, kernels, spans):
                            "args": {"External id": ext}})
                 ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 2,
                            "ts": base + at + 1, "dur": 5.0, "args": dict(args)})
+            if op == "aten::add_":  # a kernel linked to its launch by "correlation" alone
+                del args["External id"]
             ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": base + 20000.0 + i * 3000,
                        "dur": float(dur), "args": args if op else {}})
     json.dump({"schemaVersion": 1, "traceEvents": ev, "deviceProperties": []}, open(path, "w"))
