@@ -658,9 +658,11 @@ fi
 # ---- report ---------------------------------------------------------------------------------------
 say ""
 say "== throughput (${SEQ}-token sequences, micro-batch $BATCH, one GPU) =="
+TESSERA_NCCL=$(nccl_line tessera_train 2>/dev/null)
+[[ -n $TESSERA_NCCL ]] || TESSERA_NCCL=$(nccl_line kernel_profile 2>/dev/null)
 python3 "$SRC/tests/gpu/bench_gpu.py" report --config "$MODEL_CFG" --seq "$SEQ" --batch "$BATCH" \
   --eager "$EAGER_JSON" --tessera-metrics "$([[ -z $SKIP_REASON ]] && echo "$TESSERA_METRICS")" \
-  --skip-reason "$SKIP_REASON" --kernel-table "$KERNEL_TABLE" --tessera-nccl "$(nccl_line tessera_train 2>/dev/null)" 2>&1 |
+  --skip-reason "$SKIP_REASON" --kernel-table "$KERNEL_TABLE" --tessera-nccl "$TESSERA_NCCL" 2>&1 |
   tee -a "$RES"
 say ""
 say "== summary ($((SECONDS - T0))s of the ${DEADLINE}s budget) =="
