@@ -1,4 +1,4 @@
-// See phase.h. The three observers keep their own state (the profiler's stack of parts, the
+// See phase.h. The observers keep their own state (the profiler's stack of parts, the
 // tracker's label, the flight recorder's context); Phase is the only code that sets them.
 #include "runtime/profile/phase.h"
 
@@ -20,11 +20,14 @@ const char* default_label(Part part) {
 }  // namespace
 
 Phase::Phase(Part part, const char* label) {
+  if (kernel_tracing()) annotation_ = annotate(std::string("tessera/") + part_name(part));
   part_.emplace(part);
   set_label(label ? label : default_label(part));
 }
 
 Phase::Phase(Kind kind, int64_t step, const char* name) {
+  if (kernel_tracing() && kind != Kind::Thread)
+    annotation_ = annotate("tessera/" + std::string(name) + (step >= 0 ? " " + std::to_string(step) : ""));
   if (kind == Kind::Process) {
     const comm::flight::Activity prev = comm::flight::set_activity(step, name);
     prev_step_ = prev.step;
@@ -47,6 +50,7 @@ Phase::~Phase() {
   if (process_activity_) comm::flight::set_activity(prev_step_, prev_activity_);
   thread_.reset();
   part_.reset();
+  annotation_.reset();
 }
 
 }  // namespace tessera::profile

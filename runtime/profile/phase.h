@@ -1,10 +1,11 @@
-// The one observation scope: what the process is doing, told once to the three observers that
+// The one observation scope: what the process is doing, told once to the observers that
 // want to know it.
 //   - The profiler (step_profile.h) times a Part of the step, exclusive of the phases opened inside.
 //   - The memory tracker (memory/tracker.h) labels a peak reached while a phase is open with its
 //     name: the step's Forward, Backward and Optimizer parts by their name, finer moments by the
 //     label they give ("head and loss", "layer reduction"); the wait parts (Data, GatherWait,
 //     ReduceWait, SyncWait, Recompute) keep the label of the phase they are in.
+//   - A kernel trace (kernel_trace.h), while one runs, holds a span named after each phase.
 //   - The flight recorder (comm/flight_recorder.h) stamps every collective enqueued during an
 //     activity ("train step", "checkpoint save", ...) with the activity's step and name, and a
 //     fatal signal's message names them.
@@ -26,6 +27,7 @@
 #include <memory>
 #include <optional>
 
+#include "runtime/profile/kernel_trace.h"
 #include "runtime/profile/step_profile.h"
 
 namespace tessera::comm::flight {
@@ -60,6 +62,7 @@ class Phase {
   int64_t prev_step_ = -1;
   const char* prev_activity_ = nullptr;
   std::unique_ptr<comm::flight::ThreadContext> thread_;  // the thread's own activity
+  std::unique_ptr<KernelAnnotation> annotation_;          // its span in a kernel trace (kernel_trace.h)
 };
 
 }  // namespace tessera::profile

@@ -70,6 +70,10 @@ class RankZeroLog : public RunLog {
     if (trace_done)
       c.out("trace of steps " + std::to_string(std::max(im_.cfg.train.profile_steps.at(0), start_step_ + 1)) + "-" +
             std::to_string(r.step) + ": " + im_.cfg.log_dir() + "/trace-rank-*.json (chrome://tracing, ui.perfetto.dev)");
+    if (trace_done && im_.kernel_trace.written)  // else one warning saying why it was not written
+      c.out("kernel trace of rank 0: " + im_.kernel_trace.note);
+    else if (trace_done && c.warn)
+      c.warn(im_.kernel_trace.note);
     if (r.skipped) {
       std::ostringstream w;
       w << "step " << r.step << ": " << im_.guard.last_reason()

@@ -9,6 +9,7 @@
 #include "runtime/device/gemm_probe.h"
 #include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/profile/kernel_trace.h"
 #include "runtime/profile/phase.h"
 #include "runtime/train/preemption.h"
 #include "runtime/train/run_log.h"
@@ -163,13 +164,18 @@ bool Trainer::Impl::trace_around(int64_t next, bool before) {
   const std::vector<int64_t>& window = cfg.train.profile_steps;  // [first, last] or empty (validated)
   const bool traced = !window.empty() && next >= window[0] && next <= window[1];
   if (before) {
-    if (traced && !profile::tracing()) profile::start_trace();
+    if (traced && !profile::tracing()) {
+      profile::start_trace();
+      profile::start_kernel_trace(device);
+    }
     return false;
   }
   const bool done = traced && (next == window[1] || next == cfg.train.steps);
-  if (done)
-    profile::write_trace(cfg.log_dir() + "/trace-rank-" + std::to_string(groups.world->rank()) + ".json",
-                         groups.world->rank());
+  const std::string rank = std::to_string(groups.world->rank());
+  if (done) {
+    profile::write_trace(cfg.log_dir() + "/trace-rank-" + rank + ".json", groups.world->rank());
+    kernel_trace = profile::write_kernel_trace(cfg.log_dir() + "/kernels-rank-" + rank + ".json");
+  }
   return done;
 }
 

@@ -23,6 +23,7 @@
 #include "runtime/device/peak_flops.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/shard_view.h"
+#include "runtime/profile/kernel_trace.h"
 #include "runtime/train/host_update.h"
 #include "runtime/train/numerics.h"
 #include "runtime/train/trainer.h"
@@ -138,6 +139,7 @@ struct Trainer::Impl {
   bool skip_step(QueuedStep& q);
   // train.max_skipped_steps reached: the same CollectiveError on every rank.
   bool trace_around(int64_t next, bool before);
+  profile::KernelTrace kernel_trace;  // the kernels of train.profile_steps (profile/kernel_trace.h)
   bool validate_if_due(Trainer& self, StepRecord& r, bool stopping);
   bool checkpoint_due(bool stopping, bool new_best) const;
   void check_skip_limit() const {

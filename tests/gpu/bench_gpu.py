@@ -2,9 +2,17 @@
 """Throughput reference for tests/gpu/run.sh: the Llama 2 training step of Tessera written in plain
 PyTorch eager, on one GPU, plus the report that puts Tessera's own figures next to it.
 
-  bench_gpu.py eager  --config config.json --seq 2048 --batch 4 --warmup 3 --steps 10 --out eager.json
+  bench_gpu.py eager  --config config.json --seq 2048 --batch 4 --warmup 3 --steps 10 --out eager.json \
+                      [--trace eager-kernels.json --profile-steps 2]
   bench_gpu.py report --config config.json --seq 2048 --batch 4 --eager eager.json \
-                      [--tessera-metrics metrics.jsonl] [--skip-reason TEXT]
+                      [--tessera-metrics metrics.jsonl] [--skip-reason TEXT] \
+                      [--kernel-table kernel_table.json] [--tessera-nccl "NCCL version ..."]
+
+With --trace, after the timed steps (and after eager.json is written), --profile-steps more steps
+run under torch.profiler (CPU operators and CUDA kernels), each inside a "ProfilerStep#N" annotation,
+and the Chrome trace is written there: benchmarks/kernel_table.py puts it next to Tessera's
+(train.profile_steps: log.dir/kernels-rank-<r>.json). The report prints the cuDNN and NCCL versions
+and, from kernel_table.py's JSON, the SDPA backend each side ran.
 
 The eager step matches Tessera's `fsdp.mixed_precision=bf16`: fp32 master weights and AdamW state,
 bf16 compute (autocast), SDPA attention (flash on Hopper), untied lm_head, next-token cross entropy,
@@ -150,6 +158,38 @@ def build_model(c):
     return model
 
 
+def profile_eager(torch, step, path, steps):
+    """`steps` more eager steps under torch.profiler, written as a Chrome trace at `path`; one line
+    says what was written (or why not: the throughput result is already saved)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    t0 = time.perf_counter()
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i in range(steps):
+                with record_function("ProfilerStep#%d" % (i + 1)):
+                    step()
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(path)
+    except Exception as e:  # noqa: BLE001 -- any profiler failure: said, and the result stays
+        print("eager: kernel trace NOT written (%s: %s)" % (type(e).__name__, e), file=sys.stderr)
+        return
+    print("eager: kernel trace of %d steps: %s (%.1f MB, %.1f s with the export)"
+          % (steps, path, os.path.getsize(path) / 1e6, time.perf_counter() - t0))
+
+
+def versions(torch):
+    """cuDNN, NCCL and the SDPA backends PyTorch may pick (which one ran: the kernel trace)."""
+    nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
+    sdp = {name: getattr(torch.backends.cuda, name + "_sdp_enabled")()
+           for name in ("cudnn", "flash", "mem_efficient", "math") if hasattr(torch.backends.cuda, name + "_sdp_enabled")}
+    v = torch.backends.cudnn.version()  # cuDNN 9: major * 10000 + minor * 100 + patch; 8: major * 1000 + ...
+    cudnn = None if v is None else "%d.%d.%d" % ((v // 10000, v // 100 % 100, v % 100) if v >= 10000 else
+                                                 (v // 1000, v // 100 % 10, v % 100))
+    return {"cuda": torch.version.cuda, "cudnn": cudnn,
+            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl, "sdp_enabled": sdp}
+
+
 def run_eager(args):
     import torch
     import torch.nn.functional as F
@@ -210,9 +250,12 @@ def run_eager(args):
         "loss_first_last": [losses[0], losses[-1]],
         "finite": all(math.isfinite(x) for x in losses),
     }
+    res.update(versions(torch))
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
     print(json.dumps(res))
+    if args.trace:
+        profile_eager(torch, step, args.trace, args.profile_steps)
     return 0 if res["finite"] else 4
 
 
@@ -257,8 +300,28 @@ def run_report(args):
             lines.append("tessera: metrics file has no steps")
     else:
         lines.append("tessera: SKIPPED - %s" % (args.skip_reason or "no metrics"))
+    lines += version_lines(eager, args.tessera_nccl, args.kernel_table)
     print("\n".join(lines))
     return 0
+
+
+def version_lines(eager, tessera_nccl, kernel_table):
+    """cuDNN and NCCL versions, and the SDPA backend each side ran (from its kernels' names)."""
+    out = []
+    if eager and "cudnn" in eager:
+        out.append("libraries: CUDA %s, cuDNN %s, NCCL %s (torch's); tessera's NCCL: %s"
+                   % (eager["cuda"], eager["cudnn"], eager["nccl"], tessera_nccl or "no 'NCCL version' line in its log"))
+    table = None
+    if kernel_table and os.path.exists(kernel_table):
+        with open(kernel_table) as f:
+            table = json.load(f)
+    if table:
+        out.append("SDPA backend that ran (kernel names): " + ", ".join("%s %s" % (s["name"], s["sdpa_backend"]) for s in table)
+                   + ("; enabled in eager: " + ", ".join(k for k, v in eager.get("sdp_enabled", {}).items() if v)
+                      if eager and eager.get("sdp_enabled") else ""))
+    else:
+        out.append("SDPA backend that ran: unknown (no kernel table: see the kernel_profile step)")
+    return out
 
 
 def main():
@@ -273,10 +336,14 @@ def main():
             p.add_argument("--warmup", type=int, default=3)
             p.add_argument("--steps", type=int, default=10)
             p.add_argument("--out", required=True)
+            p.add_argument("--trace", help="Chrome trace of --profile-steps more steps (torch.profiler)")
+            p.add_argument("--profile-steps", type=int, default=2)
         else:
             p.add_argument("--eager")
             p.add_argument("--tessera-metrics")
             p.add_argument("--skip-reason", default="")
+            p.add_argument("--kernel-table", help="benchmarks/kernel_table.py --json output")
+            p.add_argument("--tessera-nccl", default="", help="the 'NCCL version' line of Tessera's run")
     args = ap.parse_args()
     return run_eager(args) if args.cmd == "eager" else run_report(args)
 

@@ -42,10 +42,15 @@
 #                  one status line says which LibTorch, ABI, NCCL, cudart and nvcc it found
 #   build          tessera and the test binaries, niced, while
 #   eager          the PyTorch eager reference runs on the GPU: the ~1.1B Llama step (bf16 autocast,
-#                  seq 2048) -> tokens/s, MFU, memory
+#                  seq 2048) -> tokens/s, MFU, memory; then 2 more steps under torch.profiler -> the
+#                  Chrome trace of their kernels (run/traces/eager-kernels.json)
 #   probe          a 2-step run of the tiny preset that must report a CUDA device, then
 #   init_model     the 1.1B model written once (bf16), and
 #   tessera_train  the same 1.1B step as eager -> tokens/s, MFU, memory (the throughput measurement)
+#   kernel_profile 4 steps of the same run, steps 3-4 profiled (train.profile_steps: Kineto's trace of
+#                  their kernels), and benchmarks/kernel_table.py: device time per step by category
+#                  (GEMM, attention, glue, copies, loss, optimizer, communication), Tessera next to
+#                  eager, and the SDPA backend each ran. The traces go back in gpu_traces.tar.gz
 #   fp16_bf16      the tiny preset 60 steps in bf16 and in fp16 (dynamic loss scaling): the fp16 losses
 #                  track bf16's within a stated tolerance (see the step)
 #   conformance    communicator conformance at world size 1, the test cases that run on the NCCL
@@ -60,10 +65,11 @@
 #                  transformers' forward (hf_parity.py; needs python3 with transformers, else skipped;
 #                  last by value, so a full run rarely reaches it: TESSERA_GPU_STEPS=hf_parity runs it
 #                  after the build alone)
-#   report         tokens/s, MFU, peak memory, Tessera / eager
+#   report         tokens/s, MFU, peak memory, Tessera / eager; cuDNN, NCCL, the SDPA backends that ran
 # TESSERA_GPU_STEPS (comma-separated names from this list, probe and init_model coming with
-# tessera_train; default: all) selects steps for a rerun; deps, configure and build run whenever a
-# selected step needs the binaries.
+# tessera_train and kernel_profile; default: all) selects steps for a rerun; deps, configure and
+# build run whenever a selected step needs the binaries. (kernel_profile's eager side comes from
+# the eager step: select both for a table with both columns.)
 set -uo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -90,18 +96,18 @@ fi
 # (conformance: its filtered cases ran 48 s on the CPU communicators alone in a rehearsal on 2 loaded
 # cores, 2026-12-01.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
-PLAN_AFTER_BUILD=(probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
+PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
 declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
-  [probe]=45 [init_model]=45 [tessera_train]=120 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
+  [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
 declare -A LEAST=([env]=5 [deps]=5 [configure]=20 [build]=30 [eager]=45
-  [probe]=15 [init_model]=15 [tessera_train]=45 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
+  [probe]=15 [init_model]=15 [tessera_train]=45 [kernel_profile]=35 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
 # Which step a selection name brings (tessera_train brings its probe and the model it trains).
 declare -A SELECTED_BY=([probe]=tessera_train [init_model]=tessera_train)
 # What the rest of a chain needs at least: the probe and the model are only worth their time when
 # tessera_train can still run after them.
 declare -A FOLLOW=([probe]=$((LEAST[init_model] + LEAST[tessera_train])) [init_model]=${LEAST[tessera_train]})
-declare -A DEPENDS=([init_model]=probe [tessera_train]=init_model)  # runs only after that one
+declare -A DEPENDS=([init_model]=probe [tessera_train]=init_model [kernel_profile]=init_model)  # runs only after that one
 
 # step_limit NAME LEFT: the limit NAME gets with LEFT seconds of the budget left: its nominal limit
 # (x STEP_SCALE) capped by LEFT - RESERVE - what the rest of its chain needs (FOLLOW); empty when
@@ -129,7 +135,7 @@ applies() {
   fi
   if [[ $mode == rehearsal ]]; then
     case $name in
-      env | eager | init_model | tessera_train | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
+      env | eager | init_model | tessera_train | kernel_profile | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
       fp16_bf16) echo "rehearsal (no GPU; fp16 compute is refused on CPU)"; return 1 ;;
       hf_parity) echo "rehearsal (no transformers here: the step compares with the device image's transformers)"; return 1 ;;
     esac
@@ -214,18 +220,23 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 MODE=gpu
 ((REHEARSAL)) && MODE=rehearsal
 
-SELECTABLE="env deps configure build eager tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
+SELECTABLE="env deps configure build eager tessera_train kernel_profile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
 STEPS=${TESSERA_GPU_STEPS:-all}
 if [[ $STEPS != all ]]; then
   for s in ${STEPS//,/ }; do
     [[ " $SELECTABLE " == *" $s "* ]] || { echo "run.sh: TESSERA_GPU_STEPS: unknown step '$s' (steps: ${SELECTABLE// /,})" >&2; exit 2; }
   done
 fi
-wanted() { local s=${SELECTED_BY[$1]:-$1}; [[ $STEPS == all || ",$STEPS," == *",$s,"* ]]; }
+selected() { [[ $STEPS == all || ",$STEPS," == *",$1,"* ]]; }
+# probe and init_model come with tessera_train and with kernel_profile (SELECTED_BY names the first).
+wanted() {
+  local s=${SELECTED_BY[$1]:-$1}
+  selected "$s" || { [[ $s == tessera_train && $1 != tessera_train ]] && selected kernel_profile; }
+}
 BUILD_TARGETS=()
 # The three gtest steps run tests of mpi_tests, the one binary of tests/mpi/test_*.cpp.
 { wanted conformance || wanted fsdp_train || wanted nccl_timeout; } && BUILD_TARGETS+=(mpi_tests)
-{ wanted nccl_stall || wanted tessera_train || wanted fp16_bf16 || wanted hf_parity || wanted build; } && BUILD_TARGETS+=(tessera)
+{ wanted nccl_stall || wanted tessera_train || wanted kernel_profile || wanted fp16_bf16 || wanted hf_parity || wanted build; } && BUILD_TARGETS+=(tessera)
 wanted build && BUILD_TARGETS=(tessera mpi_tests)
 NEED_BUILD=$((${#BUILD_TARGETS[@]} > 0))
 SELECTED_AFTER_BUILD=()
@@ -255,6 +266,15 @@ publish() {
   tar -czf "$tmp" --warning=no-file-changed -C "$WORK" logs status \
     $(cd "$WORK" && ls run/*.json run/*/metrics.jsonl run/stall/out.log 2>/dev/null) 2>/dev/null
   mv -f "$tmp" "$OUT/gpu_logs.tar.gz" 2>/dev/null || rm -f "$tmp"
+}
+# The kernel traces (tens of MB before compression) in a tarball of their own, when they change: a
+# file over the device tool's 16 MiB limit does not come back, and that must not cost the logs.
+publish_traces() {
+  [[ -n ${OUT:-} ]] && compgen -G "$TRACES/*" >/dev/null || return 0
+  local tmp=$OUT/.gpu_traces.$BASHPID.tmp
+  tar -czf "$tmp" -C "$WORK/run" traces 2>/dev/null && mv -f "$tmp" "$OUT/gpu_traces.tar.gz" || rm -f "$tmp"
+  [[ -f $OUT/gpu_traces.tar.gz ]] &&
+    say "  kernel traces: gpu_traces.tar.gz, $(($(stat -c %s "$OUT/gpu_traces.tar.gz") / 1048576)) MiB (the device tool returns files up to 16 MiB)"
 }
 trap 'say "run.sh: terminated (SIGTERM) after $((SECONDS - T0))s"; publish; exit 143' TERM
 trap 'publish' EXIT
@@ -421,14 +441,19 @@ fi
 
 # ---- eager: the PyTorch reference, on the GPU while the build uses the CPUs -----------------------
 EAGER_JSON=$WORK/run/eager.json
+TRACES=$WORK/run/traces  # the kernel traces: back in gpu_traces.tar.gz, apart from the logs (publish)
+EAGER_TRACE=$TRACES/eager-kernels.json
+mkdir -p "$TRACES"
 if ! wanted eager; then
   skip eager "not selected (TESSERA_GPU_STEPS)"
 elif ! why=$(applies eager "$GPUS" "$MODE"); then
   skip eager "$why"
 else
   step eager env PYTHONUNBUFFERED=1 python3 "$SRC/tests/gpu/bench_gpu.py" eager --config "$MODEL_CFG" \
-    --seq "$SEQ" --batch "$BATCH" --warmup 3 --steps 10 --out "$EAGER_JSON"
+    --seq "$SEQ" --batch "$BATCH" --warmup 3 --steps 10 --out "$EAGER_JSON" --trace "$EAGER_TRACE" --profile-steps 2
   [[ -n ${BUILD_PID:-} ]] && say "  (measured while the build ran, niced, on the CPUs)"
+  grep -E '^eager: kernel trace' "$LOGS/eager.log" | say_lines
+  publish_traces
   publish
 fi
 if [[ -n ${BUILD_PID:-} ]]; then
@@ -494,10 +519,34 @@ gtest_ran() {
   fi
 }
 
+# ---- kernel_profile: where the device time of a step goes, Tessera next to eager --------------------
+# 4 steps of the same 1.1B run as tessera_train, steps 3-4 traced (train.profile_steps: Kineto's
+# trace of their kernels, log.dir/kernels-rank-0.json, with the step trace beside it), then
+# benchmarks/kernel_table.py over it and eager's 2 profiled steps (the eager step's --trace). The
+# table goes into gpu_results.txt; without Kineto in the LibTorch the warning that says so does.
+kernel_profile() {
+  local dir=$TRACES/tessera
+  rm -rf "$dir" && mkdir -p "$dir"
+  step kernel_profile bash -c '
+    set -o pipefail
+    table=$1 dir=$2 eager=$3 script=$4; shift 4
+    "$@" --set train.steps=4 --set "train.profile_steps=[3,4]" --set log.dir="$dir" || exit
+    sides=()
+    [[ -s $dir/kernels-rank-0.json ]] && sides+=(--trace "tessera=$dir/kernels-rank-0.json")
+    [[ -s $eager ]] && sides+=(--trace "eager=$eager")
+    ((${#sides[@]})) || { echo "kernel_profile: no kernel trace from either side"; exit 1; }
+    python3 "$script" "${sides[@]}" --json "$table" --top 12' _ \
+    "$KERNEL_TABLE" "$dir" "$EAGER_TRACE" "$SRC/benchmarks/kernel_table.py" "${TRAIN_1B[@]}"
+  publish_traces
+  grep -E '^(kernel trace|tessera: warning: kernel trace)' "$LOGS/kernel_profile.log" | say_lines
+  sed -n '/^device kernel time per training step/,$p' "$LOGS/kernel_profile.log" | say_lines
+}
+
 # ---- probe, init_model, tessera_train: Tessera's throughput on the GPU ----------------------------
 TESSERA_METRICS=$WORK/run/tessera-log/metrics.jsonl
+KERNEL_TABLE=$WORK/run/kernel_table.json
 SKIP_REASON=""
-if ! wanted tessera_train; then
+if ! wanted probe; then
   SKIP_REASON="not selected (TESSERA_GPU_STEPS)"
 elif ((!BUILT)); then
   SKIP_REASON="tessera was not built (see configure/build above)"
@@ -524,19 +573,23 @@ else
     MODEL_DIR=$WORK/run/model-1b
     rm -rf "$MODEL_DIR" "$(dirname "$TESSERA_METRICS")"
     if step init_model "$BUILD/bin/tessera" init-model --config "$MODEL_CFG" --out "$MODEL_DIR" --dtype bf16; then
-      step tessera_train "${NP1[@]}" "$BUILD/bin/tessera" train \
-        --set train.device=cuda --set model.path="$MODEL_DIR" \
-        --set data.path="$CORPUS" --set data.tokenizer=bytes --set data.seq_len=$SEQ --set train.micro_batch="$BATCH" \
-        --set train.steps=12 --set train.warmup_steps=2 --set train.lr=1e-4 \
-        --set fsdp.mixed_precision=bf16 --set fsdp.activation_checkpointing=false \
-        --set log.dir="$(dirname "$TESSERA_METRICS")" ||
-        SKIP_REASON="tessera train did not pass: $(status_of tessera_train) (see its log above)"
+      TRAIN_1B=("${NP1[@]}" "$BUILD/bin/tessera" train
+        --set train.device=cuda --set model.path="$MODEL_DIR"
+        --set data.path="$CORPUS" --set data.tokenizer=bytes --set data.seq_len=$SEQ --set train.micro_batch="$BATCH"
+        --set train.warmup_steps=2 --set train.lr=1e-4
+        --set fsdp.mixed_precision=bf16 --set fsdp.activation_checkpointing=false)
+      if wanted tessera_train; then
+        step tessera_train "${TRAIN_1B[@]}" --set train.steps=12 --set log.dir="$(dirname "$TESSERA_METRICS")" ||
+          SKIP_REASON="tessera train did not pass: $(status_of tessera_train) (see its log above)"
+      fi
+      wanted kernel_profile && kernel_profile
     else
       SKIP_REASON="init-model did not pass: $(status_of init_model) (see its log above)"
     fi
   fi
 fi
-[[ -n $SKIP_REASON && ! -f $STATUS_DIR/tessera_train ]] && skip tessera_train "$SKIP_REASON"
+[[ -n $SKIP_REASON && ! -f $STATUS_DIR/tessera_train ]] && wanted tessera_train && skip tessera_train "$SKIP_REASON"
+[[ ! -f $STATUS_DIR/kernel_profile ]] && wanted kernel_profile && skip kernel_profile "$SKIP_REASON"
 
 # ---- fp16_bf16: fp16 with dynamic loss scaling tracks bf16 on the tiny model -----------------------
 # The same 60 steps of the tiny preset (same seed, data and batches) on one GPU in bf16 and in fp16
@@ -622,9 +675,12 @@ fi
 # ---- report ---------------------------------------------------------------------------------------
 say ""
 say "== throughput (${SEQ}-token sequences, micro-batch $BATCH, one GPU) =="
+TESSERA_NCCL=$(nccl_line tessera_train 2>/dev/null)
+[[ -n $TESSERA_NCCL ]] || TESSERA_NCCL=$(nccl_line kernel_profile 2>/dev/null)
 python3 "$SRC/tests/gpu/bench_gpu.py" report --config "$MODEL_CFG" --seq "$SEQ" --batch "$BATCH" \
   --eager "$EAGER_JSON" --tessera-metrics "$([[ -z $SKIP_REASON ]] && echo "$TESSERA_METRICS")" \
-  --skip-reason "$SKIP_REASON" 2>&1 | tee -a "$RES"
+  --skip-reason "$SKIP_REASON" --kernel-table "$KERNEL_TABLE" --tessera-nccl "$TESSERA_NCCL" 2>&1 |
+  tee -a "$RES"
 say ""
 say "== summary ($((SECONDS - T0))s of the ${DEADLINE}s budget) =="
 FAILED=0

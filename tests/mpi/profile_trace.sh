@@ -8,7 +8,13 @@
 #     overlaps backward instead of waiting for all of it (drain_reductions);
 #  2. metrics.jsonl: every record's "time" parts plus idle add up to step_s, overlap in [0, 1],
 #     communication time > 0; the end-of-run summary line is printed; report.html draws the trace;
-#  3. bad train.profile_steps: one line naming the key, exit 2 (under mpirun: the job's), nothing traced.
+#  3. the kernel trace of the same steps (runtime/profile/kernel_trace.h): with a LibTorch that has
+#     Kineto (its libtorch_cpu lacks the "without Kineto" message), every rank writes
+#     log.dir/kernels-rank-<r>.json holding LibTorch operators (aten::mm / addmm / matmul) inside
+#     the spans tessera/train step 2 and 3, tessera/forward, backward and optimizer; without Kineto
+#     (Debian's 1.13) rank 0 says so in one warning, once, counting the operators and Tessera's spans
+#     the profiler saw, and no kernels-rank-* file is written;
+#  4. bad train.profile_steps: one line naming the key, exit 2 (under mpirun: the job's), nothing traced.
 set -euo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -61,6 +67,21 @@ for line in open(sys.argv[1]):
 PY
 }
 
+# check_kernels DIR RANKS: the kernel traces of a LibTorch with Kineto (3. above).
+check_kernels() {
+  python3 - "$@" <<'PY'
+import json, sys
+d, ranks = sys.argv[1], int(sys.argv[2])
+for r in range(ranks):
+    doc = json.load(open(f"{d}/kernels-rank-{r}.json"))
+    ev = doc["traceEvents"] if isinstance(doc, dict) else doc
+    names = {e.get("name") for e in ev}
+    for want in ("tessera/train step 2", "tessera/train step 3", "tessera/forward", "tessera/backward", "tessera/optimizer"):
+        assert want in names, (r, want)
+    assert names & {"aten::mm", "aten::addmm", "aten::matmul"}, (r, sorted(n for n in names if str(n).startswith("aten::"))[:20])
+PY
+}
+
 # ---- 1 + 2. no_shard at 2 ranks, hybrid_shard at 2 x 2 -----------------------------------------------
 "${MPIRUN[@]}" -np 2 "$BIN" train "${COMMON[@]}" --set fsdp.strategy=no_shard --set log.dir="$T/no" >"$T/no.out" 2>&1 ||
   { cat "$T/no.out"; fail "no_shard run"; }
@@ -70,6 +91,16 @@ grep -q '^trace of steps 2-3: .*/trace-rank-\*.json' "$T/no.out" || { cat "$T/no
 grep -q '^time per step (median of 2, .*): compute .* | reduce wait .* | comm .* overlapped$' "$T/no.out" ||
   { cat "$T/no.out"; fail "no end-of-run time summary"; }
 ok "progress: the trace line and the end-of-run time summary"
+TORCH_CPU=$(ldd "$BIN" | awk '$1 ~ /^libtorch_cpu/ {print $3}')
+check "the binary's libtorch_cpu found ($TORCH_CPU)" test -f "$TORCH_CPU"
+if grep -q "with Kineto support (USE_KINETO=1)" "$TORCH_CPU"; then  # built without Kineto
+  check "no Kineto: one warning says so, with the operators and Tessera's spans it saw, naming the file not written" \
+    test "$(grep -c "^tessera: warning: kernel trace: this LibTorch has no Kineto (built without USE_KINETO; .*), so it recorded [1-9][0-9]* operators and [1-9][0-9]* Tessera spans but cannot save them; $T/no/kernels-rank-0.json not written$" "$T/no.out")" = 1
+  check "... and no kernel trace (nor its temporary) on any rank" test -z "$(ls "$T"/no/kernels-rank-* 2>/dev/null)"
+else
+  check "Kineto: every rank's kernels-rank-<r>.json holds operators inside Tessera's spans" check_kernels "$T/no" 2
+  grep -q "^kernel trace of rank 0: $T/no/kernels-rank-0.json: " "$T/no.out" || { cat "$T/no.out"; fail "no kernel trace line"; }
+fi
 check "report.html draws rank 0's trace and the breakdown" grep -q "Trace of the profiled steps.*data-name=\"all_reduce\"" \
   <(tr -d '\n' < "$T/no/report.html")
 
@@ -78,7 +109,7 @@ check "report.html draws rank 0's trace and the breakdown" grep -q "Trace of the
 check "hybrid_shard 2x2: traces of steps 2-3, inter-node all-reduces start inside backward" check_trace "$T/hy" 4 inter
 check "hybrid_shard: metrics.jsonl time parts add up" check_metrics "$T/hy/metrics.jsonl"
 
-# ---- 3. bad values ---------------------------------------------------------------------------------------
+# ---- 4. bad values ---------------------------------------------------------------------------------------
 BASE=(--set model.preset=tiny --set data.seq_len=16 --set train.steps=3 --set log.dir="$T/bad")
 expect_error 2 "train.profile_steps must be \[first, last\] with 1 <= first <= last <= train.steps (3), got \[3,2\]" \
   "${MPIRUN[@]}" -np 2 "$BIN" train "${BASE[@]}" --set 'train.profile_steps=[3,2]'

@@ -74,24 +74,25 @@ passed "run.sh without carried packages: the machine's own" $? "($why)"
 # report's reserve), for one GPU and for two.
 plan_out=$(bash "$SRC/tests/gpu/run.sh" --plan 2>&1)
 passed "run.sh --plan" $? "$(tail -3 <<<"$plan_out")"
-[[ $(head -1 <<<"$plan_out") == "order: env deps configure build eager probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity report" ]]
-passed "the GPU order: build (eager beside it), probe + tessera_train, fp16_bf16, conformance, fsdp_train, nccl_timeout, nccl_stall, hf_parity" $? "$(head -1 <<<"$plan_out")"
+[[ $(head -1 <<<"$plan_out") == "order: env deps configure build eager probe init_model tessera_train kernel_profile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity report" ]]
+passed "the GPU order: build (eager beside it), probe + tessera_train, kernel_profile, fp16_bf16, conformance, fsdp_train, nccl_timeout, nccl_stall, hf_parity" $? "$(head -1 <<<"$plan_out")"
 plan_ok=0
 for gpus in 1 2; do
   for left in 600 490 400 300 200 120 75 40 10; do
     out=$(bash "$SRC/tests/gpu/run.sh" --plan "$left" "$gpus" 2>&1) || { plan_ok=1; echo "  --plan $left $gpus: $(tail -1 <<<"$out")"; }
     names=$(sed -n 's/^  \([a-z0-9_]\+\) \+\(limit \|skipped:\).*/\1/p' <<<"$out" | tr '\n' ' ')
-    [[ $names == "probe init_model tessera_train fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity " ]] ||
+    [[ $names == "probe init_model tessera_train kernel_profile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity " ]] ||
       { plan_ok=1; echo "  --plan $left $gpus: steps $names"; }
     sum=$(sed -n 's/^  [a-z0-9_]* *limit *\([0-9]*\)s$/\1/p' <<<"$out" | awk '{s += $1} END {print s + 0}')
     ((${sum:-0} <= left - 10)) || { plan_ok=1; echo "  --plan $left $gpus: limits sum to $sum"; }
     if ((left >= 300)); then
       grep -q '^  tessera_train  limit  120s$' <<<"$out" || { plan_ok=1; echo "  --plan $left $gpus: tessera_train without its full limit"; }
+      grep -q '^  kernel_profile limit   75s$' <<<"$out" || { plan_ok=1; echo "  --plan $left $gpus: kernel_profile without its full limit"; }
     fi
   done
 done
 [[ $plan_ok -eq 0 ]]
-passed "the limits after the build fit the budget left (9 budgets left x 1 and 2 GPUs), tessera_train gets its full limit from 300 s left" $?
+passed "the limits after the build fit the budget left (9 budgets left x 1 and 2 GPUs), tessera_train and kernel_profile get their full limits from 300 s left" $?
 # The device test cases run.sh filters on exist (a renamed test would leave a filter matching nothing).
 filters_ok=0
 for var in CONFORMANCE_TESTS FSDP_TESTS NCCL_TIMEOUT_TESTS; do

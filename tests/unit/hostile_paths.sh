@@ -3,7 +3,8 @@
 # (issue 58; tests/hostile.bash: a probe fails on a hang, a signal, memory over its bound or any
 # change in $OUTSIDE), through the real CLI on a single-process `tessera train` of the tiny preset:
 #  - links planted at every name a save and a run write (latest.tmp, step-<N>.tmp, run_info.json,
-#    report.html, a trace) are replaced, never written through; the run succeeds;
+#    report.html, a trace, the kernel trace's temporary) are replaced, never written through; the
+#    run succeeds;
 #  - a metrics.jsonl that is a link or a FIFO, and a log.dir/flight that is a link, are refused in
 #    one line naming them (exit 2); an ordinary metrics.jsonl is appended to by a resumed run;
 #  - `latest` naming an absolute path, a "../" path, or a step-<N> that is a link to a checkpoint
@@ -31,12 +32,14 @@ ln -s "$OUTSIDE/link" "$T/ck/step-2.tmp"
 ln -s "$OUTSIDE/precious.txt" "$T/run/run_info.json"
 ln -s "$OUTSIDE/sub/also.txt" "$T/run/report.html"
 ln -s "$OUTSIDE/precious.txt" "$T/run/trace-rank-0.json"
+ln -s "$OUTSIDE/precious.txt" "$T/run/kernels-rank-0.json.tmp"  # the kernel trace's temporary
 probe 0 '' 1024 "${TRAIN[@]}" --set train.steps=2 --set train.profile_steps=[1,2]
 check "latest names step-2, a regular file" test "$(cat "$T/ck/latest")" = step-2 -a ! -L "$T/ck/latest"
 check "no temporary left" test -z "$(ls -A "$T/ck" | grep tmp)"
 for f in run_info.json report.html trace-rank-0.json; do
   check "$f replaced the link with a regular file" test -f "$T/run/$f" -a ! -L "$T/run/$f"
 done
+check "the kernel trace's temporary: the link unlinked, nothing left" test ! -e "$T/run/kernels-rank-0.json.tmp" -a ! -L "$T/run/kernels-rank-0.json.tmp"
 
 # ---- log.dir's files that are appended to: refused when a link or a FIFO -------------------
 mkdir -p "$T/run2"
