@@ -166,8 +166,6 @@ train::TrainOptions train_options_from(const Config& cfg) {
   return t;
 }
 
-namespace {
-
 // comm.timeout_s -> the default timeout of every Work::wait() (all backends: the MPI backend's wait,
 // NCCL's watchdog deadline) and so of the checkpoint's save/load agreement and the launcher's.
 void apply_comm_timeout(const Config& cfg) {
@@ -185,8 +183,6 @@ std::string agree_run_id(const Bootstrap& b) {
          "-" + std::to_string(getpid());
   return b.groups.world->broadcast_string(id, 0);
 }
-
-}  // namespace
 
 // Everything `train` and `eval` set up before the first collective of the engine; run inside
 // collectively() so that bad input stops every rank with one message and nothing written.
