@@ -43,6 +43,14 @@ $BIN ckpt consolidate --checkpoint "$CK" --out "$T/export" --dtype fp32 > /dev/n
 run 1 "$T/export.1" --model "$T/export"
 check "the consolidated export generates the checkpoint's tokens" test "$(ids "$T/export.1")" = "$(ids "$T/greedy.1")"
 
+# bench generate at 2 ranks: every rate measured, the same tokens re-gathered and kept (it checks).
+"${MPIRUN[@]}" -np 2 $BIN bench generate --preset tiny --prompt-len 8 --new-tokens 4 --recompute-tokens 2 --rounds 1 \
+  --json > "$T/bench.json" 2> "$T/err" || { cat "$T/err"; fail "bench generate"; }
+check "bench generate reports prefill, decode and recompute rates and their ratios" python3 -c "
+import json; b = json.load(open('$T/bench.json'))
+assert b['world_size'] == 2 and all(b[k] > 0 for k in ('prefill_tokens_per_s', 'decode_tokens_per_s',
+  'decode_kept_gathered_tokens_per_s', 'recompute_tokens_per_s', 'kv_over_recompute', 'kept_over_regathered')), b"
+
 # ---- bad input: one line, exit 2, every rank ------------------------------------------------------
 WORK=$T
 G=("${MPIRUN[@]}" -np 2 $BIN generate --checkpoint "$CK")
