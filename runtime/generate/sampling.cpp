@@ -44,7 +44,7 @@ at::Tensor probabilities(const at::Tensor& logits, const Sampling& s) {
     const at::Tensor sorted = p.index_select(0, order);
     const at::Tensor before = sorted.cumsum(0) - sorted;  // probability of the tokens ahead of each
     at::Tensor keep_sorted = before < s.top_p;
-    at::Tensor keep = at::zeros_like(keep_sorted).index_put_({order}, keep_sorted);
+    const at::Tensor keep = keep_sorted.index_select(0, at::argsort(order));  // back to id order
     p = p.masked_fill(keep.logical_not(), 0.0);
     p = p / p.sum();
   }
