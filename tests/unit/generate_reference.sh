@@ -167,4 +167,14 @@ check "--stop '$stop' stops at that token and cuts the text before it" "$PY" -c 
 import json; r=json.loads(open('$T/stop.jsonl').readline()); full=json.loads(open('$T/text.jsonl').readline())['generated_ids']
 before=json.loads(open('$T/before.jsonl').readline())
 assert r['finish_reason']=='stop' and r['generated_ids']==full[:$at + 1] and r['text']==before['text'], (r, full, before)"
+# generation_config.json's eos_token_id list (as Llama 3 Instruct's) ends the generation too: with a
+# token the greedy text holds among them, it stops there ("eos"), that id kept last.
+eos_at=$("$PY" -c "
+import json; ids=json.loads(open('$T/text.jsonl').readline())['generated_ids']
+i=next(i for i in range(1, len(ids)) if ids[i] not in ids[:i]); print(i)
+json.dump({'eos_token_id': [257, ids[i]]}, open('$M/generation_config.json', 'w'))") || fail "generation_config.json"
+$BIN generate --model "$M" --prompt Hello --max-new-tokens 12 --json > "$T/eos.jsonl" 2> /dev/null || fail "eos"
+check "an eos_token_id of generation_config.json ends the generation" "$PY" -c "
+import json; r=json.loads(open('$T/eos.jsonl').readline()); full=json.loads(open('$T/text.jsonl').readline())['generated_ids']
+assert r['finish_reason']=='eos' and r['generated_ids']==full[:$eos_at + 1], (r, full)"
 echo "$pass passed, 0 failed"
