@@ -4,6 +4,7 @@
 
 #include "benchmarks/bench_checkpoint.h"
 #include "benchmarks/bench_collectives.h"
+#include "benchmarks/bench_generate.h"
 #include "benchmarks/bench_load.h"
 #include "benchmarks/bench_memory.h"
 #include "benchmarks/bench_optim.h"
@@ -23,11 +24,12 @@ int run_bench(const std::vector<std::string>& args) {
       {"load", run_bench_load},
       {"memory", run_bench_memory},
       {"optim", run_bench_optim},
+      {"generate", run_bench_generate},
   };
   std::vector<std::string> names;
   for (const auto& b : benches) names.push_back(b.first);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "usage: tessera bench <collectives|checkpoint|step|load|memory|optim> [options]   (tessera bench <name> --help)" << std::endl;
+    std::cout << "usage: tessera bench <collectives|checkpoint|step|load|memory|optim|generate> [options]   (tessera bench <name> --help)" << std::endl;
     return args.empty() ? 2 : 0;
   }
   for (const auto& b : benches)
@@ -45,7 +47,7 @@ bool bench_is_driver(const std::vector<std::string>& args) {
 }  // namespace
 
 launcher::CommandInfo bench_command() {
-  return {"bench", "benchmarks: collectives, checkpoint, step (--peer: vs PyTorch DDP), load, memory, optim", true, run_bench,
+  return {"bench", "benchmarks: collectives, checkpoint, step (--peer: vs PyTorch DDP), load, memory, optim, generate", true, run_bench,
           bench_is_driver};
 }
 

@@ -119,7 +119,6 @@ void check_writable_dir(const std::string& dir, const std::string& key) {
 
 }  // namespace
 
-namespace {
 
 // comm.timeout_s -> the default timeout of every Work::wait() (all backends: the MPI backend's wait,
 // NCCL's watchdog deadline) and so of the checkpoint's save/load agreement and the launcher's.
@@ -138,8 +137,6 @@ std::string agree_run_id(const Bootstrap& b) {
          "-" + std::to_string(getpid());
   return b.groups.world->broadcast_string(id, 0);
 }
-
-}  // namespace
 
 // Everything `train` and `eval` set up before the first collective of the engine; run inside
 // collectively() so that bad input stops every rank with one message and nothing written.

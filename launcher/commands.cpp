@@ -54,6 +54,7 @@ const std::vector<CommandInfo>& commands() {
       {"topo", "print the discovered world: hosts, nodes, local ranks, process groups, threads, GPUs", true, run_topo},
       {"train", "fine-tune with FSDP (mpirun -np N / srun): tessera train --config run.json", true, run_train},
       {"eval", "per-sequence next-token loss of a model on token ids (single process or mpirun, sharded)", true, run_eval},
+      {"generate", "text from a model or a sharded checkpoint (KV cache; single process or mpirun, sharded)", true, run_generate},
       {"init-model", "write a Hugging Face model directory with the Llama initialisation", false, run_init_model},
       {"tokenize", "pre-tokenise a corpus (text, JSONL chat/prompt-completion/text) into a token file that train maps", false, run_tokenize},
       {"chat-template", "render a model's chat template on a conversation, as Hugging Face's apply_chat_template does", false, run_chat_template},

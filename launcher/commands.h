@@ -40,5 +40,7 @@ int run_train(const std::vector<std::string>& args);
 // the n target tokens, or over every token with --all-tokens ("scored": "all tokens").
 int run_eval(const std::vector<std::string>& args);
 int run_diagnose(const std::vector<std::string>& args);
+// cmd_generate.cpp: tessera generate (--model DIR | --checkpoint DIR/step-N) (--prompt | --prompts | --prompt-ids)
+int run_generate(const std::vector<std::string>& args);
 
 }  // namespace tessera::launcher

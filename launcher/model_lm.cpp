@@ -26,6 +26,18 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
   lm.set_layout = [layout](const train::BatchLayout& c) {
     layout->position_ids = c.position_ids;
     layout->document_ids = c.document_ids;
+    layout->cache.reset();
+  };
+  // The generation's KV cache, kept between set_cache calls of the same capacity.
+  auto kept = std::make_shared<std::shared_ptr<model::KvCache>>();
+  lm.set_cache = [layout, kept, layers = m->num_layers()](int64_t capacity, int64_t start) {
+    layout->position_ids = layout->document_ids = at::Tensor();
+    layout->cache.reset();
+    if (capacity <= 0) return kept->reset();
+    if (!*kept || (*kept)->capacity != capacity) *kept = std::make_shared<model::KvCache>(layers, capacity);
+    if (start < 0) return;  // kept, unused by the next forwards
+    (*kept)->start = start;
+    layout->cache = *kept;
   };
   lm.head = [impl](const at::Tensor& h) { return impl->head(h); };
   lm.head_loss = [impl](const at::Tensor& h, const at::Tensor& labels, double grad_scale, bool device_rows) {

@@ -11,5 +11,10 @@
 namespace tessera::launcher {
 
 fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc);
+// comm.timeout_s -> the default timeout of every Work::wait() (train, generate).
+void apply_comm_timeout(const Config& cfg);
+struct Bootstrap;
+// One id for this run on every rank (rank 0's clock and pid) for its flight records. Collective.
+std::string agree_run_id(const Bootstrap& b);
 
 }  // namespace tessera::launcher

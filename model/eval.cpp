@@ -9,7 +9,7 @@
 
 namespace tessera::model {
 
-std::vector<std::vector<int64_t>> read_token_text(const std::string& path, int64_t vocab_size) {
+std::vector<std::vector<int64_t>> read_token_text(const std::string& path, int64_t vocab_size, size_t min_tokens) {
   std::ifstream in(path);
   if (!in) throw ModelError(path + ": cannot open token file");
   std::vector<std::vector<int64_t>> seqs;
@@ -29,8 +29,9 @@ std::vector<std::vector<int64_t>> read_token_text(const std::string& path, int64
       seq.push_back(id);
     }
     if (seq.empty()) continue;
-    if (seq.size() < 2)
-      throw ModelError(where + "a sequence needs at least 2 tokens (1 given) to have a next-token loss");
+    if (seq.size() < min_tokens)
+      throw ModelError(where + (min_tokens == 2 ? "a sequence needs at least 2 tokens (1 given) to have a next-token loss"
+                                                : "fewer than " + std::to_string(min_tokens) + " tokens"));
     seqs.push_back(std::move(seq));
   }
   if (seqs.empty()) throw ModelError(path + ": no token sequences");

@@ -101,10 +101,11 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
 
 namespace {
 // [T, S] true where query t must not see key s: the future, and with a window keys t - s >= window.
-torch::Tensor hidden_keys(int64_t T, int64_t S, int64_t window, torch::Device device) {
+// Query t is position offset + t of the keys.
+torch::Tensor hidden_keys(int64_t T, int64_t S, int64_t window, torch::Device device, int64_t offset = 0) {
   auto ones = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(device));
-  auto future = ones.triu(1);
-  return window > 0 ? future.logical_or(ones.tril(-window)) : future;
+  auto future = ones.triu(1 + offset);
+  return window > 0 ? future.logical_or(ones.tril(offset - window)) : future;
 }
 
 // softmax(q k^T / sqrt(D)) v with the keys `hidden` marks (true) masked out; hidden broadcasts
@@ -120,9 +121,14 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, c
 }  // namespace
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window, const torch::Tensor& document_ids) {
+                               int64_t window, const torch::Tensor& document_ids, int64_t offset) {
   const int64_t T = q.size(-2), S = k.size(-2);
-  if (window >= T) window = 0;  // the window reaches back to position 0 for every query
+  if (window >= S) window = 0;  // the window reaches back to position 0 for every query
+  if (offset > 0) {
+    TORCH_CHECK(!document_ids.defined() && S == offset + T, "causal_attention: offset ", offset, " needs ",
+                offset + T, " keys of one document, got ", S);
+    return masked_attention(q, k, v, hidden_keys(T, S, window, q.device(), offset));
+  }
   if (document_ids.defined()) {
     // Packed documents: also hidden where query and key belong to different documents; [B, 1, T, S]
     // (one byte per pair, shared by the heads).
@@ -189,13 +195,24 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& 
   q = q.transpose(1, 2);                      // [B, nh, T, D]
   k = k.transpose(1, 2);
   auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  KvCache* cache = layout.cache.get();
+  TORCH_CHECK(!cache || !layout.position_ids.defined(), "a KV cache does not take packed documents");
+  const int64_t start = cache ? cache->start : 0;
+  // With a cache: rows start .. start + T - 1 of the table of its capacity (one table for the whole
+  // generation; a row does not depend on the table's length).
   auto [cos, sin] = layout.position_ids.defined() ? rope->at(layout.position_ids, q.scalar_type())
-                                                  : rope->tables(T, q.scalar_type(), q.device());
+                    : cache ? rope->tables(cache->capacity, q.scalar_type(), q.device())
+                            : rope->tables(T, q.scalar_type(), q.device());
+  if (cache) {
+    cos = cos.narrow(0, start, T);
+    sin = sin.narrow(0, start, T);
+  }
   q = ops::apply_rotary(q, cos, sin);
   k = ops::apply_rotary(k, cos, sin);
+  if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
   const int64_t n_rep = num_heads / num_kv_heads;
   auto out = ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep), sliding_window,
-                                   layout.document_ids);
+                                   layout.document_ids, start);
   return o_proj(out.transpose(1, 2).reshape({B, T, num_heads * head_dim}));
 }
 
@@ -230,6 +247,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& cfg, const torch::TensorOption
   auto rope = std::make_shared<RotaryCache>(cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling);  // one for all layers
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     layer_list.emplace_back(cfg, opts, rope);
+    layer_list.back()->self_attn->layer_index = i;
     layers->push_back(layer_list.back());
   }
   norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));

@@ -60,9 +60,11 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep);
 // keys t - window + 1 .. t only (Hugging Face's Mistral mask); 0: every earlier key. With
 // document_ids [B, T] (packed sequences), token i also attends to token j <= i only when both
 // belong to the same document: an explicit block-diagonal causal mask [B, 1, T, T] (one byte per
-// pair, shared by the heads; the window applies within it), built per call.
+// pair, shared by the heads; the window applies within it), built per call. offset > 0 (a KV
+// cache): the T queries are positions offset .. offset + T - 1 of the S = offset + T keys, query t
+// sees keys 0 .. offset + t (within the window).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t window = 0, const torch::Tensor& document_ids = {});
+                               int64_t window = 0, const torch::Tensor& document_ids = {}, int64_t offset = 0);
 // down(silu(x gate^T) * (x up^T)) with weights in [out, in] layout.
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down);
@@ -130,7 +132,8 @@ class AttentionImpl : public torch::nn::Module {
  public:
   // rope: the model's shared tables (null: this module keeps its own).
   AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions& opts, std::shared_ptr<RotaryCache> rope = nullptr);
-  // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1 (or at layout's positions, within its documents).
+  // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1 (or at layout's positions, within its documents;
+  // or, with layout.cache, at cache->start .. + T - 1, attending to the cached keys too).
   // Qwen3's q_norm / k_norm, when the config has them, normalise each head before RoPE.
   torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -140,6 +143,7 @@ class AttentionImpl : public torch::nn::Module {
   RopeScaling rope_scaling;
   int64_t sliding_window;  // 0: plain causal
   std::shared_ptr<RotaryCache> rope;
+  int64_t layer_index = 0;  // its decoder layer: which layer of a KvCache it uses
 };
 TORCH_MODULE(Attention);
 

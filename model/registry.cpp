@@ -41,6 +41,29 @@ int64_t UnitSpec::numel() const {
   return n;
 }
 
+std::pair<torch::Tensor, torch::Tensor> KvCache::append(int64_t layer, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t T = k.size(2);
+  TORCH_CHECK(layer >= 0 && layer < (int64_t)keys.size(), "KvCache: layer ", layer, " of ", keys.size());
+  TORCH_CHECK(start >= 0 && start + T <= capacity, "KvCache: positions ", start, " .. ", start + T - 1,
+              " outside its capacity ", capacity);
+  torch::Tensor& K = keys[layer];
+  torch::Tensor& V = values[layer];
+  if (!K.defined() || K.size(0) != k.size(0) || K.scalar_type() != k.scalar_type()) {
+    K = torch::zeros({k.size(0), k.size(1), capacity, k.size(3)}, k.options());
+    V = torch::zeros({v.size(0), v.size(1), capacity, v.size(3)}, v.options());
+  }
+  K.narrow(2, start, T).copy_(k);
+  V.narrow(2, start, T).copy_(v);
+  return {K.narrow(2, 0, start + T), V.narrow(2, 0, start + T)};
+}
+
+int64_t KvCache::bytes() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i].defined()) n += (keys[i].numel() + values[i].numel()) * (int64_t)keys[i].element_size();
+  return n;
+}
+
 torch::Tensor CausalLmModule::forward(const torch::Tensor& tokens, const TokenLayout& layout) {
   auto h = embed(tokens);
   for (int64_t i = 0; i < num_layers(); ++i) h = layer_forward(i, h, layout);

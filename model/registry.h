@@ -44,9 +44,31 @@ struct UnitSpec {
 // position_ids [B, T] (RoPE positions, restarting at 0 for each document) and document_ids [B, T]
 // (a token attends only to earlier tokens of its own document). Undefined tensors (the default):
 // one document per row at positions 0..T-1, i.e. plain causal attention.
+//
+// With a KvCache (generation), a layer call's tokens [B, T] are positions start .. start + T - 1 of
+// rows whose earlier positions' keys and values the cache holds: each layer writes its new keys and
+// values there and attends to positions 0 .. start + T - 1. Not combined with packed documents.
+struct KvCache;
 struct TokenLayout {
   torch::Tensor position_ids, document_ids;
+  std::shared_ptr<KvCache> cache;  // null: no cache (training, evaluation)
   bool packed() const { return document_ids.defined(); }
+};
+
+// Keys and values of the positions a generation has run so far, per decoder layer, each
+// [B, kv_heads, capacity, head_dim] in the layer's compute dtype and device: allocated once, by the
+// first layer call that writes it, for `capacity` positions (the longest prompt plus the tokens to
+// generate). The caller sets `start` before each forward (0 for a prompt's prefill, then the number
+// of positions already in the cache): every layer of that forward reads and writes the same slots.
+struct KvCache {
+  KvCache(int64_t layers, int64_t capacity_) : capacity(capacity_), keys(layers), values(layers) {}
+  int64_t capacity;
+  int64_t start = 0;
+  std::vector<torch::Tensor> keys, values;
+  // Writes layer i's k, v [B, kv_heads, T, D] at positions start .. start + T - 1 and returns the
+  // keys and values of positions 0 .. start + T - 1 (views of the cache).
+  std::pair<torch::Tensor, torch::Tensor> append(int64_t layer, const torch::Tensor& k, const torch::Tensor& v);
+  int64_t bytes() const;  // allocated so far
 };
 
 // What a family's module offers a runtime: layer-wise callables over Hugging Face-named parameters.

@@ -65,7 +65,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string name() const override;  // "bpe:<path>"
   std::optional<int32_t> special_id(const std::string& text) const override;
   // The bytes the ids stand for; Error(Input) for an id that is not in the vocabulary.
-  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(const std::vector<int32_t>& ids) const override;
 
   struct Impl;
 

@@ -68,6 +68,10 @@ class Llama2Template final : public ChatTemplate {
     }
     return ex;
   }
+  // The trailing user message renders as BOS + "[INST] ... [/INST]": the prompt.
+  std::vector<int32_t> render_prompt(const Conversation& conversation, const Tokenizer& tok) const override {
+    return render(conversation, tok).tokens;
+  }
 
  private:
   std::string name_;
@@ -97,6 +101,14 @@ class Llama3Template final : public ChatTemplate {
     }
     return ex;
   }
+  std::vector<int32_t> render_prompt(const Conversation& conversation, const Tokenizer& tok) const override {
+    Example ex = render(conversation, tok);
+    ex.append(*tok.special_id(kSpecials[1]), false);
+    ex.append(tok.encode("assistant"), false);
+    ex.append(*tok.special_id(kSpecials[2]), false);
+    ex.append(tok.encode("\n\n"), false);
+    return ex.tokens;
+  }
 
  private:
   static constexpr const char* kSpecials[4] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -114,6 +126,11 @@ class NoTemplate final : public ChatTemplate {
     for (const Message& m : messages) ex.append(tok.encode(m.content), m.role == "assistant");
     if (tok.eos_id() >= 0) ex.append(tok.eos_id(), messages.back().role == "assistant");
     return ex;
+  }
+  std::vector<int32_t> render_prompt(const Conversation& conversation, const Tokenizer& tok) const override {
+    std::vector<int32_t> ids = render(conversation, tok).tokens;
+    if (tok.eos_id() >= 0) ids.pop_back();  // the answer comes where the end of sequence would
+    return ids;
   }
 };
 
@@ -204,7 +221,9 @@ bool Conversation::uses_tools() const {
          });
 }
 
-void check_conversation(const Conversation& conversation) {
+namespace {
+// The roles of check_conversation; whether an assistant message is among them.
+bool check_roles(const Conversation& conversation) {
   const std::vector<Message>& messages = conversation.messages;
   if (messages.empty()) throw BadExample("no target tokens", "no target tokens: empty conversation (no messages)");
   const bool system = messages[0].role == "system";
@@ -229,7 +248,39 @@ void check_conversation(const Conversation& conversation) {
     any_assistant |= role == "assistant";
     prev = role;
   }
-  if (!any_assistant) throw BadExample("no target tokens", "no target tokens: the conversation has no assistant message");
+  return any_assistant;
+}
+}  // namespace
+
+void check_conversation(const Conversation& conversation) {
+  if (!check_roles(conversation))
+    throw BadExample("no target tokens", "no target tokens: the conversation has no assistant message");
+}
+
+void check_prompt(const Conversation& conversation) {
+  check_roles(conversation);
+  const std::string& last = conversation.messages.back().role;
+  if (last != "user" && !is_tool_result(last))
+    throw BadExample("not a prompt", "the last message is \"" + last + "\": a prompt to answer ends with a user message "
+                                     "or tool results");
+}
+
+std::vector<int32_t> render_prompt_record(const ordered_json& record, const Tokenizer& tok, const ChatTemplate& chat) {
+  if (!record.is_object()) throw BadExample("bad record", "expected a JSON object, got " + std::string(record.type_name()));
+  if (record.contains("messages")) {
+    const Conversation conversation = parse_conversation(record);
+    check_prompt(conversation);
+    if (conversation.uses_tools() && !chat.renders_tools())
+      throw BadExample("tool use", "tools, tool calls or tool results need the model's own chat template; the built-in " +
+                                       chat.name() + " cannot render them");
+    return chat.render_prompt(conversation, tok);
+  }
+  if (!record.contains("prompt")) throw BadExample("bad record", "no \"messages\" or \"prompt\" field");
+  std::vector<int32_t> ids;
+  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  const std::vector<int32_t> text = tok.encode(string_field(record, "prompt"));
+  ids.insert(ids.end(), text.begin(), text.end());
+  return ids;
 }
 
 std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind) {

@@ -146,6 +146,9 @@ struct Conversation {
 
 // Throws BadExample unless the conversation has the shape described above.
 void check_conversation(const Conversation& conversation);
+// The same roles, for a prompt to answer: no assistant message needed, and the last message is a
+// user message or tool results.
+void check_prompt(const Conversation& conversation);
 
 class ChatTemplate {
  public:
@@ -157,6 +160,11 @@ class ChatTemplate {
   virtual Example render(const Conversation& conversation, const Tokenizer& tok) const = 0;
   // Whether it renders tools, tool calls and tool results (the model's own template does).
   virtual bool renders_tools() const { return false; }
+  // A conversation that passed check_prompt (it ends with a user message or tool results) followed by
+  // the generation prompt: the ids a model continues to answer it, the same text training renders
+  // before an assistant turn (llama2: the trailing "[INST] ... [/INST]"; llama3: the assistant header
+  // and "\n\n"; none: BOS and the contents; the model's template: add_generation_prompt true).
+  virtual std::vector<int32_t> render_prompt(const Conversation& conversation, const Tokenizer& tok) const = 0;
 };
 
 std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind);
@@ -196,6 +204,13 @@ std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name);
 // conversation, or no target token. An empty "text" gives an example without tokens.
 // Throws FatalRecord for a "tools" field that is not a list of objects.
 Example render_record(const nlohmann::ordered_json& record, const Tokenizer& tok, const ChatTemplate& chat);
+
+// A prompt record for generation (`tessera generate --prompts`) as the ids the model continues:
+// {"messages": [...]} (check_prompt; tools as render_record takes them) through
+// ChatTemplate::render_prompt, or {"prompt": "..."} as BOS + encode(prompt), what training renders
+// before a completion. Throws BadExample for anything else.
+std::vector<int32_t> render_prompt_record(const nlohmann::ordered_json& record, const Tokenizer& tok,
+                                          const ChatTemplate& chat);
 
 // encode(full) and how many of its leading ids belong to `prefix` (a prefix of `full`): the length
 // of encode(prefix) when that is a prefix of encode(full), else their longest common prefix.

@@ -127,6 +127,9 @@ class JinjaTemplate final : public ChatTemplate {
   }
   Example render(const Conversation& conversation, const Tokenizer& tok) const override;
   bool renders_tools() const override { return true; }
+  std::vector<int32_t> render_prompt(const Conversation& conversation, const Tokenizer& tok) const override {
+    return tokenize(run(conversation, conversation.messages.size(), true).text, {}, tok).tokens;
+  }
 
  private:
   jinja::Rendered run(const Conversation& c, size_t n, bool generation_prompt, const ordered_json* next = nullptr) const;

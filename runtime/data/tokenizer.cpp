@@ -17,6 +17,20 @@ std::vector<int32_t> ByteTokenizer::encode(const std::string& text) const {
   return ids;
 }
 
+std::string Tokenizer::decode(const std::vector<int32_t>&) const {
+  TESSERA_CHECK(false, "tokenizer " + name() + " cannot decode");
+  return "";
+}
+
+std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string text;
+  for (int32_t id : ids) {
+    TESSERA_CHECK_INPUT(id >= 0 && id < kVocab, "token id " + std::to_string(id) + " is outside the byte vocabulary [0, 258)");
+    if (id < 256) text.push_back(static_cast<char>(id));
+  }
+  return text;
+}
+
 namespace {
 
 // ---- libsentencepiece, loaded in isolation ------------------------------------------------------
@@ -86,6 +100,10 @@ const LoadFn kLoad = reinterpret_cast<LoadFn>(
 const EncodeFn kEncode = reinterpret_cast<EncodeFn>(
     static_cast<spm::util::Status (spm::SentencePieceProcessor::*)(absl::string_view, std::vector<int>*) const>(
         &spm::SentencePieceProcessor::Encode));
+using DecodeFn = StatusShim (spm::SentencePieceProcessor::*)(const std::vector<int>&, std::string*) const;
+const DecodeFn kDecode = reinterpret_cast<DecodeFn>(
+    static_cast<spm::util::Status (spm::SentencePieceProcessor::*)(const std::vector<int>&, std::string*) const>(
+        &spm::SentencePieceProcessor::Decode));
 using IntFn = int (spm::SentencePieceProcessor::*)() const;
 const IntFn kBosId = &spm::SentencePieceProcessor::bos_id;
 const IntFn kEosId = &spm::SentencePieceProcessor::eos_id;
@@ -130,6 +148,14 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return eos_; }
   int64_t vocab_size() const override { return vocab_; }
   std::string name() const override { return "sentencepiece:" + path_; }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    for (int32_t id : ids)
+      TESSERA_CHECK_INPUT(id >= 0 && id < vocab_, "token id " + std::to_string(id) + " is outside the vocabulary of " + path_);
+    std::string text;
+    const StatusShim status = (sp()->*kDecode)(std::vector<int>(ids.begin(), ids.end()), &text);
+    TESSERA_CHECK(status.ok(), "SentencePiece decode failed with " + path_ + ": " + status.message());
+    return text;
+  }
   // Control pieces (<s>, </s>) and the unknown piece (<unk>) are the model's special tokens.
   std::optional<int32_t> special_id(const std::string& text) const override {
     const int id = (sp()->*kPieceToId)(text);

@@ -33,6 +33,10 @@ class Tokenizer {
   // render special tokens; nullopt when the tokenizer has no such special token (the byte
   // tokenizer has none).
   virtual std::optional<int32_t> special_id(const std::string& text) const = 0;
+  // The text of token ids (generated text): the tokenizer's own decoding, special tokens included
+  // as their text (the byte tokenizer writes none for BOS/EOS). Error(Input) for an id outside the
+  // vocabulary. (Every tokenizer here has one; the default, for test doubles, throws.)
+  virtual std::string decode(const std::vector<int32_t>& ids) const;
 };
 
 class ByteTokenizer final : public Tokenizer {
@@ -46,6 +50,7 @@ class ByteTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return kVocab; }
   std::string name() const override { return "byte"; }
   std::optional<int32_t> special_id(const std::string&) const override { return std::nullopt; }
+  std::string decode(const std::vector<int32_t>& ids) const override;
 };
 
 // "" or "bytes" -> ByteTokenizer; a *.json file (tokenizer.json), or a directory holding a

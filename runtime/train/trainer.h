@@ -83,6 +83,10 @@ struct CausalLm {
   // the micro-batch (activation-checkpointing recompute in its backward included). Empty: the model
   // cannot pack documents, and the trainer refuses packed batches.
   std::function<void(const BatchLayout&)> set_layout;
+  // Generation (runtime/generate/generator.h): capacity > 0 gives the layer calls a KV cache of that
+  // many positions (made once, kept until capacity changes) whose next forward's tokens are positions
+  // start..; start < 0 keeps it unused; capacity 0 drops it. set_layout stops its use. Empty: no cache.
+  std::function<void(int64_t capacity, int64_t start)> set_cache;
   std::function<bool(const std::string& param)> decay;  // weight decay applies
   std::function<double(int64_t seq_len)> flops_per_token;  // training FLOPs per token (MFU); may be empty
   std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables

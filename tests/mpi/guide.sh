@@ -40,4 +40,6 @@ sed -n '/^## Example/,/^## /p' "$SRC/README.md" | awk '/^```sh/ { f = 1; next } 
 check "the README has an example of at least 5 lines" test "$(wc -l < "$T/readme/example.sh")" -ge 5
 (cd "$T/readme" && bash -euo pipefail example.sh) > "$T/readme.log" 2>&1 || { tail -n 20 "$T/readme.log"; fail "the README's example"; }
 check "the README's example trains and exports" test -s "$T/readme/runs/demo/hf/model.safetensors"
+check "the README's example generates an answer from the sharded checkpoint" \
+  grep -Eq "^tessera generate: runs/demo/ask.jsonl:1: [0-9]+ tokens \((eos|length)\)" "$T/readme.log"
 echo "$pass passed, 0 failed"

@@ -15,37 +15,16 @@ PY=/usr/bin/python3
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, expect_error
+export TESSERA_SUPPORT_PY="$(cd "$(dirname "${BASH_SOURCE[0]}")/../support" && pwd)" PYTHONDONTWRITEBYTECODE=1
 "$PY" -c "import torch" 2>/dev/null || fail "$PY has no torch (scripts/deps.sh installs python3-torch)"
 
 # safetensors read/write by hand, the random weights, and the reference forward (fp64).
 cat > "$T/qwen_ref.py" <<'PY'
-import json, math, struct, sys
+import json, math, os, struct, sys
 import torch
+sys.path.insert(0, os.environ["TESSERA_SUPPORT_PY"])
+from safetensors_f32 import read_safetensors, write_safetensors  # tests/support
 
-def read_safetensors(path):
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        b, e = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[8 + n + b:8 + n + e]), dtype=torch.float32).reshape(info["shape"])
-    return out
-
-def write_safetensors(path, tensors):
-    header, blobs, at = {}, [], 0
-    for name, t in tensors.items():
-        raw = t.to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
-        blobs.append(raw)
-        at += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 def randomize(src, dst, seed):
     """Every tensor of src's file random: norm weights around 1, biases and weights around 0."""

@@ -709,4 +709,46 @@ TEST(ChatTemplateTools, BuiltInsRefuseToolsAndBadToolsListsAreFatal) {
              "bad record", "\"tool_calls\" is not a list of objects");
 }
 
+// Generation prompts (tessera generate) are what training renders before an answer: for a
+// conversation ending with an assistant turn, the ids the template gives the conversation without
+// that turn plus the generation prompt are exactly the training render's ids before the turn's
+// first target, for each built-in template and a model's own (ChatML, Llama 2 Jinja).
+TEST(ChatTemplate, GenerationPromptIsTheTrainingRenderBeforeTheAnswer) {
+  FakeLlama3Tokenizer fake;
+  ByteTokenizer bytes_tok;
+  const auto sp = make_tokenizer(fixture("llama2-chat-test.model"));  // <s> and </s> are its ids
+  struct Case {
+    std::string name;
+    std::shared_ptr<ChatTemplate> chat;
+    const Tokenizer* tok;
+  };
+  const std::vector<Case> cases = {{"llama2", make_chat_template("llama2"), &bytes_tok},
+                                   {"llama3", make_chat_template("llama3"), &fake},
+                                   {"none", make_chat_template("none"), &bytes_tok},
+                                   {"generation_chatml.jinja", make_model_chat_template(jinja_fixture("generation_chatml.jinja", "", "")), &bytes_tok},
+                                   {"llama2.jinja", make_model_chat_template(jinja_fixture("llama2.jinja")), sp.get()},
+                                   {"llama2 (SentencePiece)", make_chat_template("llama2"), sp.get()}};
+  json prompt = kConversation;
+  prompt["messages"].erase(prompt["messages"].size() - 1);  // ends with "And minus 1?"
+  for (const Case& c : cases) {
+    const Example full = render_with(*c.chat, kConversation, *c.tok);
+    // The last assistant turn's first target: after the last non-target token before the final run of targets.
+    size_t start = full.tokens.size();
+    while (start > 0 && full.target[start - 1]) --start;
+    while (start > 0 && !full.target[start - 1]) --start;
+    while (start < full.tokens.size() && !full.target[start]) ++start;
+    const std::vector<int32_t> got = render_prompt_record(nlohmann::ordered_json::parse(prompt.dump()), *c.tok, *c.chat);
+    EXPECT_EQ(got, slice(full.tokens, 0, start)) << c.name;
+  }
+  // {"prompt": text} is BOS + its tokens; a conversation ending with the assistant is no prompt.
+  EXPECT_EQ(render_prompt_record(nlohmann::ordered_json::parse(R"({"prompt": "hi"})"), bytes_tok, *make_chat_template("llama2")),
+            (std::vector<int32_t>{256, 'h', 'i'}));
+  try {
+    render_prompt_record(nlohmann::ordered_json::parse(kConversation.dump()), bytes_tok, *make_chat_template("llama2"));
+    ADD_FAILURE() << "a conversation ending with the assistant's answer was taken as a prompt";
+  } catch (const BadExample& e) {
+    EXPECT_EQ(e.kind(), "not a prompt") << e.what();
+  }
+}
+
 }  // namespace test_chat_template
