@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "launcher/bootstrap.h"
@@ -15,6 +14,7 @@
 #include "launcher/config.h"
 #include "launcher/data_setup.h"
 #include "launcher/model_lm.h"
+#include "launcher/prompts.h"
 #include "launcher/run_options.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
@@ -38,11 +38,6 @@ struct ModelSource {
   std::string checkpoint;                // --checkpoint
   nlohmann::json stored_config;          // the checkpoint's run configuration (null for --model)
   std::string name;
-};
-
-struct Prompt {
-  std::vector<int64_t> ids;
-  std::string where;  // "--prompt", "FILE:LINE"
 };
 
 struct GenerateSetup {
@@ -98,64 +93,21 @@ std::string model_dir(const GenerateSetup& s) {
   return s.src.dir ? s.src.name : string_key(s.src.stored_config, "/model/path");
 }
 
-// The model's end-of-sequence ids: config.json's, and generation_config.json's when the model
-// directory has one (Llama 3 Instruct lists <|eot_id|> there).
-std::vector<int64_t> eos_ids(const GenerateSetup& s) {
-  std::vector<int64_t> ids = s.src.mc.eos_token_ids;
-  const std::string dir = model_dir(s);
-  std::error_code ec;
-  const fs::path gen = fs::path(dir) / "generation_config.json";
-  if (dir.empty() || !fs::is_regular_file(gen, ec)) return ids;
-  const nlohmann::json j = read_json_file(gen.string());
-  const nlohmann::json e = j.is_object() ? j.value("eos_token_id", nlohmann::json()) : nlohmann::json();
-  for (const auto& id : e.is_array() ? e : nlohmann::json::array({e}))
-    if (id.is_number_integer() && std::find(ids.begin(), ids.end(), id.get<int64_t>()) == ids.end())
-      ids.push_back(id.get<int64_t>());
-  return ids;
-}
-
-std::vector<int64_t> with_bos(const data::Tokenizer& tok, const std::string& text) {
-  std::vector<int64_t> ids;
-  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-  for (int32_t id : tok.encode(text)) ids.push_back(id);
-  return ids;
-}
-
-// --prompts FILE.jsonl: {"messages": [...]} or {"prompt": "..."} per line, blank lines skipped.
+// --prompts FILE.jsonl (launcher/prompts.h): messages records need the model's chat template, or
+// data.chat_template.
 std::vector<Prompt> read_prompt_file(const std::string& path, const GenerateSetup& s, const TokenizerChoice& tc) {
-  std::ifstream in(path);
-  TESSERA_CHECK_INPUT(in.good(), "--prompts " + path + ": cannot open");
-  std::unique_ptr<data::ChatTemplate> chat;  // made at the first messages record
-  std::vector<Prompt> out;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n);
-    nlohmann::ordered_json record;
-    try {
-      record = util::parse_json<nlohmann::ordered_json>(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw TESSERA_INPUT_ERROR(where + ": invalid JSON (" + e.what() + ")");
-    }
-    if (record.is_object() && record.contains("messages") && !chat) {
-      TESSERA_CHECK_INPUT(s.cfg.data.chat_template != data::ChatTemplateKind::Auto ||
-                              (!tc.config.empty() && data::read_model_chat_template(tc.config)),
-                          where + ": a \"messages\" prompt, and the model's tokenizer has no chat template (" +
-                              (tc.config.empty() ? "no tokenizer_config.json" : tc.config + " has none") +
-                              "): set data.chat_template (--set data.chat_template=llama3) or give \"prompt\" text");
-      chat = chat_template_for(tc, s.cfg.data.chat_template).chat;
-      chat->check(*s.tok);
-    }
-    try {
-      const std::vector<int32_t> ids =
-          data::render_prompt_record(record, *s.tok, chat ? *chat : *data::make_chat_template(data::ChatTemplateKind::None));
-      out.push_back({std::vector<int64_t>(ids.begin(), ids.end()), where});
-    } catch (const data::BadExample& e) {
-      throw TESSERA_INPUT_ERROR(where + ": " + e.what());
-    }
-  }
-  TESSERA_CHECK_INPUT(!out.empty(), "--prompts " + path + " holds no prompt");
-  return out;
+  std::unique_ptr<data::ChatTemplate> chat;
+  auto chat_for = [&](const std::string& where) -> const data::ChatTemplate& {
+    TESSERA_CHECK_INPUT(s.cfg.data.chat_template != data::ChatTemplateKind::Auto ||
+                            (!tc.config.empty() && data::read_model_chat_template(tc.config)),
+                        where + ": a \"messages\" prompt, and the model's tokenizer has no chat template (" +
+                            (tc.config.empty() ? "no tokenizer_config.json" : tc.config + " has none") +
+                            "): set data.chat_template (--set data.chat_template=llama3) or give \"prompt\" text");
+    chat = chat_template_for(tc, s.cfg.data.chat_template).chat;
+    chat->check(*s.tok);
+    return *chat;
+  };
+  return launcher::read_prompt_file(path, "--prompts", *s.tok, chat_for);
 }
 
 std::vector<Prompt> read_prompts(const po::variables_map& vm, const GenerateSetup& s, const TokenizerChoice& tc) {
@@ -175,19 +127,6 @@ std::vector<Prompt> read_prompts(const po::variables_map& vm, const GenerateSetu
   return out;
 }
 
-// Every prompt and its new tokens fit the model's positions.
-void check_lengths(const GenerateSetup& s) {
-  const int64_t limit = s.src.mc.max_position_embeddings;
-  for (const Prompt& p : s.prompts) {
-    TESSERA_CHECK_INPUT(!p.ids.empty(), p.where + ": the prompt has no tokens");
-    const int64_t total = static_cast<int64_t>(p.ids.size()) + s.max_new;
-    TESSERA_CHECK_INPUT(total <= limit, p.where + ": the prompt's " + std::to_string(p.ids.size()) +
-                                            " tokens + --max-new-tokens " + std::to_string(s.max_new) + " = " +
-                                            std::to_string(total) + " exceed the model's max_position_embeddings " +
-                                            std::to_string(limit) + " (" + s.src.name + ")");
-  }
-}
-
 void read_setup(GenerateSetup& s, const po::variables_map& vm) {
   s.src = model_source(vm);
   s.cfg = generate_config(vm, s.src);
@@ -203,18 +142,8 @@ void read_setup(GenerateSetup& s, const po::variables_map& vm) {
   const TokenizerChoice tc = choose_tokenizer(s.cfg.data.tokenizer, dir, s.src.name, s.src.mc);
   s.tok = data::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path);
   s.prompts = read_prompts(vm, s, tc);
-  check_lengths(s);
-  s.eos = eos_ids(s);
-}
-
-// The generated ids' text: ids the tokenizer does not know (rows of a model's vocabulary beyond it)
-// and a final end-of-sequence id have none.
-std::string text_of(const GenerateSetup& s, std::vector<int64_t> ids, bool ends_with_eos) {
-  if (ends_with_eos && !ids.empty()) ids.pop_back();
-  std::vector<int32_t> known;
-  for (int64_t id : ids)
-    if (id < s.tok->vocab_size()) known.push_back(static_cast<int32_t>(id));
-  return s.tok->decode(known);
+  check_prompt_lengths(s.prompts, s.max_new, "--max-new-tokens", s.src.mc, s.src.name);
+  s.eos = eos_ids(s.src.mc, model_dir(s));
 }
 
 generate::StopRule stop_rule(const GenerateSetup& s) {
@@ -222,7 +151,7 @@ generate::StopRule stop_rule(const GenerateSetup& s) {
   rule.eos = s.eos;
   if (!s.stops.empty())
     rule.stop = [&s](const std::vector<int64_t>& generated) {
-      const std::string text = text_of(s, generated, false);
+      const std::string text = text_of(*s.tok, generated, false);
       return std::any_of(s.stops.begin(), s.stops.end(),
                          [&](const std::string& stop) { return text.find(stop) != std::string::npos; });
     };
@@ -243,7 +172,7 @@ void load_weights(generate::Generator& gen, const GenerateSetup& s, const Bootst
 void print_result(const GenerateSetup& s, size_t i, const generate::Generation& g, bool json) {
   const double total = g.prefill_s + g.decode_s;
   const double rate = total > 0 ? static_cast<double>(g.tokens.size()) / total : 0;
-  std::string text = text_of(s, g.tokens, g.finish == "eos");
+  std::string text = text_of(*s.tok, g.tokens, g.finish == "eos");
   for (const std::string& stop : s.stops) text = text.substr(0, text.find(stop));  // cut before a --stop string
   if (json) {
     const nlohmann::json out = {{"prompt", i}, {"prompt_ids", s.prompts[i].ids}, {"generated_ids", g.tokens},

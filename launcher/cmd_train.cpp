@@ -26,6 +26,7 @@
 #include "launcher/plan.h"
 #include "launcher/resume.h"
 #include "launcher/run_options.h"
+#include "launcher/train_samples.h"
 #include "runtime/device/gemm_probe.h"
 #include "runtime/fsdp/strategy_check.h"
 #include "model/eval.h"
@@ -508,8 +509,14 @@ int run_train(const std::vector<std::string>& args) {
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
   // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
   const comm::ProcessGroups groups = device_groups(b, s.device);
-  train::Trainer trainer(make_causal_lm(s.ms.config), groups, s.fopts, s.cfg, s.data.train, run_state, b.groups);
+  const train::CausalLm lm = make_causal_lm(s.ms.config);
+  train::Trainer trainer(lm, groups, s.fopts, s.cfg, s.data.train, run_state, b.groups);
   if (s.data.val) trainer.set_validation(s.data.val);
+  if (s.cfg.sample.every > 0) {
+    SampleSources src{s.data.tokenizer.get(), s.data.chat.get(), s.ms.config, {}, s.ms.source};
+    if (src.model_name.empty()) src.model_name = "preset " + s.cfg.model.preset;
+    trainer.set_samples(make_train_samples(s.cfg, std::move(src), s.cfg.model.path, lm, trainer.engine(), b.groups.world));
+  }
   if (!s.resume_dir.empty()) {
     collectively([&] { s.resume_dir = resume_first_intact(trainer, s.resume_candidates, rank0); });
     if (rank0) std::cout << "resumed from " << s.resume_dir << " at step " << trainer.step() << std::endl;

@@ -480,7 +480,50 @@ const char* kReportStyle =
     "svg .title { font-size: 14px; font-weight: bold; } svg .tick { font-size: 11px; fill: #555555; }\n"
     "svg .legend { font-size: 12px; }\n"
     "table { border-collapse: collapse; font-size: 13px; } td { border: 1px solid #dddddd; padding: 3px 8px; }\n"
-    "td:first-child { color: #555555; }\n";
+    "td:first-child { color: #555555; }\n"
+    "td.sample, pre.prompt { white-space: pre-wrap; font-family: monospace; max-width: 60em; }\n";
+
+// One sample record of samples.jsonl (launcher/train_samples.h), or nullopt for another line.
+std::optional<json> sample_record(const std::string& line) {
+  try {
+    json r = util::parse_json(line);
+    const bool ok = r.is_object() && r.contains("step") && r["step"].is_number_integer() && r.contains("prompt") &&
+                    r["prompt"].is_number_integer() && r.contains("text") && r["text"].is_string();
+    if (ok) return r;
+  } catch (const json::exception&) {
+  }
+  return std::nullopt;
+}
+
+// <run dir>/samples.jsonl (train.sample_every) as one table per prompt, a row per step: how the
+// answer changed as training went on. "" when the run wrote no samples.
+std::string samples_section(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "samples.jsonl");
+  std::map<int64_t, std::map<int64_t, json>> by_prompt;  // prompt -> step -> record (a resumed step: the last)
+  int64_t bad = 0;
+  std::string line;
+  while (in && std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (std::optional<json> r = sample_record(line)) by_prompt[(*r)["prompt"].get<int64_t>()][(*r)["step"].get<int64_t>()] = *r;
+    else ++bad;
+  }
+  if (by_prompt.empty() && bad == 0) return "";
+  std::ostringstream o;
+  o << "<h2>Samples after steps (train.sample_every)</h2>\n";
+  for (const auto& [prompt, steps] : by_prompt) {
+    const json& first = steps.begin()->second;
+    o << "<h3>Prompt " << prompt << " (" << esc(first.value("where", std::string())) << ")</h3>\n";
+    if (first.contains("prompt_text") && first["prompt_text"].is_string())
+      o << "<pre class=\"prompt\">" << esc(first["prompt_text"].get<std::string>()) << "</pre>\n";
+    o << "<table class=\"samples\">\n<tr><td>step</td><td>answer</td><td>finish</td></tr>\n";
+    for (const auto& [step, r] : steps)
+      o << "<tr><td>" << step << "</td><td class=\"sample\">" << esc(r["text"].get<std::string>()) << "</td><td>"
+        << esc(r.value("finish_reason", std::string())) << "</td></tr>\n";
+    o << "</table>\n";
+  }
+  if (bad > 0) o << "<p>" << bad << " line(s) of samples.jsonl are not sample records (not shown).</p>\n";
+  return o.str();
+}
 
 std::string html_page(const std::string& run_dir, const json& info, const json& summary, const ChartBuilder& b) {
   std::ostringstream o;
@@ -498,6 +541,7 @@ std::string html_page(const std::string& run_dir, const json& info, const json& 
   }
   if (const std::string trace = svg_timeline(fs::path(run_dir) / "trace-rank-0.json"); !trace.empty())
     o << "<h2>Trace of the profiled steps (train.profile_steps), rank 0</h2>\n" << trace;
+  o << samples_section(run_dir);
   for (const char* key : {"topology", "model", "data", "config"}) {
     static const std::map<std::string, std::string> titles = {
         {"topology", "Topology"}, {"model", "Model"}, {"data", "Data"}, {"config", "Configuration"}};

@@ -41,6 +41,11 @@ void Generator::reserve(int64_t capacity) {
   lm_.set_cache(capacity_, -1);
 }
 
+void Generator::release() {
+  capacity_ = 0;
+  lm_.set_cache(0, -1);
+}
+
 at::Tensor Generator::forward_last(const std::vector<int64_t>& tokens) {
   const at::Tensor t = at::tensor(tokens, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(device_);
   engine_->begin_forward(true);

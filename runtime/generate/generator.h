@@ -57,6 +57,9 @@ class Generator {
   fsdp::Engine& engine() { return *engine_; }
   // The KV cache's positions (the longest prompt plus max_new_tokens); allocated at the first forward.
   void reserve(int64_t capacity);
+  // Frees the KV cache (a trainer's samples: the training steps between need the memory); reserve()
+  // again before the next generate().
+  void release();
   // One prompt (ids in the vocabulary, prompt.size() + max_new <= the reserved capacity); `stream`
   // picks the sampling stream (the prompt's index: prompts are independent of each other's draws).
   Generation generate(const std::vector<int64_t>& prompt, int64_t max_new, const Sampling& s, uint64_t stream,

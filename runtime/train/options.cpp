@@ -22,6 +22,15 @@ void validate_profile_steps(const Settings& s, const std::string& at) {
                                                 " needs log.dir (or checkpoint.dir): the traces are written there");
 }
 
+void validate_samples(const Settings& s, const std::string& at) {
+  const SampleOptions& o = s.sample;
+  TESSERA_CHECK_INPUT((o.every > 0) == !o.prompts.empty(),
+                      at + (o.every > 0 ? "train.sample_every " + std::to_string(o.every) + " needs train.sample_prompts (a JSONL file of prompts)"
+                                        : "train.sample_prompts " + o.prompts + " needs train.sample_every (steps between samples)"));
+  TESSERA_CHECK_INPUT(o.every == 0 || !s.log_dir().empty(),
+                      at + "train.sample_every needs log.dir (or checkpoint.dir): samples.jsonl is written there");
+}
+
 }  // namespace
 
 void validate(const Settings& s, bool loss_scaling, const std::string& source) {
@@ -29,6 +38,7 @@ void validate(const Settings& s, bool loss_scaling, const std::string& source) {
   optim::validate(s.schedule);
   optim::validate(s.optim, loss_scaling, source);
   validate_profile_steps(s, at);
+  validate_samples(s, at);
   TESSERA_CHECK_INPUT(!s.log.tensorboard || !s.log_dir().empty(),
                       at + "log.tensorboard needs log.dir (or checkpoint.dir): the event file is written there");
 }

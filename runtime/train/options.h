@@ -5,6 +5,7 @@
 //
 //   train::LoopOptions    train.steps, micro_batch, grad_accum, seed, max_skipped_steps, device,
 //                         preempt_signal, profile_steps, peak_flops
+//   train::SampleOptions  train.sample_every, sample_prompts, sample_max_new_tokens, sample_temperature
 //   optim::LrSchedule     train.lr, min_lr, warmup_steps, schedule   (runtime/optim/schedule.h)
 //   optim::Options        train.weight_decay, beta1, beta2, eps, clip, optim.*   (runtime/optim/options.h)
 //   checkpoint::Policy    checkpoint.*   (runtime/checkpoint/checkpoint.h)
@@ -47,6 +48,16 @@ struct LoopOptions {
   bool loss_scaling = false;
 };
 
+// Answers to a few prompts generated between steps, written to <log dir>/samples.jsonl: the trainer
+// decides when (after every `every`-th step and after the last) and times the pause; the launcher's
+// TrainSamples (launcher/train_samples.h) reads the prompts and generates.
+struct SampleOptions {
+  int64_t every = 0;            // 0: never
+  std::string prompts;          // a prompt file (launcher/prompts.h): messages or prompt records
+  int64_t max_new_tokens = 64;  // per prompt; generation also stops at the model's end-of-sequence ids
+  double temperature = 0;       // 0: greedy; > 0: sampling, seeded by train.seed + the step
+};
+
 struct EvalOptions {
   int64_t every = 0;  // validation every N steps (0: only at the end); needs validation data
 };
@@ -59,6 +70,7 @@ struct LogOptions {
 
 struct Settings {
   LoopOptions train;
+  SampleOptions sample;
   optim::LrSchedule schedule;
   optim::Options optim;
   checkpoint::Policy checkpoint;
@@ -71,7 +83,8 @@ struct Settings {
 
 // How the settings combine, one line each naming the keys (Error(Input)): the schedule
 // (optim::validate(LrSchedule)), the optimizer (optim::validate with `loss_scaling`), profile_steps
-// within train.steps and with a log directory, log.tensorboard with a log directory.
+// within train.steps and with a log directory, log.tensorboard with a log directory, train.sample_every
+// and train.sample_prompts both set or neither, with a log directory.
 void validate(const Settings& s, bool loss_scaling, const std::string& source = "");
 
 }  // namespace tessera::train

@@ -92,6 +92,14 @@ class RankZeroLog : public RunLog {
     char head[96];
     snprintf(head, sizeof(head), "time per step (median of %zu, %.3f s): ", times.size(), m.step_s);
     im_.console.out(head + m.summary());
+    double paused = 0;
+    int64_t pauses = 0;
+    for (const StepRecord& r : records) paused += r.sample_s, pauses += r.sample_s > 0;
+    if (pauses == 0) return;
+    char line[160];
+    snprintf(line, sizeof(line), "samples (train.sample_every): %lld pause(s), %.2f s in all, outside the step times above",
+             static_cast<long long>(pauses), paused);
+    im_.console.out(line);
   }
 
  private:
@@ -115,6 +123,7 @@ class RankZeroLog : public RunLog {
                           {"skipped_steps", r.skipped_steps}};
     if (im_.scaler.enabled()) rec["loss_scale"] = r.loss_scale;
     if (im_.host_updates) rec["overlapped_updates"] = r.overlapped_updates;  // in_backward under offload
+    if (r.sample_s > 0) rec["sample_s"] = r.sample_s;  // train.sample_every's pause after the step
     if (r.evaluated) {
       rec["val_loss"] = r.val_loss;
       rec["val_ppl"] = std::exp(r.val_loss);

@@ -1,5 +1,6 @@
 #include "runtime/train/trainer.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -200,8 +201,23 @@ bool Trainer::Impl::checkpoint_due(bool stopping, bool new_best) const {
   return stopping || periodic || (new_best && cfg.checkpoint.keep_best) || step == cfg.train.steps;
 }
 
+// train.sample_every: after every N-th step and the last, not when stopping (time is short then).
+void Trainer::Impl::sample_if_due(StepRecord& r, bool stopping) {
+  const int64_t every = cfg.sample.every;
+  if (every == 0 || stopping || !(step % every == 0 || step == cfg.train.steps)) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string what = samples(step);
+  r.sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (console.out) {
+    char took[64];
+    snprintf(took, sizeof(took), "%.2f s", r.sample_s);
+    console.out("samples after step " + std::to_string(step) + ": " + what + " (a pause of " + took + ")");
+  }
+}
+
 RunResult Trainer::run() {
   Impl& im = *impl_;
+  TESSERA_CHECK(im.cfg.sample.every == 0 || im.samples, "train.sample_every needs Trainer::set_samples");
   RunResult res;
   res.start_step = im.step;
   im.peak = device::peak_flops(im.device, im.fopts.param_dtype, at::get_num_threads(), im.cfg.train.peak_flops);
@@ -228,6 +244,7 @@ RunResult Trainer::run() {
       im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
     const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
     const bool new_best = im.validate_if_due(*this, r, stop);
+    im.sample_if_due(r, stop);
     res.records.push_back(r);
     log.step(r, trace_done);
     im.check_skip_limit();  // before any save of this step: the last checkpoint stays the last good one
@@ -246,6 +263,8 @@ RunResult Trainer::run() {
 }
 
 void Trainer::set_console(Console console) { impl_->console = std::move(console); }
+
+void Trainer::set_samples(SampleHook hook) { impl_->samples = std::move(hook); }
 
 void Trainer::set_validation(std::shared_ptr<const data::TokenDataset> val) { impl_->val = std::move(val); }
 

@@ -99,6 +99,11 @@ struct Console {
   std::function<void(const std::string&)> out, warn;
 };
 
+// train.sample_every's generation after a step (launcher/train_samples.h): collective (every rank
+// calls it with the same step, on the trainer's thread, between steps); returns a short line for
+// people saying what it wrote.
+using SampleHook = std::function<std::string(int64_t step)>;
+
 struct StepRecord {
   int64_t step = 0;  // 1-based number of optimizer steps done
   double loss = 0, grad_norm = 0, lr = 0;  // loss: mean cross entropy over the step's target tokens
@@ -121,6 +126,9 @@ struct StepRecord {
   // optimizer thread, before the backward ended (it ran alongside the backward; host_update.h).
   // 0 otherwise: an update on the thread that runs backward never overlaps it.
   int64_t overlapped_updates = 0;
+  // train.sample_every: seconds the samples after this step took (a pause between steps, outside
+  // step_time_s and its breakdown; 0 when none were due).
+  double sample_s = 0;
 };
 
 struct RunResult {
@@ -155,6 +163,8 @@ class Trainer {
   StepRecord train_step();  // one optimizer step (grad_accum micro-batches)
   RunResult run();          // from the current step to train.steps, with logging/checkpoints/signals
   void set_console(Console console);  // before run(); default: silent
+  // Before run(): what generates train.sample_every's samples; run() refuses sample_every > 0 without it.
+  void set_samples(SampleHook hook);
   std::string save_checkpoint();  // returns the directory written
   std::string save_abandoned(int64_t start_step);  // after a step abandoned on a stop request
   int64_t step() const;

@@ -56,6 +56,7 @@ struct Trainer::Impl {
   fsdp::Options fopts;
   Settings cfg;          // the run's settings (options.h), each part read by its owner
   Console console;       // where rank 0's lines for people go (set_console; default: nowhere)
+  SampleHook samples;    // train.sample_every's generation (set_samples; empty: none)
   std::shared_ptr<const data::TokenDataset> dataset, val;
   nlohmann::json run_state;
   std::unique_ptr<fsdp::Engine> engine;
@@ -142,6 +143,7 @@ struct Trainer::Impl {
   profile::KernelTrace kernel_trace;  // the kernels of train.profile_steps (profile/kernel_trace.h)
   bool validate_if_due(Trainer& self, StepRecord& r, bool stopping);
   bool checkpoint_due(bool stopping, bool new_best) const;
+  void sample_if_due(StepRecord& r, bool stopping);
   void check_skip_limit() const {
     if (guard.exhausted()) throw CollectiveError(ErrorKind::Input, guard.stop_message(last_checkpoint));
   }

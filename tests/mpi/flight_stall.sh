@@ -12,6 +12,8 @@
 #          times out; the checkpoint is untouched.
 #  desync  rank 1 issues one extra collective after step 3 (test hook): the run fails, and `tessera
 #          diagnose` reports the desync with both ranks' op and size at the same collective number.
+#  generate  this script SIGSTOPs rank 1 of `tessera generate`: the token broadcast (or a gather)
+#          times out as training's collectives do, and `tessera diagnose` names rank 1.
 #  kill    this script SIGKILLs rank 1: mpirun ends rank 0 with SIGTERM, on which it writes its record;
 #          `tessera diagnose` names rank 1 as the rank without a record in rank 0's collective.
 # The save/load/desync/kill cases run with comm.timeout_s 5 to keep the test short.
@@ -159,6 +161,28 @@ grep -qE "^summary: desync in group 'world' \(mpi, ranks 0-1\) at collective #[0
   { cat "$T/desync/diag"; fail "desync: diagnose does not report both ranks' sizes"; }
 ok "desync: rc $RC; $(grep '^summary' "$T/desync/diag")"
 no_cores || fail "desync: core files written"
+
+# ---- generate: rank 1 stopped from outside while generating ---------------------------------------
+# comm.timeout_s and the flight recorder cover `tessera generate` as they cover training: 200 prompts
+# keep it generating, and rank 1 is stopped once rank 0 has printed the first answer.
+python3 -c "print('\\n'.join(['256 72 101 108 108 111'] * 200))" > "$T/many.txt"
+mkdir -p "$T/generate"
+(cd "$T/generate" && exec "${MPIRUN[@]}" -np 2 "$BIN" generate --checkpoint "$T/save/ck/step-2" --prompt-ids "$T/many.txt" \
+  --max-new-tokens 400 --json --set comm.timeout_s=$TIMEOUT --set log.dir=log >out 2>err) &
+LAUNCHER=$!
+wait_until 120 test -s "$T/generate/out" || fail "generate: no answer printed"
+R1=$(rank_pid 1)
+[[ -n $R1 ]] || fail "generate: no rank 1 under mpirun"
+kill -STOP "$R1"
+T0=$(now)
+timed_out generate
+grep -qaE "^tessera: error on rank 0 .* on comm 'world' .*, generate\), did not complete within 5s" "$T/generate/err" ||
+  fail "generate: rank 0's error does not name the generation's collective"
+"$BIN" diagnose "$T/generate/log" >"$T/generate/diag" || fail "generate: diagnose failed"
+grep -qE "^summary: collective #[0-9]+ .* on group 'world' \(mpi, ranks 0-1\) at generate did not complete: rank 1 " "$T/generate/diag" ||
+  { cat "$T/generate/diag"; fail "generate: diagnose does not name rank 1"; }
+ok "generate: mpirun exited $RC ${took}s after rank 1 was stopped; $(grep '^summary' "$T/generate/diag")"
+no_cores || fail "generate: core files written"
 
 # ---- kill: rank 1 SIGKILLed ------------------------------------------------------------------------
 run_bg kill --set train.steps=100000 --set log.dir=log

@@ -42,4 +42,7 @@ check "the README has an example of at least 5 lines" test "$(wc -l < "$T/readme
 check "the README's example trains and exports" test -s "$T/readme/runs/demo/hf/model.safetensors"
 check "the README's example generates an answer from the sharded checkpoint" \
   grep -Eq "^tessera generate: runs/demo/ask.jsonl:1: [0-9]+ tokens \((eos|length)\)" "$T/readme.log"
+check "the README's example samples the question after steps 15 and 30" python3 -c "
+import json; r = [json.loads(l) for l in open('$T/readme/runs/demo/checkpoints/samples.jsonl')]
+assert [x['step'] for x in r] == [15, 30], r"
 echo "$pass passed, 0 failed"
