@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "launcher/adapter_source.h"
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
@@ -36,6 +37,7 @@ struct ModelSource {
   model::ModelConfig mc;
   std::shared_ptr<model::ModelDir> dir;  // --model
   std::string checkpoint;                // --checkpoint
+  std::shared_ptr<const model::PeftAdapter> adapter;  // --adapter (with --model)
   nlohmann::json stored_config;          // the checkpoint's run configuration (null for --model)
   std::string name;
 };
@@ -65,8 +67,11 @@ ModelSource model_source(const po::variables_map& vm) {
     s.dir = std::make_shared<model::ModelDir>(s.name);
     s.dir->validate();
     s.mc = s.dir->config();
+    if (vm.count("adapter")) s.adapter = open_adapter(vm["adapter"].as<std::string>(), s.mc, s.name);
     return s;
   }
+  TESSERA_CHECK_INPUT(!vm.count("adapter"), "--adapter applies to a Hugging Face base (--model DIR); a checkpoint "
+                                            "holds its own weights");
   s.name = s.checkpoint = vm["checkpoint"].as<std::string>();
   std::error_code ec;
   TESSERA_CHECK_INPUT(fs::exists(fs::path(s.checkpoint) / "manifest.json", ec),
@@ -161,8 +166,9 @@ generate::StopRule stop_rule(const GenerateSetup& s) {
 void load_weights(generate::Generator& gen, const GenerateSetup& s, const Bootstrap& b) {
   collectively([&] {
     if (s.src.dir) {
-      HfWeightSource src(s.src.dir);
-      fsdp::load_weights(gen.engine(), &src, fsdp::LoadMode::Parallel, &b.groups);
+      std::unique_ptr<fsdp::WeightSource> src = std::make_unique<HfWeightSource>(s.src.dir);
+      if (s.src.adapter) src = std::make_unique<AdapterWeightSource>(std::move(src), s.src.adapter);
+      fsdp::load_weights(gen.engine(), src.get(), fsdp::LoadMode::Parallel, &b.groups);
     } else {
       checkpoint::load(s.src.checkpoint, gen.engine(), {gen.engine().named_state()});
     }
@@ -193,6 +199,7 @@ int run_generate(const std::vector<std::string>& args) {
   po::options_description desc("generate options");
   desc.add_options()("model", po::value<std::string>(), "Hugging Face model directory (config.json + safetensors)")(
       "checkpoint", po::value<std::string>(), "a sharded checkpoint, DIR/step-N, read directly (no consolidation)")(
+      "adapter", po::value<std::string>(), "with --model: a PEFT LoRA adapter directory applied to the base (W + alpha/r B A)")(
       "prompt", po::value<std::string>(), "one prompt, as text (BOS + its tokens)")(
       "prompts", po::value<std::string>(), "JSONL: {\"messages\": [...]} (the chat template, with the generation prompt) "
       "or {\"prompt\": \"...\"} per line")(
@@ -207,7 +214,7 @@ int run_generate(const std::vector<std::string>& args) {
       "config,c", po::value<std::string>()->default_value(""), "run configuration (data.tokenizer, data.chat_template, "
       "fsdp.strategy, fsdp.mixed_precision, comm.timeout_s, log.dir); default with --checkpoint: the checkpoint's own")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set data.chat_template=llama3");
-  auto vm = parse_command("tessera generate (--model DIR | --checkpoint DIR/step-N) (--prompt TEXT | --prompts FILE.jsonl "
+  auto vm = parse_command("tessera generate (--model DIR [--adapter DIR] | --checkpoint DIR/step-N) (--prompt TEXT | --prompts FILE.jsonl "
                           "| --prompt-ids FILE) [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
                           "[--stop TEXT]... [--json] [--config run.json] [--set key=value]...", desc, args);
   if (!vm) return 0;
@@ -232,7 +239,8 @@ int run_generate(const std::vector<std::string>& args) {
               << (fopts.strategy == fsdp::Strategy::ShardGradOp ? " (decoder layers stay gathered between tokens)"
                                                                   : " (each decoder layer gathered for every forward; "
                                                                     "fsdp.strategy shard_grad_op keeps them)")
-              << ", " << util::short_name(s.cfg.fsdp.mixed_precision) << ", model " << s.src.name << ", "
+              << ", " << util::short_name(s.cfg.fsdp.mixed_precision) << ", model " << s.src.name
+              << (s.src.adapter ? " + " + describe_adapter(*s.src.adapter, (*vm)["adapter"].as<std::string>()) : "") << ", "
               << s.prompts.size() << " prompt(s), one at a time, KV cache of " << longest + s.max_new << " positions"
               << std::endl;
   gen.reserve(static_cast<int64_t>(longest) + s.max_new);

@@ -1,7 +1,5 @@
 #include "launcher/cmd_lora.h"
 
-#include <ATen/ops/matmul.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -60,14 +58,13 @@ int merge(const std::vector<std::string>& args) {
   const model::PeftAdapter adapter(adapter_dir, cfg, base_dir);
   std::map<std::string, const model::LoraTarget*> by_weight;
   for (const auto& t : adapter.targets()) by_weight[t.base_weight] = &t;
-  const float scale = static_cast<float>(adapter.config().scale());
 
   // Streaming: one base tensor (fp32 when adapted) and its A, B at a time.
   model::write_safetensors_dir(out, cfg, model::hf_tensor_specs(cfg), dtype, max_shard, [&](const model::TensorSpec& spec) {
     const auto it = by_weight.find(spec.name);
     if (it == by_weight.end()) return base.read(spec.name);
     at::Tensor w = base.read(spec.name).to(at::kFloat);
-    w.add_(at::matmul(adapter.read_b(*it->second), adapter.read_a(*it->second)).mul_(scale));
+    w.add_(adapter.delta(*it->second));
     return w;
   });
   copy_tokenizer_files(base_dir, out);

@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 
+#include "launcher/adapter_source.h"
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/commands.h"
@@ -590,6 +591,7 @@ std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, co
 int run_eval(const std::vector<std::string>& args) {
   po::options_description desc("eval options");
   desc.add_options()("model", po::value<std::string>()->required(), "Hugging Face model directory (config.json + safetensors)")(
+      "adapter", po::value<std::string>(), "a PEFT LoRA adapter directory applied to the model (W + alpha/r B A)")(
       "tokens", po::value<std::string>(), "token ids, one sequence per line, whitespace-separated (every token scored)")(
       "data", po::value<std::string>(), "data as `tessera train` reads it (chat, prompt/completion, text, a token file); "
       "its target tokens are scored, as training's validation loss")(
@@ -599,11 +601,12 @@ int run_eval(const std::vector<std::string>& args) {
       "split", po::value<std::string>(), "with --data: the split of a data directory with splits to score (default: "
       "the one training validates on, validation else test)")(
       "dtype", po::value<std::string>()->default_value("fp32"), "compute dtype: fp32 or bf16");
-  auto vm = parse_command("tessera eval --model DIR (--tokens FILE | --data PATH [--split NAME] [--config run.json] "
+  auto vm = parse_command("tessera eval --model DIR [--adapter DIR] (--tokens FILE | --data PATH [--split NAME] [--config run.json] "
                           "[--set key=value]... [--all-tokens]) [--dtype fp32|bf16]", desc, args);
   if (!vm) return 0;
   const Bootstrap& b = current();
   std::shared_ptr<model::ModelDir> dir;
+  std::shared_ptr<const model::PeftAdapter> adapter;  // --adapter
   std::vector<std::vector<int64_t>> sequences;
   std::shared_ptr<data::TokenDataset> dataset;
   nlohmann::json split;  // the split --data scored; null: the data has no splits
@@ -619,13 +622,15 @@ int run_eval(const std::vector<std::string>& args) {
     fopts.param_dtype = fsdp::parse_dtype(dtype);
     dir = std::make_shared<model::ModelDir>((*vm)["model"].as<std::string>());
     dir->validate();
+    if (vm->count("adapter")) adapter = open_adapter((*vm)["adapter"].as<std::string>(), dir->config(), (*vm)["model"].as<std::string>());
     if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &settings, &split);
     else sequences = model::read_token_text((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
   train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, settings, nullptr, {});
   collectively([&] {
-    HfWeightSource src(dir);
-    trainer.load_weights(src);
+    std::unique_ptr<fsdp::WeightSource> src = std::make_unique<HfWeightSource>(dir);
+    if (adapter) src = std::make_unique<AdapterWeightSource>(std::move(src), adapter);
+    trainer.load_weights(*src);
   });
   // Evaluation's own peak (the load's is not part of it): what inference holds.
   memory::Breakdown mem;
@@ -652,6 +657,7 @@ int run_eval(const std::vector<std::string>& args) {
   mem.tracked = memory::peak();
   mem.peak_rss = memory::peak_rss_bytes();
   out["memory"] = mem.to_json();
+  if (adapter) out["adapter"] = (*vm)["adapter"].as<std::string>();
   if (b.world_rank == 0) std::cout << out.dump() << std::endl;
   return 0;
 }

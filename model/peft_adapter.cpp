@@ -1,6 +1,8 @@
 // PEFT LoRA adapter files: see peft_adapter.h.
 #include "model/peft_adapter.h"
 
+#include <ATen/ops/matmul.h>
+
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
@@ -252,5 +254,11 @@ at::Tensor read_f32(const SafetensorsFile& f, const TensorSpec& s) {
 
 at::Tensor PeftAdapter::read_a(const LoraTarget& t) const { return read_f32(*file_, t.a); }
 at::Tensor PeftAdapter::read_b(const LoraTarget& t) const { return read_f32(*file_, t.b); }
+
+at::Tensor PeftAdapter::delta(const LoraTarget& t, int64_t row0, int64_t rows) const {
+  at::Tensor b = read_b(t);
+  if (rows < 0) rows = b.size(0) - row0;
+  return at::matmul(b.narrow(0, row0, rows), read_a(t)).mul_(static_cast<float>(cfg_.scale()));
+}
 
 }  // namespace tessera::model

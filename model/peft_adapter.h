@@ -88,6 +88,9 @@ class PeftAdapter {
   // The target's A [r, in] and B [out, r], converted to fp32.
   at::Tensor read_a(const LoraTarget& t) const;
   at::Tensor read_b(const LoraTarget& t) const;
+  // What the adapter adds to rows [row0, row0 + rows) of the target's base weight: (lora_alpha / r)
+  // B[row0 : row0 + rows] A, fp32 [rows, in]; rows < 0: to the last row (the whole [out, in] delta).
+  at::Tensor delta(const LoraTarget& t, int64_t row0 = 0, int64_t rows = -1) const;
 
  private:
   std::string dir_;

@@ -7,7 +7,8 @@
 # is the fp32 result rounded once. The refusals (exit 2, one line, nothing written): --out the base
 # or inside it or a link to it, an existing non-empty --out, an adapter for another base, one
 # whose shapes do not fit the base, one Tessera cannot honour (use_rslora). Then `tessera eval`
-# reads the merged model.
+# reads the merged model, and `eval --adapter` / `generate --adapter` on the base give the merged
+# model's losses and tokens (at 1 and 3 ranks), refusing a mismatched adapter.
 set -u
 BIN="${TESSERA_BIN:?TESSERA_BIN not set}/tessera"
 WORK=$(mktemp -d)
@@ -141,4 +142,38 @@ assert math.isfinite(m) and abs(m - b) > 1e-6, (m, b)
 print("mean loss base", b, "merged", m)
 PY
 ok "tessera eval reads the merged model"
+
+# --adapter: eval and generate apply the adapter to the base as it is read (launcher/adapter_source.h):
+# the same numbers and tokens as the merged fp32 model, alone and at 3 ranks (whose shards start
+# mid-row, so the delta of a slice of rows is checked too).
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi/lib.bash"  # MPIRUN
+"$BIN" eval --model "$WORK/base" --adapter "$WORK/ad" --tokens "$WORK/tokens.txt" >"$WORK/eval_a.json" ||
+  fail "eval --adapter exited $?"
+"${MPIRUN[@]}" -np 3 "$BIN" eval --model "$WORK/base" --adapter "$WORK/ad" --tokens "$WORK/tokens.txt" >"$WORK/eval_a3.json" ||
+  fail "eval --adapter at 3 ranks exited $?"
+/usr/bin/python3 - "$WORK" <<'PY' || fail "eval --adapter differs from the merged model"
+import json, sys
+w = sys.argv[1]
+m, a, a3 = (json.load(open(f"{w}/{n}.json")) for n in ("eval_m", "eval_a", "eval_a3"))
+assert a["per_sequence_loss"] == m["per_sequence_loss"], (a, m)
+assert all(abs(x - y) < 1e-5 for x, y in zip(a3["per_sequence_loss"], m["per_sequence_loss"])), (a3, m)
+assert a["adapter"] == w + "/ad", a
+PY
+ok "eval --adapter = eval of the merged model (1 rank: the same bits; 3 ranks: within 1e-5)"
+printf '256 72 101 108 108 111\n256 7 300 2\n' >"$WORK/prompts.txt"
+G=(generate --prompt-ids "$WORK/prompts.txt" --max-new-tokens 8 --json)
+"$BIN" "${G[@]}" --model "$WORK/merged" >"$WORK/gen_m.json" 2>/dev/null || fail "generate from the merged model"
+"$BIN" "${G[@]}" --model "$WORK/base" --adapter "$WORK/ad" >"$WORK/gen_a.json" 2>"$WORK/gen_a.err" ||
+  fail "generate --adapter exited $?: $(cat "$WORK/gen_a.err")"
+"$BIN" "${G[@]}" --model "$WORK/base" >"$WORK/gen_b.json" 2>/dev/null || fail "generate from the base"
+ids() { /usr/bin/python3 -c "import json,sys; print([json.loads(l)['generated_ids'] for l in open(sys.argv[1])])" "$1"; }
+check "generate --adapter = generate from the merged model" test "$(ids "$WORK/gen_a.json")" = "$(ids "$WORK/gen_m.json")"
+check "the adapter changes what the base generates" test "$(ids "$WORK/gen_a.json")" != "$(ids "$WORK/gen_b.json")"
+check "generate says which adapter it applies" grep -q "adapter $WORK/ad: LoRA r 4, scale 2 (lora_alpha / r), 6 weights adapted" "$WORK/gen_a.err"
+expect_error 2 'base_model_name_or_path "other-model" does not name the base model' \
+  "$BIN" "${G[@]}" --model "$WORK/base" --adapter "$WORK/ad-other"
+expect_error 2 "tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has shape \[4,128\]" \
+  "$BIN" eval --model "$WORK/base" --adapter "$WORK/ad-shape" --tokens "$WORK/tokens.txt"
+mkdir -p "$WORK/ck"
+expect_error 2 "--adapter applies to a Hugging Face base (--model DIR)" "$BIN" "${G[@]}" --checkpoint "$WORK/ck" --adapter "$WORK/ad"
 echo "$pass passed"
