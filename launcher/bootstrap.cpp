@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "launcher/test_seams.h"
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/comm/agree.h"
 #include "runtime/error.h"
@@ -204,6 +205,7 @@ Bootstrap bootstrap(int argc, char** argv, const BootstrapOptions& opts) {
   // ---- process groups -------------------------------------------------------------------------
   b.groups.intra = b.groups.world->split(b.node_id, b.world_rank, "intra");
   b.groups.inter = b.groups.world->split(b.local_rank, b.world_rank, "inter");
+  b.groups = with_test_seams(b.groups);  // test binaries' fault decorators (test_seams.h); else unchanged
   g_boot = b;
   return g_boot;
 }

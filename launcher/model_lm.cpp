@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "launcher/test_seams.h"
 #include "model/activations.h"
 #include "model/registry.h"
 #include "model/safetensors.h"
@@ -50,7 +51,7 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
   lm.decay = [spec](const std::string& name) { return spec->decays(name); };
   lm.flops_per_token = [cfg, spec](int64_t seq_len) { return spec->train_flops_per_token(cfg, seq_len); };
   lm.keep_alive = m;
-  return lm;
+  return with_test_seams(std::move(lm));  // test binaries' fault decorators (test_seams.h); else unchanged
 }
 
 planner::ModelShape memory_shape(const model::ModelConfig& cfg) {

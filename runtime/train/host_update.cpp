@@ -17,6 +17,13 @@ HostUpdateThread::~HostUpdateThread() {
   thread_.join();
 }
 
+namespace {
+HoldHook g_hold_hook = nullptr;
+}  // namespace
+
+void set_hold_hook(HoldHook hook) { g_hold_hook = hook; }
+bool held_for_test(int rank, int64_t step) { return g_hold_hook && g_hold_hook(rank, step); }
+
 void HostUpdateThread::begin(bool hold) {
   std::lock_guard<std::mutex> lock(mu_);
   TESSERA_CHECK(!busy_, "host optimizer thread: a window begins while a job is in hand");

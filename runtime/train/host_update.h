@@ -44,6 +44,13 @@
 
 namespace tessera::train {
 
+// Test binaries only (tests/support/fault_env.cpp's hold-host-update, for tests/mpi/test_offload.cpp):
+// whether the window of optimizer step `step` (1-based) on world rank `rank` begins held. Null (every
+// product binary): never. Not a collective; set during static initialisation.
+using HoldHook = bool (*)(int rank, int64_t step);
+void set_hold_hook(HoldHook hook);
+bool held_for_test(int rank, int64_t step);
+
 class HostUpdateThread {
  public:
   HostUpdateThread();  // starts the thread

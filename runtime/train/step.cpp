@@ -11,7 +11,6 @@
 #include "runtime/optim/schedule.h"
 #include "runtime/profile/phase.h"
 #include "runtime/train/preemption.h"
-#include "runtime/train/test_fault.h"
 #include "runtime/train/trainer_impl.h"
 
 namespace tessera::train {
@@ -71,29 +70,12 @@ void Trainer::Impl::backward(const at::Tensor& loss, double scale, QueuedStep& q
   engine->finish_backward();
 }
 
-// Test binaries only (test_fault.h): one rank's reduced gradient shard, or its local loss, made
-// non-finite for the numerics guard's tests. Never fires in `tessera`.
-void Trainer::Impl::inject_test_faults(const optim::ShardView& view, QueuedStep& q) const {
-  inject_inf_grad(view);
-  if (test_fault(Fault::NanLoss, groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
-}
-
-void Trainer::Impl::inject_inf_grad(const optim::ShardView& view) const {
-  if (!test_fault(Fault::InfGrad, groups.world->rank(), step + 1)) return;
-  for (const optim::ParamShard& s : view.shards)
-    if (s.grad.defined() && s.grad.numel() > 0) {
-      s.grad.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
-      return;
-    }
-}
-
 // The optimizer's part: unscale, norm and clipping, the loss all-reduce, then AdamW unless the
 // numerics guard skips the step on every rank (masters and moments stay, the step count too).
 void Trainer::Impl::optimizer_step(QueuedStep& q) {
   memory::Scope opt_scope(memory::Category::Optimizer);
   profile::Phase optimizer(profile::Part::Optimizer);
   const optim::ShardView view = engine->optimizer_view();
-  inject_test_faults(view, q);
   scaler.unscale(view.grads());  // before the norm and clipping see them
   const optim::Clipped clipped = optim::clip(view, cfg.optim.clip, adamw->options().fused_cpu);
   q.grad_norm = clipped.norm;
@@ -109,7 +91,6 @@ void Trainer::Impl::optimizer_step(QueuedStep& q) {
 // host sync); a non-finite one skips the step before any unit is updated (numerics.h), else the
 // engine's hook updates each unit in the backward that follows.
 bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
-  if (test_fault(Fault::NanLoss, groups.world->rank(), step + 1)) q.loss_sum.fill_(std::numeric_limits<double>::quiet_NaN());
   {
     profile::Phase sync(profile::Part::SyncWait);
     groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
@@ -122,7 +103,7 @@ bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
   }
   q.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
   in_bwd = {!q.skipped, adamw->step_count(), q.lr, {}, &q};
-  if (host_updates) host_updates->begin(test_fault(Fault::HoldHostUpdate, groups.world->rank(), step + 1));
+  if (host_updates) host_updates->begin(held_for_test(groups.world->rank(), step + 1));
   return !q.skipped;
 }
 
@@ -136,7 +117,6 @@ void Trainer::Impl::update_in_backward(int unit) {
   optim::ShardView view = engine->optimizer_view();
   for (size_t i = 0; i < view.shards.size(); ++i)
     if (static_cast<int>(i) != unit) view.shards[i].grad = at::Tensor();  // this unit alone
-  if (unit == 1) inject_inf_grad(view);  // test binaries: after the later layers were updated
   if (host_updates)
     host_updates->submit([this, unit, shards = std::move(view.shards)] { update_unit(unit, shards); });
   else

@@ -1,7 +1,6 @@
 #include "runtime/train/trainer.h"
 
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 
@@ -14,7 +13,6 @@
 #include "runtime/profile/phase.h"
 #include "runtime/train/preemption.h"
 #include "runtime/train/run_log.h"
-#include "runtime/train/test_fault.h"
 #include "runtime/train/trainer_impl.h"
 
 namespace tessera::train {
@@ -101,7 +99,6 @@ void Trainer::load_weights(fsdp::WeightSource* source, fsdp::LoadMode mode) {
 int64_t Trainer::resume(const std::string& ckpt_dir) {
   Impl& im = *impl_;
   profile::Phase load = profile::Phase::activity(-1, "checkpoint load");
-  if (test_fault(Fault::StallLoad, im.groups.world->rank(), -1)) raise(SIGSTOP);
   nlohmann::json s = checkpoint::load(ckpt_dir, *im.engine, im.checkpoint_state());
   im.step = s.at("step").get<int64_t>();
   // This run continues from ckpt_dir: `auto` must resume it from there (or from its own later
@@ -137,7 +134,6 @@ std::string Trainer::save_checkpoint() {
   Impl& im = *impl_;
   TESSERA_CHECK(im.checkpointer, "checkpoint.dir is not set");
   profile::Phase save = profile::Phase::activity(im.step, "checkpoint save");
-  if (test_fault(Fault::StallSave, im.groups.world->rank(), im.step)) raise(SIGSTOP);
   auto timing = im.checkpointer->save(im.step, *im.engine, im.checkpoint_state(), im.state_json());
   im.last_checkpoint = im.checkpointer->root() + "/step-" + std::to_string(im.step);
   if (im.console.out && im.groups.world->rank() == 0) {
@@ -240,8 +236,6 @@ RunResult Trainer::run() {
     }
     StepRecord r = im.record(q);
     const bool trace_done = im.trace_around(next, /*before=*/false);
-    if (test_fault(Fault::Desync, im.host.world->rank(), im.step))  // test builds only: one rank's extra collective
-      im.host.world->all_reduce(at::zeros({2}, at::kByte), comm::ReduceOp::Max)->wait();
     const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
     const bool new_best = im.validate_if_due(*this, r, stop);
     im.sample_if_due(r, stop);

@@ -126,8 +126,6 @@ struct Trainer::Impl {
     std::vector<at::Tensor> square_sums;  // per updated unit: its gradient shard's sum of squares
     QueuedStep* q = nullptr;
   } in_bwd;
-  void inject_test_faults(const optim::ShardView& view, QueuedStep& q) const;
-  void inject_inf_grad(const optim::ShardView& view) const;
 
   // Everything a checkpoint saves and restores: the engine's masters and the optimizer's state.
   std::vector<NamedShards> checkpoint_state() {

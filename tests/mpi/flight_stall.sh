@@ -17,9 +17,9 @@
 #  kill    this script SIGKILLs rank 1: mpirun ends rank 0 with SIGTERM, on which it writes its record;
 #          `tessera diagnose` names rank 1 as the rank without a record in rank 0's collective.
 # The save/load/desync/kill cases run with comm.timeout_s 5 to keep the test short.
-# Test hooks: TESSERA_TEST_FAULT (runtime/train/test_fault.h; only the test binary tessera-faults fires them).
+# Test hooks: TESSERA_TEST_FAULT (tests/support/fault_env.cpp; only the test binary tessera-faults fires them).
 set -uo pipefail
-BIN=${TESSERA_BIN:?}/tessera-faults  # tessera with the test fault hook (runtime/train/test_fault.h)
+BIN=${TESSERA_BIN:?}/tessera-faults  # tessera with the test fault hook (tests/support/fault_env.cpp)
 T=$(mktemp -d /tmp/tessera-flight-XXXXXX)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 LAUNCHER=

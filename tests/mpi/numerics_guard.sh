@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The numerics guard and fp16 handling through `tessera train` under mpirun -np 2 (tiny preset):
 #  1. an inf injected into rank 1's gradient at step 3 (test-only hook TESSERA_TEST_FAULT,
-#     runtime/train/test_fault.h): metrics.jsonl marks exactly step 3 skipped and counts it in every
+#     tests/support/fault_env.cpp): metrics.jsonl marks exactly step 3 skipped and counts it in every
 #     later record, the progress line of step 3 says so, rank 0 warns once; the checkpoint of step 3
 #     holds the same rank files' bytes of masters as step 2's (both ranks' shards);
 #  2. train.max_skipped_steps 2 with infs at steps 4 and 5: every rank exits 2 with one line naming the
@@ -11,7 +11,7 @@
 #  4. fsdp.reduce_dtype fp16 (a real fp16 gradient path on CPU): loss scale 65536 in every record,
 #     halved after an injected inf.
 set -euo pipefail
-BIN=${TESSERA_BIN:?}/tessera-faults  # tessera with the test fault hook (runtime/train/test_fault.h)
+BIN=${TESSERA_BIN:?}/tessera-faults  # tessera with the test fault hook (tests/support/fault_env.cpp)
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, fail, check, expect_error

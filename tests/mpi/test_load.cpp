@@ -20,6 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/memory/tracker.h"
+#include "tests/support/forwarding_comm.h"
 #include "tests/support/test_support.h"
 #include "util/file_tree.h"
 
@@ -323,23 +324,17 @@ TEST(Load, ReadErrorOnTheReadingRankStopsEveryRank) {
 namespace {
 // Forwards every collective to a real MPI communicator but keeps the base class's scatter_into,
 // so the broadcast-based fallback (what NCCL and other backends inherit) runs over real ranks.
-class FallbackScatter : public comm::Communicator {
+class FallbackScatter : public test::ForwardingComm {
  public:
-  explicit FallbackScatter(comm::CommPtr c) : c_(std::move(c)) {}
-  int rank() const override { return c_->rank(); }
-  int size() const override { return c_->size(); }
-  std::string backend() const override { return c_->backend(); }
-  std::string name() const override { return c_->name(); }
-  comm::WorkPtr all_gather_into(at::Tensor o, at::Tensor i) override { return c_->all_gather_into(o, i); }
-  comm::WorkPtr reduce_scatter_into(at::Tensor o, at::Tensor i, comm::ReduceOp op) override {
-    return c_->reduce_scatter_into(o, i, op);
+  using ForwardingComm::ForwardingComm;
+  comm::WorkPtr scatter_into(at::Tensor out, at::Tensor in, int root) override {
+    return comm::Communicator::scatter_into(out, in, root);
   }
-  comm::WorkPtr all_reduce(at::Tensor t, comm::ReduceOp op) override { return c_->all_reduce(t, op); }
-  comm::WorkPtr broadcast(at::Tensor t, int root) override { return c_->broadcast(t, root); }
-  comm::WorkPtr barrier() override { return c_->barrier(); }
-
- private:
-  comm::CommPtr c_;
+  comm::WorkPtr scatter_pieces(std::vector<at::Tensor> out, std::vector<std::vector<at::Tensor>> pieces, int root) override {
+    return comm::Communicator::scatter_pieces(std::move(out), std::move(pieces), root);
+  }
+  comm::CommPtr split(int color, int key, const std::string& name) override { return comm::Communicator::split(color, key, name); }
+  comm::CommPtr host_duplicate(const std::string& name) override { return comm::Communicator::host_duplicate(name); }
 };
 }  // namespace
 

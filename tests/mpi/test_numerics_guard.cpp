@@ -1,6 +1,6 @@
 // The numerics guard in the real trainer under mpirun (np 1, 2, 4): an inf injected into ONE rank's
 // gradient shard (or a NaN into one rank's loss) at step 3 -- the test-only hook TESSERA_TEST_FAULT,
-// runtime/train/test_fault.h -- skips exactly step 3 on every rank, with every rank's fp32 masters
+// tests/support/fault_env.cpp -- skips exactly step 3 on every rank, with every rank's fp32 masters
 // and AdamW moments bit-identical across it and AdamW's step count not advanced;
 // train.max_skipped_steps skips in a row end the run with the last checkpoint intact; fp32 loss
 // scaling changes nothing (scale/unscale are exact); the fp16 loss scale survives a checkpoint.

@@ -84,8 +84,12 @@ others=$(grep -rnE 'memory::set_phase\(|flight::set_activity\(|profile::Scope [a
            "$SRC/tools" "$SRC/model" "$SRC/benchmarks" --include='*.cpp' --include='*.h' | grep -v "^$SRC/runtime/profile/" || true)
 [ -z "$others" ] || echo "sets a phase outside profile::Phase: $others"
 check "the step's phases go through profile::Phase alone" test -z "$others"
-# The test fault hook (runtime/train/test_fault.h) is in the test binary alone: its parser, which
-# names TESSERA_TEST_FAULT, is linked into tessera-faults and never into tessera.
+# The failure tests' faults are decorators of the seams (tests/support/fault_env.cpp), in the test
+# binary alone: its parser, which names TESSERA_TEST_FAULT, is linked into tessera-faults and never
+# into tessera; the runtime has no fault point of its own.
+hooks=$(grep -rn "test_fault\|TESSERA_TEST_FAULT" "$SRC/runtime" "$SRC/launcher" "$SRC/model" --include='*.cpp' --include='*.h' || true)
+[ -z "$hooks" ] || echo "fault points in the product's sources: $hooks"
+check "no fault point in the product's sources (faults decorate the seams)" test -z "$hooks"
 if [ -n "${TESSERA_BIN:-}" ] && [ -x "$TESSERA_BIN/tessera" ] && [ -x "$TESSERA_BIN/tessera-faults" ]; then
   check "tessera has no test fault hook" bash -c "! grep -q TESSERA_TEST_FAULT '$TESSERA_BIN/tessera'"
   check "tessera-faults has it" grep -q TESSERA_TEST_FAULT "$TESSERA_BIN/tessera-faults"
