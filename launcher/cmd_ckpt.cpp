@@ -116,7 +116,7 @@ int verify(const std::vector<std::string>& args) {
 // The tokenizer files of the run that saved `r` (from data.tokenizer, else model.path, as training
 // took them: data_setup.h tokenizer_dir) copied into the export `out`, so that `tessera eval` and
 // transformers read the text as training did. A line says what was copied, or why nothing was.
-void copy_tokenizer_files(const checkpoint::Reader& r, const std::string& out) {
+void copy_run_tokenizer_files(const checkpoint::Reader& r, const std::string& out) {
   namespace fs = std::filesystem;
   const nlohmann::json cfg = r.state().value("config", nlohmann::json::object());
   auto key = [&](const char* pointer) {
@@ -132,6 +132,14 @@ void copy_tokenizer_files(const checkpoint::Reader& r, const std::string& out) {
                                out + " by hand").c_str());
     return;
   }
+  copy_tokenizer_files(dir, out);
+}
+
+}  // namespace
+
+void copy_tokenizer_files(const std::string& dir, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
   std::string copied;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                            "generation_config.json"}) {
@@ -143,6 +151,8 @@ void copy_tokenizer_files(const checkpoint::Reader& r, const std::string& out) {
   }
   std::printf("tokenizer files from %s: %s\n", dir.c_str(), copied.empty() ? "none there" : copied.c_str());
 }
+
+namespace {
 
 int consolidate(const std::vector<std::string>& args) {
   po::options_description desc("Options");
@@ -189,7 +199,7 @@ int consolidate(const std::vector<std::string>& args) {
     done += t->numel;
     return full;
   });
-  copy_tokenizer_files(r, out);
+  copy_run_tokenizer_files(r, out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("consolidated %s (step %lld, %zu tensors, %lld parameters) -> %s as %s in %.2f s\n", dir.c_str(),
               (long long)r.step(), specs.size(), (long long)done, out.c_str(), model::dtype_name(dtype), s);

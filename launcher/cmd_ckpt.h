@@ -12,4 +12,9 @@ namespace tessera::launcher {
 // tessera::Error(Input) / model::ModelError (exit 2).
 int run_ckpt(const std::vector<std::string>& args);
 
+// The tokenizer files of a model directory `dir` (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, tokenizer.model, generation_config.json: those there) copied into the
+// exported model directory `out`; one line on stdout says which. Used by ckpt consolidate and lora merge.
+void copy_tokenizer_files(const std::string& dir, const std::string& out);
+
 }  // namespace tessera::launcher

@@ -6,6 +6,7 @@
 #include "launcher/accelerate.h"
 #include "launcher/cmd_chat_template.h"
 #include "launcher/cmd_ckpt.h"
+#include "launcher/cmd_lora.h"
 #include "launcher/cmd_model.h"
 #include "launcher/cmd_tokenize.h"
 #include "launcher/config.h"
@@ -60,6 +61,7 @@ const std::vector<CommandInfo>& commands() {
       {"chat-template", "render a model's chat template on a conversation, as Hugging Face's apply_chat_template does", false, run_chat_template},
       {"report", "write a run's HTML report (loss, validation, lr, grad norm, tokens/s, MFU, memory, config, topology)", false, run_report},
       {"ckpt", "sharded checkpoints: consolidate (to Hugging Face), inspect, verify", false, run_ckpt},
+      {"lora", "LoRA adapters (Hugging Face PEFT format): merge into the base model's weights", false, run_lora},
       {"config", "print the configuration reference, validate a config file, or translate an Accelerate FSDP config", false, run_config},
       {"plan", "predict per-rank GPU memory and host RAM of a run, say whether it fits and what would make it fit", false, run_plan},
       {"diagnose", "after a hang or crash: which ranks were behind in which collective, or disagreed (flight records)", false, run_diagnose},

@@ -489,11 +489,28 @@ void write_safetensors_file(const std::string& path, const std::vector<TensorSpe
 }
 
 namespace {
-void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::vector<TensorSpec>& specs, DType dtype,
-                    uint64_t max_shard_bytes, const std::function<at::Tensor(const TensorSpec&)>& produce) {
+void write_directory_impl(const std::string& dir, const std::function<void(const std::string& tmp)>& fill) {
   const fs::path target(dir);
   if (fs::exists(target) && !(fs::is_directory(target) && fs::is_empty(target)))
     throw ModelError(dir + ": output directory exists and is not empty; refusing to overwrite");
+  fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  fs::create_directories(parent);
+  const fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  tessera::util::remove_tree(tmp);  // a leftover, or a planted link: the link goes, never its target
+  if (!fs::create_directory(tmp)) throw ModelError(tmp.string() + ": appeared while being created; refusing to write into it");
+  try {
+    fill(tmp.string());
+    if (fs::exists(target)) fs::remove(target);  // empty directory (checked above)
+    fs::rename(tmp, target);
+  } catch (...) {
+    std::error_code ec;
+    tessera::util::remove_tree(tmp, ec);
+    throw;
+  }
+}
+
+void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::vector<TensorSpec>& specs, DType dtype,
+                    uint64_t max_shard_bytes, const std::function<at::Tensor(const TensorSpec&)>& produce) {
   if (max_shard_bytes == 0) throw ModelError(dir + ": max shard size must be positive");
 
   // Shard plan: greedy in spec order; a tensor larger than the limit gets a shard of its own.
@@ -510,37 +527,34 @@ void write_dir_impl(const std::string& dir, const ModelConfig& cfg, const std::v
     total += bytes;
   }
 
-  fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  fs::create_directories(parent);
-  const fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  tessera::util::remove_tree(tmp);  // a leftover, or a planted link: the link goes, never its target
-  if (!fs::create_directory(tmp)) throw ModelError(tmp.string() + ": appeared while being created; refusing to write into it");
-  try {
+  write_directory_impl(dir, [&](const std::string& tmp_dir) {
+    const fs::path tmp(tmp_dir);
     ModelConfig out_cfg = cfg;
     out_cfg.torch_dtype = torch_dtype_name(dtype);
     write_json(tmp / "config.json", out_cfg.to_json());
     if (shards.size() <= 1) {
       write_safetensors_file((tmp / "model.safetensors").string(), shards.empty() ? specs : shards[0], dtype, produce);
-    } else {
-      nlohmann::json weight_map = nlohmann::json::object();
-      char name[64];
-      for (size_t k = 0; k < shards.size(); ++k) {
-        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-        for (const auto& s : shards[k]) weight_map[s.name] = name;
-        write_safetensors_file((tmp / name).string(), shards[k], dtype, produce);
-      }
-      write_json(tmp / "model.safetensors.index.json",
-                 {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+      return;
     }
-    if (fs::exists(target)) fs::remove(target);  // empty directory (checked above)
-    fs::rename(tmp, target);
-  } catch (...) {
-    std::error_code ec;
-    tessera::util::remove_tree(tmp, ec);
-    throw;
-  }
+    nlohmann::json weight_map = nlohmann::json::object();
+    char name[64];
+    for (size_t k = 0; k < shards.size(); ++k) {
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+      for (const auto& s : shards[k]) weight_map[s.name] = name;
+      write_safetensors_file((tmp / name).string(), shards[k], dtype, produce);
+    }
+    write_json(tmp / "model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+  });
 }
 }  // namespace
+
+void write_directory_atomically(const std::string& dir, const std::function<void(const std::string& tmp)>& fill) {
+  try {
+    write_directory_impl(dir, fill);
+  } catch (const fs::filesystem_error& e) {
+    throw ModelError(dir + ": " + e.what());
+  }
+}
 
 void write_safetensors_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<TensorSpec>& specs,
                            DType dtype, uint64_t max_shard_bytes,

@@ -145,6 +145,12 @@ void write_safetensors_dir(const std::string& dir, const ModelConfig& cfg,
                            const std::vector<TensorSpec>& specs, DType dtype, uint64_t max_shard_bytes,
                            const std::function<at::Tensor(const TensorSpec&)>& produce);
 
+// A new directory `dir` written whole or not at all: fill(tmp) writes the files into a fresh
+// temporary sibling directory (a leftover or a link at its name removed first, never followed),
+// which is renamed to `dir` once fill returns; on any failure the temporary is removed and `dir`
+// is untouched. A non-empty existing `dir` is refused (ModelError naming it).
+void write_directory_atomically(const std::string& dir, const std::function<void(const std::string& tmp)>& fill);
+
 // Writes one safetensors file with the given tensors (any float dtype converted to `dtype`).
 // Lower-level building block of write_safetensors_dir, also handy for tests and conversion tools.
 void write_safetensors_file(const std::string& path, const std::vector<TensorSpec>& specs, DType dtype,

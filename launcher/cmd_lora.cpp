@@ -1,0 +1,99 @@
+#include "launcher/cmd_lora.h"
+
+#include <ATen/ops/matmul.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "launcher/cli.h"
+#include "launcher/cmd_ckpt.h"
+#include "model/peft_adapter.h"
+#include "model/registry.h"
+#include "model/safetensors.h"
+#include "runtime/error.h"
+
+namespace tessera::launcher {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// --out must be a new place: not the base directory, not inside it (also through links on the way),
+// not a symbolic link itself.
+void check_out_apart_from_base(const std::string& out, const std::string& base) {
+  std::error_code ec;
+  if (fs::is_symlink(out, ec))
+    throw TESSERA_INPUT_ERROR("--out " + out + " is a symbolic link; Tessera never writes through a link: name a new directory");
+  const fs::path b = fs::canonical(base, ec);
+  if (ec) throw TESSERA_INPUT_ERROR("--model " + base + ": " + ec.message());
+  const fs::path o = fs::weakly_canonical(fs::absolute(out), ec);
+  if (ec) throw TESSERA_INPUT_ERROR("--out " + out + ": " + ec.message());
+  const std::string bs = b.string(), os = o.string();
+  if (os == bs || (os.size() > bs.size() && os.compare(0, bs.size(), bs) == 0 && os[bs.size()] == '/'))
+    throw TESSERA_INPUT_ERROR("--out " + out + (os == bs ? " is" : " is inside") + " the base model directory " + base +
+                              "; the merged model goes to a new directory");
+}
+
+int merge(const std::vector<std::string>& args) {
+  po::options_description desc("Options");
+  desc.add_options()("model", po::value<std::string>()->required(), "base Hugging Face model directory")(
+      "adapter", po::value<std::string>()->required(), "PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors)")(
+      "out", po::value<std::string>()->required(), "merged Hugging Face model directory to create (must not exist or be empty)")(
+      "dtype", po::value<std::string>(), "bf16 | fp16 | fp32 (default: the base's torch_dtype)")(
+      "max-shard-size", po::value<std::string>()->default_value("2GB"), "split safetensors files above this size");
+  const auto vm = parse_command(
+      "tessera lora merge --model BASE --adapter ADAPTER_DIR --out HF_DIR [--dtype bf16|fp16|fp32] [--max-shard-size 2GB]",
+      desc, args);
+  if (!vm) return 0;
+  const std::string base_dir = (*vm)["model"].as<std::string>(), adapter_dir = (*vm)["adapter"].as<std::string>(),
+                    out = (*vm)["out"].as<std::string>();
+  const uint64_t max_shard = parse_byte_size((*vm)["max-shard-size"].as<std::string>(), "--max-shard-size");
+  const auto t0 = std::chrono::steady_clock::now();
+  const model::ModelDir base(base_dir);
+  check_out_apart_from_base(out, base_dir);
+  base.validate();
+  const model::ModelConfig& cfg = base.config();
+  const model::DType dtype = model::dtype_from_cli(vm->count("dtype") ? (*vm)["dtype"].as<std::string>() : cfg.torch_dtype,
+                                                   vm->count("dtype") ? "--dtype" : base_dir + "/config.json torch_dtype");
+  const model::PeftAdapter adapter(adapter_dir, cfg, base_dir);
+  std::map<std::string, const model::LoraTarget*> by_weight;
+  for (const auto& t : adapter.targets()) by_weight[t.base_weight] = &t;
+  const float scale = static_cast<float>(adapter.config().scale());
+
+  // Streaming: one base tensor (fp32 when adapted) and its A, B at a time.
+  model::write_safetensors_dir(out, cfg, model::hf_tensor_specs(cfg), dtype, max_shard, [&](const model::TensorSpec& spec) {
+    const auto it = by_weight.find(spec.name);
+    if (it == by_weight.end()) return base.read(spec.name);
+    at::Tensor w = base.read(spec.name).to(at::kFloat);
+    w.add_(at::matmul(adapter.read_b(*it->second), adapter.read_a(*it->second)).mul_(scale));
+    return w;
+  });
+  copy_tokenizer_files(base_dir, out);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("merged %s into %s: %zu weights + (%g / %lld) B A -> %s as %s in %.2f s\n", adapter_dir.c_str(),
+              base_dir.c_str(), adapter.targets().size(), adapter.config().lora_alpha, (long long)adapter.config().r,
+              out.c_str(), model::dtype_name(dtype), s);
+  return 0;
+}
+
+}  // namespace
+
+int run_lora(const std::vector<std::string>& args) {
+  const std::string usage =
+      "usage: tessera lora merge --model BASE --adapter ADAPTER_DIR --out HF_DIR [--dtype bf16|fp16|fp32] "
+      "[--max-shard-size 2GB]\n";
+  if (args.empty()) throw TESSERA_INPUT_ERROR("tessera lora needs an action: merge (see tessera lora --help)");
+  if (args[0] == "--help" || args[0] == "-h") {
+    std::printf("%s", usage.c_str());
+    return 0;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "merge") return merge(rest);
+  const std::string hint = closest_match(args[0], {"merge"});
+  throw TESSERA_INPUT_ERROR("unknown lora action '" + args[0] + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                            "; one of merge");
+}
+
+}  // namespace tessera::launcher
