@@ -61,7 +61,8 @@ struct Reference {
 Reference python_reference(const TempDir& dir, const at::Tensor& x, int64_t count, bool dq) {
   const std::string in = dir / "in.f32", out = dir / (dq ? "ref-dq" : "ref");
   tessera::test::write_file(in, std::string(static_cast<const char*>(x.data_ptr()), x.numel() * 4));
-  const std::string cmd = "/usr/bin/python3 " + std::string(std::getenv("TESSERA_TEST_SRC")) +
+  const char* src = std::getenv("TESSERA_TEST_SRC");  // ctest sets it (tests/CMakeLists.txt)
+  const std::string cmd = "/usr/bin/python3 " + std::string(src ? src : ".") +
                           "/tests/support/nf4_reference.py " + in + " " + std::to_string(count) + " " +
                           (dq ? "1 " : "0 ") + out;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
