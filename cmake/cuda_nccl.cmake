@@ -818,3 +818,48 @@ function(tessera_add_cuda_typecheck)
   list(LENGTH _checked _n)
   message(STATUS "Tessera: type-checking the CUDA-only code of ${_n} files with TESSERA_WITH_CUDA=1")
 endfunction()
+
+# Tessera's own CUDA kernels (runtime/**/*.cu; each has a CPU reference that the CPU build runs and
+# tests, e.g. runtime/quant/nf4.cpp for nf4_dequant.cu). With TESSERA_WITH_CUDA on (a CUDA LibTorch,
+# whose config enabled CUDA as a language) they build into the static library tessera_cuda_kernels,
+# which tessera_nccl links (its *_cuda.cpp wrappers launch them). Otherwise, where nvcc is found (CI:
+# CUDA 13 at /usr/local/cuda), each is compiled, not linked, by the target tessera_cuda_kernel_check
+# (build.test_binaries builds it, tests/CMakeLists.txt): a kernel that does not compile fails the
+# test build before a GPU machine sees it.
+function(tessera_add_cuda_kernels)
+  file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*.cu)
+  if(NOT _cu)
+    return()
+  endif()
+  if(TESSERA_CUDA_ENABLED AND TARGET tessera_nccl)
+    add_library(tessera_cuda_kernels STATIC ${_cu})
+    target_include_directories(tessera_cuda_kernels PRIVATE ${CMAKE_SOURCE_DIR})
+    set_target_properties(tessera_cuda_kernels PROPERTIES CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
+    target_link_libraries(tessera_nccl PUBLIC tessera_cuda_kernels)
+    return()
+  endif()
+  set(_nvcc ${CMAKE_CUDA_COMPILER})
+  if(NOT _nvcc)
+    set(_nvcc ${TESSERA_NVCC})
+  endif()
+  if(NOT _nvcc)
+    message(STATUS "Tessera: no nvcc: the CUDA kernels (runtime/**/*.cu) are not compile-checked")
+    return()
+  endif()
+  set(_objs)
+  foreach(f ${_cu})
+    file(RELATIVE_PATH _rel ${CMAKE_SOURCE_DIR} ${f})
+    set(_o ${CMAKE_BINARY_DIR}/cuda_kernel_check/${_rel}.o)
+    get_filename_component(_odir ${_o} DIRECTORY)
+    add_custom_command(OUTPUT ${_o}
+                       COMMAND ${CMAKE_COMMAND} -E make_directory ${_odir}
+                       COMMAND ${_nvcc} -std=c++17 -arch=sm_90 -Werror all-warnings -I${CMAKE_SOURCE_DIR}
+                               -MD -MF ${_o}.d -c ${f} -o ${_o}
+                       DEPENDS ${f} DEPFILE ${_o}.d
+                       COMMENT "nvcc compile check: ${_rel}" VERBATIM)
+    list(APPEND _objs ${_o})
+  endforeach()
+  add_custom_target(tessera_cuda_kernel_check DEPENDS ${_objs})
+  list(LENGTH _objs _n)
+  message(STATUS "Tessera: compile-checking ${_n} CUDA kernel file(s) with ${_nvcc}")
+endfunction()

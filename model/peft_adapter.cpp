@@ -9,11 +9,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
 #include "model/errors.h"
 #include "model/registry.h"
+#include "util/json.h"
 #include "util/output_file.h"
 
 namespace tessera::model {
@@ -195,7 +197,8 @@ void check_base_name(const std::string& name, const std::string& base_dir, const
   const fs::path canonical = fs::weakly_canonical(base_dir, ec);
   if (!ec) accepted.insert(last_component(canonical.string()));
   std::ifstream in(base_dir + "/config.json");
-  const nlohmann::json c = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  const nlohmann::json c = util::parse_json_or_discarded(text);  // unreadable: no name from it
   if (c.is_object() && c.contains("_name_or_path") && c["_name_or_path"].is_string())
     accepted.insert(last_component(c["_name_or_path"].get<std::string>()));
   if (accepted.count(last_component(name))) return;
@@ -206,8 +209,9 @@ void check_base_name(const std::string& name, const std::string& base_dir, const
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ModelError(path + ": cannot read (a PEFT adapter directory has adapter_config.json)");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw ModelError(path + ": not valid JSON");
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  nlohmann::json j = util::parse_json_or_discarded(text);
+  if (j.is_discarded()) throw ModelError(path + ": not valid JSON (or nested too deeply)");
   return j;
 }
 

@@ -61,7 +61,8 @@ struct Reference {
 Reference python_reference(const TempDir& dir, const at::Tensor& x, int64_t count, bool dq) {
   const std::string in = dir / "in.f32", out = dir / (dq ? "ref-dq" : "ref");
   tessera::test::write_file(in, std::string(static_cast<const char*>(x.data_ptr()), x.numel() * 4));
-  const std::string cmd = "/usr/bin/python3 " + std::string(std::getenv("TESSERA_TEST_SRC")) +
+  const char* src = std::getenv("TESSERA_TEST_SRC");  // ctest sets it (tests/CMakeLists.txt)
+  const std::string cmd = "/usr/bin/python3 " + std::string(src ? src : ".") +
                           "/tests/support/nf4_reference.py " + in + " " + std::to_string(count) + " " +
                           (dq ? "1 " : "0 ") + out;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -206,6 +207,30 @@ TEST(Nf4Refusals, BadSizesAndValues) {
   EXPECT_INPUT_ERROR(nf4_decode(b, 192, false, at::kFloat), "needs");
   EXPECT_INPUT_ERROR(nf4_decode(b, 128, false, at::kInt), "Int");
   EXPECT_INPUT_ERROR(nf4_decode_segments(b, 2, 128, false, at::kFloat), "needs " + std::to_string(2 * nf4_bytes(128, false)));
+  EXPECT_INPUT_ERROR(nf4_decode(torch::empty({36}, torch::dtype(torch::kUInt8).device(torch::kMeta)), 64, false, at::kFloat),
+                     "the NF4 bytes are on meta", "no NF4 kernel");
+}
+
+// The GPU dequantize kernel (runtime/quant/nf4_dequant.cu) against the CPU decode, its reference:
+// the same bits in every output dtype, one segment and a gathered buffer of several. Skipped where
+// no GPU is visible (bytes on a device without a kernel are refused: Nf4Refusals, the meta device).
+TEST(Nf4Gpu, KernelEqualsCpuDecode) {
+  const int64_t count = 300 * kNf4Block, world = 3;
+  const at::Tensor x = test_values(world * count, 5);
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no GPU: nf4_dequant.cu is compiled (tessera_cuda_kernel_check), not run";
+  }
+  for (const bool dq : {false, true}) {
+    const at::Tensor bytes = encode_segments(x, count, dq);
+    const at::Tensor dev = bytes.to(torch::kCUDA);
+    for (const at::ScalarType t : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      SCOPED_TRACE(std::string(c10::toString(t)) + (dq ? " double quant" : ""));
+      EXPECT_TRUE(torch::equal(nf4_decode_segments(dev, world, count, dq, t).cpu(),
+                               nf4_decode_segments(bytes, world, count, dq, t)));
+      EXPECT_TRUE(torch::equal(nf4_decode(dev.narrow(0, 0, nf4_bytes(count, dq)), count, dq, t).cpu(),
+                               nf4_decode(bytes.narrow(0, 0, nf4_bytes(count, dq)), count, dq, t)));
+    }
+  }
 }
 
 }  // namespace test_nf4
