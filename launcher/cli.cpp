@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
@@ -100,6 +101,28 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what, bool 
   if (mult == 0 || v <= 0)
     throw TESSERA_INPUT_ERROR(what + ": '" + text + "' is not a size (examples: 2GB, 500MB, 64MiB, 80GiB, 1TiB, 1048576B)");
   return static_cast<uint64_t>(v * mult);
+}
+
+int run_action(const std::string& command, const std::string& usage,
+               const std::vector<std::pair<std::string, Action>>& actions, const std::vector<std::string>& args) {
+  std::vector<std::string> names;
+  for (const auto& a : actions) names.push_back(a.first);
+  std::string listed, alternatives;  // "a, b or c", "a, b, c"
+  for (size_t i = 0; i < names.size(); ++i) {
+    listed += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    alternatives += (i ? ", " : "") + names[i];
+  }
+  if (args.empty())
+    throw TESSERA_INPUT_ERROR("tessera " + command + " needs an action: " + listed + " (see tessera " + command + " --help)");
+  if (args[0] == "--help" || args[0] == "-h") {
+    std::printf("%s", usage.c_str());
+    return 0;
+  }
+  for (const auto& [name, action] : actions)
+    if (args[0] == name) return action(std::vector<std::string>(args.begin() + 1, args.end()));
+  const std::string hint = closest_match(args[0], names);
+  throw TESSERA_INPUT_ERROR("unknown " + command + " action '" + args[0] + "'" +
+                            (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; one of " + alternatives);
 }
 
 }  // namespace tessera::launcher

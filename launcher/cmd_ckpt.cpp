@@ -213,18 +213,7 @@ int run_ckpt(const std::vector<std::string>& args) {
       "usage: tessera ckpt consolidate --checkpoint DIR --out HFDIR [--dtype bf16|fp32] [--max-shard-size 2GB]\n"
       "       tessera ckpt inspect DIR     (step, world size, strategy, tensors and sizes)\n"
       "       tessera ckpt verify DIR      (every checksum; every tensor element stored exactly once)\n";
-  if (args.empty()) throw TESSERA_INPUT_ERROR("tessera ckpt needs an action: consolidate, inspect or verify (see tessera ckpt --help)");
-  if (args[0] == "--help" || args[0] == "-h") {
-    std::printf("%s", usage.c_str());
-    return 0;
-  }
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (args[0] == "consolidate") return consolidate(rest);
-  if (args[0] == "inspect") return inspect(rest);
-  if (args[0] == "verify") return verify(rest);
-  const std::string hint = closest_match(args[0], {"consolidate", "inspect", "verify"});
-  throw TESSERA_INPUT_ERROR("unknown ckpt action '" + args[0] + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                            "; one of consolidate, inspect, verify");
+  return run_action("ckpt", usage, {{"consolidate", consolidate}, {"inspect", inspect}, {"verify", verify}}, args);
 }
 
 }  // namespace tessera::launcher

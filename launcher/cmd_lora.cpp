@@ -81,16 +81,7 @@ int run_lora(const std::vector<std::string>& args) {
   const std::string usage =
       "usage: tessera lora merge --model BASE --adapter ADAPTER_DIR --out HF_DIR [--dtype bf16|fp16|fp32] "
       "[--max-shard-size 2GB]\n";
-  if (args.empty()) throw TESSERA_INPUT_ERROR("tessera lora needs an action: merge (see tessera lora --help)");
-  if (args[0] == "--help" || args[0] == "-h") {
-    std::printf("%s", usage.c_str());
-    return 0;
-  }
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (args[0] == "merge") return merge(rest);
-  const std::string hint = closest_match(args[0], {"merge"});
-  throw TESSERA_INPUT_ERROR("unknown lora action '" + args[0] + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                            "; one of merge");
+  return run_action("lora", usage, {{"merge", merge}}, args);
 }
 
 }  // namespace tessera::launcher

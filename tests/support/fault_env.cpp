@@ -28,6 +28,7 @@
 // THREADS: installed during static initialisation; the decorators run on the threads that issue
 // collectives and build the model. TESSERA_TEST_FAULT is parsed on every check (a few per step).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <csignal>
