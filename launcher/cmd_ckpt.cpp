@@ -16,6 +16,14 @@
 
 namespace tessera::launcher {
 
+void require_checkpoint(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return;
+  const auto steps = checkpoint::complete_checkpoints(dir);
+  TESSERA_CHECK_INPUT(steps.empty(), what + " " + dir + " is a checkpoint.dir holding " + std::to_string(steps.size()) +
+                                         " checkpoint(s), not one checkpoint: name one, e.g. " + steps.back());
+}
+
 namespace {
 
 std::string human_bytes(double b) {
@@ -42,16 +50,6 @@ std::optional<std::string> dir_argument(const std::string& usage, const std::vec
   const auto vm = parse_command(usage, desc, args, &pos);
   if (!vm) return std::nullopt;
   return (*vm)["dir"].as<std::string>();
-}
-
-// A checkpoint directory, or Error(Input) saying what `dir` is instead (e.g. the checkpoint.dir
-// holding the checkpoints: then it names them).
-void require_checkpoint(const std::string& dir, const std::string& what) {
-  std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return;
-  const auto steps = checkpoint::complete_checkpoints(dir);
-  TESSERA_CHECK_INPUT(steps.empty(), what + " " + dir + " is a checkpoint.dir holding " + std::to_string(steps.size()) +
-                                         " checkpoint(s), not one checkpoint: name one, e.g. " + steps.back());
 }
 
 int inspect(const std::vector<std::string>& args) {

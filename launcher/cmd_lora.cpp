@@ -8,6 +8,7 @@
 #include "launcher/cli.h"
 #include "launcher/cmd_ckpt.h"
 #include "model/peft_adapter.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "model/registry.h"
 #include "model/safetensors.h"
 #include "runtime/error.h"
@@ -75,13 +76,71 @@ int merge(const std::vector<std::string>& args) {
   return 0;
 }
 
+int export_action(const std::vector<std::string>& args) {
+  po::options_description desc("Options");
+  desc.add_options()("checkpoint", po::value<std::string>()->required(), "a LoRA checkpoint, DIR/step-N")(
+      "out", po::value<std::string>()->required(), "PEFT adapter directory to create (must not exist or be empty)")(
+      "dtype", po::value<std::string>()->default_value("fp32"), "fp32 | bf16 | fp16");
+  const auto vm = parse_command("tessera lora export --checkpoint DIR/step-N --out ADAPTER_DIR [--dtype fp32|bf16|fp16]",
+                                desc, args);
+  if (!vm) return 0;
+  const std::string ckpt = (*vm)["checkpoint"].as<std::string>(), out = (*vm)["out"].as<std::string>();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t n = export_lora_checkpoint(ckpt, out, (*vm)["dtype"].as<std::string>());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("exported %lld adapted weights of %s -> %s (PEFT LoRA adapter) in %.2f s\n", (long long)n, ckpt.c_str(),
+              out.c_str(), s);
+  return 0;
+}
+
+// The PEFT config of a LoRA checkpoint's state.lora (launcher/lora_run.h writes it).
+model::PeftConfig peft_config_of(const nlohmann::json& lora, const std::string& where) {
+  try {
+    model::PeftConfig c;
+    c.r = lora.at("rank").get<int64_t>();
+    c.lora_alpha = lora.at("alpha").get<double>();
+    c.lora_dropout = lora.at("dropout").get<double>();
+    c.target_modules = lora.at("targets").get<std::vector<std::string>>();
+    c.base_model_name_or_path = lora.at("base").at("path").get<std::string>();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw TESSERA_INPUT_ERROR(where + ": state.lora is not what a LoRA run writes (" + e.what() + ")");
+  }
+}
+
 }  // namespace
+
+int64_t export_lora_checkpoint(const std::string& ckpt, const std::string& out, const std::string& dtype_name) {
+  const model::DType dtype = model::dtype_from_cli(dtype_name, "--dtype");
+  require_checkpoint(ckpt, "--checkpoint");
+  checkpoint::verify(ckpt);  // a corrupted checkpoint must not turn into a plausible adapter
+  const checkpoint::Reader r(ckpt);
+  const std::string where = ckpt + "/manifest.json";
+  TESSERA_CHECK_INPUT(r.state().contains("lora") && r.state()["lora"].is_object(),
+                      "checkpoint " + ckpt + " is not a LoRA checkpoint (no state.lora in its manifest): it holds full "
+                      "weights; tessera ckpt consolidate exports them");
+  TESSERA_CHECK_INPUT(r.state().contains("model_config"), where + " has no state.model_config");
+  const model::ModelConfig cfg = model::ModelConfig::from_json(r.state()["model_config"], where + " state.model_config");
+  const model::PeftConfig pc = peft_config_of(r.state()["lora"], where);
+  int64_t n = 0;
+  model::write_peft_adapter(out, pc, cfg, dtype, [&](const model::TensorSpec& spec) {
+    const auto* t = r.find(spec.name, "param");
+    TESSERA_CHECK_INPUT(t && t->shape == spec.shape, "checkpoint " + ckpt + " lacks adapter " + spec.name + " of shape " +
+                                                         model::shape_str(spec.shape) + " (state.lora says it has it)");
+    at::Tensor full = at::empty(spec.shape, at::TensorOptions().dtype(at::kFloat));
+    r.read(*t, 0, t->numel, full.data_ptr<float>());
+    n += spec.name.find(".lora_A.") != std::string::npos;
+    return full;
+  });
+  return n;
+}
 
 int run_lora(const std::vector<std::string>& args) {
   const std::string usage =
       "usage: tessera lora merge --model BASE --adapter ADAPTER_DIR --out HF_DIR [--dtype bf16|fp16|fp32] "
-      "[--max-shard-size 2GB]\n";
-  return run_action("lora", usage, {{"merge", merge}}, args);
+      "[--max-shard-size 2GB]\n"
+      "       tessera lora export --checkpoint DIR/step-N --out ADAPTER_DIR [--dtype fp32|bf16|fp16]\n";
+  return run_action("lora", usage, {{"merge", merge}, {"export", export_action}}, args);
 }
 
 }  // namespace tessera::launcher
