@@ -102,8 +102,8 @@ planner::ModelShape memory_shape(const model::ModelConfig& cfg, const lora::Opti
 }
 
 planner::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
-                                               model::Kernels kernels) {
-  const model::ActivationBytes a = model::activation_bytes(cfg, B, T, elem, kernels);
+                                               model::Kernels kernels, bool frozen_head) {
+  const model::ActivationBytes a = model::activation_bytes(cfg, B, T, elem, kernels, frozen_head);
   planner::ActivationTerms t;
   t.layer_input = a.layer_input;
   t.layer_saved = a.layer_saved;

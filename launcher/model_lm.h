@@ -30,8 +30,9 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Option
 // model/activations.h for a micro-batch [B, T] in a compute dtype of `elem` bytes.
 // With LoRA: the adapters as the units' parameters, the base as their frozen groups.
 planner::ModelShape memory_shape(const model::ModelConfig& cfg, const lora::Options& lora = {});
+// frozen_head: LoRA (model::activation_bytes).
 planner::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
-                                               model::Kernels kernels);
+                                               model::Kernels kernels, bool frozen_head = false);
 
 // Weights from the family's initialisation (seed): every rank generates only the parameters of the
 // unit being loaded, one parameter at a time, identical on every rank and world size.
