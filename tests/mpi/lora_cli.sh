@@ -75,4 +75,15 @@ expect_error 2 "it is a full fine-tuning checkpoint" $BIN train "${COMMON[@]}" "
   --set train.steps=3 --set checkpoint.dir="$T/x3" --resume "$T/full/step-1"
 # (checkpoint.dir and its flight/ are made before the resume point is chosen, as for every refused resume: no file.)
 check "nothing written by the refused resumes" test -z "$(find "$T/x1" "$T/x2" "$T/x3" -type f 2>/dev/null)"
+# Dropout: activation checkpointing recomputes a layer with the forward's random numbers, and the
+# masks are a function of (train.seed, step, micro-batch, rank): the same losses with and without it.
+DROP=(--set train.steps=3 --set lora.dropout=0.2 --set lora.rank=4 --set lora.targets=q_proj,up_proj)
+$BIN train "${COMMON[@]}" $(accum 1) "${DROP[@]}" --set fsdp.activation_checkpointing=false --set log.dir="$T/d1" > /dev/null
+$BIN train "${COMMON[@]}" $(accum 1) "${DROP[@]}" --set fsdp.activation_checkpointing=true --set log.dir="$T/d2" > /dev/null
+$BIN train "${COMMON[@]}" $(accum 1) "${DROP[@]}" --set lora.dropout=0 --set log.dir="$T/d0" > /dev/null
+same() { cmp -s <(python3 -c "import json,sys; print([json.loads(l)['loss'] for l in open(sys.argv[1])])" "$1") \
+                <(python3 -c "import json,sys; print([json.loads(l)['loss'] for l in open(sys.argv[1])])" "$2"); }
+check "dropout: the same losses with activation checkpointing" same "$T/d1/metrics.jsonl" "$T/d2/metrics.jsonl"
+differs() { ! same "$@"; }
+check "dropout changes the losses" differs "$T/d1/metrics.jsonl" "$T/d0/metrics.jsonl"
 echo "$pass passed, 0 failed"
