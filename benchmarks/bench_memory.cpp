@@ -58,6 +58,9 @@ std::vector<Case> cases(bool quick) {
             {{"fsdp.strategy", "hybrid_shard"}, {"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"},
              {"optim.state_dtype", "bf16"}}, 2),
       train("small W2 long sequences fp32", "small", 2, {{"data.seq_len", 512}, {"train.micro_batch", 2}}),
+      // LoRA: a frozen bf16 base (no master, gradient or moments) beside fp32 adapters.
+      train("mid W2 full_shard bf16 LoRA r16", "mid", 2,
+            {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"lora.rank", 16}}),
   };
   Case e;
   e.name = "mid W2 eval bf16";

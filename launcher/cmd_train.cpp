@@ -22,6 +22,7 @@
 #include "launcher/config.h"
 #include "launcher/data_setup.h"
 #include "launcher/device_select.h"
+#include "launcher/lora_run.h"
 #include "launcher/model_lm.h"
 #include "launcher/mapped_fault.h"
 #include "launcher/plan.h"
@@ -63,6 +64,13 @@ fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc)
   o.offload = cfg.fsdp.offload;
   // 8-bit moments: every shard and parameter starts at a whole block (runtime/optim/quant8.h).
   o.align = std::lcm(o.align, optim::state_alignment(optim::state_scalar_type(cfg.optim.state_dtype)));
+  // LoRA's frozen base: stored in lora.base_dtype (empty: the compute dtype); dropout is random.
+  if (cfg.lora.enabled()) {
+    TESSERA_CHECK_INPUT(cfg.lora.base_dtype != "nf4",
+                        "lora.base_dtype=nf4: NF4 storage of the frozen base (QLoRA) is not in this build yet; use the compute dtype (leave lora.base_dtype empty) or bf16");
+    if (!cfg.lora.base_dtype.empty()) o.frozen_storage = fsdp::dtype_storage(fsdp::parse_dtype(cfg.lora.base_dtype));
+    o.preserve_rng = cfg.lora.dropout > 0;
+  }
   return o;
 }
 
@@ -163,15 +171,20 @@ ModelSetup setup_model(const Config& cfg) {
   return s;
 }
 
+// The model's weights; with LoRA the adapters' PEFT initialisation from train.seed beside them.
 void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg) {
+  const uint64_t adapter_seed = static_cast<uint64_t>(cfg.train.seed);
   if (!cfg.model.path.empty()) {
     // model.load: rank0 (only rank 0 has a source), parallel, or naive (benchmark baseline).
     std::unique_ptr<HfWeightSource> src;
     if (ms.dir) src = std::make_unique<HfWeightSource>(ms.dir);
-    trainer.load_weights(src.get(), cfg.model.load);
+    AdapterInitSource adapted(src.get(), adapter_seed);
+    trainer.load_weights(cfg.lora.enabled() ? static_cast<fsdp::WeightSource*>(&adapted) : src.get(), cfg.model.load);
   } else {
     InitWeightSource src(ms.config, static_cast<uint64_t>(cfg.model.seed));
-    trainer.load_weights(src);
+    AdapterInitSource adapted(&src, adapter_seed);
+    if (cfg.lora.enabled()) trainer.load_weights(adapted);
+    else trainer.load_weights(src);
   }
 }
 
@@ -246,6 +259,7 @@ struct TrainSetup {
   std::string tok_bytes;  // model.load=rank0: the tokenizer.model rank 0 read, for the other ranks
   std::string resume_dir;
   std::vector<std::string> resume_candidates;  // resume_dir first, then the fallbacks if it is damaged
+  nlohmann::json lora;  // lora_state() of a LoRA run, null without LoRA
   // model.load=rank0 is for a checkpoint on a disk only rank 0 sees: only rank 0 opens and validates
   // it, and the other ranks get its config.json (and tokenizer.model) by broadcast.
   bool rank0_reads = false;
@@ -334,6 +348,8 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
   s.device = agree_on_device(s.cfg.train.device, b);
   s.run_id = agree_run_id(b);
   collectively([&] {
+    lora::validate(s.cfg.lora, &s.ms.config, "config");  // targets and rank against the model
+    if (s.cfg.lora.enabled()) s.lora = lora_state(s.cfg, base_identity(s.cfg, s.ms.config, s.ms.dir.get()));
     s.fopts = fsdp_options_from(s.cfg, s.ms.config);
     s.fopts.device = s.device;
     check_host_memory(s.cfg, s.ms.config, b, s.device.is_cuda(),
@@ -384,11 +400,14 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
   });
   // A checkpoint at the end of the run is verified before the run is called finished (collective).
   s.resume_candidates = drop_damaged_ends(s.resume_candidates, s.cfg.train.steps, *b.groups.world, rank0);
+  // The base's identity as rank 0 sees it (model.load=rank0: the only rank that opened the model).
+  if (!s.lora.is_null()) s.lora = util::parse_json(b.groups.world->broadcast_string(s.lora.dump(), 0));
   collectively([&] {
     if (s.resume_candidates.empty()) return;
     s.resume_dir = s.resume_candidates.front();
     s.finished = finished_by_this_job(s.resume_dir, s.cfg, s.cfg.train.steps, b.slurm);
     if (!s.finished) keep_global_batch(s.resume_dir, b.world_size, s.cfg, rank0);
+    check_lora_resume(s.resume_dir, s.lora);
   });
 }
 
@@ -502,6 +521,7 @@ int run_train(const std::vector<std::string>& args) {
   nlohmann::json run_state = {{"config", s.cfg.json()}, {"model_config", s.ms.config.to_json()},
                               {"model_source", s.ms.source}};
   if (b.slurm.present) run_state["slurm_job"] = b.slurm.job_id;  // finished_by_this_job() reads it
+  if (!s.lora.is_null()) run_state["lora"] = s.lora;  // the adapters' settings and their base (lora_run.h)
   collectively([&] {  // run_info.json cannot be written: every rank ends with the line
     if (rank0 && vm->count("fresh")) keep_old_metrics(s.cfg.log_dir());
     if (rank0) announce_run(s, b);
@@ -510,7 +530,7 @@ int run_train(const std::vector<std::string>& args) {
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
   // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
   const comm::ProcessGroups groups = device_groups(b, s.device);
-  const train::CausalLm lm = make_causal_lm(s.ms.config);
+  const train::CausalLm lm = make_causal_lm(s.ms.config, s.cfg.lora);
   train::Trainer trainer(lm, groups, s.fopts, s.cfg, s.data.train, run_state, b.groups);
   if (s.data.val) trainer.set_validation(s.data.val);
   if (s.cfg.sample.every > 0) {
@@ -519,6 +539,8 @@ int run_train(const std::vector<std::string>& args) {
     trainer.set_samples(make_train_samples(s.cfg, std::move(src), s.cfg.model.path, lm, trainer.engine(), b.groups.world));
   }
   if (!s.resume_dir.empty()) {
+    // A LoRA checkpoint holds the adapters only: the frozen base comes from the model first.
+    if (s.cfg.lora.enabled()) collectively([&] { load_model_weights(trainer, s.ms, s.cfg); });
     collectively([&] { s.resume_dir = resume_first_intact(trainer, s.resume_candidates, rank0); });
     if (rank0) std::cout << "resumed from " << s.resume_dir << " at step " << trainer.step() << std::endl;
   } else {

@@ -22,6 +22,7 @@ template <> struct TypeName<double> { static constexpr const char* name = "float
 template <> struct TypeName<bool> { static constexpr const char* name = "bool"; };
 template <> struct TypeName<std::string> { static constexpr const char* name = "string"; };
 template <> struct TypeName<std::vector<int64_t>> { static constexpr const char* name = "int list"; };
+template <> struct TypeName<std::vector<std::string>> { static constexpr const char* name = "string list"; };
 
 struct Bounds {
   std::optional<double> min, max;
@@ -172,6 +173,19 @@ const std::vector<ConfigKey>& config_schema() {
             "Tokens generated at most per sample prompt (generation also stops at the model's end-of-sequence ids).", at_least(1)),
       field(&C::sample, &train::SampleOptions::temperature, "train.sample_temperature",
             "0: greedy samples (the default); > 0: sampled at this temperature with the seed train.seed + the step, as `tessera generate --temperature T --seed <train.seed + step>` samples the prompts from that step's checkpoint.", at_least(0)),
+      // lora
+      field(&C::lora, &lora::Options::rank, "lora.rank",
+            "LoRA rank r: train low-rank adapters A [r, in], B [out, r] on a frozen base instead of every weight (PEFT's r). 0: off (full fine-tuning); then no other lora.* key may be set. At most the smallest dimension of the targets.",
+            at_least(0)),
+      field(&C::lora, &lora::Options::alpha, "lora.alpha", "LoRA alpha: the adapters' update is scaled by alpha / r (PEFT's lora_alpha). Must be > 0."),
+      field(&C::lora, &lora::Options::dropout, "lora.dropout", "Dropout on the adapters' input in training (PEFT's lora_dropout); activation checkpointing recomputes it with the same random numbers.",
+            {0.0, 1.0, true}),
+      field(&C::lora, &lora::Options::targets, "lora.targets",
+            "Hugging Face module names of the Linear layers that get adapters (PEFT's target_modules), e.g. [\"q_proj\", \"v_proj\"] or --set lora.targets=q_proj,v_proj; a name the model does not have is refused."),
+      field(&C::lora, &lora::Options::base_dtype, "lora.base_dtype",
+            "Storage of the frozen base, sharded like any parameter but without master, gradient or optimizer state: empty (the compute dtype, fsdp.mixed_precision), fp32, bf16, fp16 (cast to the compute dtype per unit when gathered), or nf4 (QLoRA).",
+            {}, {"", "fp32", "bf16", "fp16", "nf4"}),
+      field(&C::lora, &lora::Options::double_quant, "lora.double_quant", "QLoRA's double quantization of the NF4 scales; needs lora.base_dtype nf4."),
       // comm
       field(&C::comm, &CommSection::timeout_s, "comm.timeout_s", "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3).",
             {0.001, 1e7, false}),
@@ -300,7 +314,9 @@ json check_value(const ConfigKey& k, const json& v, const std::string& source) {
   bool ok = (k.type == "int" && v.is_number_integer()) || (k.type == "float" && v.is_number()) ||
             (k.type == "bool" && v.is_boolean()) || (k.type == "string" && v.is_string()) ||
             (k.type == "int list" && v.is_array() &&
-             std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number_integer(); }));
+             std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number_integer(); })) ||
+            (k.type == "string list" && v.is_array() &&
+             std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); }));
   if (!ok)
     throw TESSERA_INPUT_ERROR(source + ": config key '" + k.key + "' must be " + k.type + ", got " +
                               type_name(v) + " " + v.dump());
@@ -394,6 +410,7 @@ json read_json_file(const std::string& path) {
 // directories and runs in train and plan).
 static void check_combinations(const Config& c, const std::string& source) {
   optim::validate(c.optim, loss_scaling(c), source);
+  lora::validate(c.lora, nullptr, source);
 }
 
 bool loss_scaling(const Config& c) {
@@ -422,6 +439,13 @@ Config Config::from_json(const nlohmann::json& j, const std::string& source, con
     nlohmann::json v;
     if (k->type == "string") {
       v = text;
+    } else if (k->type == "string list" && (text.empty() || text[0] != '[')) {
+      v = json::array();  // q_proj,v_proj
+      for (size_t start = 0; start <= text.size();) {
+        const size_t comma = std::min(text.find(',', start), text.size());
+        if (comma > start) v.push_back(text.substr(start, comma - start));
+        start = comma + 1;
+      }
     } else {
       try {
         v = util::parse_json(text);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "model/lora.h"
 #include "runtime/data/names.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/optim/names.h"
@@ -75,7 +76,7 @@ class Config;
 // reads the field back as JSON.
 struct ConfigKey {
   std::string key;          // dotted path, e.g. "train.lr": section and field
-  std::string type;         // "int", "float", "bool", "string", "int list" (a JSON array of integers)
+  std::string type;         // "int", "float", "bool", "string", "int list", "string list" (JSON arrays)
   nlohmann::json default_value;
   std::string help;
   std::vector<std::string> choices;  // allowed values for strings (empty: any)
@@ -95,6 +96,7 @@ class Config : public train::Settings {
   DataSection data;
   FsdpSection fsdp;
   CommSection comm;
+  lora::Options lora;  // lora.* (model/lora.h owns and validates them)
 
   // Every key at its default.
   Config() = default;

@@ -11,13 +11,34 @@
 
 namespace tessera::launcher {
 
-train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
+namespace {
+// LoRA: a unit's adapters are its trainable group, everything else its frozen group (no gradient).
+fsdp::UnitDef split_unit(std::string name, const model::NamedTensors& params, bool lora) {
+  fsdp::UnitDef u{std::move(name), {}, {}};
+  if (!lora) {
+    u.params = params;
+    return u;
+  }
+  for (const auto& [n, t] : params) {
+    if (lora::is_adapter(n)) {
+      u.params.emplace_back(n, t);
+    } else {
+      t.set_requires_grad(false);
+      u.frozen.emplace_back(n, t);
+    }
+  }
+  return u;
+}
+}  // namespace
+
+train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Options& lora) {
   const model::ModelSpec* spec = &cfg.spec();
   std::shared_ptr<model::CausalLmModule> m = spec->build(cfg, torch::kMeta);
+  if (lora.enabled()) spec->add_lora(*m, lora);
   train::CausalLm lm;
-  lm.units.push_back({"root", m->root_parameters()});
+  lm.units.push_back(split_unit("root", m->root_parameters(), lora.enabled()));
   for (int64_t i = 0; i < m->num_layers(); ++i)
-    lm.units.push_back({"model.layers." + std::to_string(i), m->layer_parameters(i)});
+    lm.units.push_back(split_unit("model.layers." + std::to_string(i), m->layer_parameters(i), lora.enabled()));
   model::CausalLmModule* impl = m.get();
   // The current micro-batch's layout (packed documents): set before its forward, read by every
   // layer call of that micro-batch, including the activation-checkpointing recompute in backward.
@@ -54,8 +75,19 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg) {
   return with_test_seams(std::move(lm));  // test binaries' fault decorators (test_seams.h); else unchanged
 }
 
-planner::ModelShape memory_shape(const model::ModelConfig& cfg) {
+planner::ModelShape memory_shape(const model::ModelConfig& cfg, const lora::Options& lora) {
   planner::ModelShape s;
+  if (lora.enabled()) {  // the adapters are what trains; the base is frozen (planner::ModelShape)
+    for (const model::UnitSpec& u : model::unit_specs(cfg)) {
+      s.frozen.emplace_back();
+      for (const model::TensorSpec& t : u.tensors) s.frozen.back().emplace_back(t.name, t.shape);
+    }
+    for (const model::UnitSpec& u : model::lora_unit_specs(cfg, lora)) {
+      s.units.emplace_back();
+      for (const model::TensorSpec& t : u.tensors) s.units.back().emplace_back(t.name, t.shape), s.parameters += t.numel();
+    }
+    return s;
+  }
   const std::vector<model::UnitSpec> units = model::unit_specs(cfg);
   for (size_t u = 0; u < units.size(); ++u) {
     s.units.emplace_back();
@@ -71,8 +103,8 @@ planner::ModelShape memory_shape(const model::ModelConfig& cfg) {
 }
 
 planner::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
-                                               model::Kernels kernels) {
-  const model::ActivationBytes a = model::activation_bytes(cfg, B, T, elem, kernels);
+                                               model::Kernels kernels, bool frozen_head) {
+  const model::ActivationBytes a = model::activation_bytes(cfg, B, T, elem, kernels, frozen_head);
   planner::ActivationTerms t;
   t.layer_input = a.layer_input;
   t.layer_saved = a.layer_saved;
@@ -93,6 +125,25 @@ void InitWeightSource::read(const std::string& name, const std::vector<int64_t>&
   }
   TESSERA_CHECK(offset + count <= cached_.numel(), "slice out of range for " + name);
   std::memcpy(dst, cached_.data_ptr<float>() + offset, count * sizeof(float));
+}
+
+void AdapterInitSource::read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+                             int64_t count, float* dst) {
+  if (!lora::is_adapter(name)) return base_->read(name, shape, offset, count, dst);
+  if (name != cached_name_) {
+    cached_ = lora::init_adapter(name, shape, seed_).contiguous();
+    cached_name_ = name;
+  }
+  TESSERA_CHECK(offset + count <= cached_.numel(), "slice out of range for " + name);
+  std::memcpy(dst, cached_.data_ptr<float>() + offset, count * sizeof(float));
+}
+
+at::Tensor AdapterInitSource::view(const std::string& name, int64_t offset, int64_t count) {
+  return lora::is_adapter(name) ? at::Tensor() : base_->view(name, offset, count);
+}
+
+void AdapterInitSource::release(const std::string& name, int64_t offset, int64_t count) {
+  if (!lora::is_adapter(name)) base_->release(name, offset, count);
 }
 
 void HfWeightSource::read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset,

@@ -6,6 +6,7 @@
 
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/planner/memory_formula.h"
 #include "runtime/train/trainer.h"
@@ -19,14 +20,19 @@ namespace tessera::launcher {
 // The model of `cfg`'s family built on the meta device (no memory), described to the runtime as a
 // causal LM: unit 0 is the family's root (embeddings, final norm, head; a tied embedding is one
 // tensor there), unit i+1 is decoder layer i; decay rule and FLOPs from the family.
-train::CausalLm make_causal_lm(const model::ModelConfig& cfg);
+// With LoRA (lora.enabled(), validated against cfg), every targeted Linear gains its adapters
+// (ModelSpec::add_lora): each unit's adapters are its trainable parameters (UnitDef::params) and the
+// base its frozen ones (UnitDef::frozen, requires_grad false); the root unit is all frozen.
+train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Options& lora = {});
 
 // The model as the memory model sees it: the same units (shapes, order) make_causal_lm hands the
 // engine, which root parameters belong to the head, and the activation terms of
 // model/activations.h for a micro-batch [B, T] in a compute dtype of `elem` bytes.
-planner::ModelShape memory_shape(const model::ModelConfig& cfg);
+// With LoRA: the adapters as the units' parameters, the base as their frozen groups.
+planner::ModelShape memory_shape(const model::ModelConfig& cfg, const lora::Options& lora = {});
+// frozen_head: LoRA (model::activation_bytes).
 planner::ActivationTerms activation_terms(const model::ModelConfig& cfg, int64_t B, int64_t T, int elem,
-                                               model::Kernels kernels);
+                                               model::Kernels kernels, bool frozen_head = false);
 
 // Weights from the family's initialisation (seed): every rank generates only the parameters of the
 // unit being loaded, one parameter at a time, identical on every rank and world size.
@@ -38,6 +44,23 @@ class InitWeightSource : public fsdp::WeightSource {
 
  private:
   const model::ModelSpec* spec_;
+  uint64_t seed_;
+  std::string cached_name_;
+  at::Tensor cached_;
+};
+
+// LoRA: the adapters' PEFT initialisation (lora::init_adapter from `seed`, the run's train.seed),
+// every other tensor from `base` (which may be null on ranks that do not read: model.load=rank0).
+class AdapterInitSource : public fsdp::WeightSource {
+ public:
+  AdapterInitSource(fsdp::WeightSource* base, uint64_t seed) : base_(base), seed_(seed) {}
+  void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
+            float* dst) override;
+  at::Tensor view(const std::string& name, int64_t offset, int64_t count) override;
+  void release(const std::string& name, int64_t offset, int64_t count) override;
+
+ private:
+  fsdp::WeightSource* base_;
   uint64_t seed_;
   std::string cached_name_;
   at::Tensor cached_;

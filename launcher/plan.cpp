@@ -58,6 +58,7 @@ planner::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc
   r.load = cfg.model.path.empty() ? fsdp::LoadMode::Parallel : cfg.model.load;  // a preset is initialised in place
   r.gpu = req.gpu;
   r.align = fo.align;
+  r.frozen_bytes = static_cast<int>(fo.frozen_storage ? c10::elementSize(fo.frozen_storage->stored_dtype()) : c10::elementSize(fo.param_dtype));
   return r;
 }
 
@@ -65,9 +66,9 @@ planner::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const Pl
   const planner::RunShape run = run_shape_from(cfg, mc, req);
   // A GPU run uses LibTorch >= 2's fused attention; a CPU run this build's attention, and bf16
   // products widened to fp32 on a CPU without AVX-512.
-  return planner::estimate(memory_shape(mc),
+  return planner::estimate(memory_shape(mc, cfg.lora),
                           activation_terms(mc, cfg.train.micro_batch, cfg.data.seq_len, run.param_bytes,
-                                           model::run_kernels(req.gpu)),
+                                           model::run_kernels(req.gpu), cfg.lora.enabled()),
                           run);
 }
 

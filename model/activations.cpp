@@ -88,7 +88,7 @@ int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, in
 // the norm's x^2 in fp32 where mean does not keep it), the
 // backward's by the score gradients and the mlp's [BT, I] gradients; the whole-step prediction built
 // from them is checked against measured peaks by tests/mpi/memory_plan.sh.
-ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, Kernels k) {
+ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, Kernels k, bool frozen_head) {
   const bool fused_attention = k.fused_attention, widened = k.widened_gemm && elem != 4;
   const int64_t p = elem, BT = B * T, H = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t nh = cfg.num_attention_heads, hd = cfg.head_dim();
@@ -144,6 +144,10 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   // its per-row fp32 temporaries (rsqrt's gradient; LibTorch 2.6 holds up to ~19 BT bytes of them at
   // the peak in unit.test_memory_model's T=256, H=128 case: 8 such rows counted).
   a.head_backward_transient = 4 * BT * H + 32 * BT;
+  if (frozen_head) {  // no gradient of W: neither the saved p * V * H nor the fp32 accumulator's extra (4 - p) * V * H
+    a.head_saved -= p * V * H;
+    if (p != 4) a.head_forward_transient -= (4 - p) * V * H;
+  }
   return a;
 }
 

@@ -34,7 +34,10 @@ struct Kernels {
   bool widened_gemm = false;
 };
 
-ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, Kernels k);
+// frozen_head (LoRA: the head's weight is part of the frozen base): the fused loss makes no weight
+// gradient, so neither its fp32 accumulator nor its saved copy in the compute dtype exists.
+ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, int elem, Kernels k,
+                                 bool frozen_head = false);
 
 // The kernels of a run of this build on a GPU (LibTorch >= 2's fused attention, bf16 products as
 // they are) or on this machine's CPU (fused attention when this build's LibTorch has it: >= 2).

@@ -159,7 +159,18 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts
 }
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = ops::linear(x, weight);
-  return bias.defined() ? y + bias : y;
+  if (bias.defined()) y = y + bias;
+  if (!lora_A) return y;
+  const torch::Tensor in = lora_dropout > 0 && is_training() ? torch::dropout(x, lora_dropout, true) : x;
+  return y + ops::linear(ops::linear(in, lora_A->weight), lora_B->weight) * lora_scale;
+}
+void LinearImpl::add_lora(int64_t rank, double scale, double dropout) {
+  TORCH_CHECK(!lora_A, "add_lora: this Linear already has adapters");
+  const auto opts = weight.options();
+  lora_A = register_module("lora_A", std::make_shared<WeightImpl>(at::IntArrayRef{rank, weight.size(1)}, opts));
+  lora_B = register_module("lora_B", std::make_shared<WeightImpl>(at::IntArrayRef{weight.size(0), rank}, opts));
+  lora_scale = scale;
+  lora_dropout = dropout;
 }
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
@@ -223,6 +234,8 @@ MlpImpl::MlpImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (gate_proj->has_lora() || up_proj->has_lora() || down_proj->has_lora())  // the same products, adapted
+    return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
   return ops::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
 }
 
@@ -320,7 +333,6 @@ bool is_bias(const std::string& name) {
   return name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
 }
 
-namespace {
 // splitmix64 finaliser over (seed, FNV-1a(name)): an independent, order-free stream per tensor.
 uint64_t tensor_seed(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ULL;
@@ -330,7 +342,6 @@ uint64_t tensor_seed(uint64_t seed, const std::string& name) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
-}  // namespace
 
 torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) {
   if (is_norm_weight(spec.name)) return torch::ones(spec.shape, torch::kFloat32);
@@ -413,6 +424,31 @@ std::shared_ptr<CausalLmModule> LlamaArchitecture::build(const ModelConfig& c, t
 
 torch::Tensor LlamaArchitecture::init_tensor(const TensorSpec& spec, uint64_t seed) const {
   return model::init_tensor(spec, seed);
+}
+
+std::vector<lora::TargetShape> LlamaArchitecture::lora_targets(const ModelConfig& c) const {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim(), kv = c.num_key_value_heads * c.head_dim();
+  const int64_t inter = c.intermediate_size;
+  return {{"q_proj", "self_attn.q_proj", h, q},        {"k_proj", "self_attn.k_proj", h, kv},
+          {"v_proj", "self_attn.v_proj", h, kv},       {"o_proj", "self_attn.o_proj", q, h},
+          {"gate_proj", "mlp.gate_proj", h, inter},    {"up_proj", "mlp.up_proj", h, inter},
+          {"down_proj", "mlp.down_proj", inter, h}};
+}
+
+void LlamaArchitecture::add_lora(CausalLmModule& m, const lora::Options& o) const {
+  auto* llama = dynamic_cast<LlamaImpl*>(&m);
+  TORCH_CHECK(llama != nullptr, "add_lora: not a module of this family");
+  for (int64_t i = 0; i < llama->num_layers(); ++i) {
+    DecoderLayer& layer = llama->layer(i);
+    const std::vector<std::pair<std::string, Linear*>> linears = {
+        {"q_proj", &layer->self_attn->q_proj}, {"k_proj", &layer->self_attn->k_proj},
+        {"v_proj", &layer->self_attn->v_proj}, {"o_proj", &layer->self_attn->o_proj},
+        {"gate_proj", &layer->mlp->gate_proj}, {"up_proj", &layer->mlp->up_proj},
+        {"down_proj", &layer->mlp->down_proj}};
+    for (const auto& [name, linear] : linears)
+      if (std::find(o.targets.begin(), o.targets.end(), name) != o.targets.end())
+        (*linear)->add_lora(o.rank, o.scale(), o.dropout);
+  }
 }
 
 double LlamaArchitecture::train_flops_per_token(const ModelConfig& c, int64_t seq_len) const {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/registry.h"
 #include "model/safetensors.h"
 
@@ -79,10 +80,18 @@ class WeightImpl : public torch::nn::Module {
 };
 
 // y = x W^T (+ b), W [out, in]; with_bias adds the parameter "bias" [out] (Qwen's attention).
+// With LoRA adapters (add_lora, model/lora.h): y += scale * B(A(dropout(x))), dropout only while the
+// module is in training mode (torch::nn::Module::is_training, the default).
 struct LinearImpl : WeightImpl {
   LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts, bool with_bias = false);
   torch::Tensor forward(const torch::Tensor& x);
+  // Registers the submodules lora_A (weight [rank, in]) and lora_B (weight [out, rank]) on weight's
+  // device and dtype (uninitialised: the caller loads them; lora::init_adapter has PEFT's values).
+  void add_lora(int64_t rank, double scale, double dropout);
+  bool has_lora() const { return lora_A != nullptr; }
   torch::Tensor bias;  // undefined without one
+  std::shared_ptr<WeightImpl> lora_A, lora_B;  // null without LoRA
+  double lora_scale = 0, lora_dropout = 0;
 };
 TORCH_MODULE(Linear);
 
@@ -220,6 +229,9 @@ bool is_bias(const std::string& hf_name);
 // random stream depends only on (seed, name), so layers can be initialised one at a time, in any
 // order, on any rank, and init-model and init_weights agree bit for bit.
 torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed);
+// The seed of tensor `name`'s random stream: splitmix64 over (seed, FNV-1a(name)) (init_tensor's,
+// and LoRA's adapters', model/lora.h).
+uint64_t tensor_seed(uint64_t seed, const std::string& name);
 // Fills the given tensors (copying init_tensor into each, converting dtype).
 void init_parameters(const NamedTensors& params, uint64_t seed);
 // init_parameters(model.named_hf_parameters(), seed).
@@ -240,6 +252,9 @@ class LlamaArchitecture : public ModelSpec {
   std::shared_ptr<CausalLmModule> build(const ModelConfig& c, torch::Device device,
                                         torch::Dtype dtype = torch::kFloat32) const override;
   bool decays(const std::string& hf_name) const override { return !is_norm_weight(hf_name) && !is_bias(hf_name); }
+  // q_proj, k_proj, v_proj, o_proj (self_attn.*), gate_proj, up_proj, down_proj (mlp.*).
+  std::vector<lora::TargetShape> lora_targets(const ModelConfig& c) const override;
+  void add_lora(CausalLmModule& m, const lora::Options& o) const override;
   torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) const override;
   // 6 (forward 2 + backward 4 per multiply-add) x the weights every token is multiplied by (q, k,
   // v, o, gate, up, down and the head, tied or not; not the embedding lookup nor the norms) + 12 x

@@ -86,6 +86,22 @@ NamedTensors CausalLmModule::named_hf_parameters() {
 
 std::vector<UnitSpec> unit_specs(const ModelConfig& cfg) { return cfg.spec().unit_specs(cfg); }
 
+std::vector<UnitSpec> lora_unit_specs(const ModelConfig& cfg, const lora::Options& o) {
+  std::vector<UnitSpec> units = {{"root", {}}};
+  const std::vector<lora::TargetShape> targets = cfg.spec().lora_targets(cfg);
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    UnitSpec layer{p, {}};
+    for (const lora::TargetShape& t : targets) {
+      if (std::find(o.targets.begin(), o.targets.end(), t.name) == o.targets.end()) continue;
+      layer.tensors.push_back({p + "." + t.path + ".lora_A.weight", {o.rank, t.in}});
+      layer.tensors.push_back({p + "." + t.path + ".lora_B.weight", {t.out, o.rank}});
+    }
+    units.push_back(std::move(layer));
+  }
+  return units;
+}
+
 std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& cfg) { return cfg.spec().tensor_specs(cfg); }
 
 std::vector<TensorSpec> hf_layer_specs(const ModelConfig& cfg, int64_t i) {

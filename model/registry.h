@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/safetensors.h"  // TensorSpec
 
 namespace tessera::model {
@@ -136,7 +137,18 @@ class ModelSpec {
   virtual torch::Tensor init_tensor(const TensorSpec& spec, uint64_t seed) const = 0;
   // Training FLOPs per token for MFU (PaLM / torchtitan count; see the family's header).
   virtual double train_flops_per_token(const ModelConfig& c, int64_t seq_len) const = 0;
+  // LoRA (model/lora.h): the Linear modules of a decoder layer an adapter may target (name, its
+  // path in the layer, sizes), in the layer's module order.
+  virtual std::vector<lora::TargetShape> lora_targets(const ModelConfig& c) const = 0;
+  // Gives each targeted Linear of every decoder layer of `m` (built by build()) its adapters, on
+  // the module's device and dtype. `o` is enabled and validated (lora::validate with the model).
+  virtual void add_lora(CausalLmModule& m, const lora::Options& o) const = 0;
 };
+
+// The adapters' names and shapes per unit, arithmetic like unit_specs ([0] root: none, [1 + i]
+// decoder layer i: for each target in the layer's module order, its lora_A [r, in] then lora_B
+// [out, r]); the order in which the adapted module's parameters list them.
+std::vector<UnitSpec> lora_unit_specs(const ModelConfig& c, const lora::Options& o);
 
 // Every registered family, in registration order.
 const std::vector<const ModelSpec*>& model_families();

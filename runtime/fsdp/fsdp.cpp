@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <numeric>
 #include <functional>
 #include <optional>
 
@@ -34,6 +35,28 @@ Accumulate parse_accumulate(const std::string& s) {
   return parse_named<Accumulate>(accumulate_names(), s, "fsdp.accumulate");
 }
 std::string to_string(Accumulate a) { return accumulate_names().at(static_cast<size_t>(a)); }
+namespace {
+// Plain elements of one dtype: encode and decode are casts.
+class DtypeStorage final : public FrozenStorage {
+ public:
+  explicit DtypeStorage(at::ScalarType t) : dtype_(t) {}
+  std::string name() const override {
+    return util::short_name(dtype_ == at::kFloat ? util::FloatType::F32 : dtype_ == at::kBFloat16 ? util::FloatType::BF16 : util::FloatType::F16);
+  }
+  at::ScalarType stored_dtype() const override { return dtype_; }
+  int64_t stored_numel(int64_t count) const override { return count; }
+  void encode(const at::Tensor& fp32_values, at::Tensor& out) const override { out.copy_(fp32_values); }
+  void decode(const at::Tensor& stored, const at::Tensor& dst) const override { dst.copy_(stored); }
+
+ private:
+  at::ScalarType dtype_;
+};
+}  // namespace
+
+std::shared_ptr<const FrozenStorage> dtype_storage(at::ScalarType dtype) {
+  return std::make_shared<DtypeStorage>(dtype);
+}
+
 Offload parse_offload(const std::string& s) { return parse_named<Offload>(offload_names(), s, "fsdp.offload"); }
 std::string to_string(Offload o) { return offload_names().at(static_cast<size_t>(o)); }
 
@@ -90,6 +113,15 @@ struct Engine::Impl {
     // host), made again from the master before the next gather when `stale`.
     at::Tensor param_shard;
     bool stale = true;
+    // The frozen group (fsdp.h: frozen parameters); frozen_params empty when it has none.
+    FrozenShard* frozen = nullptr;    // into Impl::frozen
+    std::vector<at::Tensor> frozen_params;  // the model's frozen tensors (views of frozen_full)
+    at::Tensor frozen_full;           // gathered, compute dtype, storage freed when Free
+    int64_t frozen_full_bytes = 0;
+    comm::WorkPtr frozen_work;
+    at::Tensor frozen_input;          // the gather's input while gathering (a device copy under offload=params)
+    at::Tensor frozen_wire;           // gathered stored segments, when the storage is not the compute dtype
+    bool has_frozen() const { return !frozen_params.empty(); }
   };
 
   Options opts;
@@ -97,6 +129,11 @@ struct Engine::Impl {
   comm::CommPtr shard_comm, replicate_comm;
   int dp_size = 1;  // data-parallel ranks = shard * replicate
   std::vector<UnitShard> shards;  // what the optimizer and checkpoints see
+  std::vector<FrozenShard> frozen;  // the frozen groups, per unit
+  std::shared_ptr<const FrozenStorage> storage;
+  // Makes every layer's autograd function run backward even when its input needs no gradient (the
+  // first layer after a frozen embedding): a leaf that needs one, whose gradient is never made.
+  at::Tensor anchor = at::zeros({}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(true);
   std::vector<Unit> units;
   std::deque<Reduction> reducing;     // reduce-scatters in flight, issue order
   std::deque<Reduction> replicating;  // replica all-reduces in flight, issue order
@@ -120,23 +157,95 @@ struct Engine::Impl {
     return opts.strategy == Strategy::FullShard || opts.strategy == Strategy::HybridShard;
   }
 
-  // ---- storage of the gathered buffer ------------------------------------------------------
-  void free_storage(Unit& u) {
-    auto* impl = u.full.storage().unsafeGetStorageImpl();
-    impl->set_data_ptr_noswap(at::DataPtr(nullptr, u.full.device()));
+  // ---- storage of the gathered buffers -----------------------------------------------------
+  static void free_storage(const at::Tensor& full) {
+    auto* impl = full.storage().unsafeGetStorageImpl();
+    impl->set_data_ptr_noswap(at::DataPtr(nullptr, full.device()));
     impl->set_nbytes(0);
   }
-  void alloc_storage(Unit& u) {
+  static void alloc_storage(const at::Tensor& full, int64_t bytes) {
     // The storage's allocator (CUDA: the caching allocator) allocates on the current device.
     c10::OptionalDeviceGuard guard;
-    if (!u.full.device().is_cpu()) guard.reset_device(u.full.device());
+    if (!full.device().is_cpu()) guard.reset_device(full.device());
     memory::Scope scope(memory::Category::GatheredParams);
-    auto* impl = u.full.storage().unsafeGetStorageImpl();
-    impl->set_data_ptr_noswap(impl->allocator()->allocate(u.full_bytes));
-    impl->set_nbytes(u.full_bytes);
+    auto* impl = full.storage().unsafeGetStorageImpl();
+    impl->set_data_ptr_noswap(impl->allocator()->allocate(bytes));
+    impl->set_nbytes(bytes);
+  }
+  void free_storage(Unit& u) {
+    free_storage(u.full);
+    if (u.has_frozen()) free_storage(u.frozen_full);
+  }
+  int64_t gathered_bytes(const Unit& u) const { return u.full_bytes + u.frozen_full_bytes; }
+  bool frozen_identity() const { return storage->stored_dtype() == opts.param_dtype && storage->stored_numel(1) == 1; }
+
+  // The frozen group's all-gather, issued beside the trainable one: straight into the gathered
+  // buffer when stored in the compute dtype, else into frozen_wire (decoded by frozen_decode).
+  void gather_frozen_async(Unit& u) {
+    alloc_storage(u.frozen_full, u.frozen_full_bytes);
+    u.frozen_input = u.frozen->stored;
+    if (opts.offload == Offload::Params) {  // the host's stored chunk, copied up for the gather
+      memory::Scope scope(memory::Category::CommBuffers);
+      u.frozen_input = at::empty_like(u.frozen->stored, u.frozen->stored.options().device(opts.device));
+      u.frozen_input.copy_(u.frozen->stored, /*non_blocking=*/true);
+      traffic.up += u.frozen_input.nbytes();
+    }
+    at::Tensor out = u.frozen_full;
+    if (!frozen_identity()) {
+      memory::Scope scope(memory::Category::CommBuffers);
+      out = u.frozen_wire = at::empty({u.frozen_input.numel() * shard_comm->size()}, u.frozen_input.options());
+    }
+    u.frozen_work = shard_comm->all_gather_into(out, u.frozen_input);
+  }
+  void frozen_wait(Unit& u) {
+    if (!u.frozen_work) return;
+    u.frozen_work->wait();
+    u.frozen_work.reset();
+    u.frozen_input = at::Tensor();
+    if (!u.frozen_wire.defined()) return;
+    const int64_t chunk = u.frozen->plan.chunk, seg = u.frozen_wire.numel() / shard_comm->size();
+    for (int r = 0; r < shard_comm->size(); ++r)
+      storage->decode(u.frozen_wire.narrow(0, r * seg, seg), u.frozen_full.narrow(0, r * chunk, chunk));
+    u.frozen_wire = at::Tensor();
   }
 
   bool is_layer(int ui) const { return ui > 0; }
+  // The generator a layer's random operators draw from (Options::preserve_rng).
+  at::Generator rng() const { return at::globalContext().defaultGenerator(opts.device); }
+
+  // The frozen group of a unit being built: its plan (aligned for the storage too), this rank's
+  // stored chunk (zero), the gathered buffer the model's frozen tensors become views of.
+  void make_frozen(Unit& u, UnitDef& def, int W, int r) {
+    FrozenShard& fz = *u.frozen;
+    fz.name = def.name;
+    fz.shard_rank = r;
+    if (def.frozen.empty()) return;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    for (auto& [name, p] : def.frozen) shapes.emplace_back(name, p.sizes().vec());
+    fz.plan = ShardPlan::make(shapes, W, std::lcm(opts.align, storage->align()));
+    {
+      memory::Scope scope(memory::Category::ParamShard, opts.offload == Offload::Params ? memory::Where::Host : memory::Where::Device);
+      const int64_t n = storage->stored_numel(fz.plan.chunk);
+      fz.stored = opts.offload == Offload::Params ? device::host_buffer({n}, storage->stored_dtype(), opts.device).zero_()
+                                                  : at::zeros({n}, at::TensorOptions().dtype(storage->stored_dtype()).device(opts.device));
+    }
+    u.frozen_full = at::empty({fz.plan.padded_total}, at::TensorOptions().dtype(opts.param_dtype).device(opts.device));
+    u.frozen_full_bytes = fz.plan.padded_total * u.frozen_full.element_size();
+    view_params(u.frozen_full, fz.plan, def.frozen, u.frozen_params);
+  }
+  // The model's tensors become views of the flat buffer `full` laid out by `plan`.
+  static void view_params(const at::Tensor& full, const ShardPlan& plan,
+                          std::vector<std::pair<std::string, at::Tensor>>& params, std::vector<at::Tensor>& out) {
+    for (size_t k = 0; k < params.size(); ++k) {
+      at::Tensor& p = params[k].second;
+      const auto& slot = plan.params[k];
+      // Tensor::set_data refuses a meta -> CPU/CUDA swap; the metadata copy it performs is done
+      // directly (storage, sizes, strides, offset, device), keeping the parameter's autograd meta.
+      at::Tensor view = full.narrow(0, slot.offset, slot.numel).view(slot.shape);
+      p.unsafeGetTensorImpl()->shallow_copy_from(view.getIntrusivePtr());
+      out.push_back(p);
+    }
+  }
 
   // ---- host offload ------------------------------------------------------------------------
   // The all-gather's input under offload: the device's parameter shard (optimizer), or the host's
@@ -193,7 +302,8 @@ struct Engine::Impl {
   void gather_async(int ui) {
     Unit& u = units[ui];
     if (u.state != GatherState::Free) return;
-    alloc_storage(u);
+    alloc_storage(u.full, u.full_bytes);
+    if (u.has_frozen()) gather_frozen_async(u);
     if (offloaded()) {
       u.gather_input = offloaded_gather_input(u);
     } else {
@@ -203,7 +313,7 @@ struct Engine::Impl {
     }
     u.gather_work = shard_comm->all_gather_into(u.full, u.gather_input);
     u.state = GatherState::Gathering;
-    mem.gathered_bytes_now += u.full_bytes;
+    mem.gathered_bytes_now += gathered_bytes(u);
     mem.gathered_bytes_peak = std::max(mem.gathered_bytes_peak, mem.gathered_bytes_now);
     if (is_layer(ui)) {
       ++mem.gathered_layers_now;
@@ -218,6 +328,7 @@ struct Engine::Impl {
       {
         profile::Phase waiting(profile::Part::GatherWait);
         u.gather_work->wait();
+        frozen_wait(u);
       }
       u.gather_work.reset();
       u.gather_input = at::Tensor();
@@ -233,10 +344,11 @@ struct Engine::Impl {
       u.gather_work->wait();
       u.gather_work.reset();
       u.gather_input = at::Tensor();
+      frozen_wait(u);
     }
     free_storage(u);
     u.state = GatherState::Free;
-    mem.gathered_bytes_now -= u.full_bytes;
+    mem.gathered_bytes_now -= gathered_bytes(u);
     if (is_layer(ui)) --mem.gathered_layers_now;
   }
 
@@ -390,8 +502,9 @@ struct EngineRef : torch::CustomClassHolder {
 };
 
 struct LayerFunction : public torch::autograd::Function<LayerFunction> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t layer,
-                               Engine::Impl* impl) {
+  // `anchor` (Impl::anchor) only makes autograd call backward when x needs no gradient.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor anchor,
+                               int64_t layer, Engine::Impl* impl) {
     const int ui = static_cast<int>(layer) + 1;
     impl->wait_gathered(ui);
     impl->prefetch(ui + 1);
@@ -400,13 +513,14 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     torch::Tensor y;
     std::optional<profile::ops::InLayer> in_layer(std::in_place);  // the layer's own operators (bench step)
     if (impl->opts.activation_checkpointing) {
+      if (impl->opts.preserve_rng) ctx->saved_data["rng"] = impl->rng().get_state();
       torch::NoGradGuard no_grad;
       y = impl->layer_fn(layer, x);
       ctx->save_for_backward({x});
     } else {
       // Keep the layer's own graph for backward; its saved tensors that alias the gathered
       // parameters are valid again once the buffer is re-gathered in place.
-      torch::Tensor x_in = x.detach().requires_grad_(true);
+      torch::Tensor x_in = x.detach().requires_grad_(x.requires_grad());
       {
         torch::AutoGradMode grad_on(true);
         y = impl->layer_fn(layer, x_in);
@@ -430,21 +544,31 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     impl->wait_gathered(ui);
     impl->prefetch(ui - 1);
     torch::Tensor x_in, y;
+    const bool input_grad = ctx->needs_input_grad(0);
     std::optional<profile::ops::InLayer> in_layer(std::in_place);  // until the layer's gradients exist
     if (impl->opts.activation_checkpointing) {
-      x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+      x_in = ctx->get_saved_variables()[0].detach().requires_grad_(input_grad);
       torch::AutoGradMode grad_on(true);
       profile::Phase recompute(profile::Part::Recompute);
-      y = impl->layer_fn(layer, x_in);
+      if (impl->opts.preserve_rng) {  // the forward's random numbers again; the generator then goes on as it was
+        const at::Tensor now = impl->rng().get_state();
+        impl->rng().set_state(ctx->saved_data["rng"].toTensor());
+        y = impl->layer_fn(layer, x_in);
+        impl->rng().set_state(now);
+      } else {
+        y = impl->layer_fn(layer, x_in);
+      }
     } else {
       x_in = ctx->saved_data["x_in"].toTensor();
       y = ctx->saved_data["y"].toTensor();
     }
     auto& unit = impl->units[ui];
-    std::vector<torch::Tensor> inputs = {x_in};
+    std::vector<torch::Tensor> inputs;
+    if (input_grad) inputs.push_back(x_in);
     inputs.insert(inputs.end(), unit.params.begin(), unit.params.end());
     auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
+    torch::Tensor grad_x = input_grad ? grads[0] : torch::Tensor();
     in_layer.reset();
     ctx->saved_data.erase("x_in");
     ctx->saved_data.erase("y");
@@ -454,9 +578,9 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     impl->reshard(ui);
     profile::Phase reduction = profile::Phase::label("layer reduction");
     // Moved out, so that each parameter gradient is freed as soon as it is added into the flat buffer.
-    impl->accumulate_grads(ui, std::vector<torch::Tensor>(std::make_move_iterator(grads.begin() + 1),
+    impl->accumulate_grads(ui, std::vector<torch::Tensor>(std::make_move_iterator(grads.begin() + (input_grad ? 1 : 0)),
                                                           std::make_move_iterator(grads.end())));
-    return {grads[0], torch::Tensor(), torch::Tensor()};
+    return {grad_x, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -496,7 +620,9 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
                             c->device().str() + " but the engine's device is " + opts.device.str());
   im.dp_size = im.shard_comm->size() * im.replicate_comm->size();
   const int W = im.shard_comm->size(), r = im.shard_comm->rank();
+  im.storage = opts.frozen_storage ? opts.frozen_storage : dtype_storage(opts.param_dtype);
   im.shards.resize(defs.size());
+  im.frozen.resize(defs.size());
   for (size_t ui = 0; ui < defs.size(); ++ui) {
     auto& def = defs[ui];
     Impl::Unit u;
@@ -523,15 +649,9 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
     // and re-allocated in place by every gather/reshard.
     u.full = at::empty({plan.padded_total}, f32.dtype(opts.param_dtype));
     u.full_bytes = plan.padded_total * u.full.element_size();
-    for (size_t k = 0; k < def.params.size(); ++k) {
-      at::Tensor& p = def.params[k].second;
-      const auto& slot = plan.params[k];
-      // Tensor::set_data refuses a meta -> CPU/CUDA swap; the metadata copy it performs is done
-      // directly (storage, sizes, strides, offset, device), keeping the parameter's autograd meta.
-      at::Tensor view = u.full.narrow(0, slot.offset, slot.numel).view(slot.shape);
-      p.unsafeGetTensorImpl()->shallow_copy_from(view.getIntrusivePtr());
-      u.params.push_back(p);
-    }
+    Impl::view_params(u.full, plan, def.params, u.params);
+    u.frozen = &im.frozen[ui];
+    im.make_frozen(u, def, W, r);
     im.free_storage(u);
     im.units.push_back(std::move(u));
   }
@@ -547,7 +667,7 @@ void Engine::begin_forward(bool sync) {
 
 at::Tensor Engine::run_layer(int64_t layer, const at::Tensor& h) {
   TESSERA_CHECK(layer >= 0 && layer < num_layers(), "layer index out of range");
-  if (at::GradMode::is_enabled()) return LayerFunction::apply(h, layer, impl_.get());
+  if (at::GradMode::is_enabled()) return LayerFunction::apply(h, impl_->anchor, layer, impl_.get());
   // Inference (evaluation): no autograd function, nothing saved; gather, run, reshard as forward.
   Impl& im = *impl_;
   const int ui = static_cast<int>(layer) + 1;
@@ -613,6 +733,32 @@ NamedShards Engine::named_state() const {
   for (const auto& u : impl_->shards) s.per_unit.push_back(u.master);
   return s;
 }
+const std::vector<FrozenShard>& Engine::frozen_shards() const { return impl_->frozen; }
+const FrozenStorage& Engine::frozen_storage() const { return *impl_->storage; }
+
+void Engine::set_frozen(int unit, const at::Tensor& fp32_chunk) {
+  Impl& im = *impl_;
+  FrozenShard& fz = im.frozen.at(unit);
+  TESSERA_CHECK(fz.stored.defined() && fp32_chunk.numel() == fz.plan.chunk,
+                "set_frozen: unit " + fz.name + " takes " + std::to_string(fz.plan.chunk) + " values");
+  im.reshard(unit);  // a gathered copy of the old values is not used again
+  im.storage->encode(fp32_chunk.to(fz.stored.device()), fz.stored);
+}
+
+at::Tensor Engine::gather_frozen(int unit, int param) {
+  Impl& im = *impl_;
+  const FrozenShard& fz = im.frozen.at(unit);
+  const int W = im.shard_comm->size();
+  at::Tensor in = fz.stored.to(opts_.device);
+  at::Tensor wire = at::empty({in.numel() * W}, in.options());
+  im.shard_comm->all_gather_into(wire, in)->wait();
+  at::Tensor full = at::empty({fz.plan.padded_total}, in.options().dtype(at::kFloat));
+  for (int r = 0; r < W; ++r)
+    im.storage->decode(wire.narrow(0, r * in.numel(), in.numel()), full.narrow(0, r * fz.plan.chunk, fz.plan.chunk));
+  const auto& slot = fz.plan.params.at(param);
+  return full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone();
+}
+
 comm::Communicator& Engine::shard_group() { return *impl_->shard_comm; }
 comm::Communicator& Engine::replicate_group() { return *impl_->replicate_comm; }
 int64_t Engine::num_layers() const { return static_cast<int64_t>(impl_->units.size()) - 1; }

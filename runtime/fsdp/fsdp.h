@@ -37,6 +37,15 @@
 // no_shard's "shard" is the whole model, so both modes add into the gradient directly and
 // all-reduce once per step.
 //
+// Frozen parameters (UnitDef::frozen: LoRA's base): each unit holds a second flat group laid out by
+// its own ShardPlan, with no master, gradient or optimizer state: this rank's chunk is kept as
+// Options::frozen_storage encodes it (the compute dtype by default: 2 bytes per parameter in bf16,
+// over the shard group), all-gathered with the trainable group's gather and into its own gathered
+// buffer (decoded per segment when the storage is not the compute dtype), and freed with it. The
+// optimizer view, named_state() and so checkpoints cover only the trainable groups (the adapters);
+// backward asks autograd for the trainable parameters' gradients only, and for the layer input's
+// only where the input needs one (the first layer's input from a frozen embedding does not).
+//
 // Memory per rank (bytes; P_u a unit's padded size, c its shard chunk; runtime/planner/memory_formula.h
 // states the whole formula, per strategy and phase, and tests/mpi check it against measurement):
 //   master 4 x sum c, gradient shard 4 x sum c (allocated by the first backward: evaluation never
@@ -135,6 +144,26 @@ struct GroupLayout {
 };
 GroupLayout layout_for(Strategy s, const comm::ProcessGroups& groups);
 
+// How a unit's frozen group (fsdp.h's header: frozen parameters) is stored, sharded: this rank's
+// chunk of `count` parameters (a multiple of align()) encoded into stored_numel(count) elements of
+// stored_dtype(), all-gathered as stored, and each rank's gathered segment (self-contained) decoded
+// into the compute dtype for the unit's use. The compute-dtype storage (dtype_storage) is the
+// first; NF4 (QLoRA: bytes + scales) is another.
+class FrozenStorage {
+ public:
+  virtual ~FrozenStorage() = default;
+  virtual std::string name() const = 0;  // "bf16", "fp32", "nf4", ...
+  virtual at::ScalarType stored_dtype() const = 0;
+  virtual int64_t stored_numel(int64_t count) const = 0;
+  virtual int64_t align() const { return 1; }  // chunk sizes are multiples of this
+  // fp32 values [count] -> out [stored_numel(count)] (stored_dtype, any device).
+  virtual void encode(const at::Tensor& fp32_values, at::Tensor& out) const = 0;
+  // One segment [stored_numel(count)] -> dst [count] (dst's dtype and device).
+  virtual void decode(const at::Tensor& stored, const at::Tensor& dst) const = 0;
+};
+// Stored as plain `dtype` elements (decode is a cast, none when dtype is the compute dtype).
+std::shared_ptr<const FrozenStorage> dtype_storage(at::ScalarType dtype);
+
 struct Options {
   Strategy strategy = Strategy::FullShard;
   at::ScalarType param_dtype = at::kFloat;   // gathered parameters and compute
@@ -146,13 +175,23 @@ struct Options {
   int64_t align = 16;         // elements; parameter offsets in the flat buffer are multiples of this
   at::Device device = at::Device(at::kCPU);  // where shards, optimizer state and gathered buffers live
   Offload offload = Offload::None;  // host offload of the shard state (see the header comment)
+  // Storage of the frozen groups (UnitDef::frozen); null: dtype_storage(param_dtype).
+  std::shared_ptr<const FrozenStorage> frozen_storage;
+  // Activation-checkpointing's recompute draws the same random numbers as the forward (the device's
+  // default generator's state is saved per layer and restored): needed when a layer is random
+  // (LoRA's dropout), as torch.utils.checkpoint's preserve_rng_state.
+  bool preserve_rng = false;
 };
 
 // One unit as the caller describes it: its parameters (tensors owned by the model's modules, may
 // be on the meta device) with the names used for loading, checkpoints and weight decay.
+// `params` are trainable; `frozen` (LoRA's base) are sharded and gathered like them but have no
+// master, gradient or optimizer state: they are stored as Options::frozen_storage says, and backward
+// computes no gradient for them (the caller gives them requires_grad false).
 struct UnitDef {
   std::string name;
   std::vector<std::pair<std::string, at::Tensor>> params;
+  std::vector<std::pair<std::string, at::Tensor>> frozen;
 };
 
 // Reads elements [offset, offset+count) of a named parameter (row-major) as fp32 into dst.
@@ -182,6 +221,15 @@ struct UnitShard {
   at::Tensor grad;       // fp32 [chunk]; undefined until the first backward (evaluation: never)
   // Elements of the shard where weight decay applies: (offset, length), sorted and disjoint.
   std::vector<std::pair<int64_t, int64_t>> decay;
+};
+
+// A unit's frozen group on this rank: its own ShardPlan (over the shard group) and this rank's
+// chunk as stored (FrozenStorage). Undefined `stored` for a unit without frozen parameters.
+struct FrozenShard {
+  std::string name;
+  ShardPlan plan;
+  int shard_rank = 0;
+  at::Tensor stored;  // [storage.stored_numel(plan.chunk)]; on Options::device (host under offload=params)
 };
 
 // Bytes copied between the device and the host by host offload since the engine was built: `up`
@@ -234,6 +282,13 @@ class Engine {
   void release_grad(int unit);  // drops shards()[unit].grad (zero_grad and the next backward make it again)
 
   const std::vector<UnitShard>& shards() const;
+  // The frozen groups (one per unit, in unit order) and their storage. set_frozen encodes this
+  // rank's chunk of unit `unit`'s frozen group from fp32 values [plan.chunk] (the loader's way in).
+  const std::vector<FrozenShard>& frozen_shards() const;
+  const FrozenStorage& frozen_storage() const;
+  void set_frozen(int unit, const at::Tensor& fp32_chunk);
+  // Full value of frozen parameter `param` of `unit` (decoded, fp32), gathered: for tests/exports.
+  at::Tensor gather_frozen(int unit, int param);
   // What the optimizer steps: every shard's master, gradient and decay ranges, and shard_group().
   optim::ShardView optimizer_view();
   // The engine's state for checkpoints: {"param", every unit's master shard}.

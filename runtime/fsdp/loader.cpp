@@ -436,6 +436,39 @@ LoadStats load_naive(Engine& engine, WeightSource& source) {
   return st;
 }
 
+// The frozen groups (LoRA's base), one unit at a time through an fp32 chunk per rank that the
+// engine encodes into its storage: in rank0 mode the root reads the whole unit into an fp32 staging
+// buffer and scatters it over the shard group (its read error agreed on first), and replicas get
+// the chunk by broadcast; otherwise each rank reads its own slices.
+void load_frozen(Engine& engine, WeightSource* source, LoadMode mode, comm::Communicator& shard,
+                 comm::Communicator& replicate, LoadStats& st) {
+  const bool root = shard.rank() == 0 && replicate.rank() == 0;
+  for (size_t ui = 0; ui < engine.frozen_shards().size(); ++ui) {
+    const FrozenShard& fz = engine.frozen_shards()[ui];
+    if (!fz.stored.defined()) continue;
+    at::Tensor chunk = at::zeros({fz.plan.chunk}, at::TensorOptions().dtype(at::kFloat));
+    if (mode != LoadMode::Rank0) {
+      st.elements_read += read_own_slices(fz.plan, fz.shard_rank, *source, chunk.data_ptr<float>());
+    } else {
+      at::Tensor flat;
+      std::string wire;
+      if (root && replicate.rank() == 0) {
+        flat = at::empty({fz.plan.padded_total}, at::TensorOptions().dtype(at::kFloat));
+        st.staging_bytes = std::max<int64_t>(st.staging_bytes, flat.nbytes());
+        try {
+          st.elements_read += read_flat_unit(fz.plan, *source, flat.data_ptr<float>());
+        } catch (const std::exception& e) {
+          wire = encode_error(e);
+        }
+      }
+      agree_on_read(shard, replicate, wire);
+      if (replicate.rank() == 0) shard.scatter_into(chunk, flat, 0)->wait();
+      if (replicate.size() > 1) replicate.broadcast(chunk, 0)->wait();
+    }
+    engine.set_frozen(static_cast<int>(ui), chunk);
+  }
+}
+
 }  // namespace
 
 LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, const comm::ProcessGroups* host_groups,
@@ -461,9 +494,11 @@ LoadStats load_weights(Engine& engine, WeightSource* source, LoadMode mode, cons
                       replicate->rank() == engine.replicate_group().rank(),
                   "load_weights: the host groups do not match the engine's shard/replicate layout");
     st = load_rank0(engine, source, *shard, *replicate, batch_elems);
+    load_frozen(engine, source, mode, *shard, *replicate, st);
   } else {
     TESSERA_CHECK(source != nullptr, "model.load=" + to_string(mode) + " needs a weight source on every rank");
     st = mode == LoadMode::Naive ? load_naive(engine, *source) : load_parallel(engine, *source);
+    load_frozen(engine, source, mode, engine.shard_group(), engine.replicate_group(), st);
   }
   for (const auto& u : engine.shards()) {
     st.shard_bytes += u.master.numel() * static_cast<int64_t>(sizeof(float));

@@ -84,7 +84,24 @@ struct Sizes {
   std::vector<int64_t> padded, chunk, numel;  // per unit
   int64_t sum_chunk = 0, sum_padded = 0, layer_padded = 0, layer_chunk = 0, layer_numel = 0;
   int64_t head_numel = 0, embed_numel = 0, max_numel = 0, max_chunk = 0, total = 0;
+  // LoRA's frozen base: stored shard (all units), gathered root and largest layer, largest padded unit and chunk.
+  int64_t frozen_shard = 0, frozen_root = 0, frozen_layer = 0, frozen_max_padded = 0, frozen_max_chunk = 0;
+  // Gathered buffers of the root and of one (the largest) layer, both groups, in elements.
+  int64_t gathered_root() const { return padded[0] + frozen_root; }
+  int64_t gathered_layer() const { return layer_padded + frozen_layer; }
 };
+
+void frozen_sizes(const ModelShape& model, const RunShape& run, Sizes& z) {
+  for (size_t u = 0; u < model.frozen.size(); ++u) {
+    if (model.frozen[u].empty()) continue;
+    const fsdp::ShardPlan plan = fsdp::ShardPlan::make(model.frozen[u], z.S, run.align);
+    z.frozen_shard += plan.chunk;
+    z.frozen_max_padded = std::max(z.frozen_max_padded, plan.padded_total);
+    z.frozen_max_chunk = std::max(z.frozen_max_chunk, plan.chunk);
+    if (u == 0) z.frozen_root = plan.padded_total;
+    else z.frozen_layer = std::max(z.frozen_layer, plan.padded_total);
+  }
+}
 
 Sizes sizes_of(const ModelShape& model, const RunShape& run) {
   TESSERA_CHECK_INPUT(!model.units.empty(), "memory model: no units");
@@ -126,6 +143,7 @@ Sizes sizes_of(const ModelShape& model, const RunShape& run) {
       }
     }
   }
+  frozen_sizes(model, run, z);
   return z;
 }
 
@@ -154,9 +172,10 @@ int64_t layers_gathered_backward(const RunShape& run, const Sizes& z, int i) {
 // The parameter shard host offload keeps in the compute dtype (optimizer: on the device; params: on
 // the host, none in fp32 where the master is that shard).
 int64_t param_shard_bytes(const RunShape& run, const Sizes& z) {
+  const int64_t frozen = run.frozen_bytes * z.frozen_shard;  // LoRA's base, stored
   if (run.offload == fsdp::Offload::Optimizer || (run.offload == fsdp::Offload::Params && run.param_bytes != 4))
-    return run.param_bytes * z.sum_chunk;
-  return 0;
+    return frozen + run.param_bytes * z.sum_chunk;
+  return frozen;
 }
 // The all-gather's input buffer while a layer gathers: the master's cast (none in fp32), none under
 // optimizer offload (the device's parameter shard is the input), a copy from the host under params.
@@ -218,7 +237,7 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   // Forward.
   for (int i = 0; i < z.L; ++i) {
     Moment m = base("forward");
-    m.add(C::GatheredParams, z.padded[0] * p + layers_gathered_forward(run, z, i) * z.layer_padded * p);
+    m.add(C::GatheredParams, z.gathered_root() * p + layers_gathered_forward(run, z, i) * z.gathered_layer() * p);
     m.add(C::CommBuffers, gather_cast);
     m.add(C::SavedTensors, i * per_layer_saved);
     if (ac) m.add(C::Activations, a.layer_input + a.layer_forward_transient + 2 * a.layer_input);
@@ -226,7 +245,7 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
     peak.offer(m);
   }
   const int64_t gathered_for_backward =
-      z.padded[0] * p + (reshards_after_forward(run.strategy) ? (run.prefetch ? 1 : 0) : z.L) * z.layer_padded * p;
+      z.gathered_root() * p + (reshards_after_forward(run.strategy) ? (run.prefetch ? 1 : 0) : z.L) * z.gathered_layer() * p;
   // Head and loss, then the head's backward.
   {
     Moment m = base("head and loss");
@@ -242,7 +261,7 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   // Decoder layers' backward, last to first, each followed by its reduction.
   for (int i = z.L - 1; i >= 0; --i) {
     Moment m = base("backward");
-    m.add(C::GatheredParams, z.padded[0] * p + layers_gathered_backward(run, z, i) * z.layer_padded * p);
+    m.add(C::GatheredParams, z.gathered_root() * p + layers_gathered_backward(run, z, i) * z.gathered_layer() * p);
     m.add(C::SavedTensors, ac ? i * a.layer_input : (i + 1) * a.layer_saved);
     m.add(C::Activations, (ac ? a.layer_saved : 0) + a.layer_backward_transient + a.layer_input);
     m.add(C::UnsharedGrads, z.head_numel * p + z.layer_numel * p);
@@ -250,7 +269,7 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
     peak.offer(m);
     Moment red = base("layer reduction");
     const int64_t kept = reshards_after_forward(run.strategy) ? (run.prefetch && run.limit_all_gathers >= 2 && i > 0 ? 1 : 0) : i;
-    red.add(C::GatheredParams, z.padded[0] * p + kept * z.layer_padded * p);
+    red.add(C::GatheredParams, z.gathered_root() * p + kept * z.gathered_layer() * p);
     red.add(C::SavedTensors, i * per_layer_saved).add(C::Activations, a.layer_input);
     red.add(C::UnsharedGrads, z.head_numel * p + z.layer_numel * p);
     reductions(red, in_flight(i) + 1);
@@ -284,12 +303,12 @@ Peak eval_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   for (int i = 0; i < z.L; ++i) {
     Moment m("forward (no grad)", where);
     m.add(C::Master, 4 * z.sum_chunk).add(C::ParamShard, param_shard_bytes(run, z)).add(C::CommBuffers, gather_input_bytes(run, z));
-    m.add(C::GatheredParams, z.padded[0] * p + layers_gathered_forward(run, z, i) * z.layer_padded * p);
+    m.add(C::GatheredParams, z.gathered_root() * p + layers_gathered_forward(run, z, i) * z.gathered_layer() * p);
     m.add(C::Activations, 3 * a.layer_input + a.layer_forward_transient);
     peak.offer(m);
   }
   Moment h("logits", where);
-  h.add(C::Master, 4 * z.sum_chunk).add(C::ParamShard, param_shard_bytes(run, z)).add(C::GatheredParams, z.padded[0] * p);
+  h.add(C::Master, 4 * z.sum_chunk).add(C::ParamShard, param_shard_bytes(run, z)).add(C::GatheredParams, z.gathered_root() * p);
   h.add(C::Activations, a.layer_input + a.logits + (p == 4 ? 0 : 4 * a.logits / p));
   peak.offer(h);
   return peak;
@@ -343,6 +362,12 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   const int64_t masters_on_host = run.gpu && !offload ? 2 * 4 * z.max_chunk : 4 * z.sum_chunk;
   reader.add(C::Master, masters_on_host);
   other.add(C::Master, masters_on_host);
+  // LoRA's base: its stored shard, and an fp32 chunk per unit as it loads (the reader: a whole unit).
+  const bool frozen_on_host = !run.gpu || run.offload == fsdp::Offload::Params;
+  for (Moment* m : {&reader, &other})
+    m->add(C::ParamShard, frozen_on_host ? run.frozen_bytes * z.frozen_shard : 0).add(C::Loader, 4 * z.frozen_max_chunk);
+  if (run.load == LoadMode::Rank0 && z.frozen_max_padded > 0)
+    reader.add(C::Loader, std::max<int64_t>(0, 4 * z.frozen_max_padded - 2 * z.max_numel * run.stored_bytes));
   switch (run.load) {
     case LoadMode::Rank0: reader.add(C::Loader, 2 * z.max_numel * run.stored_bytes); break;
     case LoadMode::Parallel: break;
@@ -377,7 +402,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     const int64_t layers = reshards_after_forward(run.strategy)
                                ? std::min<int64_t>(z.L, run.prefetch ? std::min(run.limit_all_gathers, 2) : 1)
                                : z.L;
-    const int64_t gathered = z.padded[0] * p + layers * z.layer_padded * p;
+    const int64_t gathered = z.gathered_root() * p + layers * z.gathered_layer() * p + run.frozen_bytes * z.frozen_shard;
     const auto at = [](const Snapshot& s, C c) { return s.bytes[static_cast<int>(c)]; };
     // Master and gradient shards; optim.in_backward holds no gradient shard beyond the unit being
     // reduced, whose full gradients the term after `gathered` already counts.

@@ -52,6 +52,11 @@
 // parameter shards: optimizer p sum c_u once (after the step), params M p (sum c_u + the layers'
 // sum c_u again when the strategy re-gathers in backward); with replicas (R > 1) the final gradient
 // shard r sum c_u up and down for the replica all-reduce.
+// LoRA (ModelShape::frozen; F_u / f_u the frozen group's padded size and shard): every term above
+// counts the adapters; the frozen base adds its stored shard (param_shard, frozen_bytes x sum f_u,
+// from the load on), its gathered part beside each gathered unit (F_u p), and, at load, one fp32
+// chunk per rank (4 f_u) and on the reading rank in rank0 mode one fp32 unit (4 F_u). The base has
+// no master, gradient or optimizer state.
 // Plus, per process: the base (libraries, MPI, LibTorch: measured, kHostBaseBytes) and, on a GPU,
 // the CUDA context and NCCL's buffers (kCudaContextBytes, kNcclBytesPerCommunicator).
 #pragma once
@@ -101,8 +106,11 @@ struct ActivationTerms {
 // norm, lm_head; [1..] the decoder layers), which root parameters belong to the head (lm_head
 // and the final norm: their gradients appear at the start of backward, the embedding's at its end)
 // and the activation terms (a function of the micro-batch, so a callback).
+// LoRA: `units` are the trainable parameters (the adapters) and `frozen` the frozen base, per unit
+// (empty: none), each laid out by its own ShardPlan as the engine does.
 struct ModelShape {
   std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> units;
+  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> frozen;
   std::vector<bool> root_param_in_head;  // per root parameter
   int64_t parameters = 0;
 };
@@ -124,6 +132,7 @@ struct RunShape {
   LoadMode load = LoadMode::Rank0;
   bool gpu = false;  // shards, gathered units and activations on a GPU; host keeps base, load, save
   int64_t align = 16;
+  int frozen_bytes = 2;  // LoRA: bytes per element of the frozen base's stored shard (lora.base_dtype)
 };
 
 // One phase on one kind of memory: bytes per category at its peak and where that peak is.

@@ -1,5 +1,7 @@
 // One optimizer step (trainer_impl.h): the micro-batches' forward and backward, the optimizer after
 // backward or in it (optim.in_backward), the numerics guard, and the step's record.
+#include <ATen/Context.h>
+
 #include <cmath>
 #include <limits>
 
@@ -40,6 +42,20 @@ std::vector<data::Batch> Trainer::Impl::next_batches(QueuedStep& q) {
   }
   q.targets = count.data_ptr<int64_t>()[0];
   return batches;
+}
+
+// A random layer (fsdp::Options::preserve_rng: LoRA's dropout) draws from the device's default
+// generator, seeded before each micro-batch from (train.seed, step, micro-batch, world rank): the
+// same masks whatever ran before, so a resumed run draws what the run that never stopped drew.
+void Trainer::Impl::seed_layer_rng(int64_t micro) {
+  if (!engine->options().preserve_rng) return;
+  uint64_t z = static_cast<uint64_t>(cfg.train.seed) * 0x9E3779B97F4A7C15ULL;
+  for (int64_t v : {step, micro, static_cast<int64_t>(groups.world->rank())}) {
+    z = (z ^ static_cast<uint64_t>(v)) * 0xBF58476D1CE4E5B9ULL;
+    z ^= z >> 31;
+  }
+  at::Generator gen = at::globalContext().defaultGenerator(device);  // a handle to the device's generator
+  gen.set_current_seed(z);
 }
 
 // Forward of one micro-batch: it will backpropagate its summed loss x W / N (the engine averages
@@ -188,6 +204,7 @@ QueuedStep Trainer::Impl::queue_step() {
     for (size_t a = 0; a < batches.size(); ++a) {
       if (abandon_if_preempted(a, q)) return q;
       const bool last = a + 1 == batches.size();
+      seed_layer_rng(static_cast<int64_t>(a));
       const at::Tensor loss = forward(batches[a], scale, last, q);
       if (last && cfg.optim.in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
       backward(loss, scale, q);

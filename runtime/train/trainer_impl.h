@@ -107,6 +107,7 @@ struct Trainer::Impl {
   QueuedStep queue_step();
   std::vector<data::Batch> next_batches(QueuedStep& q);
   bool abandon_if_preempted(size_t micro_step, QueuedStep& q);
+  void seed_layer_rng(int64_t micro);  // step.cpp
   at::Tensor forward(const data::Batch& b, double scale, bool last, QueuedStep& q);
   void backward(const at::Tensor& loss, double scale, QueuedStep& q);
   void optimizer_step(QueuedStep& q);

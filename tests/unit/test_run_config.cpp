@@ -34,6 +34,7 @@ json other_value(const ConfigKey& k) {
   if (k.type == "bool") return !k.default_value.get<bool>();
   if (k.type == "string") return k.default_value.get<std::string>() + "/other";
   if (k.type == "int list") return json::array({1, 2});
+  if (k.type == "string list") return json::array({"q_proj", "v_proj"});
   if (k.type == "int") return k.default_value.get<int64_t>() + 1;  // every int bound is a minimum
   const double d = k.default_value.get<double>();
   return k.max && d + 0.25 >= *k.max ? d / 2 : d + 0.25;
@@ -74,11 +75,13 @@ TEST(RunConfig, EveryKeyHasAFieldOfItsOwn) {
     }
     // A value that needs another key (optim.in_backward needs train.clip = 0) is refused alone at
     // config check; the round trip then runs with that key set too.
+    // lora.* other than lora.rank need LoRA on (lora.rank > 0); lora.double_quant needs nf4.
     json valid = written;
-    if (k.key == "optim.in_backward") valid["train"]["clip"] = 0.0;
-    EXPECT_EQ(Config::from_json(valid, "written").json(), valid) << k.key;
     std::vector<std::string> sets = {k.key + "=" + (v.is_string() ? v.get<std::string>() : v.dump())};
-    if (k.key == "optim.in_backward") sets.push_back("train.clip=0");
+    if (k.key == "optim.in_backward") valid["train"]["clip"] = 0.0, sets.push_back("train.clip=0");
+    if (k.key.rfind("lora.", 0) == 0 && k.key != "lora.rank") valid["lora"]["rank"] = 4, sets.push_back("lora.rank=4");
+    if (k.key == "lora.double_quant") valid["lora"]["base_dtype"] = "nf4", sets.push_back("lora.base_dtype=nf4");
+    EXPECT_EQ(Config::from_json(valid, "written").json(), valid) << k.key;
     EXPECT_EQ(Config::load("", sets).json(), valid) << k.key;
   }
 }

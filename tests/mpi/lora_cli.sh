@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# LoRA through the real CLI under real mpirun (issue 59):
+#  - bad lora.* input: one line naming the key, exit 2 on every rank, nothing written;
+#  - a LoRA run at W=2 saves adapter-only checkpoints (no base tensor; the manifest names the base),
+#    smaller than 2 x (adapter bytes + their AdamW state);
+#  - it resumes at W=1 and W=2 (resharding) with the losses of the run that never stopped;
+#  - resuming it without LoRA, a full checkpoint with LoRA, or against another base is refused.
+set -euo pipefail
+BIN=${TESSERA_BIN:?}/tessera
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/../expect.bash"  # ok, check, expect_error
+
+$BIN init-model --preset tiny --seed 7 --out "$T/model" >/dev/null
+COMMON=(--set model.path="$T/model" --set data.seq_len=32 --set train.steps=6 --set train.micro_batch=1
+        --set train.warmup_steps=1 --set train.lr=1e-2 --set log.every=100)
+LORA=(--set lora.rank=4 --set lora.alpha=16 --set lora.targets=q_proj,v_proj,down_proj)
+accum() { echo "--set train.grad_accum=$((4 / $1))"; }
+
+# Bad input: exit 2 on every rank, one line naming the key, nothing written.
+bad() {
+  local want=$1; shift
+  expect_error 2 "$want" "${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" --set checkpoint.dir="$T/bad" "$@"
+  check "nothing written for: $want" test ! -e "$T/bad"
+}
+bad "lora.targets names 'qkv_proj'" --set lora.rank=4 --set lora.targets=q_proj,qkv_proj
+bad "lora.alpha must be > 0" --set lora.rank=4 --set lora.alpha=0
+bad "lora.alpha is set but lora.rank is 0" --set lora.alpha=32
+bad "lora.rank 129 is above the smallest target dimension" --set lora.rank=129
+bad "lora.base_dtype=nf4" --set lora.rank=4 --set lora.base_dtype=nf4
+
+# The run that never stops, at W=2, saving step-3 on the way.
+"${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 2) --set checkpoint.dir="$T/ck" \
+  --set checkpoint.every=3 --set checkpoint.keep=5 > "$T/train.log"
+check "verify step-3" $BIN ckpt verify "$T/ck/step-3"
+python3 - "$T/ck/step-3" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "manifest.json")))
+names = {t["name"] for t in m["tensors"]}
+assert names and all(".lora_A." in n or ".lora_B." in n for n in names), sorted(names)[:5]
+lora = m["state"]["lora"]
+assert lora["rank"] == 4 and lora["base"]["path"].endswith("/model") and len(lora["base"]["hash"]) == 16, lora
+params = sum(t["numel"] if "numel" in t else eval("*".join(map(str, t["shape"])) or "1")
+             for t in m["tensors"] if t.get("kind") == "param")
+files = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".bin"))
+assert files < 2 * params * 4 * 3, (files, params)  # adapters (fp32) + two fp32 moments
+print("adapter elements", params, "checkpoint file bytes", files)
+PY
+ok "adapter-only checkpoint with the base's identity, smaller than 2 x (adapters + state)"
+
+close() {  # close REF GOT: the last 3 losses of GOT equal REF's steps 4..6
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+ref = [json.loads(l)["loss"] for l in open(sys.argv[1])][3:6]
+got = [json.loads(l)["loss"] for l in open(sys.argv[2])][-3:]
+assert len(got) == 3 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ref, got)), (ref, got)
+PY
+}
+for np in 2 1; do
+  "${MPIRUN[@]}" -np $np $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum $np) --set checkpoint.dir="$T/r$np" \
+    --set log.dir="$T/r$np" --resume "$T/ck/step-3" > "$T/r$np.log"
+  grep -q "resumed from $T/ck/step-3 at step 3" "$T/r$np.log"
+  check "W=2 -> W=$np LoRA resume matches the uninterrupted run" close "$T/ck/metrics.jsonl" "$T/r$np/metrics.jsonl"
+done
+
+# Refusals on resume.
+expect_error 2 "it is a LoRA checkpoint" $BIN train "${COMMON[@]}" $(accum 1) --set checkpoint.dir="$T/x1" --resume "$T/ck/step-3"
+# Another base: another config (the identity hashes config.json and the tensor index, not values).
+$BIN init-model --preset tiny-llama3 --seed 7 --out "$T/other" >/dev/null
+expect_error 2 "its adapters were trained on base model $T/model" $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 1) \
+  --set model.path="$T/other" --set checkpoint.dir="$T/x2" --resume "$T/ck/step-3"
+$BIN train "${COMMON[@]}" $(accum 1) --set train.steps=1 --set checkpoint.dir="$T/full" > /dev/null
+expect_error 2 "it is a full fine-tuning checkpoint" $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 1) \
+  --set train.steps=3 --set checkpoint.dir="$T/x3" --resume "$T/full/step-1"
+# (checkpoint.dir and its flight/ are made before the resume point is chosen, as for every refused resume: no file.)
+check "nothing written by the refused resumes" test -z "$(find "$T/x1" "$T/x2" "$T/x3" -type f 2>/dev/null)"
+# Dropout: activation checkpointing recomputes a layer with the forward's random numbers, and the
+# masks are a function of (train.seed, step, micro-batch, rank): the same losses with and without it.
+DROP=(--set train.steps=3 --set lora.dropout=0.2 --set lora.rank=4 --set lora.targets=q_proj,up_proj)
+$BIN train "${COMMON[@]}" $(accum 1) "${DROP[@]}" --set fsdp.activation_checkpointing=false --set log.dir="$T/d1" > /dev/null
+$BIN train "${COMMON[@]}" $(accum 1) "${DROP[@]}" --set fsdp.activation_checkpointing=true --set log.dir="$T/d2" > /dev/null
+$BIN train "${COMMON[@]}" $(accum 1) "${DROP[@]}" --set lora.dropout=0 --set log.dir="$T/d0" > /dev/null
+same() { cmp -s <(python3 -c "import json,sys; print([json.loads(l)['loss'] for l in open(sys.argv[1])])" "$1") \
+                <(python3 -c "import json,sys; print([json.loads(l)['loss'] for l in open(sys.argv[1])])" "$2"); }
+check "dropout: the same losses with activation checkpointing" same "$T/d1/metrics.jsonl" "$T/d2/metrics.jsonl"
+differs() { ! same "$@"; }
+check "dropout changes the losses" differs "$T/d1/metrics.jsonl" "$T/d0/metrics.jsonl"
+echo "$pass passed, 0 failed"
