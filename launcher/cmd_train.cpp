@@ -18,6 +18,7 @@
 #include "launcher/adapter_source.h"
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
+#include "launcher/cmd_lora.h"
 #include "launcher/commands.h"
 #include "launcher/config.h"
 #include "launcher/data_setup.h"
@@ -443,6 +444,22 @@ void keep_old_metrics(const std::string& log_dir) {
 }
 
 // Rank 0: the outcome (preemption and requeue, the final line, the report).
+// A LoRA run that finished: its last checkpoint's adapters as a PEFT adapter directory beside it,
+// <checkpoint.dir>/adapter-step-<N> (launcher/cmd_lora.h), unless one is there already. Rank 0.
+void export_final_adapter(const train::RunResult& res) {
+  if (res.last_checkpoint.empty()) return;  // no checkpoint.dir: nothing to export from
+  const std::filesystem::path ckpt(res.last_checkpoint);
+  const std::filesystem::path out = ckpt.parent_path() / ("adapter-" + ckpt.filename().string());
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec)) {
+    std::cout << "adapter: " << out.string() << " is there already (written when this step was first reached)" << std::endl;
+    return;
+  }
+  const int64_t n = export_lora_checkpoint(res.last_checkpoint, out.string(), "fp32");
+  std::cout << "adapter: " << out.string() << " (PEFT LoRA, " << n << " adapted weights; --adapter, peft, tessera lora merge read it)"
+            << std::endl;
+}
+
 void report_outcome(const train::RunResult& res, const TrainSetup& s) {
   {
     if (res.preempted) {
@@ -552,6 +569,7 @@ int run_train(const std::vector<std::string>& args) {
   install_mapped_file_fault_handler();  // last: a SIGBUS on a mapped data file names the file, exit 2
   const train::RunResult res = trainer.run();
   if (rank0) report_outcome(res, s);
+  if (s.cfg.lora.enabled() && !res.preempted) collectively([&] { if (rank0) export_final_adapter(res); });
   return 0;
 }
 

@@ -4,7 +4,9 @@
 #  - a LoRA run at W=2 saves adapter-only checkpoints (no base tensor; the manifest names the base),
 #    smaller than 2 x (adapter bytes + their AdamW state);
 #  - it resumes at W=1 and W=2 (resharding) with the losses of the run that never stopped;
-#  - resuming it without LoRA, a full checkpoint with LoRA, or against another base is refused.
+#  - resuming it without LoRA, a full checkpoint with LoRA, or against another base is refused;
+#  - the run's end and `tessera lora export` write PEFT adapters (checked by a reader written here),
+#    and the exported adapter on the base scores validation data as the trainer did.
 set -euo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -86,4 +88,43 @@ same() { cmp -s <(python3 -c "import json,sys; print([json.loads(l)['loss'] for 
 check "dropout: the same losses with activation checkpointing" same "$T/d1/metrics.jsonl" "$T/d2/metrics.jsonl"
 differs() { ! same "$@"; }
 check "dropout changes the losses" differs "$T/d1/metrics.jsonl" "$T/d0/metrics.jsonl"
+# PEFT export: the run's end wrote its last checkpoint's adapters as a PEFT adapter; `tessera lora
+# export` writes any LoRA checkpoint's. A reader written here (not Tessera's) checks the files; the
+# exported adapter applied to the base by `eval --adapter` scores a validation file exactly as the
+# trainer's own validation did at that step.
+check "the run's end wrote adapter-step-6" grep -q "^adapter: $T/ck/adapter-step-6 (PEFT LoRA, 6 adapted weights" "$T/train.log"
+$BIN lora export --checkpoint "$T/ck/step-3" --out "$T/ad3" --dtype bf16 > /dev/null
+peft_files() {  # DIR DTYPE
+  python3 - "$1" "$2" "$T/model/config.json" <<'PY'
+import json, os, struct, sys
+d, dtype, cfg = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+c = json.load(open(os.path.join(d, "adapter_config.json")))
+assert (c["peft_type"], c["task_type"], c["bias"], c["r"], c["lora_alpha"]) == ("LORA", "CAUSAL_LM", "none", 4, 16), c
+assert sorted(c["target_modules"]) == ["down_proj", "q_proj", "v_proj"] and c["base_model_name_or_path"].endswith("/model"), c
+raw = open(os.path.join(d, "adapter_model.safetensors"), "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+h = {k: v for k, v in json.loads(raw[8:8 + n]).items() if k != "__metadata__"}
+H, I = cfg["hidden_size"], cfg["intermediate_size"]
+KV = cfg["num_key_value_heads"] * (H // cfg["num_attention_heads"])
+want = {}
+for i in range(cfg["num_hidden_layers"]):
+    for m, o, inp in (("self_attn.q_proj", H, H), ("self_attn.v_proj", KV, H), ("mlp.down_proj", H, I)):
+        p = f"base_model.model.model.layers.{i}.{m}"
+        want[p + ".lora_A.weight"], want[p + ".lora_B.weight"] = [4, inp], [o, 4]
+assert {k: v["shape"] for k, v in h.items()} == want, sorted(h)[:4]
+assert all(v["dtype"] == dtype for v in h.values()), {v["dtype"] for v in h.values()}
+PY
+}
+check "adapter-step-6 is a PEFT adapter (config fields, keys, shapes; fp32)" peft_files "$T/ck/adapter-step-6" F32
+check "lora export of step-3 is one too (bf16)" peft_files "$T/ad3" BF16
+expect_error 2 "is not a LoRA checkpoint" $BIN lora export --checkpoint "$T/full/step-1" --out "$T/x4"
+check "nothing written by the refused export" test ! -e "$T/x4"
+VAL=/usr/share/common-licenses/Apache-2.0
+"${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 2) --set train.steps=3 --set data.val_path=$VAL \
+  --set checkpoint.dir="$T/v" > "$T/v.log"
+$BIN eval --model "$T/model" --adapter "$T/v/adapter-step-3" --data $VAL --set data.seq_len=32 > "$T/v.eval"
+check "eval --adapter of the exported adapter = the trainer's validation loss at that step" python3 -c "
+import json; v = [json.loads(l) for l in open('$T/v/metrics.jsonl')][-1]['val_loss']
+e = json.load(open('$T/v.eval'))['mean_loss']
+assert abs(v - e) <= 1e-5 * abs(v), (v, e)"
 echo "$pass passed, 0 failed"
