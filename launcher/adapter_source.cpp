@@ -1,7 +1,10 @@
 #include "launcher/adapter_source.h"
 
+#include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
+#include "launcher/config.h"
 #include "model/errors.h"
 #include "runtime/error.h"
 
@@ -27,6 +30,59 @@ void AdapterWeightSource::read(const std::string& name, const std::vector<int64_
 
 at::Tensor AdapterWeightSource::view(const std::string& name, int64_t offset, int64_t count) {
   return by_weight_.count(name) ? at::Tensor() : base_->view(name, offset, count);
+}
+
+std::function<at::Tensor(const std::string&, const std::vector<int64_t>&)> peft_start(
+    std::shared_ptr<const model::PeftAdapter> adapter, const std::string& adapter_dir) {
+  return [adapter, adapter_dir](const std::string& name, const std::vector<int64_t>&) {
+    for (const model::LoraTarget& t : adapter->targets()) {
+      if (t.a.name == name) return adapter->read_a(t);
+      if (t.b.name == name) return adapter->read_b(t);
+    }
+    throw TESSERA_INPUT_ERROR("--adapter " + adapter_dir + " has no tensor " + name);
+  };
+}
+
+namespace {
+
+model::PeftConfig read_peft_config(const std::string& adapter_dir) {
+  const std::string path = adapter_dir + "/adapter_config.json";
+  try {
+    return model::PeftConfig::from_json(read_json_file(path), path);
+  } catch (const model::ModelError& e) {
+    throw TESSERA_INPUT_ERROR(std::string("--adapter: ") + e.what());
+  }
+}
+
+// target_modules as lora.targets names.
+std::vector<std::string> lora_targets_of(const model::PeftConfig& c) {
+  if (c.target_modules.size() == 1 && c.target_modules[0] == "all-linear") return lora::default_targets();
+  std::vector<std::string> out;
+  for (const std::string& t : c.target_modules) out.push_back(t.substr(t.rfind('.') + 1));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> adapter_lora_sets(const std::string& adapter_dir) {
+  const model::PeftConfig c = read_peft_config(adapter_dir);
+  std::string targets;
+  for (const std::string& t : lora_targets_of(c)) targets += (targets.empty() ? "" : ",") + t;
+  return {"lora.rank=" + std::to_string(c.r), "lora.alpha=" + nlohmann::json(c.lora_alpha).dump(),
+          "lora.dropout=" + nlohmann::json(c.lora_dropout).dump(), "lora.targets=" + targets};
+}
+
+void check_adapter_lora(const std::string& adapter_dir, const lora::Options& run) {
+  const model::PeftConfig c = read_peft_config(adapter_dir);
+  std::vector<std::string> want = lora_targets_of(c), have = run.targets;
+  std::sort(want.begin(), want.end());
+  std::sort(have.begin(), have.end());
+  const std::string at = "--adapter " + adapter_dir + ": ";
+  TESSERA_CHECK_INPUT(run.rank == c.r, at + "its r is " + std::to_string(c.r) + ", lora.rank " + std::to_string(run.rank));
+  TESSERA_CHECK_INPUT(run.alpha == c.lora_alpha, at + "its lora_alpha is " + nlohmann::json(c.lora_alpha).dump() +
+                                                     ", lora.alpha " + nlohmann::json(run.alpha).dump());
+  TESSERA_CHECK_INPUT(want == have, at + "its target_modules are " + nlohmann::json(want).dump() + ", lora.targets " +
+                                        nlohmann::json(have).dump());
 }
 
 std::shared_ptr<const model::PeftAdapter> open_adapter(const std::string& adapter_dir, const model::ModelConfig& base,

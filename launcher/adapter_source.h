@@ -5,10 +5,13 @@
 // `tessera lora merge` compute), with no merged copy on disk and no more memory than the base: the
 // loader asks for one slice of one tensor at a time, and the delta is made for that slice's rows.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "model/lora.h"
 #include "model/peft_adapter.h"
 #include "runtime/fsdp/fsdp.h"
 
@@ -28,6 +31,18 @@ class AdapterWeightSource : public fsdp::WeightSource {
   std::shared_ptr<const model::PeftAdapter> adapter_;
   std::map<std::string, const model::LoraTarget*> by_weight_;
 };
+
+// `tessera train --adapter`: the adapters' starting values from a PEFT adapter (for AdapterInitSource),
+// its A and B by the module tree's names; Error(Input) for a name the adapter does not have.
+std::function<at::Tensor(const std::string& name, const std::vector<int64_t>& shape)> peft_start(
+    std::shared_ptr<const model::PeftAdapter> adapter, const std::string& adapter_dir);
+
+// The lora.* --set entries that make a run's LoRA the adapter's (r, lora_alpha, lora_dropout,
+// target_modules: "all-linear" is every projection, "self_attn.q_proj" is q_proj), from
+// ADAPTER_DIR/adapter_config.json; and the check, once the configuration is read, that lora.* still
+// says so (Error(Input) naming the key and both values when a --set or the file changed one).
+std::vector<std::string> adapter_lora_sets(const std::string& adapter_dir);
+void check_adapter_lora(const std::string& adapter_dir, const lora::Options& run);
 
 // The adapter at `adapter_dir` for the base model in `model_dir` (Error(Input) naming what does not
 // match), and a line for people saying what it adapts.

@@ -172,18 +172,23 @@ ModelSetup setup_model(const Config& cfg) {
   return s;
 }
 
-// The model's weights; with LoRA the adapters' PEFT initialisation from train.seed beside them.
-void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg) {
+// The model's weights; with LoRA the adapters beside them: PEFT's initialisation from train.seed, or
+// --adapter's A and B (adapter_dir; validated against the base on the ranks that read).
+void load_model_weights(train::Trainer& trainer, const ModelSetup& ms, const Config& cfg, const std::string& adapter_dir) {
   const uint64_t adapter_seed = static_cast<uint64_t>(cfg.train.seed);
   if (!cfg.model.path.empty()) {
     // model.load: rank0 (only rank 0 has a source), parallel, or naive (benchmark baseline).
     std::unique_ptr<HfWeightSource> src;
     if (ms.dir) src = std::make_unique<HfWeightSource>(ms.dir);
-    AdapterInitSource adapted(src.get(), adapter_seed);
+    AdapterInitSource adapted = adapter_dir.empty() || !ms.dir
+                                    ? AdapterInitSource(src.get(), adapter_seed)
+                                    : AdapterInitSource(src.get(), peft_start(open_adapter(adapter_dir, ms.config, cfg.model.path), adapter_dir));
     trainer.load_weights(cfg.lora.enabled() ? static_cast<fsdp::WeightSource*>(&adapted) : src.get(), cfg.model.load);
   } else {
     InitWeightSource src(ms.config, static_cast<uint64_t>(cfg.model.seed));
-    AdapterInitSource adapted(&src, adapter_seed);
+    AdapterInitSource adapted = adapter_dir.empty()
+                                    ? AdapterInitSource(&src, adapter_seed)
+                                    : AdapterInitSource(&src, peft_start(open_adapter(adapter_dir, ms.config, ""), adapter_dir));
     if (cfg.lora.enabled()) trainer.load_weights(adapted);
     else trainer.load_weights(src);
   }
@@ -258,6 +263,7 @@ struct TrainSetup {
   DataSetup data;
   TokenizerChoice tok_choice;
   std::string tok_bytes;  // model.load=rank0: the tokenizer.model rank 0 read, for the other ranks
+  std::string adapter_dir;  // --adapter: the PEFT adapter the LoRA adapters start from
   std::string resume_dir;
   std::vector<std::string> resume_candidates;  // resume_dir first, then the fallbacks if it is damaged
   nlohmann::json lora;  // lora_state() of a LoRA run, null without LoRA
@@ -277,7 +283,13 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
     std::vector<std::string> sets;
     if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
     if (vm.count("peak-flops")) sets.push_back("train.peak_flops=" + vm["peak-flops"].as<std::string>());
+    if (vm.count("adapter")) {  // the adapter's lora.* first: a --set that changes one is refused below
+      s.adapter_dir = vm["adapter"].as<std::string>();
+      const std::vector<std::string> from_adapter = adapter_lora_sets(s.adapter_dir);
+      sets.insert(sets.begin(), from_adapter.begin(), from_adapter.end());
+    }
     s.cfg = Config::load(vm["config"].as<std::string>(), sets);
+    if (!s.adapter_dir.empty()) check_adapter_lora(s.adapter_dir, s.cfg.lora);
     train::validate(s.cfg, loss_scaling(s.cfg));
     apply_comm_timeout(s.cfg);
     s.rank0_reads = !s.cfg.model.path.empty() && s.cfg.model.load == fsdp::LoadMode::Rank0;
@@ -509,13 +521,15 @@ int run_train(const std::vector<std::string>& args) {
       "host-mem", po::value<std::string>(),
       "host RAM of this node for the job (default: the cgroup or SLURM --mem limit, if any); the run stops "
       "before loading if the memory model predicts more")(
+      "adapter", po::value<std::string>(), "a PEFT LoRA adapter directory to start from: its r, lora_alpha, "
+      "lora_dropout and target_modules become lora.*, and the adapters start from its A and B")(
       "peak-flops", po::value<std::string>(),
       "peak FLOP/s of one rank for MFU, e.g. 989e12 (sets train.peak_flops; default: the hardware's)");
   desc.add_options()("config-file", po::value<std::string>(), "the configuration given without --config");
   po::positional_options_description config_file;  // `tessera train run.json` is `--config run.json`
   config_file.add("config-file", 1);
   auto vm = parse_command("tessera train --config run.json (or: tessera train run.json) [--set key=value]... "
-                          "[--resume [DIR] | --fresh] [--host-mem SIZE]", desc, args, &config_file);
+                          "[--adapter DIR] [--resume [DIR] | --fresh] [--host-mem SIZE]", desc, args, &config_file);
   if (!vm) return 0;
   if (vm->count("config-file")) {
     const std::string given = (*vm)["config-file"].as<std::string>(), flag = (*vm)["config"].as<std::string>();
@@ -557,11 +571,15 @@ int run_train(const std::vector<std::string>& args) {
   }
   if (!s.resume_dir.empty()) {
     // A LoRA checkpoint holds the adapters only: the frozen base comes from the model first.
-    if (s.cfg.lora.enabled()) collectively([&] { load_model_weights(trainer, s.ms, s.cfg); });
+    if (s.cfg.lora.enabled()) collectively([&] { load_model_weights(trainer, s.ms, s.cfg, ""); });
     collectively([&] { s.resume_dir = resume_first_intact(trainer, s.resume_candidates, rank0); });
-    if (rank0) std::cout << "resumed from " << s.resume_dir << " at step " << trainer.step() << std::endl;
+    if (rank0) std::cout << "resumed from " << s.resume_dir << " at step " << trainer.step()
+                         << (s.adapter_dir.empty() ? "" : " (its adapters continue; --adapter " + s.adapter_dir +
+                                                              " started this run and is not read again)")
+                         << std::endl;
   } else {
-    collectively([&] { load_model_weights(trainer, s.ms, s.cfg); });
+    collectively([&] { load_model_weights(trainer, s.ms, s.cfg, s.adapter_dir); });
+    if (rank0 && !s.adapter_dir.empty()) std::cout << "LoRA adapters start from " << s.adapter_dir << std::endl;
   }
   trainer.set_console(console());
   train::install_preemption_handlers(train::signal_number(s.cfg.train.preempt_signal));

@@ -131,7 +131,7 @@ void AdapterInitSource::read(const std::string& name, const std::vector<int64_t>
                              int64_t count, float* dst) {
   if (!lora::is_adapter(name)) return base_->read(name, shape, offset, count, dst);
   if (name != cached_name_) {
-    cached_ = lora::init_adapter(name, shape, seed_).contiguous();
+    cached_ = (start_ ? start_(name, shape).to(at::kFloat) : lora::init_adapter(name, shape, seed_)).contiguous();
     cached_name_ = name;
   }
   TESSERA_CHECK(offset + count <= cached_.numel(), "slice out of range for " + name);

@@ -1,6 +1,7 @@
 // Glue between model/ (the family registry, model/registry.h) and runtime/ (FSDP, training): the
 // only place that knows both. Nothing here names a family: everything comes from ModelConfig::spec().
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -49,11 +50,15 @@ class InitWeightSource : public fsdp::WeightSource {
   at::Tensor cached_;
 };
 
-// LoRA: the adapters' PEFT initialisation (lora::init_adapter from `seed`, the run's train.seed),
-// every other tensor from `base` (which may be null on ranks that do not read: model.load=rank0).
+// LoRA: the adapters' starting values, every other tensor from `base` (which may be null on ranks
+// that do not read: model.load=rank0). By default PEFT's initialisation (lora::init_adapter from
+// `seed`, the run's train.seed); with `start`, the whole tensor it returns for an adapter's name and
+// shape (`tessera train --adapter`: a PEFT adapter's A and B).
 class AdapterInitSource : public fsdp::WeightSource {
  public:
+  using Start = std::function<at::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
   AdapterInitSource(fsdp::WeightSource* base, uint64_t seed) : base_(base), seed_(seed) {}
+  AdapterInitSource(fsdp::WeightSource* base, Start start) : base_(base), start_(std::move(start)) {}
   void read(const std::string& name, const std::vector<int64_t>& shape, int64_t offset, int64_t count,
             float* dst) override;
   at::Tensor view(const std::string& name, int64_t offset, int64_t count) override;
@@ -61,7 +66,8 @@ class AdapterInitSource : public fsdp::WeightSource {
 
  private:
   fsdp::WeightSource* base_;
-  uint64_t seed_;
+  uint64_t seed_ = 0;
+  Start start_;
   std::string cached_name_;
   at::Tensor cached_;
 };

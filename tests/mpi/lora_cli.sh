@@ -6,7 +6,8 @@
 #  - it resumes at W=1 and W=2 (resharding) with the losses of the run that never stopped;
 #  - resuming it without LoRA, a full checkpoint with LoRA, or against another base is refused;
 #  - the run's end and `tessera lora export` write PEFT adapters (checked by a reader written here),
-#    and the exported adapter on the base scores validation data as the trainer did.
+#    and the exported adapter on the base scores validation data as the trainer did;
+#  - train --adapter starts from a PEFT adapter (its lora.* and its A, B).
 set -euo pipefail
 BIN=${TESSERA_BIN:?}/tessera
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -119,6 +120,19 @@ check "adapter-step-6 is a PEFT adapter (config fields, keys, shapes; fp32)" pef
 check "lora export of step-3 is one too (bf16)" peft_files "$T/ad3" BF16
 expect_error 2 "is not a LoRA checkpoint" $BIN lora export --checkpoint "$T/full/step-1" --out "$T/x4"
 check "nothing written by the refused export" test ! -e "$T/x4"
+# train --adapter: a run starts from a PEFT adapter (lora.* taken from its adapter_config.json). At
+# lr 0 one step later its checkpoint holds exactly the adapter's A and B (exported again: the same
+# bytes); a --set that contradicts the adapter is refused.
+"${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" $(accum 2) --adapter "$T/ck/adapter-step-6" --set train.steps=1 \
+  --set train.lr=0 --set train.min_lr=0 --set train.warmup_steps=0 --set checkpoint.dir="$T/a0" > "$T/a0.log"
+check "the run says where its adapters start" grep -q "LoRA adapters start from $T/ck/adapter-step-6" "$T/a0.log"
+check "the run took lora.* from the adapter" python3 -c "
+import json; l = json.load(open('$T/a0/step-1/manifest.json'))['state']['lora']
+assert (l['rank'], l['alpha'], sorted(l['targets'])) == (4, 16, ['down_proj', 'q_proj', 'v_proj']), l"
+check "lr 0: its checkpoint's adapters are the adapter's, bit for bit" \
+  cmp "$T/ck/adapter-step-6/adapter_model.safetensors" "$T/a0/adapter-step-1/adapter_model.safetensors"
+expect_error 2 "--adapter $T/ck/adapter-step-6: its r is 4, lora.rank 8" $BIN train "${COMMON[@]}" $(accum 1) \
+  --adapter "$T/ck/adapter-step-6" --set lora.rank=8 --set checkpoint.dir="$T/x5"
 VAL=/usr/share/common-licenses/Apache-2.0
 "${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 2) --set train.steps=3 --set data.val_path=$VAL \
   --set checkpoint.dir="$T/v" > "$T/v.log"
