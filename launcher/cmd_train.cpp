@@ -30,6 +30,7 @@
 #include "launcher/resume.h"
 #include "launcher/run_options.h"
 #include "launcher/train_samples.h"
+#include "runtime/quant/nf4_storage.h"
 #include "runtime/device/gemm_probe.h"
 #include "runtime/fsdp/strategy_check.h"
 #include "model/eval.h"
@@ -67,9 +68,8 @@ fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc)
   o.align = std::lcm(o.align, optim::state_alignment(optim::state_scalar_type(cfg.optim.state_dtype)));
   // LoRA's frozen base: stored in lora.base_dtype (empty: the compute dtype); dropout is random.
   if (cfg.lora.enabled()) {
-    TESSERA_CHECK_INPUT(cfg.lora.base_dtype != "nf4",
-                        "lora.base_dtype=nf4: NF4 storage of the frozen base (QLoRA) is not in this build yet; use the compute dtype (leave lora.base_dtype empty) or bf16");
-    if (!cfg.lora.base_dtype.empty()) o.frozen_storage = fsdp::dtype_storage(fsdp::parse_dtype(cfg.lora.base_dtype));
+    if (cfg.lora.base_dtype == "nf4") o.frozen_storage = quant::nf4_storage(cfg.lora.double_quant);  // QLoRA
+    else if (!cfg.lora.base_dtype.empty()) o.frozen_storage = fsdp::dtype_storage(fsdp::parse_dtype(cfg.lora.base_dtype));
     o.preserve_rng = cfg.lora.dropout > 0;
   }
   return o;

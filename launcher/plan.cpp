@@ -58,7 +58,11 @@ planner::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc
   r.load = cfg.model.path.empty() ? fsdp::LoadMode::Parallel : cfg.model.load;  // a preset is initialised in place
   r.gpu = req.gpu;
   r.align = fo.align;
-  r.frozen_bytes = static_cast<int>(fo.frozen_storage ? c10::elementSize(fo.frozen_storage->stored_dtype()) : c10::elementSize(fo.param_dtype));
+  // Bytes per element of the stored base, from the storage's own size of a large chunk (nf4's scales included).
+  constexpr int64_t kProbe = int64_t(1) << 24;
+  r.frozen_bytes = fo.frozen_storage ? static_cast<double>(fo.frozen_storage->stored_numel(kProbe) *
+                                                           c10::elementSize(fo.frozen_storage->stored_dtype())) / kProbe
+                                     : static_cast<double>(c10::elementSize(fo.param_dtype));
   return r;
 }
 

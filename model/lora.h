@@ -15,12 +15,14 @@
 // launcher/model_lm.cpp hands the engine the adapters as the trainable group of each unit and the
 // base as its frozen group (runtime/fsdp/fsdp.h).
 #pragma once
-#include <torch/types.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+namespace at {
+class Tensor;  // the tensor functions below; the options need no LibTorch (the config fuzzers build without it)
+}
 namespace tessera::model {
 struct ModelConfig;
 }
@@ -61,10 +63,10 @@ bool is_adapter(const std::string& name);
 
 // PEFT's initial value of adapter `name` (shape [r, in] for lora_A, [out, r] for lora_B), fp32 CPU:
 // lora_A ~ U(-1/sqrt(in), 1/sqrt(in)) from (seed, name), lora_B = 0.
-torch::Tensor init_adapter(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed);
+at::Tensor init_adapter(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed);
 
 // W + (alpha / r) B A: what `tessera lora merge` writes and what the adapted Linear computes (up to
 // rounding), for W [out, in], A [r, in], B [out, r], in W's dtype (computed in fp32).
-torch::Tensor merged_weight(const torch::Tensor& W, const torch::Tensor& A, const torch::Tensor& B, double scale);
+at::Tensor merged_weight(const at::Tensor& W, const at::Tensor& A, const at::Tensor& B, double scale);
 
 }  // namespace tessera::lora

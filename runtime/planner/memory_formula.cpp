@@ -1,6 +1,7 @@
 #include "runtime/planner/memory_formula.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/checkpoint/layout.h"
 #include "runtime/comm/mpi_backend.h"
@@ -169,10 +170,15 @@ int64_t layers_gathered_backward(const RunShape& run, const Sizes& z, int i) {
   return i + 1;
 }
 
+// The stored bytes of `n` elements of the frozen base.
+int64_t frozen_stored(const RunShape& run, int64_t n) {
+  return static_cast<int64_t>(std::ceil(run.frozen_bytes * static_cast<double>(n)));
+}
+
 // The parameter shard host offload keeps in the compute dtype (optimizer: on the device; params: on
 // the host, none in fp32 where the master is that shard).
 int64_t param_shard_bytes(const RunShape& run, const Sizes& z) {
-  const int64_t frozen = run.frozen_bytes * z.frozen_shard;  // LoRA's base, stored
+  const int64_t frozen = frozen_stored(run, z.frozen_shard);  // LoRA's base, stored
   if (run.offload == fsdp::Offload::Optimizer || (run.offload == fsdp::Offload::Params && run.param_bytes != 4))
     return frozen + run.param_bytes * z.sum_chunk;
   return frozen;
@@ -365,7 +371,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   // LoRA's base: its stored shard, and an fp32 chunk per unit as it loads (the reader: a whole unit).
   const bool frozen_on_host = !run.gpu || run.offload == fsdp::Offload::Params;
   for (Moment* m : {&reader, &other})
-    m->add(C::ParamShard, frozen_on_host ? run.frozen_bytes * z.frozen_shard : 0).add(C::Loader, 4 * z.frozen_max_chunk);
+    m->add(C::ParamShard, frozen_on_host ? frozen_stored(run, z.frozen_shard) : 0).add(C::Loader, 4 * z.frozen_max_chunk);
   if (run.load == LoadMode::Rank0 && z.frozen_max_padded > 0)
     reader.add(C::Loader, std::max<int64_t>(0, 4 * z.frozen_max_padded - 2 * z.max_numel * run.stored_bytes));
   switch (run.load) {
@@ -402,7 +408,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     const int64_t layers = reshards_after_forward(run.strategy)
                                ? std::min<int64_t>(z.L, run.prefetch ? std::min(run.limit_all_gathers, 2) : 1)
                                : z.L;
-    const int64_t gathered = z.gathered_root() * p + layers * z.gathered_layer() * p + run.frozen_bytes * z.frozen_shard;
+    const int64_t gathered = z.gathered_root() * p + layers * z.gathered_layer() * p + frozen_stored(run, z.frozen_shard);
     const auto at = [](const Snapshot& s, C c) { return s.bytes[static_cast<int>(c)]; };
     // Master and gradient shards; optim.in_backward holds no gradient shard beyond the unit being
     // reduced, whose full gradients the term after `gathered` already counts.

@@ -132,7 +132,9 @@ struct RunShape {
   LoadMode load = LoadMode::Rank0;
   bool gpu = false;  // shards, gathered units and activations on a GPU; host keeps base, load, save
   int64_t align = 16;
-  int frozen_bytes = 2;  // LoRA: bytes per element of the frozen base's stored shard (lora.base_dtype)
+  // LoRA: bytes per element of the frozen base's stored shard (lora.base_dtype; nf4: about 0.56 with
+  // its block scales, 0.52 with double quantization); frozen_stored(run, n) rounds a count's bytes up.
+  double frozen_bytes = 2;
 };
 
 // One phase on one kind of memory: bytes per category at its peak and where that peak is.

@@ -30,7 +30,7 @@ bad "lora.targets names 'qkv_proj'" --set lora.rank=4 --set lora.targets=q_proj,
 bad "lora.alpha must be > 0" --set lora.rank=4 --set lora.alpha=0
 bad "lora.alpha is set but lora.rank is 0" --set lora.alpha=32
 bad "lora.rank 129 is above the smallest target dimension" --set lora.rank=129
-bad "lora.base_dtype=nf4" --set lora.rank=4 --set lora.base_dtype=nf4
+bad "lora.double_quant needs lora.base_dtype=nf4" --set lora.rank=4 --set lora.double_quant=true
 
 # The run that never stops, at W=2, saving step-3 on the way.
 "${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 2) --set checkpoint.dir="$T/ck" \
@@ -141,4 +141,21 @@ check "eval --adapter of the exported adapter = the trainer's validation loss at
 import json; v = [json.loads(l) for l in open('$T/v/metrics.jsonl')][-1]['val_loss']
 e = json.load(open('$T/v.eval'))['mean_loss']
 assert abs(v - e) <= 1e-5 * abs(v), (v, e)"
+# QLoRA: lora.base_dtype nf4 stores the frozen base as NF4 bytes (all-gathered as bytes, decoded per
+# unit when gathered): the same losses at 1 and 2 ranks (a block never spans two ranks' chunks), a
+# first loss near the unquantized base's (B = 0: only the base's quantization error), and with
+# double quantization too.
+Q=(--set train.steps=3 --set lora.base_dtype=nf4)
+for np in 1 2; do
+  "${MPIRUN[@]}" -np $np $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum $np) "${Q[@]}" --set log.dir="$T/q$np" > /dev/null
+done
+"${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 2) "${Q[@]}" --set lora.double_quant=true \
+  --set log.dir="$T/qd" > /dev/null
+check "QLoRA: the same losses at 1 and 2 ranks, near the unquantized base's first loss; double quant too" python3 -c "
+import json, math
+L = lambda d: [json.loads(l)['loss'] for l in open(d + '/metrics.jsonl')]
+q1, q2, qd, full = L('$T/q1'), L('$T/q2'), L('$T/qd'), L('$T/ck')
+assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(q1, q2)), (q1, q2)
+assert 0 < abs(q1[0] - full[0]) < 0.05, (q1[0], full[0])
+assert all(math.isfinite(x) for x in qd) and abs(qd[0] - q1[0]) < 0.05, (qd, q1)"
 echo "$pass passed, 0 failed"
