@@ -79,6 +79,11 @@ ModelSource model_source(const po::variables_map& vm) {
   const checkpoint::Reader r(s.checkpoint);  // a manifest that does not parse or verify: Error(Input)
   TESSERA_CHECK_INPUT(r.state().contains("model_config"),
                       "--checkpoint " + s.checkpoint + ": its manifest has no state.model_config");
+  TESSERA_CHECK_INPUT(!r.state().contains("lora"),
+                      "--checkpoint " + s.checkpoint + " is a LoRA checkpoint (adapters only, no base): generate from "
+                      "its base with its adapter: tessera lora export --checkpoint " + s.checkpoint +
+                          " --out ADAPTER_DIR, then tessera generate --model BASE --adapter ADAPTER_DIR (a finished "
+                          "LoRA run wrote <checkpoint.dir>/adapter-step-<N> already)");
   s.mc = model::ModelConfig::from_json(r.state()["model_config"], s.checkpoint + "/manifest.json state.model_config");
   s.stored_config = r.state().value("config", nlohmann::json());
   return s;

@@ -118,6 +118,9 @@ PY
 }
 check "adapter-step-6 is a PEFT adapter (config fields, keys, shapes; fp32)" peft_files "$T/ck/adapter-step-6" F32
 check "lora export of step-3 is one too (bf16)" peft_files "$T/ad3" BF16
+printf '256 72 101\n' > "$T/p.txt"
+expect_error 2 "is a LoRA checkpoint (adapters only, no base): generate from its base with its adapter" \
+  $BIN generate --checkpoint "$T/ck/step-3" --prompt-ids "$T/p.txt"
 expect_error 2 "is not a LoRA checkpoint" $BIN lora export --checkpoint "$T/full/step-1" --out "$T/x4"
 check "nothing written by the refused export" test ! -e "$T/x4"
 # train --adapter: a run starts from a PEFT adapter (lora.* taken from its adapter_config.json). At
