@@ -43,9 +43,7 @@ std::function<at::Tensor(const std::string&, const std::vector<int64_t>&)> peft_
   };
 }
 
-namespace {
-
-model::PeftConfig read_peft_config(const std::string& adapter_dir) {
+model::PeftConfig read_adapter_config(const std::string& adapter_dir) {
   const std::string path = adapter_dir + "/adapter_config.json";
   try {
     return model::PeftConfig::from_json(read_json_file(path), path);
@@ -53,6 +51,8 @@ model::PeftConfig read_peft_config(const std::string& adapter_dir) {
     throw TESSERA_INPUT_ERROR(std::string("--adapter: ") + e.what());
   }
 }
+
+namespace {
 
 // target_modules as lora.targets names.
 std::vector<std::string> lora_targets_of(const model::PeftConfig& c) {
@@ -64,16 +64,14 @@ std::vector<std::string> lora_targets_of(const model::PeftConfig& c) {
 
 }  // namespace
 
-std::vector<std::string> adapter_lora_sets(const std::string& adapter_dir) {
-  const model::PeftConfig c = read_peft_config(adapter_dir);
+std::vector<std::string> adapter_lora_sets(const model::PeftConfig& c) {
   std::string targets;
   for (const std::string& t : lora_targets_of(c)) targets += (targets.empty() ? "" : ",") + t;
   return {"lora.rank=" + std::to_string(c.r), "lora.alpha=" + nlohmann::json(c.lora_alpha).dump(),
           "lora.dropout=" + nlohmann::json(c.lora_dropout).dump(), "lora.targets=" + targets};
 }
 
-void check_adapter_lora(const std::string& adapter_dir, const lora::Options& run) {
-  const model::PeftConfig c = read_peft_config(adapter_dir);
+void check_adapter_lora(const std::string& adapter_dir, const model::PeftConfig& c, const lora::Options& run) {
   std::vector<std::string> want = lora_targets_of(c), have = run.targets;
   std::sort(want.begin(), want.end());
   std::sort(have.begin(), have.end());

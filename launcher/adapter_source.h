@@ -39,10 +39,11 @@ std::function<at::Tensor(const std::string& name, const std::vector<int64_t>& sh
 
 // The lora.* --set entries that make a run's LoRA the adapter's (r, lora_alpha, lora_dropout,
 // target_modules: "all-linear" is every projection, "self_attn.q_proj" is q_proj), from
-// ADAPTER_DIR/adapter_config.json; and the check, once the configuration is read, that lora.* still
+// ADAPTER_DIR/adapter_config.json (read_adapter_config, read once); and the check, once the configuration is read, that lora.* still
 // says so (Error(Input) naming the key and both values when a --set or the file changed one).
-std::vector<std::string> adapter_lora_sets(const std::string& adapter_dir);
-void check_adapter_lora(const std::string& adapter_dir, const lora::Options& run);
+model::PeftConfig read_adapter_config(const std::string& adapter_dir);  // Error(Input) "--adapter: ..."
+std::vector<std::string> adapter_lora_sets(const model::PeftConfig& adapter);
+void check_adapter_lora(const std::string& adapter_dir, const model::PeftConfig& adapter, const lora::Options& run);
 
 // The adapter at `adapter_dir` for the base model in `model_dir` (Error(Input) naming what does not
 // match), and a line for people saying what it adapts.

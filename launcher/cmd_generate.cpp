@@ -105,7 +105,7 @@ std::string model_dir(const GenerateSetup& s) {
 
 // --prompts FILE.jsonl (launcher/prompts.h): messages records need the model's chat template, or
 // data.chat_template.
-std::vector<Prompt> read_prompt_file(const std::string& path, const GenerateSetup& s, const TokenizerChoice& tc) {
+std::vector<Prompt> generate_prompt_file(const std::string& path, const GenerateSetup& s, const TokenizerChoice& tc) {
   std::unique_ptr<data::ChatTemplate> chat;
   auto chat_for = [&](const std::string& where) -> const data::ChatTemplate& {
     TESSERA_CHECK_INPUT(s.cfg.data.chat_template != data::ChatTemplateKind::Auto ||
@@ -117,7 +117,7 @@ std::vector<Prompt> read_prompt_file(const std::string& path, const GenerateSetu
     chat->check(*s.tok);
     return *chat;
   };
-  return launcher::read_prompt_file(path, "--prompts", *s.tok, chat_for);
+  return read_prompt_file(path, "--prompts", *s.tok, chat_for);
 }
 
 std::vector<Prompt> read_prompts(const po::variables_map& vm, const GenerateSetup& s, const TokenizerChoice& tc) {
@@ -128,7 +128,7 @@ std::vector<Prompt> read_prompts(const po::variables_map& vm, const GenerateSetu
     TESSERA_CHECK_INPUT(!text.empty(), "--prompt is empty");
     return {{with_bos(*s.tok, text), "--prompt"}};
   }
-  if (vm.count("prompts")) return read_prompt_file(vm["prompts"].as<std::string>(), s, tc);
+  if (vm.count("prompts")) return generate_prompt_file(vm["prompts"].as<std::string>(), s, tc);
   const std::string path = vm["prompt-ids"].as<std::string>();
   std::vector<Prompt> out;
   int64_t n = 0;

@@ -283,13 +283,15 @@ void read_configuration(TrainSetup& s, const po::variables_map& vm, const Bootst
     std::vector<std::string> sets;
     if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
     if (vm.count("peak-flops")) sets.push_back("train.peak_flops=" + vm["peak-flops"].as<std::string>());
+    model::PeftConfig adapter;
     if (vm.count("adapter")) {  // the adapter's lora.* first: a --set that changes one is refused below
       s.adapter_dir = vm["adapter"].as<std::string>();
-      const std::vector<std::string> from_adapter = adapter_lora_sets(s.adapter_dir);
+      adapter = read_adapter_config(s.adapter_dir);
+      const std::vector<std::string> from_adapter = adapter_lora_sets(adapter);
       sets.insert(sets.begin(), from_adapter.begin(), from_adapter.end());
     }
     s.cfg = Config::load(vm["config"].as<std::string>(), sets);
-    if (!s.adapter_dir.empty()) check_adapter_lora(s.adapter_dir, s.cfg.lora);
+    if (!s.adapter_dir.empty()) check_adapter_lora(s.adapter_dir, adapter, s.cfg.lora);
     train::validate(s.cfg, loss_scaling(s.cfg));
     apply_comm_timeout(s.cfg);
     s.rank0_reads = !s.cfg.model.path.empty() && s.cfg.model.load == fsdp::LoadMode::Rank0;

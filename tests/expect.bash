@@ -40,3 +40,14 @@ judge_error() {
     fail "exit $rc (want $code), $errors error line(s) and $others other line(s) (want 1 and 0), want '$want', from: $* ; stderr: $(head -c 4000 "$err")"
   fi
 }
+# resumed_close TOL REF GOT: the last 3 losses of metrics file GOT (a run resumed from step 3) equal
+# REF's steps 4..6 within relative TOL.
+resumed_close() {
+  python3 - "$@" <<'PY'
+import json, sys
+tol = float(sys.argv[1])
+ref = [json.loads(l)["loss"] for l in open(sys.argv[2])][3:6]
+got = [json.loads(l)["loss"] for l in open(sys.argv[3])][-3:]
+assert len(got) == 3 and all(abs(a - b) <= tol * abs(a) for a, b in zip(ref, got)), (ref, got)
+PY
+}

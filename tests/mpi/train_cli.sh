@@ -38,23 +38,15 @@ check "verify step-3" $BIN ckpt verify "$T/ck4/step-3"
 first=$(grep -m1 '^tessera train:' "$T/train4.log")
 check "first line: $first" grep -qE "^tessera train: 4 rank\(s\) on 1 node\(s\), full_shard, fp32 on cpu, model $T/model \([0-9]+ parameters\), data [^ ]+ \(" <<<"$first"
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
-close() {  # close REF GOT: the last 3 losses of GOT equal REF's steps 4..6
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-ref = [json.loads(l)["loss"] for l in open(sys.argv[1])][3:6]
-got = [json.loads(l)["loss"] for l in open(sys.argv[2])][-3:]
-assert len(got) == 3 and all(abs(a - b) <= 1e-4 * abs(a) for a, b in zip(ref, got)), (ref, got)
-PY
-}
 for np in 2 1; do
   "${MPIRUN[@]}" -np $np $BIN train "${COMMON[@]}" $(accum $np) --set checkpoint.dir="$T/r$np" --set log.dir="$T/r$np" --resume "$T/ck4/step-3" > "$T/r$np.log"
   grep -q "resumed from $T/ck4/step-3 at step 3" "$T/r$np.log"
-  check "W=4 -> W=$np resume matches the uninterrupted run" close "$T/ck4/metrics.jsonl" "$T/r$np/metrics.jsonl"
+  check "W=4 -> W=$np resume matches the uninterrupted run" resumed_close 1e-4 "$T/ck4/metrics.jsonl" "$T/r$np/metrics.jsonl"
 done
 # 1 -> 4: reshard a single-process checkpoint to four ranks.
 $BIN train "${COMMON[@]}" $(accum 1) --set checkpoint.dir="$T/ck1" --set checkpoint.every=3 --set checkpoint.keep=5 > /dev/null
 "${MPIRUN[@]}" -np 4 $BIN train "${COMMON[@]}" $(accum 4) --set checkpoint.dir="$T/r14" --resume "$T/ck1/step-3" > /dev/null
-check "W=1 -> W=4 resume matches" close "$T/ck1/metrics.jsonl" "$T/r14/metrics.jsonl"
+check "W=1 -> W=4 resume matches" resumed_close 1e-4 "$T/ck1/metrics.jsonl" "$T/r14/metrics.jsonl"
 
 # Export to Hugging Face and read it back.
 $BIN ckpt consolidate --checkpoint "$T/ck4/step-6" --out "$T/hf" > /dev/null
