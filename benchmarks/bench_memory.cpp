@@ -61,6 +61,10 @@ std::vector<Case> cases(bool quick) {
       // LoRA: a frozen bf16 base (no master, gradient or moments) beside fp32 adapters.
       train("mid W2 full_shard bf16 LoRA r16", "mid", 2,
             {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"lora.rank", 16}}),
+      // QLoRA: the decoder's projections stored as NF4 (gathered as bytes, decoded per unit), the
+      // rest of the base in bf16.
+      train("mid W2 full_shard bf16 QLoRA r16 nf4", "mid", 2,
+            {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"lora.rank", 16}, {"lora.base_dtype", "nf4"}}),
   };
   Case e;
   e.name = "mid W2 eval bf16";
@@ -87,6 +91,9 @@ std::vector<Case> cases(bool quick) {
                       {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"optim.in_backward", true},
                        {"train.clip", 0.0}, {"optim.state_dtype", "int8"}, {"fsdp.offload", "params"}}));
     v.push_back(train("mid W2 full_shard fp32 AC", "mid", 2, {{"fsdp.activation_checkpointing", "true"}}));
+    v.push_back(train("mid W2 full_shard bf16 QLoRA r16 nf4 double quant offload params", "mid", 2,
+                      {{"fsdp.mixed_precision", "bf16"}, {"fsdp.reduce_dtype", "bf16"}, {"lora.rank", 16},
+                       {"lora.base_dtype", "nf4"}, {"lora.double_quant", true}, {"fsdp.offload", "params"}}));
   }
   return v;
 }

@@ -66,13 +66,15 @@ fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc)
   o.offload = cfg.fsdp.offload;
   // 8-bit moments: every shard and parameter starts at a whole block (runtime/optim/quant8.h).
   o.align = std::lcm(o.align, optim::state_alignment(optim::state_scalar_type(cfg.optim.state_dtype)));
-  // LoRA's frozen base: stored in lora.base_dtype (empty: the compute dtype); dropout is random.
-  if (cfg.lora.enabled()) {
-    if (cfg.lora.base_dtype == "nf4") o.frozen_storage = quant::nf4_storage(cfg.lora.double_quant);  // QLoRA
-    else if (!cfg.lora.base_dtype.empty()) o.frozen_storage = fsdp::dtype_storage(fsdp::parse_dtype(cfg.lora.base_dtype));
-    o.preserve_rng = cfg.lora.dropout > 0;
-  }
+  apply_lora_storage(cfg.lora, o);
   return o;
+}
+
+void apply_lora_storage(const lora::Options& lora, fsdp::Options& o) {
+  if (!lora.enabled()) return;
+  if (lora.quantized()) o.quantized_storage = quant::nf4_storage(lora.double_quant);  // QLoRA
+  else if (!lora.base_dtype.empty()) o.frozen_storage = fsdp::dtype_storage(fsdp::parse_dtype(lora.base_dtype));
+  o.preserve_rng = lora.dropout > 0;
 }
 
 namespace {
@@ -624,7 +626,9 @@ std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, co
                                                  const model::ModelConfig& mc, train::Settings* settings,
                                                  nlohmann::json* split) {
   std::vector<std::string> sets;
-  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+  if (vm.count("set"))  // lora.* are eval_lora's (with an --adapter's, which these alone may not make valid)
+    for (const std::string& kv : vm["set"].as<std::vector<std::string>>())
+      if (kv.rfind("lora.", 0) != 0) sets.push_back(kv);
   for (const char* s : {"data.val_path=", "data.val_fraction=0"}) sets.push_back(s);
   sets.push_back("data.path=" + vm["data"].as<std::string>());
   if (vm.count("all-tokens")) sets.push_back("data.train_on=all");
@@ -644,6 +648,46 @@ std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, co
   return d.train;
 }
 
+// The lora.* keys eval takes from --config / --set (after --adapter's adapter_config.json, as train
+// --adapter does). *as_trained: the model is built as LoRA training builds it (the adapters beside
+// the frozen base stored in lora.base_dtype: `--set lora.base_dtype=nf4` scores it as QLoRA trains
+// it) when lora.base_dtype is set or lora.rank is set without --adapter; else an --adapter is merged
+// into the weights as they are read (AdapterWeightSource: exact in fp32).
+lora::Options eval_lora(const po::variables_map& vm, const model::ModelConfig& mc, bool* as_trained) {
+  std::vector<std::string> sets;
+  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+  if (!vm.count("data"))
+    for (const std::string& kv : sets)
+      TESSERA_CHECK_INPUT(kv.rfind("lora.", 0) == 0, "--set " + kv + ": without --data eval takes only lora.* keys");
+  model::PeftConfig adapter;
+  if (vm.count("adapter")) {
+    adapter = read_adapter_config(vm["adapter"].as<std::string>());
+    const std::vector<std::string> from_adapter = adapter_lora_sets(adapter);
+    sets.insert(sets.begin(), from_adapter.begin(), from_adapter.end());
+  }
+  const Config cfg = Config::load(vm["config"].as<std::string>(), sets);
+  if (vm.count("adapter")) check_adapter_lora(vm["adapter"].as<std::string>(), adapter, cfg.lora);
+  lora::validate(cfg.lora, &mc, "eval");
+  *as_trained = cfg.lora.enabled() && (!cfg.lora.base_dtype.empty() || !vm.count("adapter"));
+  return cfg.lora;
+}
+
+// eval's weights: the base model's, with --adapter's merged into them or beside them (as_trained;
+// without --adapter the adapters start as PEFT's, B = 0: the base model's output).
+void load_eval_weights(train::Trainer& trainer, const std::shared_ptr<model::ModelDir>& dir,
+                       const std::shared_ptr<const model::PeftAdapter>& adapter, const std::string& adapter_dir,
+                       bool as_trained) {
+  auto base = std::make_unique<HfWeightSource>(dir);
+  if (!as_trained) {
+    std::unique_ptr<fsdp::WeightSource> src = std::move(base);
+    if (adapter) src = std::make_unique<AdapterWeightSource>(std::move(src), adapter);
+    return trainer.load_weights(*src);
+  }
+  AdapterInitSource src = adapter ? AdapterInitSource(base.get(), peft_start(adapter, adapter_dir))
+                                  : AdapterInitSource(base.get(), uint64_t{0});
+  trainer.load_weights(src);
+}
+
 }  // namespace
 
 // `tessera eval`: the model sharded with FSDP (full_shard) over every rank, each sequence's forward
@@ -655,14 +699,15 @@ int run_eval(const std::vector<std::string>& args) {
       "tokens", po::value<std::string>(), "token ids, one sequence per line, whitespace-separated (every token scored)")(
       "data", po::value<std::string>(), "data as `tessera train` reads it (chat, prompt/completion, text, a token file); "
       "its target tokens are scored, as training's validation loss")(
-      "config,c", po::value<std::string>()->default_value(""), "with --data: the run configuration whose data.* keys apply")(
-      "set", po::value<std::vector<std::string>>()->composing(), "with --data: override a config key")(
+      "config,c", po::value<std::string>()->default_value(""), "the run configuration whose data.* (with --data) and lora.* keys apply")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: data.* with --data; lora.* "
+      "(e.g. lora.base_dtype=nf4: the base as QLoRA trains it)")(
       "all-tokens", "with --data: score every token, not only the targets")(
       "split", po::value<std::string>(), "with --data: the split of a data directory with splits to score (default: "
       "the one training validates on, validation else test)")(
       "dtype", po::value<std::string>()->default_value("fp32"), "compute dtype: fp32 or bf16");
-  auto vm = parse_command("tessera eval --model DIR [--adapter DIR] (--tokens FILE | --data PATH [--split NAME] [--config run.json] "
-                          "[--set key=value]... [--all-tokens]) [--dtype fp32|bf16]", desc, args);
+  auto vm = parse_command("tessera eval --model DIR [--adapter DIR] (--tokens FILE | --data PATH [--split NAME] [--all-tokens]) "
+                          "[--config run.json] [--set key=value]... [--dtype fp32|bf16]", desc, args);
   if (!vm) return 0;
   const Bootstrap& b = current();
   std::shared_ptr<model::ModelDir> dir;
@@ -672,25 +717,27 @@ int run_eval(const std::vector<std::string>& args) {
   nlohmann::json split;  // the split --data scored; null: the data has no splits
   fsdp::Options fopts;
   train::Settings settings;
+  lora::Options lo;        // lora.*: with as_trained, the model as LoRA training builds it (eval_lora)
+  bool as_trained = false;
   collectively([&] {
     TESSERA_CHECK_INPUT(vm->count("tokens") + vm->count("data") == 1, "tessera eval needs one of --tokens FILE or --data PATH");
-    TESSERA_CHECK_INPUT(vm->count("data") || !(vm->count("all-tokens") || vm->count("set") || vm->count("split") ||
-                                               !(*vm)["config"].as<std::string>().empty()),
-                        "--all-tokens, --split, --config and --set apply to --data (a --tokens file is scored on every token)");
+    TESSERA_CHECK_INPUT(vm->count("data") || !(vm->count("all-tokens") || vm->count("split")),
+                        "--all-tokens and --split apply to --data (a --tokens file is scored on every token)");
     std::string dtype = (*vm)["dtype"].as<std::string>();
     TESSERA_CHECK_INPUT(dtype == "fp32" || dtype == "bf16", "--dtype '" + dtype + "' must be fp32 or bf16");
     fopts.param_dtype = fsdp::parse_dtype(dtype);
     dir = std::make_shared<model::ModelDir>((*vm)["model"].as<std::string>());
     dir->validate();
+    lo = eval_lora(*vm, dir->config(), &as_trained);
+    if (as_trained) apply_lora_storage(lo, fopts);
     if (vm->count("adapter")) adapter = open_adapter((*vm)["adapter"].as<std::string>(), dir->config(), (*vm)["model"].as<std::string>());
     if (vm->count("data")) dataset = eval_dataset(*vm, (*vm)["model"].as<std::string>(), dir->config(), &settings, &split);
     else sequences = model::read_token_text((*vm)["tokens"].as<std::string>(), dir->config().vocab_size);
   });
-  train::Trainer trainer(make_causal_lm(dir->config()), b.groups, fopts, settings, nullptr, {});
+  train::Trainer trainer(make_causal_lm(dir->config(), as_trained ? lo : lora::Options{}), b.groups, fopts, settings,
+                         nullptr, {});
   collectively([&] {
-    std::unique_ptr<fsdp::WeightSource> src = std::make_unique<HfWeightSource>(dir);
-    if (adapter) src = std::make_unique<AdapterWeightSource>(std::move(src), adapter);
-    trainer.load_weights(*src);
+    load_eval_weights(trainer, dir, adapter, vm->count("adapter") ? (*vm)["adapter"].as<std::string>() : "", as_trained);
   });
   // Evaluation's own peak (the load's is not part of it): what inference holds.
   memory::Breakdown mem;
@@ -718,6 +765,7 @@ int run_eval(const std::vector<std::string>& args) {
   mem.peak_rss = memory::peak_rss_bytes();
   out["memory"] = mem.to_json();
   if (adapter) out["adapter"] = (*vm)["adapter"].as<std::string>();
+  if (as_trained) out["lora"] = {{"rank", lo.rank}, {"base_dtype", lo.base_dtype.empty() ? "compute dtype" : lo.base_dtype}};
   if (b.world_rank == 0) std::cout << out.dump() << std::endl;
   return 0;
 }

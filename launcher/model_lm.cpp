@@ -12,9 +12,12 @@
 namespace tessera::launcher {
 
 namespace {
-// LoRA: a unit's adapters are its trainable group, everything else its frozen group (no gradient).
-fsdp::UnitDef split_unit(std::string name, const model::NamedTensors& params, bool lora) {
-  fsdp::UnitDef u{std::move(name), {}, {}};
+// LoRA: a unit's adapters are its trainable group, everything else frozen (no gradient): QLoRA's
+// quantized weights (lora::quantized_weight, given `linears`) in the quantized group, the rest in
+// the frozen group.
+fsdp::UnitDef split_unit(std::string name, const model::NamedTensors& params, bool lora,
+                         const std::vector<lora::TargetShape>* linears) {
+  fsdp::UnitDef u{std::move(name), {}, {}, {}};
   if (!lora) {
     u.params = params;
     return u;
@@ -24,7 +27,7 @@ fsdp::UnitDef split_unit(std::string name, const model::NamedTensors& params, bo
       u.params.emplace_back(n, t);
     } else {
       t.set_requires_grad(false);
-      u.frozen.emplace_back(n, t);
+      (linears && lora::quantized_weight(n, *linears) ? u.quantized : u.frozen).emplace_back(n, t);
     }
   }
   return u;
@@ -36,9 +39,11 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Option
   std::shared_ptr<model::CausalLmModule> m = spec->build(cfg, torch::kMeta);
   if (lora.enabled()) spec->add_lora(*m, lora);
   train::CausalLm lm;
-  lm.units.push_back(split_unit("root", m->root_parameters(), lora.enabled()));
+  const std::vector<lora::TargetShape> linears = lora.quantized() ? spec->lora_targets(cfg) : std::vector<lora::TargetShape>{};
+  const auto* q = lora.quantized() ? &linears : nullptr;
+  lm.units.push_back(split_unit("root", m->root_parameters(), lora.enabled(), q));
   for (int64_t i = 0; i < m->num_layers(); ++i)
-    lm.units.push_back(split_unit("model.layers." + std::to_string(i), m->layer_parameters(i), lora.enabled()));
+    lm.units.push_back(split_unit("model.layers." + std::to_string(i), m->layer_parameters(i), lora.enabled(), q));
   model::CausalLmModule* impl = m.get();
   // The current micro-batch's layout (packed documents): set before its forward, read by every
   // layer call of that micro-batch, including the activation-checkpointing recompute in backward.
@@ -69,6 +74,7 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Option
     how.device_rows = device_rows;
     return impl->head_loss(h, labels, how);
   };
+  lm.set_training = [impl](bool training) { impl->train(training); };
   lm.decay = [spec](const std::string& name) { return spec->decays(name); };
   lm.flops_per_token = [cfg, spec](int64_t seq_len) { return spec->train_flops_per_token(cfg, seq_len); };
   lm.keep_alive = m;
@@ -78,9 +84,12 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Option
 planner::ModelShape memory_shape(const model::ModelConfig& cfg, const lora::Options& lora) {
   planner::ModelShape s;
   if (lora.enabled()) {  // the adapters are what trains; the base is frozen (planner::ModelShape)
+    const std::vector<lora::TargetShape> linears = lora.quantized() ? cfg.spec().lora_targets(cfg) : std::vector<lora::TargetShape>{};
     for (const model::UnitSpec& u : model::unit_specs(cfg)) {
       s.frozen.emplace_back();
-      for (const model::TensorSpec& t : u.tensors) s.frozen.back().emplace_back(t.name, t.shape);
+      s.quantized.emplace_back();
+      for (const model::TensorSpec& t : u.tensors)
+        (lora::quantized_weight(t.name, linears) ? s.quantized : s.frozen).back().emplace_back(t.name, t.shape);
     }
     for (const model::UnitSpec& u : model::lora_unit_specs(cfg, lora)) {
       s.units.emplace_back();

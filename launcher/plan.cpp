@@ -59,10 +59,15 @@ planner::RunShape run_shape_from(const Config& cfg, const model::ModelConfig& mc
   r.gpu = req.gpu;
   r.align = fo.align;
   // Bytes per element of the stored base, from the storage's own size of a large chunk (nf4's scales included).
-  constexpr int64_t kProbe = int64_t(1) << 24;
-  r.frozen_bytes = fo.frozen_storage ? static_cast<double>(fo.frozen_storage->stored_numel(kProbe) *
-                                                           c10::elementSize(fo.frozen_storage->stored_dtype())) / kProbe
-                                     : static_cast<double>(c10::elementSize(fo.param_dtype));
+  const auto per_element = [](const fsdp::FrozenStorage& st) {
+    constexpr int64_t kProbe = int64_t(1) << 24;
+    return static_cast<double>(st.stored_numel(kProbe) * c10::elementSize(st.stored_dtype())) / kProbe;
+  };
+  r.frozen_bytes = fo.frozen_storage ? per_element(*fo.frozen_storage) : static_cast<double>(c10::elementSize(fo.param_dtype));
+  if (fo.quantized_storage) {
+    r.quantized_bytes = per_element(*fo.quantized_storage);
+    r.quantized_align = fo.quantized_storage->align();
+  }
   return r;
 }
 

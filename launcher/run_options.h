@@ -11,6 +11,10 @@
 namespace tessera::launcher {
 
 fsdp::Options fsdp_options_from(const Config& cfg, const model::ModelConfig& mc);
+// LoRA's part of it (train, eval, generate, plan): the frozen base stored in lora.base_dtype (empty:
+// the compute dtype; nf4: the decoder's projections in NF4, the rest in the compute dtype) and the
+// random number state kept for the recompute when dropout is on.
+void apply_lora_storage(const lora::Options& lora, fsdp::Options& o);
 // comm.timeout_s -> the default timeout of every Work::wait() (train, generate).
 void apply_comm_timeout(const Config& cfg);
 struct Bootstrap;

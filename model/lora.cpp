@@ -78,6 +78,15 @@ void validate(const Options& o, const model::ModelConfig* model, const std::stri
   if (model) check_model(o, *model, source);
 }
 
+bool quantized_weight(const std::string& name, const std::vector<TargetShape>& linears) {
+  if (name.rfind("model.layers.", 0) != 0) return false;
+  for (const TargetShape& t : linears) {
+    const std::string tail = "." + t.path + ".weight";
+    if (name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0) return true;
+  }
+  return false;
+}
+
 bool is_adapter(const std::string& name) {
   return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }

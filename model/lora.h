@@ -41,6 +41,7 @@ struct Options {
   bool double_quant = false;  // lora.double_quant: NF4's scales quantized again (QLoRA)
 
   bool enabled() const { return rank > 0; }
+  bool quantized() const { return base_dtype == "nf4"; }  // QLoRA
   double scale() const { return alpha / static_cast<double>(rank); }
 };
 
@@ -50,6 +51,12 @@ struct TargetShape {
   std::string path;  // its module path in a decoder layer: "self_attn.q_proj"
   int64_t in = 0, out = 0;
 };
+
+// QLoRA (base_dtype nf4) quantizes the weight of every Linear of a decoder layer that LoRA may
+// target (`linears`: ModelSpec::lora_targets; the seven projections, targeted or not, as
+// bitsandbytes' Linear4bit replaces each of them). Biases, norms, embeddings and the output head
+// keep the compute dtype.
+bool quantized_weight(const std::string& name, const std::vector<TargetShape>& linears);
 
 // The one check of lora.* (Error text "<source>: lora.<key> ..."; thrown as model::ModelError, which
 // the launcher turns into exit code 2): rank >= 0; with rank 0 every other key at its default; alpha

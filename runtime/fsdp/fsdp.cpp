@@ -100,6 +100,17 @@ void add_into(at::Tensor& dst, const ShardPlan& plan, std::vector<at::Tensor>& g
 }  // namespace
 
 struct Engine::Impl {
+  // One frozen group of a unit, as gathered: the model's tensors are views of `full` (compute dtype,
+  // storage freed when the unit is Free).
+  struct FrozenGather {
+    FrozenShard* shard = nullptr;  // into Impl::frozen
+    std::vector<at::Tensor> params;
+    at::Tensor full;
+    int64_t full_bytes = 0;
+    comm::WorkPtr work;
+    at::Tensor input;  // the gather's input while gathering (a device copy under offload=params)
+    at::Tensor wire;   // gathered stored segments, when the storage is not the compute dtype
+  };
   struct Unit {
     UnitShard* shard = nullptr;  // into Impl::shards
     std::vector<at::Tensor> params;  // the model's parameter tensors (now views of `full`)
@@ -113,15 +124,7 @@ struct Engine::Impl {
     // host), made again from the master before the next gather when `stale`.
     at::Tensor param_shard;
     bool stale = true;
-    // The frozen group (fsdp.h: frozen parameters); frozen_params empty when it has none.
-    FrozenShard* frozen = nullptr;    // into Impl::frozen
-    std::vector<at::Tensor> frozen_params;  // the model's frozen tensors (views of frozen_full)
-    at::Tensor frozen_full;           // gathered, compute dtype, storage freed when Free
-    int64_t frozen_full_bytes = 0;
-    comm::WorkPtr frozen_work;
-    at::Tensor frozen_input;          // the gather's input while gathering (a device copy under offload=params)
-    at::Tensor frozen_wire;           // gathered stored segments, when the storage is not the compute dtype
-    bool has_frozen() const { return !frozen_params.empty(); }
+    std::vector<FrozenGather> frozen;  // its frozen groups (fsdp.h: frozen parameters), 0 to 2
   };
 
   Options opts;
@@ -129,8 +132,7 @@ struct Engine::Impl {
   comm::CommPtr shard_comm, replicate_comm;
   int dp_size = 1;  // data-parallel ranks = shard * replicate
   std::vector<UnitShard> shards;  // what the optimizer and checkpoints see
-  std::vector<FrozenShard> frozen;  // the frozen groups, per unit
-  std::shared_ptr<const FrozenStorage> storage;
+  std::vector<FrozenShard> frozen;  // the frozen groups with parameters (Engine::frozen_shards)
   // Makes every layer's autograd function run backward even when its input needs no gradient (the
   // first layer after a frozen embedding): a leaf that needs one, whose gradient is never made.
   at::Tensor anchor = at::zeros({}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(true);
@@ -174,64 +176,78 @@ struct Engine::Impl {
   }
   void free_storage(Unit& u) {
     free_storage(u.full);
-    if (u.has_frozen()) free_storage(u.frozen_full);
+    for (FrozenGather& g : u.frozen) free_storage(g.full);
   }
-  int64_t gathered_bytes(const Unit& u) const { return u.full_bytes + u.frozen_full_bytes; }
-  bool frozen_identity() const { return storage->stored_dtype() == opts.param_dtype && storage->stored_numel(1) == 1; }
+  int64_t gathered_bytes(const Unit& u) const {
+    int64_t n = u.full_bytes;
+    for (const FrozenGather& g : u.frozen) n += g.full_bytes;
+    return n;
+  }
+  bool identity(const FrozenStorage& st) const { return st.stored_dtype() == opts.param_dtype && st.stored_numel(1) == 1; }
 
-  // The frozen group's all-gather, issued beside the trainable one: straight into the gathered
-  // buffer when stored in the compute dtype, else into frozen_wire (decoded by frozen_decode).
-  void gather_frozen_async(Unit& u) {
-    alloc_storage(u.frozen_full, u.frozen_full_bytes);
-    u.frozen_input = u.frozen->stored;
+  // A frozen group's all-gather, issued beside the trainable one: straight into the gathered buffer
+  // when stored in the compute dtype, else into `wire` (decoded by frozen_wait).
+  void gather_frozen_async(FrozenGather& g) {
+    alloc_storage(g.full, g.full_bytes);
+    g.input = g.shard->stored;
     if (opts.offload == Offload::Params) {  // the host's stored chunk, copied up for the gather
       memory::Scope scope(memory::Category::CommBuffers);
-      u.frozen_input = at::empty_like(u.frozen->stored, u.frozen->stored.options().device(opts.device));
-      u.frozen_input.copy_(u.frozen->stored, /*non_blocking=*/true);
-      traffic.up += u.frozen_input.nbytes();
+      g.input = at::empty_like(g.shard->stored, g.shard->stored.options().device(opts.device));
+      g.input.copy_(g.shard->stored, /*non_blocking=*/true);
+      traffic.up += g.input.nbytes();
     }
-    at::Tensor out = u.frozen_full;
-    if (!frozen_identity()) {
+    at::Tensor out = g.full;
+    if (!identity(*g.shard->storage)) {
       memory::Scope scope(memory::Category::CommBuffers);
-      out = u.frozen_wire = at::empty({u.frozen_input.numel() * shard_comm->size()}, u.frozen_input.options());
+      out = g.wire = at::empty({g.input.numel() * shard_comm->size()}, g.input.options());
     }
-    u.frozen_work = shard_comm->all_gather_into(out, u.frozen_input);
+    g.work = shard_comm->all_gather_into(out, g.input);
   }
   void frozen_wait(Unit& u) {
-    if (!u.frozen_work) return;
-    u.frozen_work->wait();
-    u.frozen_work.reset();
-    u.frozen_input = at::Tensor();
-    if (!u.frozen_wire.defined()) return;
-    const int64_t chunk = u.frozen->plan.chunk, seg = u.frozen_wire.numel() / shard_comm->size();
-    for (int r = 0; r < shard_comm->size(); ++r)
-      storage->decode(u.frozen_wire.narrow(0, r * seg, seg), u.frozen_full.narrow(0, r * chunk, chunk));
-    u.frozen_wire = at::Tensor();
+    for (FrozenGather& g : u.frozen) {
+      if (!g.work) continue;
+      g.work->wait();
+      g.work.reset();
+      g.input = at::Tensor();
+      if (!g.wire.defined()) continue;
+      const int64_t chunk = g.shard->plan.chunk, seg = g.wire.numel() / shard_comm->size();
+      for (int r = 0; r < shard_comm->size(); ++r)
+        g.shard->storage->decode(g.wire.narrow(0, r * seg, seg), g.full.narrow(0, r * chunk, chunk));
+      g.wire = at::Tensor();
+    }
   }
 
   bool is_layer(int ui) const { return ui > 0; }
   // The generator a layer's random operators draw from (Options::preserve_rng).
   at::Generator rng() const { return at::globalContext().defaultGenerator(opts.device); }
 
-  // The frozen group of a unit being built: its plan (aligned for the storage too), this rank's
-  // stored chunk (zero), the gathered buffer the model's frozen tensors become views of.
-  void make_frozen(Unit& u, UnitDef& def, int W, int r) {
-    FrozenShard& fz = *u.frozen;
-    fz.name = def.name;
+  // A frozen group of a unit being built (its parameters `tensors`, stored as `st`): its plan
+  // (aligned for the storage too), this rank's stored chunk (zero), the gathered buffer the model's
+  // tensors become views of. Impl::frozen has room reserved (the pointers into it stay valid).
+  void make_frozen(Unit& u, int ui, const std::string& name, std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                   std::shared_ptr<const FrozenStorage> st, int W, int r) {
+    if (tensors.empty()) return;
+    TESSERA_CHECK(st != nullptr, "fsdp: unit " + name + " has quantized parameters but Options::quantized_storage is not set");
+    FrozenShard& fz = frozen.emplace_back();
+    fz.name = name;
+    fz.unit = ui;
     fz.shard_rank = r;
-    if (def.frozen.empty()) return;
+    fz.storage = std::move(st);
     std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
-    for (auto& [name, p] : def.frozen) shapes.emplace_back(name, p.sizes().vec());
-    fz.plan = ShardPlan::make(shapes, W, std::lcm(opts.align, storage->align()));
+    for (auto& [n, p] : tensors) shapes.emplace_back(n, p.sizes().vec());
+    fz.plan = ShardPlan::make(shapes, W, std::lcm(opts.align, fz.storage->align()));
     {
       memory::Scope scope(memory::Category::ParamShard, opts.offload == Offload::Params ? memory::Where::Host : memory::Where::Device);
-      const int64_t n = storage->stored_numel(fz.plan.chunk);
-      fz.stored = opts.offload == Offload::Params ? device::host_buffer({n}, storage->stored_dtype(), opts.device).zero_()
-                                                  : at::zeros({n}, at::TensorOptions().dtype(storage->stored_dtype()).device(opts.device));
+      const int64_t n = fz.storage->stored_numel(fz.plan.chunk);
+      const at::ScalarType dt = fz.storage->stored_dtype();
+      fz.stored = opts.offload == Offload::Params ? device::host_buffer({n}, dt, opts.device).zero_()
+                                                  : at::zeros({n}, at::TensorOptions().dtype(dt).device(opts.device));
     }
-    u.frozen_full = at::empty({fz.plan.padded_total}, at::TensorOptions().dtype(opts.param_dtype).device(opts.device));
-    u.frozen_full_bytes = fz.plan.padded_total * u.frozen_full.element_size();
-    view_params(u.frozen_full, fz.plan, def.frozen, u.frozen_params);
+    FrozenGather& g = u.frozen.emplace_back();
+    g.shard = &fz;
+    g.full = at::empty({fz.plan.padded_total}, at::TensorOptions().dtype(opts.param_dtype).device(opts.device));
+    g.full_bytes = fz.plan.padded_total * g.full.element_size();
+    view_params(g.full, fz.plan, tensors, g.params);
   }
   // The model's tensors become views of the flat buffer `full` laid out by `plan`.
   static void view_params(const at::Tensor& full, const ShardPlan& plan,
@@ -303,7 +319,7 @@ struct Engine::Impl {
     Unit& u = units[ui];
     if (u.state != GatherState::Free) return;
     alloc_storage(u.full, u.full_bytes);
-    if (u.has_frozen()) gather_frozen_async(u);
+    for (FrozenGather& g : u.frozen) gather_frozen_async(g);
     if (offloaded()) {
       u.gather_input = offloaded_gather_input(u);
     } else {
@@ -620,9 +636,9 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
                             c->device().str() + " but the engine's device is " + opts.device.str());
   im.dp_size = im.shard_comm->size() * im.replicate_comm->size();
   const int W = im.shard_comm->size(), r = im.shard_comm->rank();
-  im.storage = opts.frozen_storage ? opts.frozen_storage : dtype_storage(opts.param_dtype);
+  const auto frozen_st = opts.frozen_storage ? opts.frozen_storage : dtype_storage(opts.param_dtype);
   im.shards.resize(defs.size());
-  im.frozen.resize(defs.size());
+  im.frozen.reserve(2 * defs.size());
   for (size_t ui = 0; ui < defs.size(); ++ui) {
     auto& def = defs[ui];
     Impl::Unit u;
@@ -650,8 +666,8 @@ Engine::Engine(std::vector<UnitDef> defs, LayerFn layer_fn, const comm::ProcessG
     u.full = at::empty({plan.padded_total}, f32.dtype(opts.param_dtype));
     u.full_bytes = plan.padded_total * u.full.element_size();
     Impl::view_params(u.full, plan, def.params, u.params);
-    u.frozen = &im.frozen[ui];
-    im.make_frozen(u, def, W, r);
+    im.make_frozen(u, static_cast<int>(ui), def.name, def.frozen, frozen_st, W, r);
+    im.make_frozen(u, static_cast<int>(ui), def.name, def.quantized, opts.quantized_storage, W, r);
     im.free_storage(u);
     im.units.push_back(std::move(u));
   }
@@ -734,27 +750,26 @@ NamedShards Engine::named_state() const {
   return s;
 }
 const std::vector<FrozenShard>& Engine::frozen_shards() const { return impl_->frozen; }
-const FrozenStorage& Engine::frozen_storage() const { return *impl_->storage; }
 
-void Engine::set_frozen(int unit, const at::Tensor& fp32_chunk) {
+void Engine::set_frozen(int group, const at::Tensor& fp32_chunk) {
   Impl& im = *impl_;
-  FrozenShard& fz = im.frozen.at(unit);
-  TESSERA_CHECK(fz.stored.defined() && fp32_chunk.numel() == fz.plan.chunk,
+  FrozenShard& fz = im.frozen.at(group);
+  TESSERA_CHECK(fp32_chunk.numel() == fz.plan.chunk,
                 "set_frozen: unit " + fz.name + " takes " + std::to_string(fz.plan.chunk) + " values");
-  im.reshard(unit);  // a gathered copy of the old values is not used again
-  im.storage->encode(fp32_chunk.to(fz.stored.device()), fz.stored);
+  im.reshard(fz.unit);  // a gathered copy of the old values is not used again
+  fz.storage->encode(fp32_chunk.to(fz.stored.device()), fz.stored);
 }
 
-at::Tensor Engine::gather_frozen(int unit, int param) {
+at::Tensor Engine::gather_frozen(int group, int param) {
   Impl& im = *impl_;
-  const FrozenShard& fz = im.frozen.at(unit);
+  const FrozenShard& fz = im.frozen.at(group);
   const int W = im.shard_comm->size();
   at::Tensor in = fz.stored.to(opts_.device);
   at::Tensor wire = at::empty({in.numel() * W}, in.options());
   im.shard_comm->all_gather_into(wire, in)->wait();
   at::Tensor full = at::empty({fz.plan.padded_total}, in.options().dtype(at::kFloat));
   for (int r = 0; r < W; ++r)
-    im.storage->decode(wire.narrow(0, r * in.numel(), in.numel()), full.narrow(0, r * fz.plan.chunk, fz.plan.chunk));
+    fz.storage->decode(wire.narrow(0, r * in.numel(), in.numel()), full.narrow(0, r * fz.plan.chunk, fz.plan.chunk));
   const auto& slot = fz.plan.params.at(param);
   return full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone();
 }

@@ -40,7 +40,8 @@
 // Frozen parameters (UnitDef::frozen: LoRA's base): each unit holds a second flat group laid out by
 // its own ShardPlan, with no master, gradient or optimizer state: this rank's chunk is kept as
 // Options::frozen_storage encodes it (the compute dtype by default: 2 bytes per parameter in bf16,
-// over the shard group), all-gathered with the trainable group's gather and into its own gathered
+// over the shard group; UnitDef::quantized, QLoRA's projections, a third group in
+// Options::quantized_storage: NF4), all-gathered with the trainable group's gather and into its own gathered
 // buffer (decoded per segment when the storage is not the compute dtype), and freed with it. The
 // optimizer view, named_state() and so checkpoints cover only the trainable groups (the adapters);
 // backward asks autograd for the trainable parameters' gradients only, and for the layer input's
@@ -177,6 +178,9 @@ struct Options {
   Offload offload = Offload::None;  // host offload of the shard state (see the header comment)
   // Storage of the frozen groups (UnitDef::frozen); null: dtype_storage(param_dtype).
   std::shared_ptr<const FrozenStorage> frozen_storage;
+  // Storage of the quantized groups (UnitDef::quantized: QLoRA's NF4 projections); needed when a
+  // unit has one.
+  std::shared_ptr<const FrozenStorage> quantized_storage;
   // Activation-checkpointing's recompute draws the same random numbers as the forward (the device's
   // default generator's state is saved per layer and restored): needed when a layer is random
   // (LoRA's dropout), as torch.utils.checkpoint's preserve_rng_state.
@@ -187,11 +191,14 @@ struct Options {
 // be on the meta device) with the names used for loading, checkpoints and weight decay.
 // `params` are trainable; `frozen` (LoRA's base) are sharded and gathered like them but have no
 // master, gradient or optimizer state: they are stored as Options::frozen_storage says, and backward
-// computes no gradient for them (the caller gives them requires_grad false).
+// computes no gradient for them (the caller gives them requires_grad false). `quantized` are frozen
+// too, in a group of their own stored as Options::quantized_storage says (QLoRA: the decoder's
+// projections in NF4, while its norms and the root's embeddings and head stay in `frozen`).
 struct UnitDef {
   std::string name;
   std::vector<std::pair<std::string, at::Tensor>> params;
   std::vector<std::pair<std::string, at::Tensor>> frozen;
+  std::vector<std::pair<std::string, at::Tensor>> quantized;
 };
 
 // Reads elements [offset, offset+count) of a named parameter (row-major) as fp32 into dst.
@@ -223,12 +230,14 @@ struct UnitShard {
   std::vector<std::pair<int64_t, int64_t>> decay;
 };
 
-// A unit's frozen group on this rank: its own ShardPlan (over the shard group) and this rank's
-// chunk as stored (FrozenStorage). Undefined `stored` for a unit without frozen parameters.
+// One frozen group of a unit on this rank (UnitDef::frozen or ::quantized): its own ShardPlan (over
+// the shard group), its storage and this rank's chunk as stored.
 struct FrozenShard {
-  std::string name;
+  std::string name;  // the unit's
+  int unit = 0;
   ShardPlan plan;
   int shard_rank = 0;
+  std::shared_ptr<const FrozenStorage> storage;
   at::Tensor stored;  // [storage.stored_numel(plan.chunk)]; on Options::device (host under offload=params)
 };
 
@@ -282,13 +291,13 @@ class Engine {
   void release_grad(int unit);  // drops shards()[unit].grad (zero_grad and the next backward make it again)
 
   const std::vector<UnitShard>& shards() const;
-  // The frozen groups (one per unit, in unit order) and their storage. set_frozen encodes this
-  // rank's chunk of unit `unit`'s frozen group from fp32 values [plan.chunk] (the loader's way in).
+  // The frozen groups that have parameters, in unit order (a unit's `frozen` group before its
+  // `quantized` one). set_frozen encodes this rank's chunk of group `group` from fp32 values
+  // [plan.chunk] (the loader's way in).
   const std::vector<FrozenShard>& frozen_shards() const;
-  const FrozenStorage& frozen_storage() const;
-  void set_frozen(int unit, const at::Tensor& fp32_chunk);
-  // Full value of frozen parameter `param` of `unit` (decoded, fp32), gathered: for tests/exports.
-  at::Tensor gather_frozen(int unit, int param);
+  void set_frozen(int group, const at::Tensor& fp32_chunk);
+  // Full value of parameter `param` of frozen group `group` (decoded, fp32), gathered: for tests.
+  at::Tensor gather_frozen(int group, int param);
   // What the optimizer steps: every shard's master, gradient and decay ranges, and shard_group().
   optim::ShardView optimizer_view();
   // The engine's state for checkpoints: {"param", every unit's master shard}.

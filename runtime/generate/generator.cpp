@@ -56,6 +56,7 @@ at::Tensor Generator::forward_last(const std::vector<int64_t>& tokens) {
 
 at::Tensor Generator::recompute_last_logits(const std::vector<int64_t>& tokens) {
   at::NoGradGuard no_grad;
+  train::EvalMode eval_mode(lm_);
   memory::Scope scope(memory::Category::Activations);
   lm_.set_cache(capacity_ > 0 ? capacity_ : 0, -1);  // no cache for this forward (a reserved one is kept)
   at::Tensor logits = forward_last(tokens);
@@ -70,6 +71,7 @@ Generation Generator::generate(const std::vector<int64_t>& prompt, int64_t max_n
                     " new tokens do not fit the KV cache of " + std::to_string(capacity_));
   profile::Phase phase = profile::Phase::activity(-1, "generate");
   at::NoGradGuard no_grad;
+  train::EvalMode eval_mode(lm_);
   memory::Scope scope(memory::Category::Activations);
   const bool chooser = host_world_->rank() == 0;
   Rng rng(s.seed, stream);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "runtime/checkpoint/layout.h"
 #include "runtime/comm/mpi_backend.h"
@@ -85,22 +86,40 @@ struct Sizes {
   std::vector<int64_t> padded, chunk, numel;  // per unit
   int64_t sum_chunk = 0, sum_padded = 0, layer_padded = 0, layer_chunk = 0, layer_numel = 0;
   int64_t head_numel = 0, embed_numel = 0, max_numel = 0, max_chunk = 0, total = 0;
-  // LoRA's frozen base: stored shard (all units), gathered root and largest layer, largest padded unit and chunk.
-  int64_t frozen_shard = 0, frozen_root = 0, frozen_layer = 0, frozen_max_padded = 0, frozen_max_chunk = 0;
+  // LoRA's frozen base, both groups (frozen, quantized): stored shard bytes (all units); gathered
+  // elements of the root and of the largest layer; largest padded group and chunk (elements); the
+  // quantized segments of the largest layer's gather, in bytes (decoded when it arrives).
+  int64_t frozen_stored = 0, frozen_root = 0, frozen_layer = 0, frozen_max_padded = 0, frozen_max_chunk = 0;
+  int64_t frozen_wire = 0, frozen_layer_stored = 0;  // and the largest layer's stored chunks, bytes
   // Gathered buffers of the root and of one (the largest) layer, both groups, in elements.
   int64_t gathered_root() const { return padded[0] + frozen_root; }
   int64_t gathered_layer() const { return layer_padded + frozen_layer; }
 };
 
+// The stored bytes of `n` elements at `bytes_per_element` (nf4: its block scales included), rounded up.
+int64_t stored_bytes(double bytes_per_element, int64_t n) {
+  return static_cast<int64_t>(std::ceil(bytes_per_element * static_cast<double>(n)));
+}
+
 void frozen_sizes(const ModelShape& model, const RunShape& run, Sizes& z) {
-  for (size_t u = 0; u < model.frozen.size(); ++u) {
-    if (model.frozen[u].empty()) continue;
-    const fsdp::ShardPlan plan = fsdp::ShardPlan::make(model.frozen[u], z.S, run.align);
-    z.frozen_shard += plan.chunk;
-    z.frozen_max_padded = std::max(z.frozen_max_padded, plan.padded_total);
-    z.frozen_max_chunk = std::max(z.frozen_max_chunk, plan.chunk);
-    if (u == 0) z.frozen_root = plan.padded_total;
-    else z.frozen_layer = std::max(z.frozen_layer, plan.padded_total);
+  for (size_t u = 0; u < std::max(model.frozen.size(), model.quantized.size()); ++u) {
+    int64_t padded = 0, wire = 0, unit_stored = 0;
+    for (const bool quantized : {false, true}) {
+      const auto& groups = quantized ? model.quantized : model.frozen;
+      if (u >= groups.size() || groups[u].empty()) continue;
+      const int64_t align = quantized ? std::lcm(run.align, run.quantized_align) : run.align;
+      const fsdp::ShardPlan plan = fsdp::ShardPlan::make(groups[u], z.S, align);
+      const int64_t stored = stored_bytes(quantized ? run.quantized_bytes : run.frozen_bytes, plan.chunk);
+      z.frozen_stored += stored;
+      unit_stored += stored;
+      if (quantized) wire = z.S * stored;
+      padded += plan.padded_total;
+      z.frozen_max_padded = std::max(z.frozen_max_padded, plan.padded_total);
+      z.frozen_max_chunk = std::max(z.frozen_max_chunk, plan.chunk);
+    }
+    if (u == 0) z.frozen_root = padded;
+    else z.frozen_layer = std::max(z.frozen_layer, padded), z.frozen_layer_stored = std::max(z.frozen_layer_stored, unit_stored);
+    z.frozen_wire = std::max(z.frozen_wire, wire);
   }
 }
 
@@ -170,15 +189,10 @@ int64_t layers_gathered_backward(const RunShape& run, const Sizes& z, int i) {
   return i + 1;
 }
 
-// The stored bytes of `n` elements of the frozen base.
-int64_t frozen_stored(const RunShape& run, int64_t n) {
-  return static_cast<int64_t>(std::ceil(run.frozen_bytes * static_cast<double>(n)));
-}
-
 // The parameter shard host offload keeps in the compute dtype (optimizer: on the device; params: on
 // the host, none in fp32 where the master is that shard).
 int64_t param_shard_bytes(const RunShape& run, const Sizes& z) {
-  const int64_t frozen = frozen_stored(run, z.frozen_shard);  // LoRA's base, stored
+  const int64_t frozen = z.frozen_stored;  // LoRA's base, stored
   if (run.offload == fsdp::Offload::Optimizer || (run.offload == fsdp::Offload::Params && run.param_bytes != 4))
     return frozen + run.param_bytes * z.sum_chunk;
   return frozen;
@@ -187,9 +201,12 @@ int64_t param_shard_bytes(const RunShape& run, const Sizes& z) {
 // optimizer offload (the device's parameter shard is the input), a copy from the host under params.
 int64_t gather_input_bytes(const RunShape& run, const Sizes& z) {
   const int64_t p = run.param_bytes;
-  if (run.offload == fsdp::Offload::Optimizer) return 0;
-  if (run.offload == fsdp::Offload::Params) return z.layer_chunk * p;
-  return p == 4 ? 0 : z.layer_chunk * p;
+  // LoRA's base: a quantized group's gathered segments until decoded, and under params offload
+  // the device copies of the stored chunks.
+  const int64_t frozen = z.frozen_wire + (run.offload == fsdp::Offload::Params ? z.frozen_layer_stored : 0);
+  if (run.offload == fsdp::Offload::Optimizer) return frozen;
+  if (run.offload == fsdp::Offload::Params) return frozen + z.layer_chunk * p;
+  return frozen + (p == 4 ? 0 : z.layer_chunk * p);
 }
 
 // Host offload: a retiring reduction's chunk staged on the host (with one shard rank, from a device
@@ -271,6 +288,7 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
     m.add(C::SavedTensors, ac ? i * a.layer_input : (i + 1) * a.layer_saved);
     m.add(C::Activations, (ac ? a.layer_saved : 0) + a.layer_backward_transient + a.layer_input);
     m.add(C::UnsharedGrads, z.head_numel * p + z.layer_numel * p);
+    if (reshards_after_forward(run.strategy)) m.add(C::CommBuffers, z.frozen_wire);  // the re-gather's quantized segments
     reductions(m, in_flight(i));
     peak.offer(m);
     Moment red = base("layer reduction");
@@ -371,7 +389,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   // LoRA's base: its stored shard, and an fp32 chunk per unit as it loads (the reader: a whole unit).
   const bool frozen_on_host = !run.gpu || run.offload == fsdp::Offload::Params;
   for (Moment* m : {&reader, &other})
-    m->add(C::ParamShard, frozen_on_host ? frozen_stored(run, z.frozen_shard) : 0).add(C::Loader, 4 * z.frozen_max_chunk);
+    m->add(C::ParamShard, frozen_on_host ? z.frozen_stored : 0).add(C::Loader, 4 * z.frozen_max_chunk);
   if (run.load == LoadMode::Rank0 && z.frozen_max_padded > 0)
     reader.add(C::Loader, std::max<int64_t>(0, 4 * z.frozen_max_padded - 2 * z.max_numel * run.stored_bytes));
   switch (run.load) {
@@ -408,7 +426,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
     const int64_t layers = reshards_after_forward(run.strategy)
                                ? std::min<int64_t>(z.L, run.prefetch ? std::min(run.limit_all_gathers, 2) : 1)
                                : z.L;
-    const int64_t gathered = z.gathered_root() * p + layers * z.gathered_layer() * p + frozen_stored(run, z.frozen_shard);
+    const int64_t gathered = z.gathered_root() * p + layers * z.gathered_layer() * p + z.frozen_stored;
     const auto at = [](const Snapshot& s, C c) { return s.bytes[static_cast<int>(c)]; };
     // Master and gradient shards; optim.in_backward holds no gradient shard beyond the unit being
     // reduced, whose full gradients the term after `gathered` already counts.

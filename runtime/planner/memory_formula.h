@@ -56,7 +56,9 @@
 // counts the adapters; the frozen base adds its stored shard (param_shard, frozen_bytes x sum f_u,
 // from the load on), its gathered part beside each gathered unit (F_u p), and, at load, one fp32
 // chunk per rank (4 f_u) and on the reading rank in rank0 mode one fp32 unit (4 F_u). The base has
-// no master, gradient or optimizer state.
+// no master, gradient or optimizer state. QLoRA's quantized groups count the same at
+// quantized_bytes per element, plus the gathered NF4 segments of one layer (S x its stored chunk)
+// while they are decoded, in forward and in the backward's re-gather (comm_buffers).
 // Plus, per process: the base (libraries, MPI, LibTorch: measured, kHostBaseBytes) and, on a GPU,
 // the CUDA context and NCCL's buffers (kCudaContextBytes, kNcclBytesPerCommunicator).
 #pragma once
@@ -107,10 +109,12 @@ struct ActivationTerms {
 // and the final norm: their gradients appear at the start of backward, the embedding's at its end)
 // and the activation terms (a function of the micro-batch, so a callback).
 // LoRA: `units` are the trainable parameters (the adapters) and `frozen` the frozen base, per unit
-// (empty: none), each laid out by its own ShardPlan as the engine does.
+// (empty: none), each laid out by its own ShardPlan as the engine does; QLoRA's quantized weights
+// are in `quantized` instead (fsdp::UnitDef::quantized), a group of their own per unit.
 struct ModelShape {
   std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> units;
   std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> frozen;
+  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> quantized;
   std::vector<bool> root_param_in_head;  // per root parameter
   int64_t parameters = 0;
 };
@@ -132,9 +136,11 @@ struct RunShape {
   LoadMode load = LoadMode::Rank0;
   bool gpu = false;  // shards, gathered units and activations on a GPU; host keeps base, load, save
   int64_t align = 16;
-  // LoRA: bytes per element of the frozen base's stored shard (lora.base_dtype; nf4: about 0.56 with
-  // its block scales, 0.52 with double quantization); frozen_stored(run, n) rounds a count's bytes up.
-  double frozen_bytes = 2;
+  // LoRA: bytes per element of the frozen base's stored shard (lora.base_dtype), and of QLoRA's
+  // quantized weights (nf4: about 0.56 with its block scales, 0.52 with double quantization), whose
+  // groups align to quantized_align elements (NF4's block).
+  double frozen_bytes = 2, quantized_bytes = 0.5625;
+  int64_t quantized_align = 64;
 };
 
 // One phase on one kind of memory: bytes per category at its peak and where that peak is.

@@ -12,6 +12,7 @@ Trainer::EvalResult Trainer::evaluate() {
   Impl& im = *impl_;
   TESSERA_CHECK(im.val, "evaluate() needs a validation set");
   torch::NoGradGuard no_grad;
+  EvalMode eval_mode(im.lm);
   fsdp::Engine& eng = *im.engine;
   const int64_t W = im.groups.world->size(), rank = im.groups.world->rank(), m = im.cfg.train.micro_batch;
   const int64_t rows = im.val->num_sequences();
@@ -43,6 +44,7 @@ Trainer::EvalResult Trainer::evaluate() {
 std::vector<double> Trainer::sequence_losses(const at::Tensor& tokens) {
   Impl& im = *impl_;
   torch::NoGradGuard no_grad;
+  EvalMode eval_mode(im.lm);
   memory::Scope scope(memory::Category::Activations);
   profile::Phase forward = profile::Phase::label("forward (no grad)");
   fsdp::Engine& eng = *im.engine;

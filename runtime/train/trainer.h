@@ -87,9 +87,29 @@ struct CausalLm {
   // many positions (made once, kept until capacity changes) whose next forward's tokens are positions
   // start..; start < 0 keeps it unused; capacity 0 drops it. set_layout stops its use. Empty: no cache.
   std::function<void(int64_t capacity, int64_t start)> set_cache;
+  // The random layers' mode (LoRA's dropout): false while evaluating, validating and generating
+  // (EvalMode), as torch's model.eval(); true otherwise. Empty: the model has none.
+  std::function<void(bool training)> set_training;
   std::function<bool(const std::string& param)> decay;  // weight decay applies
   std::function<double(int64_t seq_len)> flops_per_token;  // training FLOPs per token (MFU); may be empty
   std::shared_ptr<void> keep_alive;         // owner of the modules behind the callables
+};
+
+// For a scope: the model in evaluation mode (CausalLm::set_training(false)), training mode again
+// at its end.
+class EvalMode {
+ public:
+  explicit EvalMode(const CausalLm& lm) : lm_(lm) {
+    if (lm_.set_training) lm_.set_training(false);
+  }
+  ~EvalMode() {
+    if (lm_.set_training) lm_.set_training(true);
+  }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  const CausalLm& lm_;
 };
 
 // Where rank 0's lines for people go: `out` the progress line (every log.every steps), the peak

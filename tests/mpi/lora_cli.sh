@@ -136,14 +136,14 @@ check "eval --adapter of the exported adapter = the trainer's validation loss at
 import json; v = [json.loads(l) for l in open('$T/v/metrics.jsonl')][-1]['val_loss']
 e = json.load(open('$T/v.eval'))['mean_loss']
 assert abs(v - e) <= 1e-5 * abs(v), (v, e)"
-# QLoRA: lora.base_dtype nf4 stores the frozen base as NF4 bytes (all-gathered as bytes, decoded per
-# unit when gathered): the same losses at 1 and 2 ranks (a block never spans two ranks' chunks), a
-# first loss near the unquantized base's (B = 0: only the base's quantization error), and with
-# double quantization too.
+# QLoRA: lora.base_dtype nf4 stores the decoder's projections as NF4 bytes (all-gathered as bytes,
+# decoded per unit when gathered), the rest of the base in the compute dtype: the same losses at 1
+# and 2 ranks (a block never spans two ranks' chunks), a first loss near the unquantized base's
+# (B = 0: only the base's quantization error), and with double quantization too.
 Q=(--set train.steps=3 --set lora.base_dtype=nf4)
-for np in 1 2; do
-  "${MPIRUN[@]}" -np $np $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum $np) "${Q[@]}" --set log.dir="$T/q$np" > /dev/null
-done
+"${MPIRUN[@]}" -np 1 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 1) "${Q[@]}" --set log.dir="$T/q1" > /dev/null
+"${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 2) "${Q[@]}" --set data.val_path=$VAL \
+  --set checkpoint.dir="$T/q2" > /dev/null
 "${MPIRUN[@]}" -np 2 $BIN train "${COMMON[@]}" "${LORA[@]}" $(accum 2) "${Q[@]}" --set lora.double_quant=true \
   --set log.dir="$T/qd" > /dev/null
 check "QLoRA: the same losses at 1 and 2 ranks, near the unquantized base's first loss; double quant too" python3 -c "
@@ -153,4 +153,18 @@ q1, q2, qd, full = L('$T/q1'), L('$T/q2'), L('$T/qd'), L('$T/ck')
 assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(q1, q2)), (q1, q2)
 assert 0 < abs(q1[0] - full[0]) < 0.05, (q1[0], full[0])
 assert all(math.isfinite(x) for x in qd) and abs(qd[0] - q1[0]) < 0.05, (qd, q1)"
+# eval --set lora.base_dtype=nf4 scores the model as QLoRA trains it: the QLoRA run's exported adapter
+# on the NF4 base gives the trainer's validation loss; merged into the unquantized base it does not.
+E=(--model "$T/model" --adapter "$T/q2/adapter-step-3" --data $VAL --set data.seq_len=32)
+$BIN eval "${E[@]}" --set lora.base_dtype=nf4 > "$T/q.eval"
+$BIN eval "${E[@]}" > "$T/qm.eval"
+check "eval --set lora.base_dtype=nf4 = the QLoRA trainer's validation loss; the merged fp32 base's differs" python3 -c "
+import json; v = [json.loads(l) for l in open('$T/q2/metrics.jsonl')][-1]['val_loss']
+q, m = json.load(open('$T/q.eval')), json.load(open('$T/qm.eval'))
+assert abs(v - q['mean_loss']) <= 1e-5 * abs(v), (v, q)
+assert q['lora'] == {'rank': 4, 'base_dtype': 'nf4'}, q
+assert abs(v - m['mean_loss']) > 1e-4 and 'lora' not in m, (v, m)"
+expect_error 2 "lora.base_dtype is set but lora.rank is 0" $BIN eval --model "$T/model" --data $VAL --set lora.base_dtype=nf4
+expect_error 2 "without --data eval takes only lora.* keys" $BIN eval --model "$T/model" --tokens "$T/model/config.json" \
+  --set data.seq_len=8
 echo "$pass passed, 0 failed"

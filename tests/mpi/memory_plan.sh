@@ -2,7 +2,7 @@
 # The memory model against measurement: `tessera bench memory --quick` trains 8 configurations
 # (small preset and a 58M model; 1, 2 and 4 ranks; full_shard, shard_grad_op, no_shard,
 # hybrid_shard 2x2; fp32 and bf16; sharded and unsharded accumulation; activation checkpointing;
-# bf16 optimizer state; long sequences; LoRA on a frozen bf16 base) and evaluates one, each under real mpirun, and reads each
+# bf16 optimizer state; long sequences; LoRA on a frozen bf16 base; QLoRA on an NF4 base) and evaluates one, each under real mpirun, and reads each
 # rank 0's measured breakdown at the step's peak. For every configuration tessera plan's prediction
 # must be within 10% of the measured peak resident set, and the shard state (master, gradient shard,
 # optimizer) measured by the allocation tracker must equal the formula's to the byte.

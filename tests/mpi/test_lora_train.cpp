@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/sampler.h"
 #include "runtime/optim/schedule.h"
+#include "runtime/quant/nf4_storage.h"
 #include "runtime/train/trainer.h"
 #include "tests/support/train_support.h"
 
@@ -69,9 +70,40 @@ struct Reference {
   std::map<std::string, torch::Tensor> adapters;
 };
 
+// NF4 as the QLoRA paper defines it, written here apart from runtime/quant: the flattened weight in
+// blocks of 64 (the last one padded with zeros), each scaled by its absmax onto the 16 NormalFloat
+// values, each value replaced by the nearest code, times the block's absmax again.
+torch::Tensor nf4_round_trip(const torch::Tensor& w) {
+  static const std::vector<float> code = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                          -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                          0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
+                                          0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+                                          0.7229568362236023f, 1.0f};
+  const int64_t n = w.numel(), padded = (n + 63) / 64 * 64;
+  torch::Tensor x = torch::zeros({padded}, torch::kFloat32);
+  x.narrow(0, 0, n).copy_(w.reshape(-1));
+  const torch::Tensor blocks = x.view({-1, 64});
+  const torch::Tensor absmax = blocks.abs().amax(1, true);
+  const torch::Tensor scaled = blocks / torch::where(absmax > 0, absmax, torch::ones_like(absmax));
+  const torch::Tensor table = torch::tensor(code);
+  const torch::Tensor nearest = (scaled.unsqueeze(-1) - table).abs().argmin(-1);
+  return (table.index({nearest}) * absmax).reshape(-1).narrow(0, 0, n).view(w.sizes());
+}
+
+// QLoRA's base (lora.base_dtype nf4): which weights are quantized (ModelSpec::lora_targets' Linears
+// of the decoder layers) and which keep the compute dtype.
+bool quantized(const model::ModelConfig& cfg, const std::string& name) {
+  return lora::quantized_weight(name, cfg.spec().lora_targets(cfg));
+}
+
 Reference reference_run(const model::ModelConfig& cfg, const lora::Options& lo, const train::Settings& t, int world) {
   auto m = cfg.spec().build(cfg, torch::kCPU);
   model::init_weights(*m, kBaseSeed);
+  if (lo.quantized()) {  // QLoRA trains on the base's NF4 values
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : m->named_hf_parameters())
+      if (quantized(cfg, name)) p.copy_(nf4_round_trip(p));
+  }
   cfg.spec().add_lora(*m, lo);
   std::vector<torch::Tensor> adapters;
   for (auto& [name, p] : m->named_hf_parameters()) {
@@ -182,6 +214,66 @@ TEST_P(LoraEquivalence, MatchesSingleProcessReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, LoraEquivalence, ::testing::Values("full_shard", "no_shard", "hybrid_shard"));
+
+// QLoRA: the decoder's seven projections are stored as NF4 (each weight in its own blocks, at every
+// world size), everything else of the base in the compute dtype, bit for bit; and the run's losses
+// and adapters equal the reference's trained on the NF4 round trip of the base.
+TEST(QLoraTrain, ProjectionsNf4RestExactAndMatchesReference) {
+  const auto cfg = test_config();
+  auto lo = lora_options();
+  lo.base_dtype = "nf4";
+  const auto t = settings();
+  const int W = test::world_groups().world->size();
+  const Reference ref = reference_run(cfg, lo, t, W);
+  fsdp::Options fo;
+  fo.quantized_storage = quant::nf4_storage(false);
+  train::Trainer tr(launcher::make_causal_lm(cfg, lo), test::world_groups(), fo, t, dataset(), {});
+  load(tr, cfg, t);
+  int nf4 = 0, exact = 0;
+  const auto& groups = tr.engine().frozen_shards();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t k = 0; k < groups[g].plan.params.size(); ++k) {
+      const auto& slot = groups[g].plan.params[k];
+      const torch::Tensor got = tr.engine().gather_frozen(static_cast<int>(g), static_cast<int>(k));
+      const torch::Tensor init = model::init_tensor({slot.name, slot.shape}, kBaseSeed);
+      const bool q = quantized(cfg, slot.name);
+      EXPECT_EQ(groups[g].storage->name(), q ? "nf4" : "fp32") << slot.name;
+      const torch::Tensor want = q ? nf4_round_trip(init) : init;
+      EXPECT_LE((got - want).abs().max().item<double>(), 1e-6 * init.abs().max().item<double>()) << slot.name;
+      (q ? nf4 : exact) += 1;
+    }
+  }
+  EXPECT_EQ(nf4, 7 * cfg.num_hidden_layers) << "every projection weight of every layer, targeted or not";
+  EXPECT_GT(exact, 2 * cfg.num_hidden_layers) << "norms, embeddings and the head";
+  for (int s = 0; s < t.train.steps; ++s) {
+    const double loss = tr.train_step().loss;
+    EXPECT_NEAR(loss, ref.losses[s], 1e-5 * std::abs(ref.losses[s])) << "step " << s << " W=" << W;
+  }
+  for (const auto& [name, got] : gathered_adapters(tr.engine())) {
+    const auto& want = ref.adapters.at(name);
+    EXPECT_LE((got - want).norm().item<double>() / want.norm().item<double>(), 1e-5) << name;
+  }
+}
+
+// lora.dropout applies in training only: validation (and eval, generation) run the model in
+// evaluation mode, as PEFT under model.eval(), so two evaluations agree and sequence_losses too.
+TEST(LoraTrain, EvaluationHasNoDropout) {
+  const auto cfg = test_config();
+  auto lo = lora_options();
+  lo.dropout = 0.5;
+  const auto t = settings();
+  fsdp::Options fo;
+  fo.preserve_rng = true;
+  train::Trainer tr(launcher::make_causal_lm(cfg, lo), test::world_groups(), fo, t, dataset(), {});
+  load(tr, cfg, t);
+  for (int s = 0; s < 2; ++s) tr.train_step();  // B != 0: the adapters' input matters now
+  tr.set_validation(dataset());
+  const double first = tr.evaluate().loss;
+  EXPECT_EQ(tr.evaluate().loss, first);
+  const torch::Tensor row = dataset()->batch({0}).inputs;
+  EXPECT_EQ(tr.sequence_losses(row), tr.sequence_losses(row));
+  EXPECT_EQ(tr.evaluate().loss, first) << "training mode is back only for training";
+}
 
 // B = 0 at the start: the first step's loss is the base model's (full fine-tuning's first loss).
 TEST(LoraTrain, FirstLossIsTheBaseModels) {
