@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -181,6 +182,10 @@ int run_command_line(int argc, char** argv) {
   std::vector<std::string> args(all.begin() + 1, all.end());
   try {
     if (cmd->needs_mpi) {
+      // A launcher that stops reading a rank's output (srun ending a step, mpirun on Ctrl-C, a
+      // closed `| head`) must not kill the rank with SIGPIPE before it saves or writes its flight
+      // record: a write to the gone pipe fails with EPIPE instead and the run goes on (as Python does).
+      signal(SIGPIPE, SIG_IGN);
       args = take_global_options(args);
       BootstrapOptions opts;
       opts.ranks_per_node = global_options().ranks_per_node;

@@ -34,10 +34,6 @@ void install_preemption_handlers(int preempt_signal) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);  // Ctrl-C, also on a single process without mpirun
   if (preempt_signal > 0) sigaction(preempt_signal, &sa, nullptr);
-  // A launcher that stops reading a rank's output (srun ending a step, mpirun on Ctrl-C, a closed
-  // `| head`) must not kill the rank with SIGPIPE before it saves or writes its flight record: a
-  // write to the gone pipe fails with EPIPE instead, and the run goes on (as Python does).
-  signal(SIGPIPE, SIG_IGN);
 }
 bool preemption_requested() { return g_preempt.load(); }
 int preemption_signal() { return g_preempt_signal.load(); }

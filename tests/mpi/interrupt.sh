@@ -43,12 +43,20 @@ fi
 
 # A rank whose output pipe closed (srun ending a step, a `| head`) must not die of SIGPIPE: it
 # keeps training and saves on SIGTERM (slurm.flight_kill lost rank 0's flight record that way).
-"$BIN" train "${RUN[@]}" --set train.steps=100000 --set checkpoint.dir="$T/ckp" --set log.dir="$T/logp" 2>"$T/errp" |
-  head -n 1 >/dev/null &
-for _ in $(seq 1 600); do [ "$(wc -l <"$T/logp/metrics.jsonl" 2>/dev/null || echo 0)" -ge 4 ] && break; sleep 0.1; done
-pkill -TERM -f -- "checkpoint.dir=$T/ckp" || fail "the run with a closed stdout is gone before SIGTERM: $(tail -3 "$T/errp")"
-wait || true
-check "a run whose stdout closed saved on SIGTERM ($(ls "$T/ckp" 2>&1 | tr '\n' ' '))" test -s "$T/ckp/latest"
+mkfifo "$T/pipe"
+head -n 1 <"$T/pipe" >/dev/null &
+"$BIN" train "${RUN[@]}" --set train.steps=100000 --set checkpoint.dir="$T/ckp" --set log.dir="$T/logp" \
+  >"$T/pipe" 2>"$T/errp" &
+tp=$!
+for _ in $(seq 1 600); do
+  [ -f "$T/logp/metrics.jsonl" ] && [ "$(wc -l <"$T/logp/metrics.jsonl")" -ge 3 ] && break
+  kill -0 $tp 2>/dev/null || break
+  sleep 0.1
+done
+kill -TERM $tp 2>/dev/null || fail "the run whose stdout closed is gone before SIGTERM: $(tail -3 "$T/errp")"
+rc=0; wait $tp || rc=$?
+check "a run whose stdout closed (head exited) saved on SIGTERM and exited 0 (rc $rc; $(tail -1 "$T/errp"))" \
+  test $rc -eq 0 -a -s "$T/ckp/latest"
 
 # Resume to step+2 against a run that never stopped: the same losses, to the last digit.
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if json.loads(l).get('step', 0) > int(sys.argv[2])))" "$1" "$2"; }
