@@ -54,6 +54,8 @@ done < <(grep -lE 'std::thread\(|\.sa_(handler|sigaction) = ' -r "$SRC/launcher"
 check "every file that starts a thread or installs a handler is in ## Threads ($starters files)" test $unlisted -eq 0 -a $starters -ge 5
 # The layers' order (## Layers): a folder includes only itself and the folders before it; the
 # program's main() (app/main.cpp) is above them all (it adds benchmarks/' command to the table).
+# The compiler holds this (below: each layer's library compiles against its own include root); the
+# greps here say it of every file without a build, tests and harnesses aside.
 layers=(util text model runtime tools launcher benchmarks app) wrong=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   later=$(IFS='|'; echo "${layers[*]:i+1}")
@@ -63,7 +65,19 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
   fi
 done
 check "no include points from a layer to a later one (${layers[*]})" test $wrong -eq 0
-# The Jinja interpreter (text/jinja/) stands alone in text/, which
+# runtime/'s folders in their order (cmake/layers.cmake, TESSERA_RUNTIME_FOLDERS): each includes only
+# itself, the ones before it and runtime/'s own headers.
+read -r -a rfolders <<< "$(sed -nE 's/^set\(TESSERA_RUNTIME_FOLDERS (.*)\)$/\1/p' "$SRC/cmake/layers.cmake")"
+wrong=0
+for ((i = 0; i < ${#rfolders[@]}; i++)); do
+  later=$(IFS='|'; echo "${rfolders[*]:i+1}")
+  [ -n "$later" ] || continue
+  if grep -rnE "#include \"runtime/($later)/" "$SRC/runtime/${rfolders[i]}" --include='*.h' --include='*.cpp' > "$T/up"; then
+    echo "includes a later runtime folder:"; sed "s|^$SRC/||" "$T/up"; wrong=1
+  fi
+done
+check "no include points from a runtime folder to a later one (${rfolders[*]})" test $wrong -eq 0 -a ${#rfolders[@]} -ge 10
+# What no library boundary holds: the Jinja interpreter (text/jinja/) stands alone in text/, which
 # only text/chat_template_jinja.cpp uses; the BPE tokenizer (text/bpe/) knows no chat template.
 inside=$(grep -rnE '#include "text/' "$SRC/text/jinja" --include='*.h' --include='*.cpp' | grep -v '"text/jinja/' || true)
 inside+=$(grep -rnE '#include "text/(chat_template|records|names)' "$SRC/text/bpe" || true)
@@ -102,6 +116,65 @@ if [ -n "${TESSERA_BIN:-}" ] && [ -x "$TESSERA_BIN/tessera" ] && [ -x "$TESSERA_
 else
   echo "FAIL: TESSERA_BIN must hold tessera and tessera-faults"; exit 1
 fi
+# The compiler holds the layers (cmake/layers.cmake): the build writes, per layer (each runtime/
+# folder one), an include root of links to that layer and the ones below it, and compiles the
+# layer's library against it alone. For every pair of layers, a source compiled against the lower
+# one's root that includes a header of the upper one fails "No such file or directory"; against a
+# layer's own root, a header of it and of each layer below resolves there. And every object of the
+# layers' libraries was compiled with its own layer's root, never the source tree
+# (compile_commands.json).
+BUILD=$(cd "$TESSERA_BIN/.." && pwd) LAYERS=$(cd "$TESSERA_BIN/.." && pwd)/layers
+CXX=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+names=() folders=()
+while read -r name folder; do names+=("$name"); folders+=("$folder"); done < "$LAYERS/order.txt"
+check "the build wrote the layers' order (${#names[@]} layers: ${names[*]})" test ${#names[@]} -eq $((${#layers[@]} - 1 + ${#rfolders[@]}))
+probe() { (cd "$SRC" && ls "$1"/*.h 2>/dev/null || ls "$1"/*.cpp) | head -n 1; }  # a file to include, of folder $1
+bad=0 refused=0 resolved=0
+for ((i = 0; i < ${#names[@]}; i++)); do
+  root=$LAYERS/${names[i]} own=()
+  for ((j = 0; j <= i; j++)); do own+=("$(probe "${folders[j]}")"); done
+  printf '#include "%s"\n' "${own[@]}" > "$T/own.cpp"
+  LC_ALL=C "$CXX" -MM -MG -I "$root" "$T/own.cpp" > "$T/deps" 2>&1 || true
+  for h in "${own[@]}"; do
+    if grep -qF "$root/$h" "$T/deps"; then resolved=$((resolved + 1)); else echo "${names[i]}: $h not found under $root"; bad=1; fi
+  done
+  for ((j = i + 1; j < ${#names[@]}; j++)); do
+    h=$(probe "${folders[j]}")
+    printf '#include "%s"\n' "$h" > "$T/up.cpp"
+    if ! LC_ALL=C "$CXX" -fsyntax-only -I "$root" "$T/up.cpp" > "$T/err" 2>&1 && grep -qF "$h: No such file or directory" "$T/err"; then
+      refused=$((refused + 1))
+    else
+      echo "${names[i]} compiles an include of ${folders[j]} ($h):"; head -n 3 "$T/err"; bad=1
+    fi
+  done
+done
+check "each layer's root: its own and the lower layers' headers found ($resolved), every upper one's refused by the compiler ($refused)" \
+  test $bad -eq 0 -a $refused -eq $((${#names[@]} * (${#names[@]} - 1) / 2))
+python3 - "$BUILD" "$SRC" "${names[@]}" > "$T/roots" <<'PY' || true
+import json, re, sys
+build, src, names = sys.argv[1], sys.argv[2].rstrip("/"), sys.argv[3:]
+seen = set()
+for e in json.load(open(build + "/compile_commands.json")):
+    out = e.get("output") or re.search(r" -o (\S+)", e["command"]).group(1)
+    m = re.match(r"CMakeFiles/tessera_([a-z_]+?)(_torch|_aten|_plain)?\.dir/", out)
+    if not m:
+        continue
+    layer = {"main": "app"}.get(m.group(1), m.group(1))
+    if layer not in names:
+        continue
+    seen.add(layer)
+    dirs = re.findall(r"(?:-I|-isystem )\s*(\S+)", e["command"])
+    own = build + "/layers/" + layer
+    if own not in dirs:
+        print(f"BAD {layer}: {e['file']} compiles without {own}")
+    for d in dirs:
+        if d == src or (d.startswith(src + "/") and not d.startswith(build + "/layers/")):
+            print(f"BAD {layer}: {e['file']} compiles with -I{d}")
+print(f"LAYERS {len(seen)}")
+PY
+grep '^BAD' "$T/roots" || true
+check "every layer's library compiles against its own root, not the source tree ($(sed -n 's/^LAYERS //p' "$T/roots") libraries)" \
+  test -z "$(grep '^BAD' "$T/roots")" -a "$(sed -n 's/^LAYERS //p' "$T/roots")" = ${#names[@]}
 # No include cycle between folders (runtime's sub-folders each count as one; app/, main(), is
 # above all): every edge "A includes B" goes into tsort, which reports a loop when the folders cannot be ordered.
 folder_of() { case "$1" in runtime/*/*) echo "${1%/*}" ;; *) echo "${1%%/*}" ;; esac; }
