@@ -3,6 +3,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <deque>
 #include <numeric>
 #include <functional>
@@ -88,13 +89,34 @@ void add_scaled(const at::Tensor& dst, const at::Tensor& src, double scale) {
   }
 }
 
-// dst[slot] += grads[k] (scaled) for every defined gradient, each freed once added.
-void add_into(at::Tensor& dst, const ShardPlan& plan, std::vector<at::Tensor>& grads, double scale) {
+// dst = src * scale: what add_scaled gives on a zero dst, bit for bit but a zero's sign (the product
+// rounded once, in dst's dtype), without the zeroing pass and the read of dst.
+void copy_scaled(const at::Tensor& dst, const at::Tensor& src, double scale) {
+  dst.copy_(src);
+  if (scale != 1.0) dst.mul_(scale);
+}
+
+// dst[slot] += grads[k] (scaled) for every defined gradient, each freed once added. `fresh`: dst
+// holds nothing yet (its old bytes are garbage): the gradients are copied, and every element no
+// gradient covers (padding, gaps, unused parameters) is zeroed, so dst is whole without a zeroing pass.
+void add_into(at::Tensor& dst, const ShardPlan& plan, std::vector<at::Tensor>& grads, double scale, bool fresh = false) {
+  std::vector<std::pair<int64_t, int64_t>> covered;  // [offset, end) of the gradients written
   for (size_t k = 0; k < grads.size(); ++k) {
     if (!grads[k].defined()) continue;
-    add_scaled(dst.narrow(0, plan.params[k].offset, plan.params[k].numel), grads[k].reshape(-1), scale);
+    at::Tensor slot = dst.narrow(0, plan.params[k].offset, plan.params[k].numel);
+    if (fresh) copy_scaled(slot, grads[k].reshape(-1), scale);
+    else add_scaled(slot, grads[k].reshape(-1), scale);
+    covered.emplace_back(plan.params[k].offset, plan.params[k].offset + plan.params[k].numel);
     grads[k] = at::Tensor();
   }
+  if (!fresh) return;
+  std::sort(covered.begin(), covered.end());
+  int64_t at = 0;
+  for (const auto& [begin, end] : covered) {
+    if (begin > at) dst.narrow(0, at, begin - at).zero_();
+    at = std::max(at, end);
+  }
+  if (dst.numel() > at) dst.narrow(0, at, dst.numel() - at).zero_();
 }
 
 }  // namespace
@@ -125,6 +147,9 @@ struct Engine::Impl {
     at::Tensor param_shard;
     bool stale = true;
     std::vector<FrozenGather> frozen;  // its frozen groups (fsdp.h: frozen parameters), 0 to 2
+    // The gradient shard holds nothing of this step yet (zero_grad): the first gradient is copied
+    // into it, not added, and a reader before that sees it zeroed (settle_grads).
+    bool grad_fresh = true;
   };
 
   Options opts;
@@ -150,6 +175,20 @@ struct Engine::Impl {
   at::Tensor state_zeros(int64_t n) const {
     if (!offloaded()) return at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(opts.device));
     return device::host_buffer({n}, at::kFloat, opts.device).zero_();
+  }
+  // Zero the gradient shards that zero_grad left fresh, before anyone outside reads them.
+  void settle_grads() {
+    for (Unit& u : units)
+      if (u.grad_fresh && u.shard->grad.defined()) {
+        u.shard->grad.zero_();
+        u.grad_fresh = false;
+      }
+  }
+  // The gradient shard += src (the whole chunk), or = src on the step's first gradient.
+  void write_grad(Unit& u, const at::Tensor& src) {
+    if (u.grad_fresh) copy_scaled(grad_shard(u), src, 1.0);
+    else add_scaled(grad_shard(u), src, 1.0);
+    u.grad_fresh = false;
   }
   void mark_stale() {
     for (Unit& u : units) u.stale = true;
@@ -312,7 +351,7 @@ struct Engine::Impl {
     }
     staged.copy_(chunk);
     traffic.down += staged.nbytes();
-    add_scaled(grad_shard(u), staged, 1.0);
+    write_grad(u, staged);
   }
 
   void gather_async(int ui) {
@@ -377,10 +416,14 @@ struct Engine::Impl {
   }
 
   // ---- gradients ---------------------------------------------------------------------------
+  // A fresh shard is made uninitialised: its first write covers all of it (write_grad, add_into).
   at::Tensor& grad_shard(Unit& u) {
     if (!u.shard->grad.defined()) {
       memory::Scope scope(memory::Category::GradShard, state_where());
-      u.shard->grad = state_zeros(u.shard->plan.chunk);
+      const int64_t n = u.shard->plan.chunk;
+      if (!u.grad_fresh) u.shard->grad = state_zeros(n);
+      else if (offloaded()) u.shard->grad = device::host_buffer({n}, at::kFloat, opts.device);
+      else u.shard->grad = at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(opts.device));
     }
     return u.shard->grad;
   }
@@ -397,11 +440,12 @@ struct Engine::Impl {
       // offload: into a device chunk, then down into the host's).
       if (offloaded()) {
         memory::Scope scope(memory::Category::UnsharedGrads);
-        at::Tensor chunk = at::zeros({plan.chunk}, at::TensorOptions().dtype(at::kFloat).device(opts.device));
-        add_into(chunk, plan, grads, scale);
+        at::Tensor chunk = at::empty({plan.chunk}, at::TensorOptions().dtype(at::kFloat).device(opts.device));
+        add_into(chunk, plan, grads, scale, /*fresh=*/true);
         add_down(u, chunk);
       } else {
-        add_into(grad_shard(u), plan, grads, scale);
+        add_into(grad_shard(u), plan, grads, scale, u.grad_fresh);
+        u.grad_fresh = false;
       }
       if (sync) final_grad(ui);
       return;
@@ -410,16 +454,17 @@ struct Engine::Impl {
     const auto reduce_opts = u.shard->master.options().dtype(opts.reduce_dtype);
     at::Tensor flat;
     if (opts.accumulate == Accumulate::Unsharded) {
-      if (!u.accum.defined()) u.accum = at::zeros({plan.padded_total}, u.shard->master.options());
-      add_into(u.accum, plan, grads, 1.0);
+      const bool first = !u.accum.defined();
+      if (first) u.accum = at::empty({plan.padded_total}, u.shard->master.options());
+      add_into(u.accum, plan, grads, 1.0, first);
       if (!sync) return;
       flat = u.accum.scalar_type() == opts.reduce_dtype ? u.accum : u.accum.to(opts.reduce_dtype);
       u.accum = at::Tensor();
       // Average over every data-parallel rank; dividing before the sum keeps fp16/bf16 in range.
       flat.div_(static_cast<double>(dp_size));
     } else {
-      flat = at::zeros({plan.padded_total}, reduce_opts);
-      add_into(flat, plan, grads, scale);
+      flat = at::empty({plan.padded_total}, reduce_opts);
+      add_into(flat, plan, grads, scale, /*fresh=*/true);
     }
     Reduction r;
     r.unit = ui;
@@ -445,7 +490,7 @@ struct Engine::Impl {
     r.flat = at::Tensor();
     Unit& u = units[r.unit];
     if (offloaded()) add_down(u, r.out);
-    else add_scaled(grad_shard(u), r.out, 1.0);
+    else write_grad(u, r.out);
     r.out = at::Tensor();
     if (r.final) final_grad(r.unit);
   }
@@ -721,11 +766,14 @@ void Engine::after_step() {
 
 void Engine::on_grad_ready(std::function<void(int unit)> hook) { impl_->grad_ready = std::move(hook); }
 
-void Engine::release_grad(int unit) { impl_->units[unit].shard->grad = at::Tensor(); }
+void Engine::release_grad(int unit) {
+  impl_->units[unit].shard->grad = at::Tensor();
+  impl_->units[unit].grad_fresh = true;
+}
 
+// No zeroing pass: each shard is marked fresh, and the step's first gradient is copied into it.
 void Engine::zero_grad() {
-  for (auto& u : impl_->units)
-    if (u.shard->grad.defined()) u.shard->grad.zero_();
+  for (auto& u : impl_->units) u.grad_fresh = true;
 }
 
 // Whoever reaches the masters through shards() or named_state() may write them (the loader,
@@ -733,10 +781,12 @@ void Engine::zero_grad() {
 // gathers (a copy too many where they were only read).
 const std::vector<UnitShard>& Engine::shards() const {
   impl_->mark_stale();
+  impl_->settle_grads();
   return impl_->shards;
 }
 
 optim::ShardView Engine::optimizer_view() {
+  impl_->settle_grads();
   optim::ShardView view;
   for (const UnitShard& sh : impl_->shards) view.shards.push_back({sh.master, sh.grad, sh.decay, impl_->offloaded()});
   view.group = &shard_group();

@@ -35,7 +35,11 @@
 //              communication, like PyTorch's no_sync()), the last one reduces it: less traffic,
 //              4 bytes per parameter of every unit held between micro-steps.
 // no_shard's "shard" is the whole model, so both modes add into the gradient directly and
-// all-reduce once per step.
+// all-reduce once per step. zero_grad() zeroes nothing: it marks the gradient shards fresh, and the
+// step's first gradient of a unit is copied into its shard instead of added (the flat buffers are
+// made uninitialised and written whole, padding zeroed): what adding into zeros gives, bit for bit
+// but the sign of a zero (-0 stays -0), which no update, norm or clip can tell apart;
+// shards() and optimizer_view() zero a shard still fresh before handing it out.
 //
 // Frozen parameters (UnitDef::frozen: LoRA's base): each unit holds a second flat group laid out by
 // its own ShardPlan, with no master, gradient or optimizer state: this rank's chunk is kept as
@@ -278,7 +282,7 @@ class Engine {
   // After the optimizer changed the master shards: drops every gathered copy (and, under offload,
   // the parameter shards made from the old masters).
   void after_step();
-  void zero_grad();
+  void zero_grad();  // marks the gradient shards fresh (see "Gradients" above)
   // optim.in_backward: `hook(unit)` runs as soon as that unit's gradient shard is final in the last
   // micro-step's backward (its reduce-scatter retired and, with replicas, its all-reduce), on the
   // thread that runs backward (the caller of backward(); autograd's device thread on a GPU). The

@@ -431,6 +431,44 @@ TEST(FsdpMemory, ShardedAccumulationHoldsNoModelSizedGradient) {
   }
 }
 
+// zero_grad() is no zeroing pass: it dispatches no operator, and the step's first gradient of each
+// unit is copied into its shard. A shard still fresh reads as zeros through shards(); and a run whose
+// shards were zeroed between steps (shards() after each step: the next gradients are added into
+// zeros) equals, bit for bit, the run whose first gradients were copied (sharded and unsharded
+// accumulation, 2 micro-steps).
+TEST(FsdpGrad, ZeroGradWritesNothingAndFirstGradientIsCopied) {
+  const auto cfg = test_config();
+  auto t = test_train_options();
+  t.train.steps = 3;
+  t.train.grad_accum = 2;
+  for (auto acc : {fsdp::Accumulate::Sharded, fsdp::Accumulate::Unsharded}) {
+    const std::string what = std::string(acc == fsdp::Accumulate::Sharded ? "sharded" : "unsharded") +
+                             " W=" + std::to_string(world_groups().world->size());
+    fsdp::Options fo;
+    fo.accumulate = acc;
+    std::vector<double> losses[2];
+    std::map<std::string, torch::Tensor> params[2];
+    for (int settled = 0; settled < 2; ++settled) {
+      train::Trainer trainer(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(test::kSeqLen), {});
+      test::init_weights(trainer, cfg);
+      for (int s = 0; s < t.train.steps; ++s) {
+        losses[settled].push_back(trainer.train_step().loss);
+        if (!settled) continue;
+        profile::ops::start();
+        trainer.engine().zero_grad();
+        profile::ops::stop();
+        const auto c = profile::ops::snapshot();
+        EXPECT_EQ(c.step_thread_total() + c.comm_threads, 0) << what << ": zero_grad dispatched operators";
+        for (const auto& sh : trainer.engine().shards())
+          if (sh.grad.defined()) EXPECT_EQ(sh.grad.abs().max().item<float>(), 0.0f) << what << ": " << sh.name;
+      }
+      params[settled] = gather_all(trainer.engine());
+    }
+    for (int s = 0; s < t.train.steps; ++s) EXPECT_EQ(losses[0][s], losses[1][s]) << what << " step " << s;
+    for (const auto& [n, p] : params[0]) EXPECT_TRUE(torch::equal(p, params[1].at(n))) << what << ": " << n;
+  }
+}
+
 // Below 16 bytes per parameter: bf16 AdamW moments (12 bytes) track the fp32-state run on the tiny
 // model within 2e-3 relative on every step's loss and 2e-2 relative on the parameters after 5 steps
 // (measured at W 1/2/4: loss within 3e-4, parameters within 6e-3).

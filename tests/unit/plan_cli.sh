@@ -88,6 +88,43 @@ import json; p=json.load(open('$T/cpu.json')); assert 'gpu' not in p['phases']['
 " && ok "cpu plan" || fail "cpu plan"
 
 # Impossible layouts: exit 2 and one line naming the problem.
+# Issue 59's goals by the plan. Llama 2 70B QLoRA (r 16, seq 2048, micro-batch 1, the projections in
+# NF4) on 2 x 24 GiB: does not fit as it is, fits with fsdp.offload=params (fsdp_qlora's CPU
+# offload); its base per rank is the formula written here: the projections at 4.5 bits (0.5625
+# bytes: 4-bit codes + an fp32 scale per 64), embeddings, norms and head at 2 bytes, the adapters'
+# compute-dtype copy at 2, all over 2 ranks. Llama 2 70B LoRA (r 16, bf16 base) fits 8 x 80 GiB with
+# more than half of each GPU to spare.
+lora70() {  # base_dtype -> a run config for Llama 2 70B with LoRA r 16
+  echo "{\"model\": {\"path\": \"$T/llama70\", \"load\": \"rank0\"}, \"data\": {\"seq_len\": 2048}, \"train\": {\"micro_batch\": 1},
+ \"fsdp\": {\"strategy\": \"full_shard\", \"mixed_precision\": \"bf16\", \"activation_checkpointing\": \"true\"},
+ \"lora\": {\"rank\": 16, \"alpha\": 32, \"base_dtype\": \"$1\"}}"
+}
+lora70 nf4 > "$T/qlora70.json"; lora70 "" > "$T/lora70.json"
+"$BIN" plan --config "$T/qlora70.json" --nodes 1 --gpus-per-node 2 --gpu-mem 24GiB --host-mem 512GiB --json > "$T/q0.json"; rc0=$?
+"$BIN" plan --config "$T/qlora70.json" --nodes 1 --gpus-per-node 2 --gpu-mem 24GiB --host-mem 512GiB \
+  --set fsdp.offload=params --json > "$T/q1.json"; rc1=$?
+python3 - "$T/q0.json" "$T/q1.json" <<'P' && [ $rc0 -eq 1 ] && [ $rc1 -eq 0 ] && ok "70b QLoRA r16 on 2 x 24 GiB fits with offload=params; its NF4 base per rank follows the formula" || fail "70b QLoRA on 2 x 24 GiB: rc=$rc0/$rc1"
+import json, sys
+q0, q1 = (json.load(open(f)) for f in sys.argv[1:3])
+assert not q0["fits"] and q1["fits"], (q0["fits"], q1["fits"])
+h, L, I, kv, V = 8192, 80, 28672, 1024, 32000
+proj = L * (2 * h * h + 2 * h * kv + 3 * h * I)
+rest = 2 * V * h + (2 * L + 1) * h
+r = 16
+adapters = L * r * (2 * (h + h) + 2 * (h + kv) + 3 * (h + I))
+want = (proj * 0.5625 + rest * 2 + adapters * 2) / 2
+got = q1["phases"]["train"]["host"]["param_shard"]
+assert abs(got / want - 1) < 1e-3, (got, want)
+assert abs(q1["phases"]["train"]["host"]["master"] / (adapters * 4 / 2) - 1) < 1e-3
+assert q1["peak_gpu_bytes_per_rank"] < 24 * 2**30 < q0["peak_gpu_bytes_per_rank"], (q0["peak_gpu_bytes_per_rank"], q1["peak_gpu_bytes_per_rank"])
+P
+"$BIN" plan --config "$T/lora70.json" --nodes 1 --gpus-per-node 8 --gpu-mem 80GiB --json > "$T/l8.json"; rc=$?
+python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p['fits'] and p['peak_gpu_bytes_per_rank'] < 40 * 2**30, p['peak_gpu_bytes_per_rank']
+" "$T/l8.json" && [ $rc -eq 0 ] && ok "70b LoRA r16 fits 8 x 80 GiB with more than half of each GPU to spare" || fail "70b LoRA on 8 x 80 GiB: rc=$rc"
+
 expect_error 2 "do not divide into nodes of 4" "$BIN" plan --config "$T/70b.json" --ranks 10 --ranks-per-node 4
 expect_error 2 "hybrid_shard on 1 node" "$BIN" plan --config "$T/70b.json" --set fsdp.strategy=hybrid_shard --nodes 1 --gpus-per-node 8
 expect_error 2 "cannot fit" "$BIN" plan --config "$T/70b.json" --nodes 1 --gpus-per-node 8 --gpu-mem 1GiB
