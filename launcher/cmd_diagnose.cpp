@@ -124,9 +124,13 @@ std::string run_history(const std::string& log_dir, const tools::Dumps& dumps,
     return "history: these records are of a run that stopped at step " + std::to_string(step) +
            "; the run was resumed and has since logged up to step " + std::to_string(logged) +
            " (metrics.jsonl): nothing has failed since";
-  // A rank with no record died first (SIGKILL, OOM), and one behind in a pending collective stalled
-  // before the signal: those are failures that the SIGTERMs of the cleanup only follow.
-  const bool cleanup_of_failure = !dx.missing.empty() || (logged < step && dx.pending && !dx.behind.empty());
+  // A rank with no record died first (SIGKILL, OOM), and one behind in a pending collective that had
+  // been pending for kStalledS when the signal came stalled before it: those are failures that the
+  // SIGTERMs of the cleanup only follow. Pending for less, ranks were only at different points of the
+  // step (a busy host: one rank a reduce-scatter ahead of the other), which a signal always finds.
+  constexpr double kStalledS = 5;
+  const bool stalled = dx.pending && !dx.behind.empty() && dx.pending_wait_s >= kStalledS;
+  const bool cleanup_of_failure = !dx.missing.empty() || (logged < step && stalled);
   if (all_sigterm && !dx.desync && !cleanup_of_failure) return interrupted(step, logged, dx.pending, latest_checkpoint(info));
   return "";
 }

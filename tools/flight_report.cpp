@@ -223,6 +223,7 @@ struct Pending {
   uint64_t stuck = 0;
   const json* first_entry = nullptr;  // the earliest member's entry of it
   int64_t t_real = INT64_MAX;         // when that member issued it (wall clock)
+  int64_t waited_ns = 0;              // from then to that member's record (wall clock)
   int first_rank = -1;
   std::vector<int> timed_out, waiting;
   std::vector<std::string> behind_text, done_text, not_running;
@@ -344,6 +345,8 @@ Pending analyse_pending(const Group& G, uint64_t stuck, std::set<int>& behind) {
     const int64_t t = realtime_of(*m.record, num(*it->second, "enqueue_ns"));
     if (t < p.t_real) p.t_real = t, p.first_rank = rank, p.first_entry = it->second;
   }
+  if (p.first_rank >= 0)
+    p.waited_ns = num(G.present.at(p.first_rank).record->value("clock", json::object()), "realtime_ns") - p.t_real;
   for (const auto& [rank, m] : G.present) {
     const uint64_t le = num(*m.group, "last_enqueued"), lc = num(*m.group, "last_completed");
     if (lc >= stuck)
@@ -422,7 +425,10 @@ Diagnosis diagnose(const Dumps& dumps) {
     const std::string s = pending_text(G, p, absent);
     dx.lines.push_back(s);
     for (int r : absent) behind.insert(r);
-    if (p.t_real < first_pending_t || first_pending.empty()) first_pending_t = p.t_real, first_pending = s;
+    if (p.t_real < first_pending_t || first_pending.empty()) {
+      first_pending_t = p.t_real, first_pending = s;
+      dx.pending_wait_s = p.waited_ns / 1e9;
+    }
   }
   dx.behind.assign(behind.begin(), behind.end());
   if (!first_desync.empty())

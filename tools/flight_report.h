@@ -46,6 +46,7 @@ struct Diagnosis {
   std::vector<int> behind;         // world ranks behind in some group's pending collective
   bool desync = false;
   bool pending = false;            // some group has a collective not every member completed
+  double pending_wait_s = 0;       // the earliest pending one: from its first issue to that rank's record
 };
 Diagnosis diagnose(const Dumps& dumps);
 

@@ -162,6 +162,30 @@ done
 "$BIN" diagnose "$T/log" > "$T/dx4" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx4")"
 check "diagnose: a start refused by one rank's input error is named refused, not a failure" \
   grep -q "^summary: the run was refused at start by an input error on rank 1 (shard rank-1.bin: crc mismatch); no step ran and nothing hung" "$T/dx4"
+# SIGTERM on both ranks while rank 1 was in a reduce-scatter rank 0 had not issued yet: 40 ms
+# after rank 1 issued it, ranks at two points of one step (an interruption); 7 s after, rank 0 had
+# stalled before the signal (a failure, the collective named).
+for wait_ms in 40 7000; do
+  for r in 0 1; do
+    entries='{"seq": 3, "op": "reduce_scatter", "reduce": "sum", "dtype": "float32", "count": 4, "state": "completed", "enqueue_ns": 900}'
+    [ $r = 1 ] && entries+=', {"seq": 4, "op": "reduce_scatter", "reduce": "sum", "dtype": "float32", "count": 4, "state": "started", "enqueue_ns": 1000}'
+    cat > "$T/log/flight/rank-$r.json" <<JSON
+{"format": "tessera-flight", "version": 1, "rank": $r, "world_size": 2, "host": "h", "pid": $((r + 1)), "run_id": "$later",
+ "reason": "signal SIGTERM", "message": "terminated", "context": {"step": 5, "phase": "train step"},
+ "timeout_ms": 60000, "stops": 0, "clock": {"monotonic_ns": $((1000 + wait_ms * 1000000)), "realtime_ns": 1000000000000},
+ "groups": [{"backend": "mpi", "name": "world", "instance": 0, "ranks": [0, 1], "last_enqueued": $((3 + r)),
+ "last_started": $((3 + r)), "last_completed": 3, "entries": [$entries]}]}
+JSON
+  done
+  "$BIN" diagnose "$T/log" > "$T/dx5" 2>&1 || fail "diagnose exited $?: $(cat "$T/dx5")"
+  if [ $wait_ms = 40 ]; then
+    check "diagnose: a rank one collective behind, 40 ms after the other issued it, is an interruption" \
+      grep -q "^summary: every rank got SIGTERM at step 5 (Ctrl-C under mpirun, preemption or scancel), not a hang" "$T/dx5"
+  else
+    check "diagnose: a rank behind a collective pending for 7 s before the SIGTERMs stalled: the collective is named" \
+      grep -q "^summary: collective #4 reduce_scatter(sum) .* did not complete: rank 0 last issued #3" "$T/dx5"
+  fi
+done
 rm -r "$T/log/flight"
 
 # A quantized checkpoint is named as such.

@@ -239,6 +239,23 @@ TEST(FlightRecorderDeathTest, SigtermDumpIsWeakAndChainsToThePreviousHandler) {
   tessera::util::remove_tree(dir);
 }
 
+// How long the pending collective had been pending when its first member's record was written:
+// what tells a rank that stalled before a SIGTERM on every rank (seconds) from one that was only a
+// collective behind in the same step (milliseconds; `tessera diagnose` calls that an interruption).
+TEST(FlightReport, SaysHowLongThePendingCollectiveWaited) {
+  tools::Dumps d;
+  auto e = [](int seq, const char* state) { return std::make_tuple(seq, std::string("reduce_scatter"), 2, std::string(state)); };
+  d.records.push_back(rank_record(0, 2, "signal SIGTERM", {e(3, "completed")}));
+  d.records.push_back(rank_record(1, 2, "signal SIGTERM", {e(3, "completed"), e(4, "started")}));
+  for (int64_t ms : {40, 7000}) {  // rank 1 issued #4 at monotonic 1004 ns; its record ms later
+    d.records[1]["clock"] = {{"monotonic_ns", 1004 + ms * 1000000}, {"realtime_ns", int64_t(1) << 40}};
+    const auto dx = tools::diagnose(d);
+    EXPECT_TRUE(dx.pending);
+    EXPECT_EQ(dx.behind, std::vector<int>({0}));
+    EXPECT_NEAR(dx.pending_wait_s, ms / 1000.0, 1e-6) << ms;
+  }
+}
+
 TEST(FlightReport, NamesTheRankThatNeverJoinedAndTheOneBehind) {
   // World of 4: ranks 0 and 2 wait in #5 (an all_reduce), rank 3 last issued #4, rank 1 left no record.
   tools::Dumps d;
