@@ -27,9 +27,9 @@
 #include "launcher/commands.h"
 #include "model/errors.h"
 #include "runtime/comm/flight_recorder.h"
-#include "tools/flight_report.h"
 #include "runtime/memory/tracker.h"
-#include "runtime/error.h"
+#include "tools/flight_report.h"
+#include "util/error.h"
 
 using namespace tessera;
 using namespace tessera::launcher;

@@ -10,7 +10,7 @@
 #include "benchmarks/bench_optim.h"
 #include "benchmarks/bench_step.h"
 #include "launcher/cli.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::bench {
 namespace {

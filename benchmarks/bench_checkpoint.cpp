@@ -13,7 +13,7 @@
 #include "launcher/cli.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 
 namespace fs = std::filesystem;

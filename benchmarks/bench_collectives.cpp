@@ -21,8 +21,8 @@
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "runtime/comm/mpi_bench_hooks.h"
-#include "runtime/error.h"
 #include "util/dtype_names.h"
+#include "util/error.h"
 
 // The Gloo baseline: where LibTorch's Gloo headers exist, unless the build opts out
 // (-DTESSERA_GLOO_BASELINE=OFF; tests/gpu/run.sh does, as the c10d headers follow PyTorch's version).

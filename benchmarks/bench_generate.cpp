@@ -13,9 +13,9 @@
 #include "launcher/cli.h"
 #include "launcher/model_lm.h"
 #include "model/config.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/generate/generator.h"
+#include "util/error.h"
 
 namespace tessera::bench {
 

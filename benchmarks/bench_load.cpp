@@ -21,9 +21,9 @@
 #include "launcher/model_lm.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/io.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/memory/tracker.h"
+#include "util/error.h"
 
 namespace tessera::bench {
 

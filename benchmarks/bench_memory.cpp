@@ -15,8 +15,8 @@
 #include "launcher/config.h"
 #include "launcher/plan.h"
 #include "model/config.h"
-#include "runtime/error.h"
 #include "runtime/planner/memory_formula.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 #include "util/json.h"
 

@@ -13,8 +13,8 @@
 
 #include "benchmarks/bench_util.h"
 #include "launcher/cli.h"
-#include "runtime/error.h"
 #include "runtime/optim/adamw.h"
+#include "util/error.h"
 
 namespace tessera::bench {
 

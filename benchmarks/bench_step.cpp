@@ -35,12 +35,12 @@
 #include "model/registry.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/token_file.h"
-#include "runtime/data/tokenizer.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/profile/phase.h"
 #include "runtime/train/trainer.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 #include "util/json.h"
 
@@ -333,7 +333,7 @@ void report_step_bench(const StepBench& s, bool as_json) {
 // --data as byte tokens in rows of seq_len (one text piece per row: plain causal attention).
 std::shared_ptr<data::TokenDataset> bench_dataset(const launcher::po::variables_map& vm, const model::ModelConfig& cfg,
                                                   int64_t seq_len) {
-  data::ByteTokenizer tok;
+  text::ByteTokenizer tok;
   TESSERA_CHECK_INPUT(tok.vocab_size() <= cfg.vocab_size,
                       "bench step: byte tokens need a vocab_size of at least " + std::to_string(tok.vocab_size()) +
                           ", model " + model_name(vm) + " has " + std::to_string(cfg.vocab_size));
@@ -578,13 +578,13 @@ void write_inputs(Driver& d) {
   std::ofstream(d.config_path) << d.cfg.to_json().dump(2) << std::endl;
   // The --data documents' tokens one after another, repeated to the length the runs need, as one
   // plain-text document: both sides read sequence i as tokens [i*T, i*T + T + 1).
-  data::ByteTokenizer tok;
+  text::ByteTokenizer tok;
   TESSERA_CHECK_INPUT(tok.vocab_size() <= d.cfg.vocab_size,
                       "bench step --peer: byte tokens need a vocab_size of at least " + std::to_string(tok.vocab_size()) +
                           ", model " + model_name(d.vm) + " has " + std::to_string(d.cfg.vocab_size));
   data::ReadStats stats;
   std::vector<int32_t> stream;
-  for (const auto& store : data::load_documents({d.vm["data"].as<std::string>()}, tok, *data::make_chat_template("llama2"), stats))
+  for (const auto& store : data::load_documents({d.vm["data"].as<std::string>()}, tok, *text::make_chat_template("llama2"), stats))
     for (int64_t i = 0; i < store->num_tokens(); ++i) stream.push_back(store->id(i));
   TESSERA_CHECK_INPUT(static_cast<int64_t>(stream.size()) > d.T,
                       "bench step --peer: --data " + d.vm["data"].as<std::string>() + " has " + std::to_string(stream.size()) +

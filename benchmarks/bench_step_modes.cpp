@@ -14,9 +14,9 @@
 #include "launcher/bootstrap.h"
 #include "launcher/cli.h"
 #include "launcher/model_lm.h"
-#include "runtime/error.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/profile/step_profile.h"
+#include "util/error.h"
 
 namespace tessera::bench {
 namespace {

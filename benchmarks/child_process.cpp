@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 extern char** environ;
 

@@ -752,12 +752,19 @@ function(tessera_add_cuda_sources tgt)
   # Always compile + link the NCCL backend when headers exist, so CI proves it builds. The cudart is
   # LibTorch's own with a CUDA LibTorch (the same file TORCH_LIBRARIES now links), else the toolkit's.
   add_library(tessera_nccl STATIC ${_cuda_src})
-  target_include_directories(tessera_nccl PUBLIC ${CMAKE_SOURCE_DIR} ${TESSERA_NCCL_INCLUDE_DIR} ${TESSERA_CUDART_INCLUDE_DIR})
+  # Its sources sit in several runtime/ folders: the runtime layer's include root (cmake/layers.cmake).
+  target_include_directories(tessera_nccl PRIVATE ${TESSERA_ROOT_runtime})
+  target_include_directories(tessera_nccl PUBLIC ${TESSERA_NCCL_INCLUDE_DIR} ${TESSERA_CUDART_INCLUDE_DIR})
   target_link_libraries(tessera_nccl PUBLIC ${TORCH_LIBRARIES} MPI::MPI_C ${TESSERA_NCCL_LIBRARY} ${TESSERA_CUDART_LIBRARY})
   tessera_use_pch(tessera_nccl)
   if(TESSERA_CUDA_ENABLED)
     target_compile_definitions(tessera_nccl PUBLIC TESSERA_WITH_CUDA=1)
-    target_link_libraries(${tgt}_usage INTERFACE tessera_nccl)  # ${tgt} and its objects' parts (cmake/pch_tiers.cmake)
+    # Every runtime folder's library (and what builds on them) compiles with TESSERA_WITH_CUDA: the
+    # lowest one's usage carries the definition up (CMakeLists.txt); ${tgt} links the backend, which
+    # calls into the runtime libraries below it.
+    target_compile_definitions(tessera_runtime_data_usage INTERFACE TESSERA_WITH_CUDA=1)
+    target_link_libraries(tessera_nccl PUBLIC tessera_runtime_generate)
+    target_link_libraries(${tgt} INTERFACE tessera_nccl)
   else()
     # Link check: a tiny executable that references the backend's factory must link. Nothing runs
     # these objects on a CPU LibTorch (cmake/pch_tiers.cmake).
@@ -812,6 +819,7 @@ function(tessera_add_cuda_typecheck)
   target_compile_definitions(tessera_cuda_typecheck PRIVATE TESSERA_WITH_CUDA=1)
   target_include_directories(tessera_cuda_typecheck SYSTEM BEFORE PRIVATE ${_gen})
   target_link_libraries(tessera_cuda_typecheck PRIVATE tessera_nccl tessera_launcher $<$<BOOL:${TESSERA_BUILD_TESTS}>:GTest::gtest>)
+  target_include_directories(tessera_cuda_typecheck PRIVATE ${CMAKE_SOURCE_DIR})  # sources of every layer and tests/
   # Objects nobody links: only the front end matters, so no optimisation or debug info.
   target_compile_options(tessera_cuda_typecheck PRIVATE -O0 -g0 -Wall -Wno-unused-parameter -Wno-sign-compare)
   tessera_unity(tessera_cuda_typecheck)  # cmake/pch_tiers.cmake
@@ -833,7 +841,7 @@ function(tessera_add_cuda_kernels)
   endif()
   if(TESSERA_CUDA_ENABLED AND TARGET tessera_nccl)
     add_library(tessera_cuda_kernels STATIC ${_cu})
-    target_include_directories(tessera_cuda_kernels PRIVATE ${CMAKE_SOURCE_DIR})
+    target_include_directories(tessera_cuda_kernels PRIVATE ${TESSERA_ROOT_runtime})
     set_target_properties(tessera_cuda_kernels PROPERTIES CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
     target_link_libraries(tessera_nccl PUBLIC tessera_cuda_kernels)
     return()
@@ -853,7 +861,7 @@ function(tessera_add_cuda_kernels)
     get_filename_component(_odir ${_o} DIRECTORY)
     add_custom_command(OUTPUT ${_o}
                        COMMAND ${CMAKE_COMMAND} -E make_directory ${_odir}
-                       COMMAND ${_nvcc} -std=c++17 -arch=sm_90 -Werror all-warnings -I${CMAKE_SOURCE_DIR}
+                       COMMAND ${_nvcc} -std=c++17 -arch=sm_90 -Werror all-warnings -I${TESSERA_ROOT_runtime}
                                -MD -MF ${_o}.d -c ${f} -o ${_o}
                        DEPENDS ${f} DEPFILE ${_o}.d
                        COMMENT "nvcc compile check: ${_rel}" VERBATIM)

@@ -94,18 +94,36 @@ function(tessera_unity tgt)
 endfunction()
 
 # tessera_add_tier_parts(TARGET SOURCES src... LINK <scope> lib... [INCLUDES dir...]
-#                        [COMPILE_OPTIONS opt...]): TARGET's sources compile in one OBJECT library
+#                        [COMPILE_OPTIONS opt...] [ONE_UNIT]): TARGET's sources compile in one OBJECT library
 # per tier (TARGET_torch, TARGET_aten, TARGET_plain, those that have sources), each with that
 # tier's precompiled header, in unity units, linked with LINK, with INCLUDES as private include
 # directories and COMPILE_OPTIONS as private options; TARGET holds their objects. Used for the libraries
-# (below) and the test binaries (tests/CMakeLists.txt).
+# (below) and the test binaries (tests/CMakeLists.txt). ONE_UNIT: when all the sources fit in one
+# unity unit (TESSERA_UNITY or fewer), they compile as one part of the highest tier among them: one
+# translation unit, where a part per tier would pay a unit's fixed cost two or three times (a small
+# library: a runtime/ folder).
 function(tessera_add_tier_parts target)
-  cmake_parse_arguments(P "" "" "SOURCES;LINK;INCLUDES;COMPILE_OPTIONS" ${ARGN})
+  cmake_parse_arguments(P "ONE_UNIT" "" "SOURCES;LINK;INCLUDES;COMPILE_OPTIONS" ${ARGN})
   set(tier_names plain aten torch)
+  list(LENGTH P_SOURCES n)
+  set(merge OFF)
+  if(P_ONE_UNIT AND TESSERA_UNITY GREATER 0 AND NOT n GREATER TESSERA_UNITY)
+    set(merge ON)
+    set(top 0)
+    foreach(src IN LISTS P_SOURCES)
+      tessera_include_tier(${src} t)
+      if(t GREATER top)
+        set(top ${t})
+      endif()
+    endforeach()
+  endif()
   foreach(tier 2 1 0)
     set(srcs)
     foreach(src IN LISTS P_SOURCES)
       tessera_include_tier(${src} t)
+      if(merge)
+        set(t ${top})
+      endif()
       if(t EQUAL tier)
         list(APPEND srcs ${src})
       endif()
@@ -125,16 +143,20 @@ function(tessera_add_tier_parts target)
   endforeach()
 endfunction()
 
-# tessera_add_library(NAME SOURCES src... LIBS lib... [PRIVATE_INCLUDES dir...]): the STATIC library
-# NAME of one layer, its sources in parts per tier (tessera_add_tier_parts). What NAME's sources and
-# users need (the include root, LIBS) is the INTERFACE library NAME_usage, which NAME and every part
-# link: a dependency added to it later reaches them all.
+# tessera_add_library(NAME ROOT dir SOURCES src... LIBS lib... [PRIVATE_INCLUDES dir...]): the STATIC
+# library NAME of one layer, its sources in parts per tier (tessera_add_tier_parts, ONE_UNIT), ROOT
+# its include root (its layer's folder of links, cmake/layers.cmake). What NAME's sources and users
+# need (ROOT, LIBS) is the INTERFACE library NAME_usage, which NAME and every part link: a dependency
+# added to it later reaches them all.
 function(tessera_add_library name)
-  cmake_parse_arguments(L "" "" "SOURCES;LIBS;PRIVATE_INCLUDES" ${ARGN})
+  cmake_parse_arguments(L "" "ROOT" "SOURCES;LIBS;PRIVATE_INCLUDES" ${ARGN})
+  if(NOT L_ROOT)
+    message(FATAL_ERROR "tessera_add_library(${name}): no ROOT (its layer's include root, cmake/layers.cmake)")
+  endif()
   add_library(${name}_usage INTERFACE)
-  target_include_directories(${name}_usage INTERFACE ${CMAKE_SOURCE_DIR})
+  target_include_directories(${name}_usage INTERFACE ${L_ROOT})
   target_link_libraries(${name}_usage INTERFACE ${L_LIBS})
   add_library(${name} STATIC)
   target_link_libraries(${name} PUBLIC ${name}_usage)
-  tessera_add_tier_parts(${name} SOURCES ${L_SOURCES} LINK PUBLIC ${name}_usage INCLUDES ${L_PRIVATE_INCLUDES})
+  tessera_add_tier_parts(${name} ONE_UNIT SOURCES ${L_SOURCES} LINK PUBLIC ${name}_usage INCLUDES ${L_PRIVATE_INCLUDES})
 endfunction()

@@ -8,7 +8,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/config.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/output_file.h"
 
 namespace tessera::launcher {

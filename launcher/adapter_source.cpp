@@ -6,7 +6,7 @@
 
 #include "launcher/config.h"
 #include "model/errors.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "launcher/test_seams.h"
-#include "runtime/comm/mpi_backend.h"
 #include "runtime/comm/agree.h"
-#include "runtime/error.h"
+#include "runtime/comm/mpi_backend.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 namespace {

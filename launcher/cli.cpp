@@ -6,7 +6,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

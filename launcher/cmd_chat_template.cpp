@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "launcher/cli.h"
-#include "runtime/data/chat_template.h"
-#include "runtime/data/jinja.h"
-#include "runtime/error.h"
+#include "text/chat_template.h"
+#include "text/jinja/template.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
@@ -29,15 +29,15 @@ std::string read_file(const std::string& path, const std::string& what) {
 }
 
 // --template: a model directory or tokenizer_config.json (its template and bos/eos), or a Jinja file.
-data::ModelChatTemplate load_template(const std::string& path) {
+text::ModelChatTemplate load_template(const std::string& path) {
   std::error_code ec;
   const std::string config = fs::is_directory(path, ec) ? (fs::path(path) / "tokenizer_config.json").string() : path;
   if (fs::path(config).extension() == ".json") {
-    auto m = data::read_model_chat_template(config);
+    auto m = text::read_model_chat_template(config);
     TESSERA_CHECK_INPUT(m.has_value(), "--template " + config + " does not exist or names no chat_template");
     return *m;
   }
-  data::ModelChatTemplate m;
+  text::ModelChatTemplate m;
   m.source = read_file(path, "--template");
   m.origin = path;
   return m;
@@ -69,18 +69,18 @@ std::vector<ordered_json> load_conversations(const std::string& path) {
   return out;
 }
 
-std::string render(const data::jinja::Template& tpl, const data::ModelChatTemplate& m, const ordered_json& conv,
+std::string render(const text::jinja::Template& tpl, const text::ModelChatTemplate& m, const ordered_json& conv,
                    bool generation_prompt) {
   // Later entries win: the conversation's own variables override the defaults.
-  data::jinja::Context ctx = {{"tools", data::jinja::Value::none()},
-                              {"documents", data::jinja::Value::none()},
-                              {"add_generation_prompt", data::jinja::Value::boolean(generation_prompt)}};
-  if (m.bos_token) ctx.emplace_back("bos_token", data::jinja::Value::str(*m.bos_token));
-  if (m.eos_token) ctx.emplace_back("eos_token", data::jinja::Value::str(*m.eos_token));
-  for (auto it = conv.begin(); it != conv.end(); ++it) ctx.emplace_back(it.key(), data::jinja::from_json(it.value()));
+  text::jinja::Context ctx = {{"tools", text::jinja::Value::none()},
+                              {"documents", text::jinja::Value::none()},
+                              {"add_generation_prompt", text::jinja::Value::boolean(generation_prompt)}};
+  if (m.bos_token) ctx.emplace_back("bos_token", text::jinja::Value::str(*m.bos_token));
+  if (m.eos_token) ctx.emplace_back("eos_token", text::jinja::Value::str(*m.eos_token));
+  for (auto it = conv.begin(); it != conv.end(); ++it) ctx.emplace_back(it.key(), text::jinja::from_json(it.value()));
   try {
     return tpl.render(ctx).text;
-  } catch (const data::jinja::TemplateError& e) {
+  } catch (const text::jinja::TemplateError& e) {
     throw TESSERA_INPUT_ERROR("chat template " + m.origin + " raised: " + e.what());
   }
 }
@@ -115,10 +115,10 @@ int run_chat_template(const std::vector<std::string>& args) {
   const bool jsonl = fs::path(messages).extension() == ".jsonl";
   std::string out;
   for (const auto& path : (*vm)["template"].as<std::vector<std::string>>()) {
-    data::ModelChatTemplate m = load_template(path);
+    text::ModelChatTemplate m = load_template(path);
     if (!m.bos_token && vm->count("bos-token")) m.bos_token = (*vm)["bos-token"].as<std::string>();
     if (!m.eos_token && vm->count("eos-token")) m.eos_token = (*vm)["eos-token"].as<std::string>();
-    const data::jinja::Template tpl(m.source, m.origin);
+    const text::jinja::Template tpl(m.source, m.origin);
     for (const auto& conv : conversations) {
       out += render(tpl, m, conv, (*vm)["add-generation-prompt"].as<bool>());
       if (jsonl) out += '\0';

@@ -1,6 +1,6 @@
 // `tessera chat-template render`: renders a chat template (a model's tokenizer_config.json, its
 // directory, or a Jinja file) on a conversation with the renderer `data.chat_template = auto` trains
-// with (runtime/data/jinja.h), so that it can be compared with Hugging Face's apply_chat_template
+// with (text/jinja/template.h), so that it can be compared with Hugging Face's apply_chat_template
 // (tests/unit/chat_template_hf.sh does, byte for byte).
 #pragma once
 #include <string>

@@ -10,10 +10,10 @@
 
 #include "launcher/cli.h"
 #include "launcher/commands.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "tools/flight_report.h"
 #include "tools/report.h"
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::launcher {

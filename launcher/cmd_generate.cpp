@@ -21,10 +21,10 @@
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/data/chat_template.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/generate/generator.h"
+#include "text/chat_template.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
@@ -45,7 +45,7 @@ struct ModelSource {
 struct GenerateSetup {
   Config cfg;
   ModelSource src;
-  std::unique_ptr<data::Tokenizer> tok;
+  std::unique_ptr<text::Tokenizer> tok;
   std::vector<Prompt> prompts;
   generate::Sampling sampling;
   int64_t max_new = 0;
@@ -106,10 +106,10 @@ std::string model_dir(const GenerateSetup& s) {
 // --prompts FILE.jsonl (launcher/prompts.h): messages records need the model's chat template, or
 // data.chat_template.
 std::vector<Prompt> generate_prompt_file(const std::string& path, const GenerateSetup& s, const TokenizerChoice& tc) {
-  std::unique_ptr<data::ChatTemplate> chat;
-  auto chat_for = [&](const std::string& where) -> const data::ChatTemplate& {
-    TESSERA_CHECK_INPUT(s.cfg.data.chat_template != data::ChatTemplateKind::Auto ||
-                            (!tc.config.empty() && data::read_model_chat_template(tc.config)),
+  std::unique_ptr<text::ChatTemplate> chat;
+  auto chat_for = [&](const std::string& where) -> const text::ChatTemplate& {
+    TESSERA_CHECK_INPUT(s.cfg.data.chat_template != text::ChatTemplateKind::Auto ||
+                            (!tc.config.empty() && text::read_model_chat_template(tc.config)),
                         where + ": a \"messages\" prompt, and the model's tokenizer has no chat template (" +
                             (tc.config.empty() ? "no tokenizer_config.json" : tc.config + " has none") +
                             "): set data.chat_template (--set data.chat_template=llama3) or give \"prompt\" text");
@@ -150,7 +150,7 @@ void read_setup(GenerateSetup& s, const po::variables_map& vm) {
   for (const std::string& stop : s.stops) TESSERA_CHECK_INPUT(!stop.empty(), "--stop is an empty string");
   const std::string dir = model_dir(s);
   const TokenizerChoice tc = choose_tokenizer(s.cfg.data.tokenizer, dir, s.src.name, s.src.mc);
-  s.tok = data::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path);
+  s.tok = text::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path);
   s.prompts = read_prompts(vm, s, tc);
   check_prompt_lengths(s.prompts, s.max_new, "--max-new-tokens", s.src.mc, s.src.name);
   s.eos = eos_ids(s.src.mc, model_dir(s));

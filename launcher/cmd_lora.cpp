@@ -8,10 +8,10 @@
 #include "launcher/cli.h"
 #include "launcher/cmd_ckpt.h"
 #include "model/peft_adapter.h"
-#include "runtime/checkpoint/checkpoint.h"
 #include "model/registry.h"
 #include "model/safetensors.h"
-#include "runtime/error.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

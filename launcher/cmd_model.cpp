@@ -8,7 +8,7 @@
 #include "model/eval.h"
 #include "model/registry.h"
 #include "model/safetensors.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

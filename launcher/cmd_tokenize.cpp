@@ -8,14 +8,14 @@
 #include <iostream>
 
 #include "launcher/cli.h"
-#include "runtime/data/chat_template.h"
 #include "runtime/data/reader.h"
 #include "runtime/data/splits.h"
 #include "runtime/data/token_file.h"
-#include "runtime/data/tokenizer.h"
-#include "runtime/error.h"
-#include "runtime/parse_named.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "tools/report.h"
+#include "util/error.h"
+#include "util/parse_named.h"
 
 namespace tessera::launcher {
 
@@ -110,16 +110,16 @@ int run_tokenize(const std::vector<std::string>& args) {
     throw TESSERA_INPUT_ERROR("output " + out + " already exists (pass --force to replace it)");
 
   const auto start = Clock::now();
-  const auto tokenizer = data::make_tokenizer((*vm)["tokenizer"].as<std::string>());
+  const auto tokenizer = text::make_tokenizer((*vm)["tokenizer"].as<std::string>());
   const std::string tokenizer_path = (*vm)["tokenizer"].as<std::string>();
-  data::ChatTemplateChoice choice = data::choose_chat_template(
-      parse_named<data::ChatTemplateKind>(data::chat_template_names(), (*vm)["chat-template"].as<std::string>(),
+  text::ChatTemplateChoice choice = text::choose_chat_template(
+      util::parse_named<text::ChatTemplateKind>(text::chat_template_names(), (*vm)["chat-template"].as<std::string>(),
                                           "--chat-template"),
-      data::tokenizer_config_beside(tokenizer_path));
+      text::tokenizer_config_beside(tokenizer_path));
   std::cout << "chat template: " << choice.description << std::endl;
   const auto chat = std::move(choice.chat);
   chat->check(*tokenizer);
-  const auto format = parse_named<data::DataFormat>(data::data_format_names(), (*vm)["format"].as<std::string>(), "--format");
+  const auto format = util::parse_named<data::DataFormat>(data::data_format_names(), (*vm)["format"].as<std::string>(), "--format");
   int64_t total = 0;
   const std::vector<data::DataFile> files = input_files(inputs, format, (*vm)["split"].as<std::string>(), &total);
 

@@ -10,7 +10,7 @@
 #include "launcher/cli.h"
 #include "launcher/commands.h"
 #include "launcher/topology.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::launcher {

@@ -24,29 +24,29 @@
 #include "launcher/data_setup.h"
 #include "launcher/device_select.h"
 #include "launcher/lora_run.h"
-#include "launcher/model_lm.h"
 #include "launcher/mapped_fault.h"
+#include "launcher/model_lm.h"
 #include "launcher/plan.h"
 #include "launcher/resume.h"
 #include "launcher/run_options.h"
 #include "launcher/train_samples.h"
-#include "runtime/quant/nf4_storage.h"
-#include "runtime/device/gemm_probe.h"
-#include "runtime/fsdp/strategy_check.h"
 #include "model/eval.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/splits.h"
-#include "runtime/data/tokenizer.h"
-#include "runtime/train/numerics.h"
-#include "tools/report.h"
 #include "runtime/device/device.h"
+#include "runtime/device/gemm_probe.h"
 #include "runtime/fsdp/loader.h"
+#include "runtime/fsdp/strategy_check.h"
 #include "runtime/optim/adamw.h"
-#include "runtime/error.h"
+#include "runtime/quant/nf4_storage.h"
+#include "runtime/train/numerics.h"
 #include "runtime/train/trainer.h"
+#include "text/tokenizer.h"
+#include "tools/report.h"
+#include "util/error.h"
 #include "util/json.h"
 #include "util/output_file.h"
 
@@ -218,7 +218,7 @@ std::string describe_dataset(const data::TokenDataset& d, const std::string& tok
 // <log.dir>/run_info.json: what `tessera report` shows besides the metrics (config, model, topology).
 void write_run_info(const std::string& dir, const Config& cfg, const ModelSetup& ms, const fsdp::Options& fopts,
                     const Bootstrap& b, const data::TokenDataset& train, const data::TokenDataset* val,
-                    const data::Tokenizer& tok) {
+                    const text::Tokenizer& tok) {
   const std::time_t now = std::time(nullptr);
   char when[64];
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
@@ -383,10 +383,10 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
     const bool even = b.world_size == b.num_nodes * b.local_size &&
                       b.groups.intra->size() * b.groups.inter->size() == b.world_size;
     fsdp::validate_strategy(s.fopts.strategy, {b.world_size, b.num_nodes, even ? b.local_size : 0});
-    std::unique_ptr<data::Tokenizer> tokenizer =
-        s.tok_choice.bytes ? data::make_tokenizer("bytes")
-                         : !s.tok_bytes.empty() ? data::make_sentencepiece_tokenizer(s.tok_bytes, s.tok_choice.path)
-                                              : data::make_tokenizer(s.tok_choice.path);
+    std::unique_ptr<text::Tokenizer> tokenizer =
+        s.tok_choice.bytes ? text::make_tokenizer("bytes")
+                         : !s.tok_bytes.empty() ? text::make_sentencepiece_tokenizer(s.tok_bytes, s.tok_choice.path)
+                                              : text::make_tokenizer(s.tok_choice.path);
     s.data = setup_data(s.cfg, s.ms.config, s.tok_choice, std::move(tokenizer), /*print_warnings=*/rank0);
     const int64_t global = b.world_size * s.cfg.train.micro_batch * s.cfg.train.grad_accum;
     TESSERA_CHECK_INPUT(s.data.train->num_sequences() >= global,
@@ -642,7 +642,7 @@ std::shared_ptr<data::TokenDataset> eval_dataset(const po::variables_map& vm, co
     std::streambuf* buf;
     ~Restore() { std::cout.rdbuf(buf); }
   } restore{out};
-  DataSetup d = setup_data(cfg, mc, tc, data::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path),
+  DataSetup d = setup_data(cfg, mc, tc, text::make_tokenizer(tc.bytes ? std::string("bytes") : tc.path),
                            current().world_rank == 0);
   settings->train = cfg.train;  // the loop's options: micro_batch rows per forward
   return d.train;

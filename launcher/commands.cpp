@@ -2,8 +2,8 @@
 
 #include <iostream>
 
-#include "launcher/cli.h"
 #include "launcher/accelerate.h"
+#include "launcher/cli.h"
 #include "launcher/cmd_chat_template.h"
 #include "launcher/cmd_ckpt.h"
 #include "launcher/cmd_lora.h"
@@ -11,7 +11,7 @@
 #include "launcher/cmd_tokenize.h"
 #include "launcher/config.h"
 #include "launcher/plan.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

@@ -6,8 +6,8 @@
 
 #include "launcher/cli.h"
 #include "model/config.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/names.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
@@ -77,7 +77,7 @@ std::vector<ConfigKey> model_and_data_keys() {
       field(&C::data, &DataSection::tokenizer, "data.tokenizer",
             "SentencePiece tokenizer.model (Llama 2 format), a Hugging Face BPE tokenizer.json (byte-level as Llama 3's, or SentencePiece-converted as Llama 2's and Mistral's; a *.json file or a directory holding tokenizer.json), or `bytes` (byte-level tokens 0-255, BOS 256, EOS 257). Its vocabulary must fit the model's vocab_size. Empty: the model directory's tokenizer.model, else its tokenizer.json; byte-level tokens when the model's vocabulary is the byte vocabulary (BOS 256, EOS 257: the tiny presets); otherwise an error naming the model's vocab size."),
       field(&C::data, &DataSection::seq_len, "data.seq_len", "Tokens per training sequence (<= the model's max_position_embeddings).", at_least(1)),
-      choice(&C::data, &DataSection::chat_template, "data.chat_template", data::chat_template_names(), "How `messages` records are rendered: auto (the model's own Jinja `chat_template` from the tokenizer_config.json beside its tokenizer, rendered as transformers does; llama2 when it has none; the choice is printed), llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated). Targets: the assistant turns and their end-of-turn (docs/DATA.md)."),
+      choice(&C::data, &DataSection::chat_template, "data.chat_template", text::chat_template_names(), "How `messages` records are rendered: auto (the model's own Jinja `chat_template` from the tokenizer_config.json beside its tokenizer, rendered as transformers does; llama2 when it has none; the choice is printed), llama2 (`<s>[INST] <<SYS>>...<</SYS>> user [/INST] assistant </s>`, as Meta and Hugging Face), llama3 (header and <|eot_id|> special tokens of the tokenizer), none (contents concatenated). Targets: the assistant turns and their end-of-turn (docs/DATA.md)."),
       choice(&C::data, &DataSection::train_on, "data.train_on", train_on_names(),
              "Loss targets: completion (assistant turns and completions; `text` records and text files entirely) or all (every token)."),
       field(&C::data, &DataSection::packing, "data.packing", "Pack several examples into each sequence (a token attends only within its example, positions restart per example); false: one example per sequence, padded."),

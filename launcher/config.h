@@ -8,7 +8,7 @@
 // one-line errors naming the key.
 //
 // Enumerated keys are enums in their section; each enum's names are one list (util/enum_names.h)
-// in its own dependency-free header (runtime/fsdp/names.h, runtime/data/names.h,
+// in its own dependency-free header (runtime/fsdp/names.h, runtime/data/names.h, text/names.h,
 // runtime/optim/names.h, util/dtype_names.h, or below for the launcher's own) that the schema's
 // choices, the parsers and the messages share.
 #pragma once
@@ -24,6 +24,7 @@
 #include "runtime/fsdp/names.h"
 #include "runtime/optim/names.h"
 #include "runtime/train/options.h"
+#include "text/names.h"
 #include "util/dtype_names.h"
 #include "util/enum_names.h"
 
@@ -49,7 +50,7 @@ struct DataSection {
   std::string path = "/usr/share/common-licenses", tokenizer;
   data::DataFormat format = data::DataFormat::Auto;
   int64_t seq_len = 128;
-  data::ChatTemplateKind chat_template = data::ChatTemplateKind::Auto;
+  text::ChatTemplateKind chat_template = text::ChatTemplateKind::Auto;
   TrainOn train_on = TrainOn::Completion;
   bool packing = true;
   data::Truncation truncation = data::Truncation::Drop;

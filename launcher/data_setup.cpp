@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "runtime/data/splits.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 
@@ -24,7 +24,7 @@ namespace {
 // The tokenizer at `path`, with the tokenizer_config.json beside it when there is one.
 TokenizerChoice tokenizer_at(const std::string& path) {
   std::error_code ec;
-  const std::string config = data::tokenizer_config_beside(path);
+  const std::string config = text::tokenizer_config_beside(path);
   return {false, path, fs::exists(config, ec) ? config : ""};
 }
 
@@ -39,9 +39,9 @@ TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& mod
     if (!model_dir.empty() && fs::is_regular_file(fs::path(model_dir) / file, ec))
       return tokenizer_at((fs::path(model_dir) / file).string());
   const auto& eos = mc.eos_token_ids;
-  const bool byte_vocab = mc.bos_token_id == data::ByteTokenizer::kBos &&
-                          std::find(eos.begin(), eos.end(), data::ByteTokenizer::kEos) != eos.end() &&
-                          mc.vocab_size >= data::ByteTokenizer::kVocab;
+  const bool byte_vocab = mc.bos_token_id == text::ByteTokenizer::kBos &&
+                          std::find(eos.begin(), eos.end(), text::ByteTokenizer::kEos) != eos.end() &&
+                          mc.vocab_size >= text::ByteTokenizer::kVocab;
   if (byte_vocab) return {true, ""};
   throw TESSERA_INPUT_ERROR(
       "data.tokenizer is empty and model " + model_name + " (vocab_size " + std::to_string(mc.vocab_size) + ") " +
@@ -50,15 +50,15 @@ TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& mod
       "tokens (ids 0-257)");
 }
 
-data::ChatTemplateChoice chat_template_for(const TokenizerChoice& tc, data::ChatTemplateKind kind) {
-  const std::string config = kind == data::ChatTemplateKind::Auto ? tc.config : "";
+text::ChatTemplateChoice chat_template_for(const TokenizerChoice& tc, text::ChatTemplateKind kind) {
+  const std::string config = kind == text::ChatTemplateKind::Auto ? tc.config : "";
   // A rank that cannot see it (model.load=rank0 broadcasts a tokenizer.model) would silently fall
   // back to llama2 while rank 0 renders the model's template.
   std::error_code ec;
   TESSERA_CHECK_INPUT(config.empty() || fs::exists(config, ec),
                       "data.chat_template auto: " + config + " (beside the tokenizer) is not visible on this rank, so "
                       "its chat template cannot be read: make it visible to every rank, or set data.chat_template");
-  return data::choose_chat_template(kind, config);
+  return text::choose_chat_template(kind, config);
 }
 
 std::string tokenizer_dir(const std::string& spec, const std::string& model_dir) {
@@ -120,17 +120,17 @@ DataChoice choose_data(const DataSection& cfg) {
 }  // namespace
 
 DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, const TokenizerChoice& tc,
-                     std::unique_ptr<data::Tokenizer> tokenizer, bool print_warnings) {
+                     std::unique_ptr<text::Tokenizer> tokenizer, bool print_warnings) {
   DataSetup d;
   d.tokenizer = std::move(tokenizer);
-  const data::Tokenizer& tok = *d.tokenizer;
+  const text::Tokenizer& tok = *d.tokenizer;
   const std::string model_path = cfg.model.path;
   TESSERA_CHECK_INPUT(tok.vocab_size() <= mc.vocab_size,
                       "tokenizer " + tok.name() + " has a vocab of " + std::to_string(tok.vocab_size()) +
                           " tokens, more than the model's vocab_size " + std::to_string(mc.vocab_size) + " (" +
                           (model_path.empty() ? "preset " + cfg.model.preset : model_path + "/config.json") +
                           "): its ids would be outside the model's embedding (set data.tokenizer to the model's own)");
-  data::ChatTemplateChoice chat = chat_template_for(tc, cfg.data.chat_template);
+  text::ChatTemplateChoice chat = chat_template_for(tc, cfg.data.chat_template);
   if (print_warnings) std::cout << "data: chat template: " << chat.description << std::endl;
   d.chat = std::move(chat.chat);
   d.chat->check(tok);

@@ -6,15 +6,15 @@
 
 #include "launcher/config.h"
 #include "model/config.h"
-#include "runtime/data/chat_template.h"
 #include "runtime/data/dataset.h"
-#include "runtime/data/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace tessera::launcher {
 
 // What data.tokenizer resolves to for a model:
 //   "bytes"           byte-level tokens;
-//   a path            that tokenizer (data::make_tokenizer: a SentencePiece model, or a
+//   a path            that tokenizer (text::make_tokenizer: a SentencePiece model, or a
 //                     tokenizer.json / a directory holding one);
 //   "" (the default)  the model directory's own tokenizer.model when it has one, else its
 //                     tokenizer.json, else byte-level tokens when the model's vocabulary is the byte
@@ -41,15 +41,15 @@ TokenizerChoice choose_tokenizer(const std::string& spec, const std::string& mod
 // data.chat_template resolved for the tokenizer `tc`: auto renders the chat_template of tc.config
 // (llama2 when there is none; the byte tokenizer: llama2); another value is that template.
 // Error(Input) when tc.config (seen by the rank that chose the tokenizer) is not visible on this rank.
-data::ChatTemplateChoice chat_template_for(const TokenizerChoice& tc, data::ChatTemplateKind kind);
+text::ChatTemplateChoice chat_template_for(const TokenizerChoice& tc, text::ChatTemplateKind kind);
 
 // The directory holding the tokenizer files of a run (data.tokenizer `spec`, else the model
 // directory): "" for byte-level tokens or a preset. `tessera ckpt consolidate` copies them from there.
 std::string tokenizer_dir(const std::string& spec, const std::string& model_dir);
 
 struct DataSetup {
-  std::unique_ptr<data::Tokenizer> tokenizer;
-  std::unique_ptr<data::ChatTemplate> chat;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::unique_ptr<text::ChatTemplate> chat;
   std::shared_ptr<data::TokenDataset> train, val;  // val: null without validation data
   data::ReadStats read_stats;                      // records dropped while reading (all files)
 };
@@ -59,6 +59,6 @@ struct DataSetup {
 // Bad keys or data throw Error(Input); dropped records are listed on stderr by `print_warnings`
 // (rank 0 only). Throws when nothing trainable remains.
 DataSetup setup_data(const Config& cfg, const model::ModelConfig& mc, const TokenizerChoice& tc,
-                     std::unique_ptr<data::Tokenizer> tokenizer, bool print_warnings);
+                     std::unique_ptr<text::Tokenizer> tokenizer, bool print_warnings);
 
 }  // namespace tessera::launcher

@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "runtime/device/device.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 #ifdef TESSERA_WITH_CUDA
 #include "runtime/comm/nccl_backend.h"

@@ -5,7 +5,7 @@
 #include "model/registry.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

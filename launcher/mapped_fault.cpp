@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

@@ -7,7 +7,7 @@
 #include "model/registry.h"
 #include "model/safetensors.h"
 #include "runtime/data/dataset.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

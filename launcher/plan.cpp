@@ -13,10 +13,10 @@
 #include "launcher/cli.h"
 #include "launcher/model_lm.h"
 #include "launcher/run_options.h"
-#include "runtime/fsdp/strategy_check.h"
 #include "model/activations.h"
-#include "runtime/error.h"
+#include "runtime/fsdp/strategy_check.h"
 #include "runtime/optim/quant8.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

@@ -5,26 +5,26 @@
 #include <fstream>
 
 #include "launcher/config.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
 
 namespace fs = std::filesystem;
 
-std::vector<int64_t> with_bos(const data::Tokenizer& tok, const std::string& text) {
+std::vector<int64_t> with_bos(const text::Tokenizer& tok, const std::string& text) {
   std::vector<int64_t> ids;
   if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
   for (int32_t id : tok.encode(text)) ids.push_back(id);
   return ids;
 }
 
-std::vector<Prompt> read_prompt_file(const std::string& path, const std::string& key, const data::Tokenizer& tok,
+std::vector<Prompt> read_prompt_file(const std::string& path, const std::string& key, const text::Tokenizer& tok,
                                      const ChatFor& chat) {
   std::ifstream in(path);
   TESSERA_CHECK_INPUT(in.good(), key + " " + path + ": cannot open");
-  const std::unique_ptr<data::ChatTemplate> plain = data::make_chat_template(data::ChatTemplateKind::None);
-  const data::ChatTemplate* template_ = nullptr;  // chat's, from the first messages record on
+  const std::unique_ptr<text::ChatTemplate> plain = text::make_chat_template(text::ChatTemplateKind::None);
+  const text::ChatTemplate* template_ = nullptr;  // chat's, from the first messages record on
   std::vector<Prompt> out;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
@@ -38,9 +38,9 @@ std::vector<Prompt> read_prompt_file(const std::string& path, const std::string&
     }
     if (record.is_object() && record.contains("messages") && !template_) template_ = &chat(where);
     try {
-      const std::vector<int32_t> ids = data::render_prompt_record(record, tok, template_ ? *template_ : *plain);
+      const std::vector<int32_t> ids = text::render_prompt_record(record, tok, template_ ? *template_ : *plain);
       out.push_back({std::vector<int64_t>(ids.begin(), ids.end()), where});
-    } catch (const data::BadExample& e) {
+    } catch (const text::BadExample& e) {
       throw TESSERA_INPUT_ERROR(where + ": " + e.what());
     }
   }
@@ -74,7 +74,7 @@ std::vector<int64_t> eos_ids(const model::ModelConfig& mc, const std::string& mo
   return ids;
 }
 
-std::string text_of(const data::Tokenizer& tok, std::vector<int64_t> ids, bool ends_with_eos) {
+std::string text_of(const text::Tokenizer& tok, std::vector<int64_t> ids, bool ends_with_eos) {
   if (ends_with_eos && !ids.empty()) ids.pop_back();
   std::vector<int32_t> known;
   for (int64_t id : ids)

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "model/config.h"
-#include "runtime/data/chat_template.h"
-#include "runtime/data/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace tessera::launcher {
 
@@ -20,15 +20,15 @@ struct Prompt {
 };
 
 // BOS (when the tokenizer has one) + the text's tokens.
-std::vector<int64_t> with_bos(const data::Tokenizer& tok, const std::string& text);
+std::vector<int64_t> with_bos(const text::Tokenizer& tok, const std::string& text);
 
 // A prompt file: one JSON object a line, blank lines skipped: {"messages": [...]} rendered by the
-// chat template with its generation prompt (data::render_prompt_record), or {"prompt": "..."} as
+// chat template with its generation prompt (text::render_prompt_record), or {"prompt": "..."} as
 // text. `chat(where)` gives the template at the first messages record (it may refuse, naming
 // `where`). `key` names the option in messages ("--prompts", "train.sample_prompts"). Error(Input)
 // naming FILE:LINE for a bad line, and for a file without prompts.
-using ChatFor = std::function<const data::ChatTemplate&(const std::string& where)>;
-std::vector<Prompt> read_prompt_file(const std::string& path, const std::string& key, const data::Tokenizer& tok,
+using ChatFor = std::function<const text::ChatTemplate&(const std::string& where)>;
+std::vector<Prompt> read_prompt_file(const std::string& path, const std::string& key, const text::Tokenizer& tok,
                                      const ChatFor& chat);
 
 // Every prompt plus max_new tokens fits the model's positions (max_position_embeddings), else
@@ -42,6 +42,6 @@ std::vector<int64_t> eos_ids(const model::ModelConfig& mc, const std::string& mo
 
 // The text of generated ids: ids the tokenizer does not know (rows of a model's vocabulary beyond
 // it) and, when ends_with_eos, the final end-of-sequence id have none.
-std::string text_of(const data::Tokenizer& tok, std::vector<int64_t> ids, bool ends_with_eos);
+std::string text_of(const text::Tokenizer& tok, std::vector<int64_t> ids, bool ends_with_eos);
 
 }  // namespace tessera::launcher

@@ -7,8 +7,8 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/agree.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/error.h"
 #include "runtime/train/trainer.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <numeric>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 namespace {

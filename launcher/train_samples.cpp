@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/bootstrap.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::launcher {
@@ -19,7 +19,7 @@ TrainSamples::TrainSamples(const train::Settings& settings, SampleSources source
       src_(std::move(sources)),
       rank0_(host_world->rank() == 0) {
   TESSERA_CHECK(src_.tokenizer && src_.chat, "TrainSamples needs the run's tokenizer and chat template");
-  auto chat = [this](const std::string&) -> const data::ChatTemplate& { return *src_.chat; };
+  auto chat = [this](const std::string&) -> const text::ChatTemplate& { return *src_.chat; };
   prompts_ = read_prompt_file(opts_.prompts, "train.sample_prompts", *src_.tokenizer, chat);
   check_prompt_lengths(prompts_, opts_.max_new_tokens, "train.sample_max_new_tokens", src_.model, src_.model_name);
   for (const Prompt& p : prompts_)

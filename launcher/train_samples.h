@@ -28,8 +28,8 @@
 namespace tessera::launcher {
 
 struct SampleSources {
-  const data::Tokenizer* tokenizer = nullptr;
-  const data::ChatTemplate* chat = nullptr;  // the run's (DataSetup::chat)
+  const text::Tokenizer* tokenizer = nullptr;
+  const text::ChatTemplate* chat = nullptr;  // the run's (DataSetup::chat)
   model::ModelConfig model;
   std::vector<int64_t> eos;  // the model's end-of-sequence ids, rank 0's (every rank stops at the same token)
   std::string model_name;    // in messages

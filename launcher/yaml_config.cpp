@@ -20,8 +20,8 @@
 #include <sstream>
 
 #include "launcher/config.h"
-#include "runtime/error.h"
 #include "util/budgets.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 

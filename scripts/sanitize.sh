@@ -26,7 +26,7 @@ case "$mode" in
     ;;
   *) sed -n '2,11p' "$0"; exit 2 ;;
 esac
-# libsentencepiece is dlopen()ed with RTLD_DEEPBIND (runtime/data/tokenizer.cpp: it bundles its own
+# libsentencepiece is dlopen()ed with RTLD_DEEPBIND (text/tokenizer.cpp: it bundles its own
 # protobuf), which the sanitizer runtimes refuse ("incompatible with sanitizer runtime", abort): the
 # SentencePiece cases are left out here, saying so (test_data's two, cli_errors' bad-tokenizer,
 # data_tokenize's trained model and not-a-model cases).

@@ -15,7 +15,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace fs = std::filesystem;

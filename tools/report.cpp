@@ -18,8 +18,8 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/error.h"
 #include "util/budgets.h"
+#include "util/error.h"
 #include "util/json.h"
 #include "util/output_file.h"
 

@@ -30,15 +30,15 @@
 
 #include <ATen/ops/zeros.h>
 
-#include "runtime/comm/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
-#include "runtime/profile/phase.h"
+#include "runtime/comm/agree.h"
 #include "runtime/device/device.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/profile/phase.h"
 #include "util/budgets.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 #include "util/output_file.h"
 

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/named_shards.h"
+#include "util/error.h"
 
 namespace tessera::checkpoint {
 

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "runtime/checkpoint/crc32c.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/output_file.h"
 
 namespace tessera::checkpoint::io {

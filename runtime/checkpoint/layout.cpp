@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::checkpoint {
 

@@ -11,14 +11,14 @@
 #include <ATen/ops/empty.h>
 #include <unistd.h>
 
-#include "runtime/comm/agree.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/io.h"
 #include "runtime/checkpoint/layout.h"
+#include "runtime/comm/agree.h"
 #include "runtime/device/device.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 #include "util/json.h"
 

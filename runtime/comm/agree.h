@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera {
 

@@ -11,7 +11,7 @@
 
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::comm {
 

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "runtime/comm/collective_checks.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/output_file.h"
 
 namespace tessera::comm::flight {

@@ -23,8 +23,8 @@
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/comm/mpi_bench_hooks.h"
 #include "runtime/comm/mpi_ring.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
+#include "util/error.h"
 
 namespace tessera::comm {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::comm::ring {
 namespace {

@@ -28,7 +28,7 @@
 
 #include "runtime/comm/collective_checks.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 #ifdef TESSERA_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "runtime/data/token_file.h"
-#include "runtime/error.h"
-#include "runtime/parse_named.h"
 #include "util/budgets.h"
+#include "util/error.h"
+#include "util/parse_named.h"
 
 namespace tessera::data {
 
@@ -33,11 +33,11 @@ double split_hash(int64_t store, int64_t doc, int64_t piece) {
 }  // namespace
 
 Truncation parse_truncation(const std::string& s) {
-  return parse_named<Truncation>(truncation_names(), s, "data.truncation");
+  return util::parse_named<Truncation>(truncation_names(), s, "data.truncation");
 }
 
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,
-                                                            const Tokenizer& tok, const ChatTemplate& chat,
+                                                            const text::Tokenizer& tok, const text::ChatTemplate& chat,
                                                             ReadStats& stats, DataFormat format) {
   std::vector<DataListing> listings;
   for (const auto& path : paths) listings.push_back(list_data(path, format));
@@ -45,7 +45,7 @@ std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<st
 }
 
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<DataListing>& listings,
-                                                            const Tokenizer& tok, const ChatTemplate& chat,
+                                                            const text::Tokenizer& tok, const text::ChatTemplate& chat,
                                                             ReadStats& stats) {
   std::vector<std::shared_ptr<const DocStore>> stores;
   for (const DataListing& listing : listings) {
@@ -73,10 +73,10 @@ std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<Da
   return stores;
 }
 
-std::shared_ptr<TokenDataset> load_dataset(const std::vector<std::string>& paths, const Tokenizer& tok,
+std::shared_ptr<TokenDataset> load_dataset(const std::vector<std::string>& paths, const text::Tokenizer& tok,
                                            PackOptions opts) {
   ReadStats stats;
-  return std::make_shared<TokenDataset>(load_documents(paths, tok, *make_chat_template("llama2"), stats), opts);
+  return std::make_shared<TokenDataset>(load_documents(paths, tok, *text::make_chat_template("llama2"), stats), opts);
 }
 
 TokenDataset::TokenDataset(std::vector<std::shared_ptr<const DocStore>> stores, PackOptions opts)

@@ -31,11 +31,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data/chat_template.h"
 #include "runtime/data/documents.h"
 #include "runtime/data/names.h"
 #include "runtime/data/reader.h"
-#include "runtime/data/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace tessera::data {
 
@@ -68,17 +68,17 @@ struct Batch {
 // memory-mapped. A token file whose vocab differs from the tokenizer's is an Error(Input) naming
 // both. Dropped records are counted in `stats`, and each path's listing in stats.inputs.
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<std::string>& paths,
-                                                            const Tokenizer& tok, const ChatTemplate& chat,
+                                                            const text::Tokenizer& tok, const text::ChatTemplate& chat,
                                                             ReadStats& stats, DataFormat format = DataFormat::Auto);
 // The same for listings already made (a split of a directory: splits.h).
 std::vector<std::shared_ptr<const DocStore>> load_documents(const std::vector<DataListing>& listings,
-                                                            const Tokenizer& tok, const ChatTemplate& chat,
+                                                            const text::Tokenizer& tok, const text::ChatTemplate& chat,
                                                             ReadStats& stats);
 
 class TokenDataset;
 // load_documents + TokenDataset in one call, chat records rendered with the llama2 template (for
 // benchmarks and tests; training picks its template in launcher/data_setup.cpp).
-std::shared_ptr<TokenDataset> load_dataset(const std::vector<std::string>& paths, const Tokenizer& tok,
+std::shared_ptr<TokenDataset> load_dataset(const std::vector<std::string>& paths, const text::Tokenizer& tok,
                                            PackOptions opts);
 
 class TokenDataset {

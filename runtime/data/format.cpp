@@ -8,10 +8,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/data/records.h"
 #include "runtime/data/token_file.h"
-#include "runtime/error.h"
+#include "text/records.h"
 #include "util/budgets.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 #include "util/json.h"
 
@@ -166,7 +166,7 @@ Verdict decide_json(const std::string& path, bool gzip, const std::string& head)
     }
     // JSON Lines: a complete first line; unless it is the only line, and no record (metadata).
     const bool one_line = whole && (nl == std::string::npos || head.find_first_not_of(" \t\r\n", nl) == std::string::npos);
-    if (!first.is_null() && !(one_line && !has_record_field(first)))
+    if (!first.is_null() && !(one_line && !text::has_record_field(first)))
       return {true, {path, FileFormat::Jsonl, gzip}, ""};
   }
   const std::string doc = read_content(path, gzip, kMaxJsonDocumentBytes + 1);

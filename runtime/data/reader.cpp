@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "runtime/error.h"
 #include "util/budgets.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::data {
@@ -63,7 +63,7 @@ size_t block_cut(const std::string& buf) {
   return cut == 0 ? buf.size() : cut;
 }
 
-void read_text(DataStream& in, const Tokenizer& tok, DocSink& sink, ReadStats& stats,
+void read_text(DataStream& in, const text::Tokenizer& tok, DocSink& sink, ReadStats& stats,
                const std::function<void(int64_t)>& advanced) {
   std::string buf, carry;
   bool started = false;
@@ -284,12 +284,12 @@ struct Pending {
 };
 
 struct Rendered {
-  std::optional<Example> example;
+  std::optional<text::Example> example;
   std::string kind, reason;  // when dropped
   std::string fatal;         // a record of a JSON array that does not parse
 };
 
-Rendered render_one(const Pending& p, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat) {
+Rendered render_one(const Pending& p, const std::string& file, const text::Tokenizer& tok, const text::ChatTemplate& chat) {
   Rendered r;
   nlohmann::ordered_json record;  // in the record's key order: a template's `tools | tojson` keeps it
   try {
@@ -310,11 +310,11 @@ Rendered render_one(const Pending& p, const std::string& file, const Tokenizer& 
     return r;
   }
   try {
-    r.example = render_record(record, tok, chat);
-  } catch (const BadExample& ex) {
+    r.example = text::render_record(record, tok, chat);
+  } catch (const text::BadExample& ex) {
     r.kind = ex.kind();
     r.reason = ex.what();
-  } catch (const FatalRecord& ex) {
+  } catch (const text::FatalRecord& ex) {
     r.fatal = "data file " + file + " line " + std::to_string(p.line) +
               (p.col ? " (record " + std::to_string(p.index) + ")" : "") + ": " + ex.what();
   }
@@ -322,8 +322,8 @@ Rendered render_one(const Pending& p, const std::string& file, const Tokenizer& 
 }
 
 // Renders a batch of records in parallel and writes them to `sink` in order.
-void render_batch(const std::vector<Pending>& batch, const std::string& file, const Tokenizer& tok,
-                  const ChatTemplate& chat, DocSink& sink, ReadStats& stats) {
+void render_batch(const std::vector<Pending>& batch, const std::string& file, const text::Tokenizer& tok,
+                  const text::ChatTemplate& chat, DocSink& sink, ReadStats& stats) {
   std::vector<Rendered> out(batch.size());
   at::parallel_for(0, static_cast<int64_t>(batch.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) out[i] = render_one(batch[i], file, tok, chat);
@@ -338,7 +338,7 @@ void render_batch(const std::vector<Pending>& batch, const std::string& file, co
                  r.kind, r.reason);
       continue;
     }
-    const Example& ex = *r.example;
+    const text::Example& ex = *r.example;
     if (ex.tokens.empty()) continue;  // an empty "text"
     sink.begin_document(ex.text, p.line);
     sink.append(ex.tokens.data(), ex.target.data(), ex.tokens.size());
@@ -350,7 +350,7 @@ void render_batch(const std::vector<Pending>& batch, const std::string& file, co
 
 // Records in batches from `next` (false at the end), rendered and written in order.
 void read_records(DataStream& in, const std::function<bool(Pending&)>& next, const std::string& file,
-                  const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink, ReadStats& stats,
+                  const text::Tokenizer& tok, const text::ChatTemplate& chat, DocSink& sink, ReadStats& stats,
                   const std::function<void(int64_t)>& advanced) {
   for (bool more = true; more;) {
     std::vector<Pending> batch;
@@ -365,7 +365,7 @@ void read_records(DataStream& in, const std::function<bool(Pending&)>& next, con
   }
 }
 
-void read_jsonl(DataStream& in, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat,
+void read_jsonl(DataStream& in, const std::string& file, const text::Tokenizer& tok, const text::ChatTemplate& chat,
                 DocSink& sink, ReadStats& stats, const std::function<void(int64_t)>& advanced) {
   LineReader lines(in, file);
   auto next = [&](Pending& p) {
@@ -378,7 +378,7 @@ void read_jsonl(DataStream& in, const std::string& file, const Tokenizer& tok, c
   read_records(in, next, file, tok, chat, sink, stats, advanced);
 }
 
-void read_json_array(DataStream& in, const std::string& file, const Tokenizer& tok, const ChatTemplate& chat,
+void read_json_array(DataStream& in, const std::string& file, const text::Tokenizer& tok, const text::ChatTemplate& chat,
                      DocSink& sink, ReadStats& stats, const std::function<void(int64_t)>& advanced) {
   ArrayReader array(in, file);
   auto next = [&](Pending& p) { return array.next(p.text, p.line, p.col, p.index); };
@@ -412,7 +412,7 @@ std::string ReadStats::drop_summary() const {
   return std::to_string(dropped) + " of " + std::to_string(dropped + documents) + " examples dropped (" + kinds + ")";
 }
 
-void read_file(const DataFile& file, const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink,
+void read_file(const DataFile& file, const text::Tokenizer& tok, const text::ChatTemplate& chat, DocSink& sink,
                ReadStats& stats, const ReadProgress& progress, int64_t progress_base, int64_t progress_total) {
   TESSERA_CHECK(file.format != FileFormat::Tokens, "read_file on a token file");
   ++stats.files;

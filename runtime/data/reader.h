@@ -31,10 +31,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data/chat_template.h"
 #include "runtime/data/documents.h"
 #include "runtime/data/format.h"
-#include "runtime/data/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace tessera::data {
 
@@ -56,7 +56,7 @@ struct ReadStats {
 using ReadProgress = std::function<void(int64_t done, int64_t total)>;
 
 // Reads one jsonl, json or text file into `sink`.
-void read_file(const DataFile& file, const Tokenizer& tok, const ChatTemplate& chat, DocSink& sink,
+void read_file(const DataFile& file, const text::Tokenizer& tok, const text::ChatTemplate& chat, DocSink& sink,
                ReadStats& stats, const ReadProgress& progress = {}, int64_t progress_base = 0,
                int64_t progress_total = 0);
 

@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::data {
 

@@ -6,7 +6,7 @@
 #include <iterator>
 #include <regex>
 
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/json.h"
 
 namespace tessera::data {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/error.h"
 #include "util/budgets.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 #include "util/output_file.h"
 

@@ -10,18 +10,18 @@
 #include <optional>
 
 #include "runtime/device/device.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/profile/phase.h"
-#include "runtime/parse_named.h"
 #include "util/dtype_names.h"
+#include "util/error.h"
+#include "util/parse_named.h"
 
 namespace tessera::fsdp {
 
 Strategy parse_strategy(const std::string& s) {
-  return parse_named<Strategy>(strategy_names(), s, "fsdp.strategy");
+  return util::parse_named<Strategy>(strategy_names(), s, "fsdp.strategy");
 }
 std::string to_string(Strategy s) { return strategy_names().at(static_cast<size_t>(s)); }
 at::ScalarType scalar_type(util::FloatType t) {
@@ -33,7 +33,7 @@ at::ScalarType parse_dtype(const std::string& s) {  // the one table of names: u
 }
 
 Accumulate parse_accumulate(const std::string& s) {
-  return parse_named<Accumulate>(accumulate_names(), s, "fsdp.accumulate");
+  return util::parse_named<Accumulate>(accumulate_names(), s, "fsdp.accumulate");
 }
 std::string to_string(Accumulate a) { return accumulate_names().at(static_cast<size_t>(a)); }
 namespace {
@@ -58,7 +58,7 @@ std::shared_ptr<const FrozenStorage> dtype_storage(at::ScalarType dtype) {
   return std::make_shared<DtypeStorage>(dtype);
 }
 
-Offload parse_offload(const std::string& s) { return parse_named<Offload>(offload_names(), s, "fsdp.offload"); }
+Offload parse_offload(const std::string& s) { return util::parse_named<Offload>(offload_names(), s, "fsdp.offload"); }
 std::string to_string(Offload o) { return offload_names().at(static_cast<size_t>(o)); }
 
 namespace {

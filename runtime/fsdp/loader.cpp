@@ -11,15 +11,15 @@
 
 #include "runtime/comm/agree.h"
 #include "runtime/device/device.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
-#include "runtime/parse_named.h"
+#include "util/error.h"
+#include "util/parse_named.h"
 #include "util/widen.h"
 
 namespace tessera::fsdp {
 
 LoadMode parse_load_mode(const std::string& s) {
-  return parse_named<LoadMode>(load_mode_names(), s, "model.load");
+  return util::parse_named<LoadMode>(load_mode_names(), s, "model.load");
 }
 
 std::string to_string(LoadMode m) { return util::name_of(load_mode_names(), m); }

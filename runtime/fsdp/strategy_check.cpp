@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::fsdp {
 

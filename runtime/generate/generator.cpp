@@ -7,9 +7,9 @@
 #include <chrono>
 
 #include "runtime/device/device.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/phase.h"
+#include "util/error.h"
 
 namespace tessera::generate {
 

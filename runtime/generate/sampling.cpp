@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::generate {
 

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "util/dtype_names.h"
+#include "util/error.h"
 
 namespace tessera::optim {
 

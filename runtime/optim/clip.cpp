@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/error.h"
 #include "runtime/profile/phase.h"
+#include "util/error.h"
 
 namespace tessera::optim {
 

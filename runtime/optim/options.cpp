@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::optim {
 

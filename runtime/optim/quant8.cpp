@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::optim::q8 {
 

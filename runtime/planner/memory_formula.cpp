@@ -6,9 +6,9 @@
 
 #include "runtime/checkpoint/layout.h"
 #include "runtime/comm/mpi_backend.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/fsdp.h"
 #include "runtime/fsdp/shard_plan.h"
+#include "util/error.h"
 
 namespace tessera::planner {
 

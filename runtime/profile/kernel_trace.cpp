@@ -10,7 +10,7 @@
 #include <exception>
 #include <memory>
 #include <set>
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/output_file.h"
 
 namespace tessera::profile {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/error.h"
 #include "runtime/profile/op_count.h"
+#include "util/error.h"
 #include "util/output_file.h"
 
 namespace tessera::profile {

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/error.h"
 #include "runtime/optim/quant8.h"
 #include "runtime/quant/nf4_kernel.h"
+#include "util/error.h"
 
 namespace tessera::quant {
 

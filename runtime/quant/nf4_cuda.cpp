@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::quant {
 

@@ -1,10 +1,10 @@
 // Forward only, FSDP-sharded (trainer_impl.h): the validation loss and per-sequence losses.
 #include <algorithm>
 
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/profile/phase.h"
 #include "runtime/train/trainer_impl.h"
+#include "util/error.h"
 
 namespace tessera::train {
 

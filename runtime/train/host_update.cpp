@@ -2,7 +2,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::train {
 

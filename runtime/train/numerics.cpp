@@ -7,7 +7,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::train {
 

@@ -3,7 +3,7 @@
 #include <csignal>
 #include <nlohmann/json.hpp>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::train {
 

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <sstream>
 
-#include "runtime/error.h"
 #include "runtime/train/tensorboard.h"
 #include "runtime/train/trainer_impl.h"
+#include "util/error.h"
 #include "util/output_file.h"
 
 namespace tessera::train {

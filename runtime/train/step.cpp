@@ -7,13 +7,13 @@
 
 #include "runtime/comm/agree.h"
 #include "runtime/device/device.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/profile/phase.h"
 #include "runtime/train/preemption.h"
 #include "runtime/train/trainer_impl.h"
+#include "util/error.h"
 
 namespace tessera::train {
 

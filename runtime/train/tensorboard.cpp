@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "runtime/checkpoint/crc32c.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace tessera::train {
 namespace {

@@ -20,6 +20,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
+#include "runtime/device/device.h"
 #include "runtime/device/peak_flops.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/shard_view.h"

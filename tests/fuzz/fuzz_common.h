@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "model/errors.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 
 namespace tessera::fuzz {

@@ -1,4 +1,4 @@
-// libFuzzer harness: the Jinja chat-template renderer (runtime/data/jinja*.cpp), as a downloaded
+// libFuzzer harness: the Jinja chat-template renderer (text/jinja/*.cpp), as a downloaded
 // model directory's tokenizer_config.json hands it a template. The input is the template's source;
 // it is parsed, then rendered with a fixed two-turn conversation, add_generation_prompt false and true.
 // Bounds (util/budgets.h): nesting, steps and string bytes end in an input error naming the template
@@ -6,11 +6,11 @@
 // TypeError: jinja::TemplateError) is the template's own and fine. Anything else is a finding.
 #include <string>
 
-#include "runtime/data/jinja.h"
+#include "text/jinja/template.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace tessera;
-using namespace tessera::data::jinja;
+using namespace tessera::text::jinja;
 
 namespace {
 

@@ -8,11 +8,12 @@
 // are fetched.
 #include "runtime/data/dataset.h"
 #include "runtime/data/token_file.h"
-#include "runtime/data/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace tessera;
 using namespace tessera::data;
+using namespace tessera::text;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const fuzz::Scratch s;

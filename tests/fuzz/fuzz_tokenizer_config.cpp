@@ -1,13 +1,13 @@
 // libFuzzer harness: a model's tokenizer_config.json, read by the BPE tokenizer (bos_token,
-// eos_token: runtime/data/bpe_tokenizer.cpp) and by the chat template reader (chat_template, the
-// special tokens: runtime/data/chat_template_jinja.cpp), whose template is then parsed.
+// eos_token: text/bpe/tokenizer.cpp) and by the chat template reader (chat_template, the
+// special tokens: text/chat_template_jinja.cpp), whose template is then parsed.
 //
 // Input: the tokenizer_config.json text; beside it, a fixed small tokenizer.json (the 256 bytes
 // and two special tokens, <s> and </s>).
 #include <memory>
 
-#include "runtime/data/bpe_tokenizer.h"
-#include "runtime/data/chat_template.h"
+#include "text/bpe/tokenizer.h"
+#include "text/chat_template.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace tessera;
@@ -41,11 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const fuzz::Scratch scratch;
   static const std::string tokenizer = scratch.write("tokenizer.json", small_tokenizer_json());
   const std::string config = scratch.write("tokenizer_config.json", std::string(reinterpret_cast<const char*>(data), size));
-  fuzz::expect_input_error([&] { (void)data::BpeTokenizer(tokenizer).bos_id(); }, {config});
+  fuzz::expect_input_error([&] { (void)text::bpe::BpeTokenizer(tokenizer).bos_id(); }, {config});
   fuzz::expect_input_error(
       [&] {
-        const auto model = data::read_model_chat_template(config);
-        if (model) (void)data::make_model_chat_template(*model);
+        const auto model = text::read_model_chat_template(config);
+        if (model) (void)text::make_model_chat_template(*model);
       },
       {config, scratch.path("chat_template.jinja")});
   return 0;

@@ -17,7 +17,7 @@
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/comm/mpi_bench_hooks.h"
 #include "runtime/device/device.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #ifdef TESSERA_WITH_CUDA
 #include "runtime/comm/nccl_backend.h"
 #endif

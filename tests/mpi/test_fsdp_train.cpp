@@ -19,12 +19,12 @@
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
-#include "runtime/data/tokenizer.h"
 #include "runtime/device/device.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/train/trainer.h"
+#include "text/tokenizer.h"
 #include "tests/support/train_support.h"
 
 namespace test_fsdp_train {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -314,9 +314,9 @@ TEST(FsdpSft, PackedLossEqualsDocumentsOneByOne) {
   double sum = 0;
   int64_t predictions = 0;
   for (const auto& d : docs) {
-    std::vector<int64_t> ids = {data::ByteTokenizer::kBos};
+    std::vector<int64_t> ids = {text::ByteTokenizer::kBos};
     for (unsigned char c : d) ids.push_back(c);
-    ids.push_back(data::ByteTokenizer::kEos);
+    ids.push_back(text::ByteTokenizer::kEos);
     const double loss = trainer.sequence_losses(torch::tensor(ids, torch::kLong).unsqueeze(0))[0];
     sum += loss * static_cast<double>(ids.size() - 1);
     predictions += static_cast<int64_t>(ids.size()) - 1;

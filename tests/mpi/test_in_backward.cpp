@@ -12,9 +12,9 @@
 #include <torch/torch.h>
 
 #include "launcher/config.h"
-#include "runtime/error.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/planner/memory_formula.h"
+#include "util/error.h"
 #include "tests/support/train_support.h"
 
 namespace test_in_backward {  // the files of a gtest binary compile together (tests/CMakeLists.txt)

@@ -16,7 +16,7 @@
 #include "launcher/bootstrap.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #ifdef TESSERA_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>

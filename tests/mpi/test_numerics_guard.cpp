@@ -18,9 +18,9 @@
 #include "launcher/model_lm.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/dataset.h"
-#include "runtime/data/tokenizer.h"
-#include "runtime/error.h"
 #include "runtime/train/trainer.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
 #include "tests/support/train_support.h"
 
 namespace test_numerics_guard {  // the files of a gtest binary compile together (tests/CMakeLists.txt)

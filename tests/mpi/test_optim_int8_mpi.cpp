@@ -16,11 +16,11 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/data/dataset.h"
-#include "runtime/data/tokenizer.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/planner/memory_formula.h"
 #include "runtime/train/trainer.h"
+#include "text/tokenizer.h"
 #include "tests/support/train_support.h"
 
 namespace test_optim_int8_mpi {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -46,7 +46,7 @@ std::shared_ptr<data::TokenDataset> dataset(int64_t seq_len) {
     for (int i = 0; i < 400; ++i) s += "line " + std::to_string(i) + ": the quick brown fox " + std::to_string(i * 7919 % 1000) + " jumps\n";
     return s;
   }());
-  static data::ByteTokenizer tok;
+  static text::ByteTokenizer tok;
   data::PackOptions po;
   po.seq_len = seq_len;
   return data::load_dataset({path}, tok, po);

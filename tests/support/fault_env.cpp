@@ -44,8 +44,8 @@
 #include "launcher/bootstrap.h"
 #include "launcher/test_seams.h"
 #include "runtime/comm/flight_recorder.h"
-#include "runtime/error.h"
 #include "runtime/train/host_update.h"
+#include "util/error.h"
 #include "tests/support/forwarding_comm.h"
 #include "util/enum_names.h"
 

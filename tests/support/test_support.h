@@ -7,7 +7,7 @@
 //   - MPI (tests/mpi, every rank calls): SharedTempDir, on_every_rank.
 // The trainer-level helpers of the tests/mpi training tests (which link the launcher) are in
 // tests/support/train_support.h, which includes this header.
-// Bad input in Tessera is a tessera::Error of kind Input (runtime/error.h) or, from model/ (which
+// Bad input in Tessera is a tessera::Error of kind Input (util/error.h) or, from model/ (which
 // has no runtime/ dependency), a model::ModelError; launcher/ exits 2 for both.
 #pragma once
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@
 
 #include "model/config.h"
 #include "model/errors.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 
 namespace tessera::test {

@@ -13,8 +13,8 @@
 #include "launcher/bootstrap.h"
 #include "launcher/model_lm.h"
 #include "runtime/data/dataset.h"
-#include "runtime/data/tokenizer.h"
 #include "runtime/train/trainer.h"
+#include "text/tokenizer.h"
 #include "tests/support/test_support.h"
 
 namespace tessera::test {
@@ -26,7 +26,7 @@ inline const comm::ProcessGroups& world_groups() { return launcher::current().gr
 // files are read), byte tokenizer, rows of `seq_len` tokens. The file is gone when this returns.
 inline std::shared_ptr<data::TokenDataset> dataset_of(const std::string& name, const std::string& contents,
                                                       int64_t seq_len) {
-  static const data::ByteTokenizer tok;
+  static const text::ByteTokenizer tok;
   data::PackOptions po;
   po.seq_len = seq_len;
   const TempDir dir("tessera-dataset");

@@ -1,4 +1,4 @@
-// The independent reference for Tessera's tokenizer.json reader (runtime/data/bpe_tokenizer.cpp) on
+// The independent reference for Tessera's tokenizer.json reader (text/bpe/tokenizer.cpp) on
 // REAL tokenizer files: Hugging Face's own JS implementation (@huggingface/tokenizers) with the
 // tokenizer.json + tokenizer_config.json of Llama 2 (SentencePiece-converted BPE: Prepend/Replace
 // normalizers, byte_fallback, Replace/ByteFallback/Fuse/Strip decoders), Llama 3.1 (byte-level

@@ -1,4 +1,4 @@
-// The independent reference for Tessera's tokenizer.json reader (runtime/data/bpe_tokenizer.cpp),
+// The independent reference for Tessera's tokenizer.json reader (text/bpe/tokenizer.cpp),
 // run by tests/unit/bpe_tiktoken.sh. Uses npm's js-tiktoken (installed by scripts/deps.sh into
 // tests/tokenizer/node_modules) and its cl100k_base ranks, the base of Llama 3's vocabulary.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `data.chat_template = auto`'s Jinja renderer (runtime/data/jinja.h) against Hugging Face's two
+# `data.chat_template = auto`'s Jinja renderer (text/jinja/template.h) against Hugging Face's two
 # renderers, byte for byte, through `tessera chat-template render`:
 #   - Jinja2 3.1 set up as transformers' apply_chat_template does (render_jinja2.py: the immutable
 #     sandbox, trim_blocks, lstrip_blocks, loopcontrols, raise_exception, strftime_now, its tojson);

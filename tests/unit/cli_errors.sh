@@ -37,7 +37,7 @@ expect_error missing-config "cannot open config file" $BIN train --config "$T/no
 expect_error empty-data "empty.txt" $BIN train --set data.path="$T/empty.txt" --set checkpoint.dir="$T/ck1"
 expect_error short-data "short.txt" $BIN train --set data.path="$T/short.txt" --set checkpoint.dir="$T/ck2"
 # (scripts/sanitize.sh sets TESSERA_TEST_NO_SENTENCEPIECE: the sanitizer runtimes refuse the
-# RTLD_DEEPBIND load of libsentencepiece, runtime/data/tokenizer.cpp.)
+# RTLD_DEEPBIND load of libsentencepiece, text/tokenizer.cpp.)
 if [ -z "${TESSERA_TEST_NO_SENTENCEPIECE:-}" ]; then
   expect_error bad-tokenizer "tok.model" $BIN train --set data.tokenizer="$T/tok.model"
 else

@@ -24,7 +24,7 @@ check "every key has one binding in launcher/config.cpp" \
 # The code that may read configuration: everything but the schema itself (and the tests), each
 # file with its string literals and // comments blanked.
 mkdir "$T/code"
-find "$SRC/launcher" "$SRC/runtime" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \( -name '*.h' -o -name '*.cpp' \) \
+find "$SRC/launcher" "$SRC/runtime" "$SRC/text" "$SRC/model" "$SRC/benchmarks" "$SRC/util" \( -name '*.h' -o -name '*.cpp' \) \
   ! -path "$SRC/launcher/config.cpp" ! -path "$SRC/launcher/config.h" | while read -r f; do
   sed -E 's/"([^"\\]|\\.)*"/""/g; s://.*$::' "$f" > "$T/code/$(echo "${f#"$SRC"/}" | tr / _)"
 done

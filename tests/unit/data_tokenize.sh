@@ -43,7 +43,7 @@ grep -q "already exists" "$WORK/err.txt" || fail "no 'already exists' message: $
 
 # 3. A SentencePiece model trained here: vocab 300 in the header, ids from the model.
 # Not in a sanitizer build (scripts/sanitize.sh sets TESSERA_TEST_NO_SENTENCEPIECE): the sanitizer
-# runtimes refuse the RTLD_DEEPBIND load of libsentencepiece (runtime/data/tokenizer.cpp).
+# runtimes refuse the RTLD_DEEPBIND load of libsentencepiece (text/tokenizer.cpp).
 if [ -z "${TESSERA_TEST_NO_SENTENCEPIECE:-}" ]; then
 cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 > "$WORK/train.txt"
 spm_train --input="$WORK/train.txt" --model_prefix="$WORK/sp" --vocab_size=300 --model_type=bpe --minloglevel=2 > /dev/null 2>&1 \

@@ -17,7 +17,7 @@
 #include "launcher/accelerate.h"
 #include "launcher/config.h"
 #include "launcher/yaml_config.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_accelerate {  // the files of a gtest binary compile together (tests/CMakeLists.txt)

@@ -16,14 +16,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/data/bpe_split.h"
-#include "runtime/data/bpe_tokenizer.h"
-#include "runtime/error.h"
+#include "text/bpe/split.h"
+#include "text/bpe/tokenizer.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_bpe_tokenizer {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
-using tessera::data::BpeTokenizer;
+using tessera::text::bpe::BpeTokenizer;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -284,12 +284,12 @@ TEST_F(BpeTest, UnsupportedTokenizersNameFileAndField) {
 
 TEST_F(BpeTest, MakeTokenizerPicksTokenizerJson) {
   const std::string p = write(tokenizer({{"h", "i"}}));
-  auto by_file = tessera::data::make_tokenizer(p);
-  auto by_dir = tessera::data::make_tokenizer(tmp_.str());
+  auto by_file = tessera::text::make_tokenizer(p);
+  auto by_dir = tessera::text::make_tokenizer(tmp_.str());
   EXPECT_EQ(by_file->name(), "bpe:" + p);
   EXPECT_EQ(by_dir->name(), "bpe:" + p);
   EXPECT_EQ(by_dir->encode("hi"), ids({256}));
-  EXPECT_FALSE(tessera::data::make_tokenizer("")->special_id("<s>").has_value());
+  EXPECT_FALSE(tessera::text::make_tokenizer("")->special_id("<s>").has_value());
 }
 
 // The SentencePiece tokenizer's special tokens are its control pieces and <unk> (a model trained
@@ -304,7 +304,7 @@ TEST(TokenizerSpecialId, SentencePieceControlPieces) {
   const std::string cmd = "spm_train --input=" + text + " --model_prefix=" + prefix +
                           " --vocab_size=60 --model_type=bpe --minloglevel=2 >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  auto t = tessera::data::make_tokenizer(prefix + ".model");
+  auto t = tessera::text::make_tokenizer(prefix + ".model");
   EXPECT_EQ(t->special_id("<unk>"), 0);
   EXPECT_EQ(t->special_id("<s>"), 1);
   EXPECT_EQ(t->special_id("</s>"), 2);
@@ -510,7 +510,7 @@ TEST_F(BpeTest, UnicodeNormalizers) {
 // Split as `tokenizers` defines it: its own test (pre_tokenizers/split.rs, "basic": the regex
 // \w+|[^\w\s]+ inverted, so the spaces are the matches) and hand-made cases of each behavior.
 TEST(BpeSplit, BehaviorsAsTokenizersDefinesThem) {
-  using tessera::data::bpe::Split;
+  using tessera::text::bpe::Split;
   using B = Split::Behavior;
   auto pieces = [](const std::string& pattern, B behavior, bool invert, const std::string& s) {
     std::vector<std::pair<size_t, size_t>> at;

@@ -15,15 +15,15 @@
 #include <map>
 #include <sstream>
 
-#include "runtime/data/chat_template.h"
-#include "runtime/data/tokenizer.h"
-#include "runtime/error.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_chat_template {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
 using namespace tessera;
-using namespace tessera::data;
+using namespace tessera::text;
 using tessera::test::run_capture;
 using nlohmann::json;
 

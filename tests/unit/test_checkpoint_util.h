@@ -17,8 +17,8 @@
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/fsdp.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace ckpt_test {

@@ -4,7 +4,7 @@
 
 #include "runtime/comm/agree.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace test_comm_self {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 

@@ -11,14 +11,14 @@
 #include <set>
 #include <sstream>
 
-#include "runtime/data/chat_template.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/format.h"
 #include "runtime/data/reader.h"
-#include "runtime/data/records.h"
 #include "runtime/data/token_file.h"
-#include "runtime/data/tokenizer.h"
-#include "runtime/error.h"
+#include "text/chat_template.h"
+#include "text/records.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_data {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -26,6 +26,7 @@ namespace test_data {  // the files of a gtest binary compile together (tests/CM
 namespace fs = std::filesystem;
 using namespace tessera;
 using namespace tessera::data;
+using namespace tessera::text;
 using tessera::test::expect_input_error;
 using tessera::test::run_capture;
 using tessera::test::write_file;

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "runtime/data/sampler.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace test_data_sampler {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 

@@ -4,7 +4,7 @@
 
 #include "launcher/device_select.h"
 #include "runtime/device/device.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_device_select {  // the files of a gtest binary compile together (tests/CMakeLists.txt)

@@ -16,7 +16,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/flight_recorder.h"
 #include "tools/flight_report.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "util/file_tree.h"
 
 namespace test_flight {  // the files of a gtest binary compile together (tests/CMakeLists.txt)

@@ -15,11 +15,11 @@
 #include "model/errors.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/data/chat_template.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/reader.h"
-#include "runtime/data/tokenizer.h"
-#include "runtime/error.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_fuzz_findings {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -71,9 +71,9 @@ TEST(FuzzFindings, DeeplyNestedJsonIsAnInputErrorInEveryReader) {
 
   const std::string jsonl = d.write("data.jsonl", "{\"text\": \"ok\"}\n{\"text\": " + deep + "}\n");
   // A JSONL record is dropped with a warning naming its line (runtime/data/reader.h), not fatal.
-  const data::ByteTokenizer bytes;
+  const text::ByteTokenizer bytes;
   data::ReadStats stats;
-  data::load_documents({jsonl}, bytes, *data::make_chat_template("llama2"), stats);
+  data::load_documents({jsonl}, bytes, *text::make_chat_template("llama2"), stats);
   ASSERT_EQ(stats.dropped, 1);
   ASSERT_EQ(stats.warnings.size(), 1u);
   EXPECT_NE(stats.warnings[0].find(jsonl + ":2"), std::string::npos) << stats.warnings[0];
@@ -84,9 +84,9 @@ TEST(FuzzFindings, DeeplyNestedJsonIsAnInputErrorInEveryReader) {
 TEST(FuzzFindings, JsonNestedUpTo256LevelsStillParses) {
   TempDir d;
   const std::string jsonl = d.write("data.jsonl", "{\"text\": \"abcdefgh\", \"meta\": " + nested(255) + "}\n");
-  const data::ByteTokenizer bytes;
+  const text::ByteTokenizer bytes;
   data::ReadStats stats;
-  const auto stores = data::load_documents({jsonl}, bytes, *data::make_chat_template("llama2"), stats);
+  const auto stores = data::load_documents({jsonl}, bytes, *text::make_chat_template("llama2"), stats);
   EXPECT_EQ(stats.dropped, 0);
   ASSERT_EQ(stores.size(), 1u);
   EXPECT_EQ(stores[0]->num_tokens(), 10);  // <s> abcdefgh </s>

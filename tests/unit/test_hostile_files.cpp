@@ -14,11 +14,11 @@
 #include <fstream>
 #include <set>
 
-#include "runtime/data/chat_template.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/format.h"
 #include "runtime/data/token_file.h"
-#include "runtime/data/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "tests/unit/test_checkpoint_util.h"
 #include "util/budgets.h"
 #include "util/file_tree.h"
@@ -27,6 +27,7 @@ namespace test_hostile_files {  // the files of a gtest binary compile together 
 
 using namespace tessera;
 using namespace tessera::data;
+using namespace tessera::text;
 using tessera::test::expect_input_error, tessera::test::run_capture, tessera::test::write_file;
 namespace fs = std::filesystem;
 

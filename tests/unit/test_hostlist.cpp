@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "launcher/slurm_env.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_hostlist {  // the files of a gtest binary compile together (tests/CMakeLists.txt)

@@ -6,13 +6,13 @@
 
 #include <string>
 
-#include "runtime/data/jinja.h"
-#include "runtime/error.h"
+#include "text/jinja/template.h"
 #include "util/budgets.h"
+#include "util/error.h"
 
 namespace {
 
-using namespace tessera::data::jinja;
+using namespace tessera::text::jinja;
 const std::string kOrigin = "/models/m/tokenizer_config.json";
 
 std::string render(const std::string& src) {

@@ -12,7 +12,7 @@
 #include "model/llama.h"
 #include "model/lora.h"
 #include "model/registry.h"
-#include "runtime/error.h"
+#include "util/error.h"
 
 namespace test_lora {
 

@@ -12,10 +12,10 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/optim/clip.h"
 #include "runtime/device/gemm_probe.h"
+#include "runtime/optim/clip.h"
 #include "runtime/train/numerics.h"
+#include "util/error.h"
 
 namespace test_numerics {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 

@@ -10,11 +10,11 @@
 #include <type_traits>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/error.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/clip.h"
 #include "runtime/optim/schedule.h"
 #include "util/dtype_names.h"
+#include "util/error.h"
 
 namespace test_optim {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 

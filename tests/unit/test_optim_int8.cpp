@@ -13,9 +13,9 @@
 #include <set>
 #include <vector>
 
-#include "runtime/error.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/quant8.h"
+#include "util/error.h"
 
 namespace test_optim_int8 {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 

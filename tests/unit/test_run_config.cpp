@@ -13,8 +13,8 @@
 #include "launcher/config.h"
 #include "launcher/run_options.h"
 #include "runtime/data/dataset.h"
-#include "runtime/error.h"
 #include "runtime/fsdp/loader.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_run_config {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -100,7 +100,7 @@ TEST(RunConfig, TypedFieldsHoldWhatWasSet) {
   EXPECT_EQ(c.train.profile_steps, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(c.fsdp.activation_checkpointing, Recompute::False);
   EXPECT_EQ(c.data.train_on, TrainOn::All);
-  EXPECT_EQ(c.data.chat_template, data::ChatTemplateKind::Llama3);
+  EXPECT_EQ(c.data.chat_template, text::ChatTemplateKind::Llama3);
   EXPECT_EQ(c.model.load, fsdp::LoadMode::Parallel);
 }
 
@@ -113,13 +113,13 @@ TEST(RunConfig, ChoicesAreTheRuntimeNames) {
   EXPECT_EQ(choices["fsdp.accumulate"], fsdp::accumulate_names());
   EXPECT_EQ(choices["model.load"], fsdp::load_mode_names());
   EXPECT_EQ(choices["data.truncation"], data::truncation_names());
-  EXPECT_EQ(choices["data.chat_template"], data::chat_template_names());
+  EXPECT_EQ(choices["data.chat_template"], text::chat_template_names());
   EXPECT_EQ(choices["train.schedule"], optim::schedule_names());
   EXPECT_EQ(choices["fsdp.mixed_precision"], util::float_type_names());
   for (const auto& n : fsdp::load_mode_names()) EXPECT_EQ(fsdp::to_string(fsdp::parse_load_mode(n)), n);
   for (const auto& n : fsdp::strategy_names()) EXPECT_EQ(fsdp::to_string(fsdp::parse_strategy(n)), n);
   for (const auto& n : data::truncation_names()) (void)data::parse_truncation(n);
-  for (const auto& n : data::chat_template_names()) EXPECT_EQ(data::make_chat_template(n)->name(), n);
+  for (const auto& n : text::chat_template_names()) EXPECT_EQ(text::make_chat_template(n)->name(), n);
 }
 
 TEST(RunConfig, BoundsAreCheckedWhenReadNamingTheKey) {

@@ -10,8 +10,8 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/error.h"
 #include "runtime/generate/sampling.h"
+#include "util/error.h"
 
 namespace test_sampling {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.h"
 #include "runtime/fsdp/shard_plan.h"
+#include "util/error.h"
 
 namespace test_shard_plan {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 

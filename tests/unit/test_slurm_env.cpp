@@ -6,7 +6,7 @@
 #include <map>
 
 #include "launcher/slurm_env.h"
-#include "runtime/error.h"
+#include "util/error.h"
 #include "tests/support/test_support.h"
 
 namespace test_slurm_env {  // the files of a gtest binary compile together (tests/CMakeLists.txt)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # LibTorch 2.6 API check (issue 34, "One source, LibTorch 1.13 and 2.x"). CI builds against Debian 12's
-# LibTorch 1.13; GPU users have 2.x. Here every Tessera source (runtime/, launcher/, model/,
+# LibTorch 1.13; GPU users have 2.x. Here every Tessera source (runtime/, text/, launcher/, model/,
 # benchmarks/, util/, tools/, app/ and tests/ .cpp files) is compiled syntax-only (gcc -fsyntax-only, the build's
 # flags, TESSERA_WITH_CUDA=1 with the CUDA and NCCL headers of /usr/local/cuda) against Debian 13's
 # LibTorch 2.6 headers, which scripts/torch26_headers.sh fetches (never installs) into $TORCH26_DIR.
@@ -67,9 +67,9 @@ fi
 
 # --- the sources ------------------------------------------------------------------------------------------
 cd "$SRC"
-mapfile -t SOURCES < <(find runtime tools launcher model benchmarks util app tests -name '*.cpp' -not -path 'tests/unit/fixtures/*' \
+mapfile -t SOURCES < <(find runtime text tools launcher model benchmarks util app tests -name '*.cpp' -not -path 'tests/unit/fixtures/*' \
                          -not -path 'tests/tokenizer/node_modules/*' | sort)
-check "${#SOURCES[@]} sources to check (runtime, tools, launcher, model, benchmarks, util, app, tests)" test "${#SOURCES[@]}" -ge 100
+check "${#SOURCES[@]} sources to check (runtime, text, tools, launcher, model, benchmarks, util, app, tests)" test "${#SOURCES[@]}" -ge 100
 FIXTURE=tests/unit/fixtures/tracker_pre_compat.cpp
 check "the fixture exists" test -f "$FIXTURE"
 

@@ -1,4 +1,4 @@
-// Hugging Face tokenizer.json with a BPE model, as a data::Tokenizer, following the `tokenizers`
+// Hugging Face tokenizer.json with a BPE model, as a text::Tokenizer, following the `tokenizers`
 // library. Two kinds:
 //  - byte-level BPE (the GPT-2 / tiktoken family: Llama 3.x, Qwen, GPT-2-style models): a
 //    pre-tokenizer with a ByteLevel step; vocabulary spelled in GPT-2's byte-to-unicode alphabet;
@@ -49,9 +49,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data/tokenizer.h"
+#include "text/tokenizer.h"
 
-namespace tessera::data {
+namespace tessera::text::bpe {
 
 class BpeTokenizer final : public Tokenizer {
  public:
@@ -73,4 +73,4 @@ class BpeTokenizer final : public Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace tessera::data
+}  // namespace tessera::text::bpe

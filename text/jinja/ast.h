@@ -6,9 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/data/jinja_value.h"
+#include "text/jinja/value.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 struct Expr;
 using ExprP = std::shared_ptr<const Expr>;
@@ -80,4 +80,4 @@ Parsed parse_template(const std::string& source, const std::string& origin);
 // Throws Error(Input) "chat template <origin> line <line>: <what>".
 [[noreturn]] void template_error(const std::string& origin, int line, const std::string& what);
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

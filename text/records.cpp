@@ -1,8 +1,8 @@
-#include "runtime/data/records.h"
+#include "text/records.h"
 
-#include "runtime/data/chat_template.h"
+#include "text/chat_template.h"
 
-namespace tessera::data {
+namespace tessera::text {
 
 namespace {
 
@@ -81,4 +81,4 @@ bool has_record_field(const nlohmann::json& value) {
   return false;
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::text

@@ -1,4 +1,4 @@
-// The values of the Jinja renderer (jinja.h) and the Python semantics they follow, as Jinja2 on
+// The values of the Jinja renderer (text/jinja/template.h) and the Python semantics they follow, as Jinja2 on
 // CPython gives them: truthiness, str() and repr() (what {{ }} prints), ==, <, json.dumps (the
 // `tojson` of transformers), and strings indexed and sliced by code point.
 //
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 struct Value;
 using List = std::vector<Value>;
@@ -126,4 +126,4 @@ bool is_py_space(const std::string& cp);  // str.isspace() of one code point
 // str.strip / lstrip / rstrip: `chars` empty strips whitespace.
 std::string py_strip(const std::string& s, const std::string& chars, bool left, bool right);
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

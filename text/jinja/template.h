@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/data/jinja_value.h"
+#include "text/jinja/value.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 struct Parsed;
 
@@ -62,4 +62,4 @@ class Template {
   std::string origin_;
 };
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

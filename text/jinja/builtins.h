@@ -4,9 +4,9 @@
 #pragma once
 #include <string>
 
-#include "runtime/data/jinja_value.h"
+#include "text/jinja/value.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 // Where in the template an operation runs, for its errors.
 struct Where {
@@ -35,4 +35,4 @@ Value global(const std::string& name, const Where& w);
 // Argument `pos` (positional) or `key` (keyword) of a call, else `def`.
 Value arg(const Args& a, size_t pos, const char* key, const Value& def = Value::undefined());
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

@@ -22,7 +22,7 @@
 
 #include <optional>
 
-namespace tessera::data {
+namespace tessera::text {
 
 // {"messages": [...]} for an Alpaca, ShareGPT or lmsys record; nullopt for any other value.
 std::optional<nlohmann::ordered_json> to_messages_record(const nlohmann::ordered_json& record);
@@ -31,4 +31,4 @@ std::optional<nlohmann::ordered_json> to_messages_record(const nlohmann::ordered
 // instruction, prompt, completion, text, and preference data's chosen / rejected (format.cpp tells a one-line JSONL file from a metadata .json with it).
 bool has_record_field(const nlohmann::json& value);
 
-}  // namespace tessera::data
+}  // namespace tessera::text

@@ -1,14 +1,14 @@
-#include "runtime/data/bpe_split.h"
+#include "text/bpe/split.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <algorithm>
 
-#include "runtime/data/bpe_sentencepiece.h"  // fail
-#include "runtime/error.h"
+#include "text/bpe/sentencepiece.h"  // fail
+#include "util/error.h"
 
-namespace tessera::data::bpe {
+namespace tessera::text::bpe {
 
 using json = nlohmann::json;
 
@@ -160,4 +160,4 @@ void Split::split(const std::string& s, size_t begin, size_t end, std::vector<st
     if (p.end > p.begin) out.emplace_back(p.begin, p.end);
 }
 
-}  // namespace tessera::data::bpe
+}  // namespace tessera::text::bpe

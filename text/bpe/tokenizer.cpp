@@ -1,4 +1,4 @@
-#include "runtime/data/bpe_tokenizer.h"
+#include "text/bpe/tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -10,12 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/data/bpe_sentencepiece.h"
-#include "runtime/data/bpe_split.h"
-#include "runtime/error.h"
+#include "text/bpe/sentencepiece.h"
+#include "text/bpe/split.h"
+#include "util/error.h"
 #include "util/json.h"
 
-namespace tessera::data {
+namespace tessera::text::bpe {
 
 namespace {
 
@@ -571,4 +571,4 @@ std::optional<int32_t> BpeTokenizer::special_id(const std::string& text) const {
   return std::nullopt;
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::text::bpe

@@ -3,9 +3,9 @@
 #pragma once
 #include <string>
 
-#include "runtime/data/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 std::string ascii_lower(std::string s);
 std::string ascii_upper(std::string s);
@@ -20,4 +20,4 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit);
 // implement is refused, any other name is undefined (as Jinja2 does).
 Value str_method(const Value& obj, const std::string& name, const Where& w);
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cctype>
 
-#include "runtime/data/jinja_ast.h"
-#include "runtime/data/jinja_builtins.h"
-#include "runtime/error.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/builtins.h"
 #include "util/budgets.h"
+#include "util/error.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 void template_error(const std::string& origin, int line, const std::string& what) {
   throw TESSERA_INPUT_ERROR("chat template " + origin + " line " + std::to_string(line) + ": " + what);
@@ -717,4 +717,4 @@ Parsed parse_template(const std::string& source, const std::string& origin) {
   return StmtParser(scan(normalise(source), origin), origin).parse();
 }
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tessera::data::bpe {
+namespace tessera::text::bpe {
 
 class Regex;
 
@@ -44,4 +44,4 @@ class Split {
   bool invert_;
 };
 
-}  // namespace tessera::data::bpe
+}  // namespace tessera::text::bpe

@@ -1,9 +1,9 @@
-#include "runtime/data/jinja_strings.h"
+#include "text/jinja/strings.h"
 
 #include <algorithm>
 #include <cctype>
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 using K = Value::Kind;
 
@@ -184,4 +184,4 @@ Value str_method(const Value& obj, const std::string& name, const Where& w0) {
   return Value::undefined(name);
 }
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

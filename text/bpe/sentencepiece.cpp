@@ -1,4 +1,4 @@
-#include "runtime/data/bpe_sentencepiece.h"
+#include "text/bpe/sentencepiece.h"
 
 #include <utf8proc.h>
 
@@ -6,9 +6,9 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "runtime/error.h"
+#include "util/error.h"
 
-namespace tessera::data::bpe {
+namespace tessera::text::bpe {
 
 using json = nlohmann::json;
 
@@ -281,4 +281,4 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
   return out;
 }
 
-}  // namespace tessera::data::bpe
+}  // namespace tessera::text::bpe

@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tessera::data::bpe {
+namespace tessera::text::bpe {
 
 [[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what);
 
@@ -76,4 +76,4 @@ class Decoder {
   std::vector<Step> steps_;
 };
 
-}  // namespace tessera::data::bpe
+}  // namespace tessera::text::bpe

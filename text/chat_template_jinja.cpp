@@ -9,12 +9,12 @@
 #include <map>
 #include <sstream>
 
-#include "runtime/data/chat_template.h"
-#include "runtime/data/jinja.h"
-#include "runtime/error.h"
+#include "text/chat_template.h"
+#include "text/jinja/template.h"
+#include "util/error.h"
 #include "util/json.h"
 
-namespace tessera::data {
+namespace tessera::text {
 
 namespace fs = std::filesystem;
 using Spans = std::vector<std::pair<size_t, size_t>>;
@@ -318,4 +318,4 @@ ChatTemplateChoice choose_chat_template(ChatTemplateKind kind, const std::string
           "llama2 (auto: " + tokenizer_config_json + (exists ? " has no chat_template)" : " does not exist)")};
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::text

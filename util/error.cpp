@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include "util/error.h"
 
 #include <cstring>
 

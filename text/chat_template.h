@@ -51,7 +51,7 @@
 //   none    BOS, each message's content as encoded, EOS; targets: the assistant contents and the
 //           final EOS when the last message is the assistant's.
 //   auto    (the default) the model's own Jinja `chat_template` (read_model_chat_template below),
-//           rendered as transformers' apply_chat_template does (jinja.h), with messages,
+//           rendered as transformers' apply_chat_template does (text/jinja/template.h), with messages,
 //           bos_token / eos_token (tokenizer_config.json's), add_generation_prompt false, tools (the
 //           record's, else none) and documents none. When the model has none: llama2, as before (choose_chat_template says
 //           which was taken). make_chat_template(Auto) alone, without a model, is that fallback.
@@ -97,10 +97,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/data/names.h"
-#include "runtime/data/tokenizer.h"
+#include "text/names.h"
+#include "text/tokenizer.h"
 
-namespace tessera::data {
+namespace tessera::text {
 
 struct Example {
   std::vector<int32_t> tokens;
@@ -217,4 +217,4 @@ std::vector<int32_t> render_prompt_record(const nlohmann::ordered_json& record, 
 std::pair<std::vector<int32_t>, size_t> encode_with_prefix(const Tokenizer& tok, const std::string& prefix,
                                                           const std::string& full);
 
-}  // namespace tessera::data
+}  // namespace tessera::text

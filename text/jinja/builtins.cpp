@@ -1,5 +1,5 @@
 // Lookup, iteration, tests, methods and globals of the Jinja renderer (filters: jinja_filters.cpp).
-#include "runtime/data/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,11 +7,11 @@
 #include <map>
 #include <optional>
 
-#include "runtime/data/jinja.h"
-#include "runtime/data/jinja_ast.h"
-#include "runtime/data/jinja_strings.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/strings.h"
+#include "text/jinja/template.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 using K = Value::Kind;
 
@@ -331,4 +331,4 @@ Value global(const std::string& name, const Where& w) {
   return Value::undefined(name);
 }
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

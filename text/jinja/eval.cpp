@@ -2,12 +2,12 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "runtime/data/jinja.h"
-#include "runtime/data/jinja_ast.h"
-#include "runtime/data/jinja_builtins.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/template.h"
 #include "util/budgets.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 namespace {
 
@@ -225,9 +225,9 @@ Value Interp::make_macro(const Stmt& s, const ScopeP& sc) {
 }
 
 }  // namespace
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 namespace {
 
 Value Interp::eval_name(const Expr& e, const ScopeP& sc) {
@@ -396,4 +396,4 @@ Rendered Template::render(const Context& context) const {
   return {std::move(out.text), std::move(out.spans)};
 }
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

@@ -1,4 +1,4 @@
-#include "runtime/data/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 
@@ -6,10 +6,10 @@
 
 #include <filesystem>
 
-#include "runtime/data/bpe_tokenizer.h"
-#include "runtime/error.h"
+#include "text/bpe/tokenizer.h"
+#include "util/error.h"
 
-namespace tessera::data {
+namespace tessera::text {
 
 std::vector<int32_t> ByteTokenizer::encode(const std::string& text) const {
   std::vector<int32_t> ids(text.size());
@@ -182,9 +182,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path_or_empty) {
     namespace fs = std::filesystem;
     const fs::path p(path_or_empty);
     std::error_code ec;
-    if (p.extension() == ".json") return std::make_unique<BpeTokenizer>(path_or_empty);
+    if (p.extension() == ".json") return std::make_unique<bpe::BpeTokenizer>(path_or_empty);
     if (fs::is_directory(p, ec) && fs::exists(p / "tokenizer.json", ec) && !fs::exists(p / "tokenizer.model", ec))
-      return std::make_unique<BpeTokenizer>((p / "tokenizer.json").string());
+      return std::make_unique<bpe::BpeTokenizer>((p / "tokenizer.json").string());
   }
   return std::make_unique<SentencePieceTokenizer>(path_or_empty, nullptr);
 }
@@ -193,4 +193,4 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
   return std::make_unique<SentencePieceTokenizer>(path, &model_bytes);
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::text

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::data {
+namespace tessera::text {
 
 class Tokenizer {
  public:
@@ -63,4 +63,4 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& path_or_empty);
 // for ranks that cannot see the file itself (model.load=rank0 broadcasts it).
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model_bytes, const std::string& path);
 
-}  // namespace tessera::data
+}  // namespace tessera::text

@@ -1,14 +1,14 @@
-#include "runtime/data/chat_template.h"
+#include "text/chat_template.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 
-#include "runtime/data/records.h"
-#include "runtime/error.h"
-#include "runtime/parse_named.h"
+#include "text/records.h"
+#include "util/error.h"
+#include "util/parse_named.h"
 
-namespace tessera::data {
+namespace tessera::text {
 
 void Example::append(int32_t id, bool is_target) {
   tokens.push_back(id);
@@ -295,7 +295,7 @@ std::unique_ptr<ChatTemplate> make_chat_template(ChatTemplateKind kind) {
 }
 
 std::unique_ptr<ChatTemplate> make_chat_template(const std::string& name) {
-  return make_chat_template(parse_named<ChatTemplateKind>(chat_template_names(), name, "data.chat_template"));
+  return make_chat_template(util::parse_named<ChatTemplateKind>(chat_template_names(), name, "data.chat_template"));
 }
 
 Example render_record(const ordered_json& record, const Tokenizer& tok, const ChatTemplate& chat) {
@@ -337,4 +337,4 @@ Example render_record(const ordered_json& record, const Tokenizer& tok, const Ch
   return ex;
 }
 
-}  // namespace tessera::data
+}  // namespace tessera::text

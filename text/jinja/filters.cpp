@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <algorithm>
 
-#include "runtime/data/jinja_builtins.h"
-#include "runtime/data/jinja_strings.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/strings.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 namespace {
 
@@ -204,4 +204,4 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args, co
   return it->second(v, args, w);
 }
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja

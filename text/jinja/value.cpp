@@ -1,4 +1,4 @@
-#include "runtime/data/jinja_value.h"
+#include "text/jinja/value.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +10,7 @@
 
 #include "util/budgets.h"
 
-namespace tessera::data::jinja {
+namespace tessera::text::jinja {
 
 namespace budget = util::budget;
 
@@ -488,4 +488,4 @@ char json_escape_letter(char c) {
   return 0;
 }
 
-}  // namespace tessera::data::jinja
+}  // namespace tessera::text::jinja
