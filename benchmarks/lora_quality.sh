@@ -30,13 +30,7 @@ QLORA_TOL=${QLORA_TOL:-0.02}
 WORK=$(mktemp -d /tmp/tessera-lora-quality-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-cat > "$WORK/mid.json" <<'JSON'
-{"model_type": "llama", "vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376,
- "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 8,
- "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "torch_dtype": "float32", "architectures": ["LlamaForCausalLM"]}
-JSON
-"$BIN" init-model --config "$WORK/mid.json" --out "$WORK/init" --seed 1 > /dev/null
+"$BIN" init-model --config "$SRC/benchmarks/mid_llama.json" --out "$WORK/init" --seed 1 > /dev/null
 mkdir -p "$WORK/docs" && cp "$SRC"/docs/*.md "$WORK/docs/"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
