@@ -31,7 +31,11 @@ using tessera::test::TempDir;
 
 namespace {
 
-fs::path fixtures() { return fs::path(std::getenv("TESSERA_TEST_SRC")) / "tests/unit/fixtures/accelerate"; }
+// The repository's fixtures (ctest sets TESSERA_TEST_SRC; run by hand, the working directory's).
+fs::path fixtures() {
+  const char* src = std::getenv("TESSERA_TEST_SRC");
+  return fs::path(src ? src : ".") / "tests/unit/fixtures/accelerate";
+}
 
 AccelerateTranslation translate_text(const std::string& yaml, const std::string& source = "acc.yaml") {
   YamlPositions pos;
