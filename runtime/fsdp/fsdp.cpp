@@ -3,7 +3,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <deque>
 #include <numeric>
 #include <functional>
@@ -100,23 +99,21 @@ void copy_scaled(const at::Tensor& dst, const at::Tensor& src, double scale) {
 // holds nothing yet (its old bytes are garbage): the gradients are copied, and every element no
 // gradient covers (padding, gaps, unused parameters) is zeroed, so dst is whole without a zeroing pass.
 void add_into(at::Tensor& dst, const ShardPlan& plan, std::vector<at::Tensor>& grads, double scale, bool fresh = false) {
-  std::vector<std::pair<int64_t, int64_t>> covered;  // [offset, end) of the gradients written
+  int64_t written = 0;  // fresh: dst is written up to here (the plan's offsets increase with k)
   for (size_t k = 0; k < grads.size(); ++k) {
     if (!grads[k].defined()) continue;
-    at::Tensor slot = dst.narrow(0, plan.params[k].offset, plan.params[k].numel);
-    if (fresh) copy_scaled(slot, grads[k].reshape(-1), scale);
-    else add_scaled(slot, grads[k].reshape(-1), scale);
-    covered.emplace_back(plan.params[k].offset, plan.params[k].offset + plan.params[k].numel);
+    const ParamSlot& p = plan.params[k];
+    at::Tensor slot = dst.narrow(0, p.offset, p.numel);
+    if (fresh) {
+      if (p.offset > written) dst.narrow(0, written, p.offset - written).zero_();
+      copy_scaled(slot, grads[k].reshape(-1), scale);
+      written = p.offset + p.numel;
+    } else {
+      add_scaled(slot, grads[k].reshape(-1), scale);
+    }
     grads[k] = at::Tensor();
   }
-  if (!fresh) return;
-  std::sort(covered.begin(), covered.end());
-  int64_t at = 0;
-  for (const auto& [begin, end] : covered) {
-    if (begin > at) dst.narrow(0, at, begin - at).zero_();
-    at = std::max(at, end);
-  }
-  if (dst.numel() > at) dst.narrow(0, at, dst.numel() - at).zero_();
+  if (fresh && dst.numel() > written) dst.narrow(0, written, dst.numel() - written).zero_();
 }
 
 }  // namespace

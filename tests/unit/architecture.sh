@@ -56,26 +56,29 @@ check "every file that starts a thread or installs a handler is in ## Threads ($
 # program's main() (app/main.cpp) is above them all (it adds benchmarks/' command to the table).
 # The compiler holds this (below: each layer's library compiles against its own include root); the
 # greps here say it of every file without a build, tests and harnesses aside.
+# upward WHAT PREFIX FOLDER...: prints the includes from each folder ($SRC/PREFIX<folder>) of one
+# listed after it (#include "PREFIX<later>/"); fails if there are any.
+upward() {
+  local what=$1 prefix=$2 i later bad=0
+  shift 2
+  local folders=("$@")
+  for ((i = 0; i < ${#folders[@]}; i++)); do
+    later=$(IFS='|'; echo "${folders[*]:i+1}")
+    [ -n "$later" ] || continue
+    if grep -rnE "#include \"$prefix($later)/" "$SRC/$prefix${folders[i]}" --include='*.h' --include='*.cpp' > "$T/up"; then
+      echo "includes a later $what:"; sed "s|^$SRC/||" "$T/up"; bad=1
+    fi
+  done
+  return $bad
+}
 layers=(util text model runtime tools launcher benchmarks app) wrong=0
-for ((i = 0; i < ${#layers[@]}; i++)); do
-  later=$(IFS='|'; echo "${layers[*]:i+1}")
-  [ -n "$later" ] || continue
-  if grep -rnE "#include \"($later)/" "$SRC/${layers[i]}" --include='*.h' --include='*.cpp' > "$T/up"; then
-    echo "includes a later layer:"; sed "s|^$SRC/||" "$T/up"; wrong=1
-  fi
-done
+upward layer "" "${layers[@]}" || wrong=1
 check "no include points from a layer to a later one (${layers[*]})" test $wrong -eq 0
 # runtime/'s folders in their order (cmake/layers.cmake, TESSERA_RUNTIME_FOLDERS): each includes only
 # itself, the ones before it and runtime/'s own headers.
 read -r -a rfolders <<< "$(sed -nE 's/^set\(TESSERA_RUNTIME_FOLDERS (.*)\)$/\1/p' "$SRC/cmake/layers.cmake")"
 wrong=0
-for ((i = 0; i < ${#rfolders[@]}; i++)); do
-  later=$(IFS='|'; echo "${rfolders[*]:i+1}")
-  [ -n "$later" ] || continue
-  if grep -rnE "#include \"runtime/($later)/" "$SRC/runtime/${rfolders[i]}" --include='*.h' --include='*.cpp' > "$T/up"; then
-    echo "includes a later runtime folder:"; sed "s|^$SRC/||" "$T/up"; wrong=1
-  fi
-done
+upward "runtime folder" runtime/ "${rfolders[@]}" || wrong=1
 check "no include points from a runtime folder to a later one (${rfolders[*]})" test $wrong -eq 0 -a ${#rfolders[@]} -ge 10
 # What no library boundary holds: the Jinja interpreter (text/jinja/) stands alone in text/, which
 # only text/chat_template_jinja.cpp uses; the BPE tokenizer (text/bpe/) knows no chat template.
