@@ -6,14 +6,17 @@
 #   tessera_check_dependencies()   after LibTorch, Boost and yaml-cpp are found: the C++ ABI, the
 #                                  CUDA LibTorch, NCCL and the CUDA runtime; one status line says
 #                                  what was found ("-- Tessera: LibTorch ... -> TESSERA_WITH_CUDA=..")
-#   tessera_add_cuda_sources(tgt), tessera_add_cuda_typecheck()   the NCCL backend and its checks
+#   tessera_gpu_sources(), tessera_add_gpu_checks(), tessera_add_cuda_typecheck()
+#                                  runtime/gpu/'s sources by the switch, and the checks of the GPU code
+#                                  that a build without the GPU path still runs
 #
-# TESSERA_WITH_CUDA: AUTO turns the CUDA/NCCL path on only when LibTorch was built with CUDA and NCCL
-# is found; ON refuses to configure without them; OFF never builds it. The NCCL communicator itself
-# (runtime/comm/*_cuda.cpp) needs only the CUDA runtime and NCCL headers, so it always compiles and
-# links when those exist (CI: /usr/local/cuda), as the separate library tessera_nccl, even with a
-# CPU-only LibTorch. Every runtime/**/*_cuda.cpp goes into that library (the NCCL backend,
-# runtime/device/device_cuda.cpp); what in them needs a CUDA LibTorch (c10/cuda) is under
+# TESSERA_WITH_CUDA: AUTO turns the GPU path on only when LibTorch was built with CUDA and NCCL is
+# found; ON refuses to configure without them; OFF never builds it. It is the one switch of the GPU
+# code, which lives in runtime/gpu/ alone (runtime/gpu/gpu.h): on, that folder's library is its
+# *_cuda.cpp files and kernels; off, its absent.cpp. The NCCL communicator itself
+# (runtime/gpu/nccl_cuda.cpp) needs only the CUDA runtime and NCCL headers, so where those exist (CI:
+# /usr/local/cuda) every *_cuda.cpp compiles and links even with a CPU-only LibTorch
+# (tessera_add_gpu_checks); what in them needs a CUDA LibTorch (c10/cuda) is under
 # #ifdef TESSERA_WITH_CUDA.
 #
 # One CUDA runtime: with a CUDA LibTorch, the libcudart linked is LibTorch's own (the file its
@@ -648,10 +651,7 @@ function(tessera_check_dependencies)
     endif()
   endif()
 
-  set(_nvcc_used ${CMAKE_CUDA_COMPILER})
-  if(NOT _nvcc_used)
-    set(_nvcc_used ${TESSERA_NVCC})
-  endif()
+  set(_nvcc_used ${TESSERA_NVCC})  # CMAKE_CUDA_COMPILER when it was given (tessera_find_cuda_compiler)
   set(_cudart "")
   set(_cudart_note "")
   set(_cuda_major "")
@@ -744,35 +744,63 @@ function(tessera_check_dependencies)
   endif()
 endfunction()
 
-function(tessera_add_cuda_sources tgt)
-  file(GLOB_RECURSE _cuda_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*_cuda.cpp)
-  if(NOT _cuda_src OR NOT TESSERA_NCCL_LIBRARY OR NOT TESSERA_CUDART_LIBRARY)
-    return()  # TESSERA_CUDA_ENABLED is OFF here (ON without these failed in tessera_check_dependencies)
+# tessera_gpu_sources(SRC_VAR LIBS_VAR): runtime/gpu/'s sources and what they link, the one switch's
+# choice. With the GPU path (TESSERA_CUDA_ENABLED: a CUDA LibTorch, NCCL and the CUDA runtime) they
+# are runtime/gpu/*_cuda.cpp, compiled with TESSERA_WITH_CUDA=1, and its kernels (runtime/gpu/*.cu)
+# as the static library tessera_cuda_kernels; the definition goes up to every library that builds
+# on runtime/gpu (tests/mpi's CUDA-only tests read it; tests/unit/architecture.sh keeps it out of
+# the product's other folders). The cudart is LibTorch's own (the same file TORCH_LIBRARIES links).
+# Without it: runtime/gpu/absent.cpp alone (tessera_add_gpu_checks compiles the rest).
+function(tessera_gpu_sources src_var libs_var)
+  set(_dir ${CMAKE_SOURCE_DIR}/runtime/gpu)
+  if(NOT TESSERA_CUDA_ENABLED)
+    set(${src_var} ${_dir}/absent.cpp PARENT_SCOPE)
+    set(${libs_var} "" PARENT_SCOPE)
+    return()
   endif()
-  # Always compile + link the NCCL backend when headers exist, so CI proves it builds. The cudart is
-  # LibTorch's own with a CUDA LibTorch (the same file TORCH_LIBRARIES now links), else the toolkit's.
-  add_library(tessera_nccl STATIC ${_cuda_src})
-  # Its sources sit in several runtime/ folders: the runtime layer's include root (cmake/layers.cmake).
-  target_include_directories(tessera_nccl PRIVATE ${TESSERA_ROOT_runtime})
-  target_include_directories(tessera_nccl PUBLIC ${TESSERA_NCCL_INCLUDE_DIR} ${TESSERA_CUDART_INCLUDE_DIR})
-  target_link_libraries(tessera_nccl PUBLIC ${TORCH_LIBRARIES} MPI::MPI_C ${TESSERA_NCCL_LIBRARY} ${TESSERA_CUDART_LIBRARY})
-  tessera_use_pch(tessera_nccl)
+  file(GLOB _src CONFIGURE_DEPENDS ${_dir}/*_cuda.cpp)
+  add_library(tessera_cuda_deps INTERFACE)
+  target_include_directories(tessera_cuda_deps INTERFACE ${TESSERA_NCCL_INCLUDE_DIR} ${TESSERA_CUDART_INCLUDE_DIR})
+  target_link_libraries(tessera_cuda_deps INTERFACE ${TESSERA_NCCL_LIBRARY} ${TESSERA_CUDART_LIBRARY})
+  target_compile_definitions(tessera_cuda_deps INTERFACE TESSERA_WITH_CUDA=1)
+  file(GLOB _cu CONFIGURE_DEPENDS ${_dir}/*.cu)
+  if(_cu)
+    add_library(tessera_cuda_kernels STATIC ${_cu})
+    target_include_directories(tessera_cuda_kernels PRIVATE ${TESSERA_ROOT_runtime_gpu})
+    set_target_properties(tessera_cuda_kernels PROPERTIES CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
+    target_link_libraries(tessera_cuda_deps INTERFACE tessera_cuda_kernels)
+  endif()
+  set(${src_var} ${_src} PARENT_SCOPE)
+  set(${libs_var} tessera_cuda_deps PARENT_SCOPE)
+endfunction()
+
+# tessera_add_gpu_checks(): without the GPU path, where the CUDA runtime and NCCL headers exist (CI:
+# /usr/local/cuda), runtime/gpu/*_cuda.cpp still compile and link, as tessera_gpu_check (what needs a
+# CUDA LibTorch under its #ifdef left out) and the tiny executable tessera_gpu_linkcheck that
+# references the NCCL backend's factory (nothing runs them: cmake/pch_tiers.cmake's check-only
+# flags); each kernel (runtime/gpu/*.cu) is compiled by nvcc, not linked (tessera_cuda_kernel_check).
+# build.test_binaries builds all three (tests/CMakeLists.txt), so a GPU source that does not compile
+# fails the test build before a GPU machine sees it.
+function(tessera_add_gpu_checks)
   if(TESSERA_CUDA_ENABLED)
-    target_compile_definitions(tessera_nccl PUBLIC TESSERA_WITH_CUDA=1)
-    # Every runtime folder's library (and what builds on them) compiles with TESSERA_WITH_CUDA: the
-    # lowest one's usage carries the definition up (CMakeLists.txt); ${tgt} links the backend, which
-    # calls into the runtime libraries below it.
-    target_compile_definitions(tessera_runtime_data_usage INTERFACE TESSERA_WITH_CUDA=1)
-    target_link_libraries(tessera_nccl PUBLIC tessera_runtime_generate)
-    target_link_libraries(${tgt} INTERFACE tessera_nccl)
-  else()
-    # Link check: a tiny executable that references the backend's factory must link. Nothing runs
-    # these objects on a CPU LibTorch (cmake/pch_tiers.cmake).
-    target_compile_options(tessera_nccl PRIVATE ${TESSERA_CHECK_ONLY_OPT})
-    add_executable(tessera_nccl_linkcheck ${CMAKE_SOURCE_DIR}/cmake/nccl_linkcheck.cpp)
-    target_link_libraries(tessera_nccl_linkcheck PRIVATE tessera_nccl tessera_runtime)
-    tessera_use_pch(tessera_nccl_linkcheck)
+    return()
   endif()
+  set(_dir ${CMAKE_SOURCE_DIR}/runtime/gpu)
+  file(GLOB _src CONFIGURE_DEPENDS ${_dir}/*_cuda.cpp)
+  if(_src AND TESSERA_NCCL_LIBRARY AND TESSERA_CUDART_LIBRARY)
+    add_library(tessera_gpu_check STATIC ${_src})
+    target_include_directories(tessera_gpu_check PRIVATE ${TESSERA_ROOT_runtime_gpu})
+    target_include_directories(tessera_gpu_check PUBLIC ${TESSERA_NCCL_INCLUDE_DIR} ${TESSERA_CUDART_INCLUDE_DIR})
+    target_link_libraries(tessera_gpu_check PUBLIC ${TORCH_LIBRARIES} MPI::MPI_C ${TESSERA_NCCL_LIBRARY} ${TESSERA_CUDART_LIBRARY})
+    target_compile_options(tessera_gpu_check PRIVATE ${TESSERA_CHECK_ONLY_OPT})
+    tessera_use_pch(tessera_gpu_check)
+    # The backend over the folders below runtime/gpu, never absent.cpp (which defines the same names).
+    add_executable(tessera_gpu_linkcheck ${CMAKE_SOURCE_DIR}/cmake/nccl_linkcheck.cpp)
+    target_include_directories(tessera_gpu_linkcheck PRIVATE ${TESSERA_ROOT_runtime_gpu})
+    target_link_libraries(tessera_gpu_linkcheck PRIVATE tessera_gpu_check tessera_runtime_profile)
+    tessera_use_pch(tessera_gpu_linkcheck)
+  endif()
+  tessera_add_cuda_kernel_check(${_dir})
 endfunction()
 
 # Where LibTorch is CPU-only but NCCL and the CUDA headers exist (CI), the code under
@@ -782,7 +810,7 @@ endfunction()
 # header a CPU build lacks (c10/cuda/impl/cuda_cmake_macros.h: export macros) is written into the
 # build tree. The tests' CUDA parts (the conformance test's NCCL communicator) are checked too.
 function(tessera_add_cuda_typecheck)
-  if(TESSERA_CUDA_ENABLED OR NOT TARGET tessera_nccl)
+  if(TESSERA_CUDA_ENABLED OR NOT TARGET tessera_gpu_check)
     return()
   endif()
   set(_c10_cuda_dir)  # a plain search of LibTorch's include dirs (find_path's NO_CACHE needs CMake 3.21)
@@ -818,7 +846,7 @@ function(tessera_add_cuda_typecheck)
   add_library(tessera_cuda_typecheck OBJECT ${_checked})
   target_compile_definitions(tessera_cuda_typecheck PRIVATE TESSERA_WITH_CUDA=1)
   target_include_directories(tessera_cuda_typecheck SYSTEM BEFORE PRIVATE ${_gen})
-  target_link_libraries(tessera_cuda_typecheck PRIVATE tessera_nccl tessera_launcher $<$<BOOL:${TESSERA_BUILD_TESTS}>:GTest::gtest>)
+  target_link_libraries(tessera_cuda_typecheck PRIVATE tessera_gpu_check tessera_launcher $<$<BOOL:${TESSERA_BUILD_TESTS}>:GTest::gtest>)
   target_include_directories(tessera_cuda_typecheck PRIVATE ${CMAKE_SOURCE_DIR})  # sources of every layer and tests/
   # Objects nobody links: only the front end matters, so no optimisation or debug info.
   target_compile_options(tessera_cuda_typecheck PRIVATE -O0 -g0 -Wall -Wno-unused-parameter -Wno-sign-compare)
@@ -827,31 +855,16 @@ function(tessera_add_cuda_typecheck)
   message(STATUS "Tessera: type-checking the CUDA-only code of ${_n} files with TESSERA_WITH_CUDA=1")
 endfunction()
 
-# Tessera's own CUDA kernels (runtime/**/*.cu; each has a CPU reference that the CPU build runs and
-# tests, e.g. runtime/quant/nf4.cpp for nf4_dequant.cu). With TESSERA_WITH_CUDA on (a CUDA LibTorch,
-# whose config enabled CUDA as a language) they build into the static library tessera_cuda_kernels,
-# which tessera_nccl links (its *_cuda.cpp wrappers launch them). Otherwise, where nvcc is found (CI:
-# CUDA 13 at /usr/local/cuda), each is compiled, not linked, by the target tessera_cuda_kernel_check
-# (build.test_binaries builds it, tests/CMakeLists.txt): a kernel that does not compile fails the
-# test build before a GPU machine sees it.
-function(tessera_add_cuda_kernels)
-  file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/*.cu)
+# tessera_add_cuda_kernel_check(DIR): each of DIR's kernels (*.cu) compiled, not linked, by the
+# target tessera_cuda_kernel_check where nvcc is found.
+function(tessera_add_cuda_kernel_check dir)
+  file(GLOB _cu CONFIGURE_DEPENDS ${dir}/*.cu)
   if(NOT _cu)
     return()
   endif()
-  if(TESSERA_CUDA_ENABLED AND TARGET tessera_nccl)
-    add_library(tessera_cuda_kernels STATIC ${_cu})
-    target_include_directories(tessera_cuda_kernels PRIVATE ${TESSERA_ROOT_runtime})
-    set_target_properties(tessera_cuda_kernels PROPERTIES CUDA_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
-    target_link_libraries(tessera_nccl PUBLIC tessera_cuda_kernels)
-    return()
-  endif()
-  set(_nvcc ${CMAKE_CUDA_COMPILER})
+  set(_nvcc ${TESSERA_NVCC})  # CMAKE_CUDA_COMPILER when it was given (tessera_find_cuda_compiler)
   if(NOT _nvcc)
-    set(_nvcc ${TESSERA_NVCC})
-  endif()
-  if(NOT _nvcc)
-    message(STATUS "Tessera: no nvcc: the CUDA kernels (runtime/**/*.cu) are not compile-checked")
+    message(STATUS "Tessera: no nvcc: the CUDA kernels (runtime/gpu/*.cu) are not compile-checked")
     return()
   endif()
   set(_objs)
@@ -861,7 +874,7 @@ function(tessera_add_cuda_kernels)
     get_filename_component(_odir ${_o} DIRECTORY)
     add_custom_command(OUTPUT ${_o}
                        COMMAND ${CMAKE_COMMAND} -E make_directory ${_odir}
-                       COMMAND ${_nvcc} -std=c++17 -arch=sm_90 -Werror all-warnings -I${TESSERA_ROOT_runtime}
+                       COMMAND ${_nvcc} -std=c++17 -arch=sm_90 -Werror all-warnings -I${TESSERA_ROOT_runtime_gpu}
                                -MD -MF ${_o}.d -c ${f} -o ${_o}
                        DEPENDS ${f} DEPFILE ${_o}.d
                        COMMENT "nvcc compile check: ${_rel}" VERBATIM)

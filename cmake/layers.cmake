@@ -7,7 +7,9 @@
 # layers against these roots, and checks that every library's compile uses its own root alone.
 set(TESSERA_LAYERS util text model runtime tools launcher benchmarks app)
 # runtime/ is a layer of folders, in their own order: each includes only the ones before it.
-set(TESSERA_RUNTIME_FOLDERS data memory comm profile device optim fsdp quant checkpoint planner train generate)
+# gpu/ is the one home of CUDA code (runtime/gpu/gpu.h): above what it implements (comm's seam,
+# profile's clock), below every folder that asks it.
+set(TESSERA_RUNTIME_FOLDERS data memory comm profile gpu device optim fsdp quant checkpoint planner train generate)
 
 file(GLOB _runtime_entries LIST_DIRECTORIES true RELATIVE ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/runtime/*)
 foreach(_e ${_runtime_entries})

@@ -5,9 +5,8 @@
 #include "runtime/device/device.h"
 #include "util/error.h"
 
-#ifdef TESSERA_WITH_CUDA
-#include "runtime/comm/nccl_backend.h"
-#endif
+#include "runtime/gpu/gpu.h"
+#include "runtime/gpu/nccl.h"
 
 namespace tessera::launcher {
 
@@ -62,7 +61,7 @@ c10::Device choose_device(const std::string& spec, const DeviceContext& ctx) {
 
 DeviceContext device_context(const Bootstrap& b) {
   DeviceContext ctx;
-  ctx.cuda_built = device::cuda_built();
+  ctx.cuda_built = gpu::built();
   ctx.visible_gpus = ctx.cuda_built ? device::cuda_device_count() : 0;
   ctx.local_rank = b.local_rank;
   ctx.local_size = b.local_size;
@@ -73,19 +72,17 @@ DeviceContext device_context(const Bootstrap& b) {
 
 comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device) {
   if (device.is_cpu()) return b.groups;
-#ifdef TESSERA_WITH_CUDA
-  const int gpu = device.has_index() ? device.index() : 0;
+  if (!gpu::built())
+    throw TESSERA_INPUT_ERROR("device " + device.str() + " on host " + b.host +
+                              ": this tessera was built without CUDA (no NCCL process groups)");
+  const int index = device.has_index() ? device.index() : 0;
   device::set_current(device);
   // Over the bootstrap's host groups, which stay their host companions.
   comm::ProcessGroups g;
-  g.world = comm::make_nccl_communicator(b.groups.world, "world", gpu);
-  g.intra = comm::make_nccl_communicator(b.groups.intra, "intra", gpu);
-  g.inter = comm::make_nccl_communicator(b.groups.inter, "inter", gpu);
+  g.world = gpu::make_nccl_communicator(b.groups.world, "world", index);
+  g.intra = gpu::make_nccl_communicator(b.groups.intra, "intra", index);
+  g.inter = gpu::make_nccl_communicator(b.groups.inter, "inter", index);
   return g;
-#else
-  throw TESSERA_INPUT_ERROR("device " + device.str() + " on host " + b.host +
-                            ": this tessera was built without CUDA (no NCCL process groups)");
-#endif
 }
 
 }  // namespace tessera::launcher

@@ -1,6 +1,6 @@
 // `train.device` -> this rank's device and the process groups on it.
 //
-//   auto     as cuda when this build has CUDA (TESSERA_WITH_CUDA) and a GPU is visible, else cpu
+//   auto     as cuda when this build has CUDA (gpu::built()) and a GPU is visible, else cpu
 //   cpu      CPU tensors, the bootstrap's MPI groups
 //   cuda     local rank r on GPU r (CUDA_VISIBLE_DEVICES renumbers), NCCL groups
 //   cuda:N   local rank r on GPU N + r
@@ -19,7 +19,7 @@ namespace tessera::launcher {
 
 // What choose_device() needs to know about this rank and its machine.
 struct DeviceContext {
-  bool cuda_built = false;  // TESSERA_WITH_CUDA
+  bool cuda_built = false;  // gpu::built()
   int visible_gpus = 0;     // CUDA devices this process sees
   int local_rank = 0, local_size = 1;
   std::string host;

@@ -4,17 +4,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
+#include "runtime/gpu/gpu.h"
 #include "runtime/profile/op_count.h"
 
 namespace tessera::device {
-
-bool cuda_built() {
-#ifdef TESSERA_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
 
 int cuda_device_count() { return static_cast<int>(torch::cuda::device_count()); }
 
@@ -50,16 +43,15 @@ at::Tensor host_buffer(at::IntArrayRef sizes, at::ScalarType dtype, const c10::D
 }
 
 int64_t peak_memory_bytes(const c10::Device& d) {
-#ifdef TESSERA_WITH_CUDA
-  if (d.is_cuda()) return detail::cuda_peak_allocated_bytes(d.has_index() ? d.index() : 0);
-#endif
-  return 0;
+  return d.is_cuda() ? gpu::peak_allocated_bytes(d.has_index() ? d.index() : -1) : 0;
 }
 
 void reset_peak_memory(const c10::Device& d) {
-#ifdef TESSERA_WITH_CUDA
-  if (d.is_cuda()) detail::cuda_reset_peak(d.has_index() ? d.index() : 0);
-#endif
+  if (d.is_cuda()) gpu::reset_peak(d.has_index() ? d.index() : -1);
+}
+
+std::shared_ptr<profile::DeviceClock> clock_for(const c10::Device& d) {
+  return d.is_cuda() ? gpu::make_clock(d.has_index() ? d.index() : -1) : nullptr;
 }
 
 }  // namespace tessera::device

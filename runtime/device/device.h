@@ -1,18 +1,19 @@
 // Device helpers for the runtime: everything the FSDP engine and the trainer need to know about
 // "the device" beyond at::Device itself. Device-generic: compiles and runs against a CPU-only
-// LibTorch (every CUDA query answers "none" there). What needs c10/cuda headers (the caching
-// allocator's statistics) lives in device_cuda.cpp, compiled only with TESSERA_WITH_CUDA.
+// LibTorch (every CUDA query answers "none" there). What needs CUDA itself (the caching allocator's
+// statistics) it asks of the GPU seam, runtime/gpu/gpu.h.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "runtime/profile/step_profile.h"
 
 namespace tessera::device {
 
-// True when this binary was built with the CUDA path (TESSERA_WITH_CUDA: a CUDA LibTorch + NCCL).
-bool cuda_built();
 // CUDA devices visible to LibTorch (0 with a CPU-only LibTorch or no driver).
 int cuda_device_count();
 
@@ -39,9 +40,8 @@ at::Tensor host_buffer(at::IntArrayRef sizes, at::ScalarType dtype, const c10::D
 int64_t peak_memory_bytes(const c10::Device& d);
 void reset_peak_memory(const c10::Device& d);
 
-namespace detail {  // device_cuda.cpp (TESSERA_WITH_CUDA only)
-int64_t cuda_peak_allocated_bytes(int device);
-void cuda_reset_peak(int device);
-}  // namespace detail
+// The step profile's device clock for `d` (profile::set_device_clock): CUDA events on its current
+// stream on a GPU, null (host clocks) on a CPU.
+std::shared_ptr<profile::DeviceClock> clock_for(const c10::Device& d);
 
 }  // namespace tessera::device

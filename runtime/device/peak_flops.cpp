@@ -8,6 +8,8 @@
 #include <sstream>
 #include <utility>
 
+#include "runtime/gpu/gpu.h"
+
 namespace tessera::device {
 namespace {
 
@@ -148,9 +150,7 @@ Peak cpu_peak(const CpuInfo& cpu, int threads, c10::ScalarType dtype) {
 Peak peak_flops(const c10::Device& device, c10::ScalarType dtype, int threads, double override_flops) {
   if (override_flops > 0) return {override_flops, "train.peak_flops"};
   if (device.is_cpu()) return cpu_peak(read_cpu_info(), threads, dtype);
-#ifdef TESSERA_WITH_CUDA
-  if (device.is_cuda()) return gpu_peak(detail::cuda_device_name(device.has_index() ? device.index() : 0), dtype);
-#endif
+  if (device.is_cuda()) return gpu_peak(gpu::device_name(device.has_index() ? device.index() : -1), dtype);
   return {0, "no peak known for device " + device.str()};
 }
 

@@ -68,8 +68,4 @@ Peak cpu_peak(const CpuInfo& cpu, int threads, c10::ScalarType dtype);
 // replaces it ("train.peak_flops").
 Peak peak_flops(const c10::Device& device, c10::ScalarType dtype, int threads, double override_flops);
 
-namespace detail {  // peak_flops_cuda.cpp (TESSERA_WITH_CUDA only)
-std::string cuda_device_name(int device);
-}  // namespace detail
-
 }  // namespace tessera::device

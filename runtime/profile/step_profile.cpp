@@ -327,14 +327,6 @@ std::shared_ptr<DeviceClock> device_clock() {
   return s.clock;
 }
 
-std::shared_ptr<DeviceClock> device_clock_for(const c10::Device& d) {
-#ifdef TESSERA_WITH_CUDA
-  if (d.is_cuda()) return detail::make_cuda_clock(d.has_index() ? d.index() : -1);
-#endif
-  (void)d;
-  return nullptr;
-}
-
 int ScriptedDeviceClock::stamp() {
   if (static_cast<int>(stamps_.size()) >= capacity_) return -1;
   stamps_.push_back(now_ns_.load());

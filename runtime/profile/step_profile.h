@@ -24,7 +24,7 @@
 // GPU TIMING. On a GPU the host runs ahead of the device: an NCCL wait() only orders the compute
 // stream after the collective, so gather_wait / reduce_wait take ~0 host time, and the step's one
 // host synchronisation (sync_wait, reading back the loss) absorbs the forward and backward. A
-// DeviceClock (set_device_clock(device_clock_for(the run's device)): CUDA events on a CUDA device,
+// DeviceClock (set_device_clock(device::clock_for(the run's device)): CUDA events on a CUDA device,
 // none on a CPU) times the same parts on the device: every Scope open / close and begin_step /
 // end_step also enqueues a stamp on the calling thread's current stream and remembers which part
 // the interval since the previous stamp belongs to (the innermost open one, as above; under the
@@ -136,8 +136,6 @@ class DeviceClock {
 // Installs `clock` (null: host clocks only, as without one); it times the steps that begin after.
 void set_device_clock(std::shared_ptr<DeviceClock> clock);
 std::shared_ptr<DeviceClock> device_clock();
-// The clock for `d`: CUDA events on a CUDA device in a TESSERA_WITH_CUDA build, else null.
-std::shared_ptr<DeviceClock> device_clock_for(const c10::Device& d);
 
 // A device clock on a scripted timeline, for tests: device time starts at 0 and moves only by
 // advance(); a stamp reads it. Stamps beyond `capacity` per step fail (-1).
@@ -159,10 +157,6 @@ class ScriptedDeviceClock : public DeviceClock {
   std::vector<int64_t> stamps_;
   int last_waited_ = -1;
 };
-
-namespace detail {  // device_clock_cuda.cpp (TESSERA_WITH_CUDA builds only); device -1: the current one
-std::shared_ptr<DeviceClock> make_cuda_clock(int device);
-}  // namespace detail
 
 // The step's thread: a step begins (accumulators reset) and ends (its breakdown).
 void begin_step(int64_t step);

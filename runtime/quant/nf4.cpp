@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/gpu/gpu.h"
 #include "runtime/optim/quant8.h"
-#include "runtime/quant/nf4_kernel.h"
 #include "util/error.h"
 
 namespace tessera::quant {
@@ -126,26 +126,18 @@ void decode_cpu(const uint8_t* seg, const Nf4Layout& l, bool double_quant, T* ou
 
 }  // namespace
 
-#ifdef TESSERA_WITH_CUDA
-// runtime/quant/nf4_cuda.cpp
-void nf4_decode_cuda(const at::Tensor& bytes, int64_t segments, const Nf4KernelLayout& l, bool double_quant,
-                     const Nf4Tables& tables, const at::Tensor& out);
-#endif
-
 namespace {
 
 // `segments` segments of layout l at `bytes` (not on the CPU) into `out` by the GPU kernel.
 void decode_device(const at::Tensor& bytes, int64_t segments, const Nf4Layout& l, bool double_quant, const at::Tensor& out) {
-#ifdef TESSERA_WITH_CUDA
-  if (bytes.device().is_cuda()) {
-    Nf4Tables tables;
+  if (bytes.device().is_cuda() && gpu::built()) {
+    gpu::Nf4Tables tables;
     std::copy(kNf4Code, kNf4Code + 16, tables.code);
     std::copy(optim::q8::signed_map().code, optim::q8::signed_map().code + 256, tables.dyn);
-    const Nf4KernelLayout kl{l.count, l.blocks, l.absmax, l.offset, l.group_scale, l.qabsmax, l.bytes};
-    nf4_decode_cuda(bytes, segments, kl, double_quant, tables, out);
+    const gpu::Nf4KernelLayout kl{l.count, l.blocks, l.absmax, l.offset, l.group_scale, l.qabsmax, l.bytes};
+    gpu::nf4_decode(bytes, segments, kl, double_quant, tables, out);
     return;
   }
-#endif
   throw TESSERA_INPUT_ERROR(std::string("nf4_decode: the NF4 bytes are on ") + bytes.device().str() +
                             ", and this build has no NF4 kernel for it");
 }

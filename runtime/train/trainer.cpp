@@ -31,7 +31,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
   device::set_current(im.device);
   // GPUs: the step-time breakdown from CUDA events on the compute stream (profile/step_profile.h);
   // null on a CPU (host clocks).
-  profile::set_device_clock(profile::device_clock_for(im.device));
+  profile::set_device_clock(device::clock_for(im.device));
   im.fopts = fsdp_opts;
   im.cfg = settings;
   im.dataset = std::move(dataset);
@@ -157,23 +157,25 @@ std::string Trainer::save_abandoned(int64_t start_step) {
 
 // train.profile_steps: the trace starts with its first step (or the first step of a resumed run
 // inside the window) and is written after its last. Returns whether step `next` ends the trace.
-bool Trainer::Impl::trace_around(int64_t next, bool before) {
-  const std::vector<int64_t>& window = cfg.train.profile_steps;  // [first, last] or empty (validated)
-  const bool traced = !window.empty() && next >= window[0] && next <= window[1];
-  if (before) {
-    if (traced && !profile::tracing()) {
-      profile::start_trace();
-      profile::start_kernel_trace(device);
-    }
-    return false;
-  }
-  const bool done = traced && (next == window[1] || next == cfg.train.steps);
+namespace {
+bool in_window(const std::vector<int64_t>& window, int64_t step) {  // [first, last] or empty (validated)
+  return !window.empty() && step >= window[0] && step <= window[1];
+}
+}  // namespace
+
+void Trainer::Impl::start_trace_if_due(int64_t next) {
+  if (!in_window(cfg.train.profile_steps, next) || profile::tracing()) return;
+  profile::start_trace();
+  profile::start_kernel_trace(device);
+}
+
+bool Trainer::Impl::write_trace_if_due(int64_t next) {
+  const std::vector<int64_t>& window = cfg.train.profile_steps;
+  if (!in_window(window, next) || (next != window[1] && next != cfg.train.steps)) return false;
   const std::string rank = std::to_string(groups.world->rank());
-  if (done) {
-    profile::write_trace(cfg.log_dir() + "/trace-rank-" + rank + ".json", groups.world->rank());
-    kernel_trace = profile::write_kernel_trace(cfg.log_dir() + "/kernels-rank-" + rank + ".json");
-  }
-  return done;
+  profile::write_trace(cfg.log_dir() + "/trace-rank-" + rank + ".json", groups.world->rank());
+  kernel_trace = profile::write_kernel_trace(cfg.log_dir() + "/kernels-rank-" + rank + ".json");
+  return true;
 }
 
 // Validation every eval.every steps and at the end (not when stopping: time is short then). Returns
@@ -227,7 +229,7 @@ RunResult Trainer::run() {
     const int64_t next = im.step + 1;
     // The step's collectives, its stop vote and validation all carry "train step" (flight recorder).
     profile::Phase train_step = profile::Phase::activity(next, "train step");
-    im.trace_around(next, /*before=*/true);
+    im.start_trace_if_due(next);
     const QueuedStep q = im.queue_step();
     if (q.abandoned) {  // a stop request mid-step: the last complete step's state is saved
       res.last_checkpoint = save_abandoned(res.start_step);
@@ -235,7 +237,7 @@ RunResult Trainer::run() {
       break;
     }
     StepRecord r = im.record(q);
-    const bool trace_done = im.trace_around(next, /*before=*/false);
+    const bool trace_done = im.write_trace_if_due(next);
     const bool stop = im.host.world->any(preemption_requested());  // host flag: no device sync
     const bool new_best = im.validate_if_due(*this, r, stop);
     im.sample_if_due(r, stop);

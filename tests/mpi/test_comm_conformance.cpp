@@ -17,10 +17,9 @@
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/comm/mpi_bench_hooks.h"
 #include "runtime/device/device.h"
+#include "runtime/gpu/gpu.h"
+#include "runtime/gpu/nccl.h"
 #include "util/error.h"
-#ifdef TESSERA_WITH_CUDA
-#include "runtime/comm/nccl_backend.h"
-#endif
 
 namespace test_comm_conformance {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
@@ -54,14 +53,12 @@ const std::vector<tc::CommPtr>& backends() {
     for (const auto& g : {groups.world, groups.intra, groups.inter})
       if (g) v.push_back(g);
     if (world_size() == 1) v.push_back(tc::make_self_communicator("self"));
-#ifdef TESSERA_WITH_CUDA
-    if (torch::cuda::is_available() && tc::nccl_available()) {
-      auto nccl = tc::make_nccl_communicator(world, "nccl-world",
-                                             tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0);
+    if (tessera::gpu::built() && torch::cuda::is_available() && tessera::gpu::nccl_available()) {
+      const int gpu = tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0;
+      auto nccl = tessera::gpu::make_nccl_communicator(world, "nccl-world", gpu);
       v.push_back(nccl);
       v.push_back(nccl->split(r / 2, r, "nccl-pairs"));  // over its host companion
     }
-#endif
     return v;
   }();
   return all;
@@ -393,7 +390,7 @@ TEST(CommConformance, AsyncOperationsCompleteInIssueOrder) {
 // naming the operation, communicator, rank and host; the operation completes once they issue it.
 TEST(CommConformance, WaitTimesOutWhileOtherRanksHaveNotIssued) {
   for (const auto& comm : backends()) {
-    // NCCL waits do not block the host (its watchdog aborts the communicator instead; see nccl_backend.h).
+    // NCCL waits do not block the host (its watchdog aborts the communicator instead; see runtime/gpu/nccl.h).
     if (comm->size() < 2 || comm->backend() == "nccl") continue;
     const int rank = comm->rank();
     at::Tensor in = at::full({3}, double(rank), opts_on(*comm, at::kFloat));

@@ -21,7 +21,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include "runtime/comm/nccl_backend.h"
+#include "runtime/gpu/nccl.h"
 #endif
 
 namespace test_nccl_timeout {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -49,12 +49,12 @@ TEST(NcclWatchdog, StalledCollectiveTimesOutWithOneLineError) {
 #else
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (!torch::cuda::is_available() || !tessera::comm::nccl_available()) GTEST_SKIP() << "no GPU visible";
+  if (!torch::cuda::is_available() || !tessera::gpu::nccl_available()) GTEST_SKIP() << "no GPU visible";
   if (size != 1) GTEST_SKIP() << "the stall is made on one rank's own GPU: world size 1 only";
   const int gpu = tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0;
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu));
   tessera::device::set_current(device);
-  auto comm = tessera::comm::make_nccl_communicator(tessera::launcher::current().groups.world, "nccl-timeout", gpu);
+  auto comm = tessera::gpu::make_nccl_communicator(tessera::launcher::current().groups.world, "nccl-timeout", gpu);
   at::Tensor t = at::ones({1000}, at::TensorOptions().dtype(at::kFloat).device(device));
 
   // A healthy collective first (its completed wait leaves the watchdog's list).

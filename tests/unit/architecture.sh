@@ -107,6 +107,12 @@ others=$(grep -rnE 'memory::set_phase\(|flight::set_activity\(|profile::Scope [a
            "$SRC/tools" "$SRC/model" "$SRC/benchmarks" --include='*.cpp' --include='*.h' | grep -v "^$SRC/runtime/profile/" || true)
 [ -z "$others" ] || echo "sets a phase outside profile::Phase: $others"
 check "the step's phases go through profile::Phase alone" test -z "$others"
+# One home for GPU code (runtime/gpu/gpu.h): only runtime/gpu/ tests the build switch; the other
+# folders ask gpu::built() at run time, and CUDA's headers are included there alone.
+cuda=$(grep -rnE '^#if(def|ndef)? .*TESSERA_WITH_CUDA|#include <(cuda|nccl|c10/cuda/)' "$SRC/app" "$SRC/launcher" "$SRC/runtime" "$SRC/text" \
+         "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util" --include='*.cpp' --include='*.h' --include='*.cu' | grep -v "^$SRC/runtime/gpu/" || true)
+[ -z "$cuda" ] || echo "GPU code outside runtime/gpu/: $cuda"
+check "the GPU switch and CUDA's headers appear in runtime/gpu/ alone" test -z "$cuda" -a -n "$(ls "$SRC"/runtime/gpu/*_cuda.cpp)"
 # The failure tests' faults are decorators of the seams (tests/support/fault_env.cpp), in the test
 # binary alone: its parser, which names TESSERA_TEST_FAULT, is linked into tessera-faults and never
 # into tessera; the runtime has no fault point of its own.

@@ -4,6 +4,7 @@
 
 #include "launcher/device_select.h"
 #include "runtime/device/device.h"
+#include "runtime/gpu/gpu.h"
 #include "util/error.h"
 #include "tests/support/test_support.h"
 
@@ -109,7 +110,7 @@ TEST(DeviceSelect, ThisBuildAndMachine) {
   EXPECT_EQ(tessera::device::describe(c10::Device(c10::kCPU)), "cpu");
   EXPECT_EQ(tessera::device::describe(c10::Device(c10::kCUDA, 3)), "cuda:3");
   EXPECT_EQ(tessera::device::peak_memory_bytes(c10::Device(c10::kCPU)), 0);
-  if (!tessera::device::cuda_built()) {
+  if (!tessera::gpu::built()) {
     EXPECT_EQ(choose_device("auto", tessera::launcher::device_context({})), c10::Device(c10::kCPU));
   }
 }

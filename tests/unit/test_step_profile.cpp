@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "runtime/device/device.h"
 #include "runtime/device/peak_flops.h"
 #include "runtime/profile/step_profile.h"
 
@@ -304,7 +305,7 @@ TEST(StepProfile, AClockTimesTheStepsThatBeginAfterItAndNoScopeOutsideAStep) {
   EXPECT_EQ(b.to_json().at("clock"), "host");
   EXPECT_EQ(b.summary().find(" clock"), std::string::npos);
   EXPECT_EQ(profile::device_clock(), nullptr);
-  EXPECT_EQ(profile::device_clock_for(c10::Device(c10::kCPU)), nullptr);
+  EXPECT_EQ(device::clock_for(c10::Device(c10::kCPU)), nullptr);
 }
 
 TEST(StepProfile, MedianKeepsTheClockAndTheHostFigures) {

@@ -1,4 +1,4 @@
-// NCCL backend (see nccl_backend.h). Raw device pointers come from tensor.data_ptr(); streams and
+// NCCL backend of the Communicator seam (see nccl.h). Raw device pointers come from tensor.data_ptr(); streams and
 // events are driven through the CUDA runtime API, so this file builds with a CPU-only LibTorch too.
 // Only what needs a CUDA LibTorch (its current stream, caching-allocator stream records, ATen ops
 // on our stream for the fp32 widening of bf16/fp16 reductions) is under TESSERA_WITH_CUDA.
@@ -7,7 +7,7 @@
 // arms waits (wait_for()); one watchdog thread per communicator observes completions, asynchronous
 // NCCL errors and deadlines (watch(), the one place an operation is seen to finish or fail); abort
 // threads run ncclCommAbort. Every thread other than the caller's sets the rank's device first.
-#include "runtime/comm/nccl_backend.h"
+#include "runtime/gpu/nccl.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -36,7 +36,8 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-namespace tessera::comm {
+namespace tessera::gpu {
+using namespace tessera::comm;  // the seam this backend implements
 namespace {
 
 using detail::chunk_of;
@@ -584,4 +585,4 @@ CommPtr make_nccl_communicator(CommPtr host, const std::string& name, int device
   return std::make_shared<NcclCommunicator>(nccl, std::move(host), device, name, host_name, world_ranks);
 }
 
-}  // namespace tessera::comm
+}  // namespace tessera::gpu

@@ -1,9 +1,9 @@
 // The CUDA device clock of the step-time breakdown (step_profile.h, GPU TIMING): a stamp is a CUDA
 // event recorded on the calling thread's current stream. Events are pooled: created with default
 // flags (timing enabled) the first time a step needs that many, then re-recorded in later steps;
-// reset() only rewinds the pool. Built into the tessera_nccl library (cmake/cuda_nccl.cmake); empty
-// unless TESSERA_WITH_CUDA (the current stream is LibTorch's, c10/cuda).
-#include "runtime/profile/step_profile.h"
+// reset() only rewinds the pool. gpu.h's make_clock; empty unless TESSERA_WITH_CUDA (the current
+// stream is LibTorch's, c10/cuda).
+#include "runtime/gpu/gpu.h"
 
 #ifdef TESSERA_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -14,7 +14,7 @@
 #include <cmath>
 #include <vector>
 
-namespace tessera::profile::detail {
+namespace tessera::gpu {
 namespace {
 
 // Stamps per step beyond which stamp() fails and the step is reported on the host clock (a
@@ -29,7 +29,7 @@ bool ok(cudaError_t rc) {
   return false;
 }
 
-class CudaClock final : public DeviceClock {
+class CudaClock final : public profile::DeviceClock {
  public:
   explicit CudaClock(int device) : device_(static_cast<c10::DeviceIndex>(device)) {}
   ~CudaClock() override {
@@ -75,9 +75,9 @@ class CudaClock final : public DeviceClock {
 
 }  // namespace
 
-std::shared_ptr<DeviceClock> make_cuda_clock(int device) {
+std::shared_ptr<profile::DeviceClock> make_clock(int device) {
   return std::make_shared<CudaClock>(device >= 0 ? device : static_cast<int>(c10::cuda::current_device()));
 }
 
-}  // namespace tessera::profile::detail
+}  // namespace tessera::gpu
 #endif

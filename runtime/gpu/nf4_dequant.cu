@@ -5,9 +5,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "runtime/quant/nf4_kernel.h"
+#include "runtime/gpu/nf4_kernel.h"
 
-namespace tessera::quant {
+namespace tessera::gpu {
 
 namespace {
 
@@ -71,4 +71,4 @@ int nf4_dequant_launch(const uint8_t* bytes, int64_t segments, const Nf4KernelLa
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
-}  // namespace tessera::quant
+}  // namespace tessera::gpu

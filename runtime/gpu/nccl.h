@@ -18,14 +18,15 @@
 // synchronise the whole device).
 // Reductions of bf16/fp16 are computed in fp32 and rounded once, as in every backend.
 //
-// This file compiles against the CUDA runtime and NCCL alone; code that needs a CUDA-enabled
-// LibTorch (streams, allocator) is under TESSERA_WITH_CUDA.
+// nccl_cuda.cpp compiles against the CUDA runtime and NCCL alone; code that needs a CUDA-enabled
+// LibTorch (streams, allocator) is under TESSERA_WITH_CUDA there. A build without the GPU path links
+// absent.cpp instead: nccl_available() is false and make_nccl_communicator refuses in one line.
 #pragma once
 #include <string>
 
 #include "runtime/comm/communicator.h"
 
-namespace tessera::comm {
+namespace tessera::gpu {
 
 // True when NCCL is linked in and at least one CUDA device is visible.
 bool nccl_available();
@@ -35,6 +36,6 @@ bool nccl_available();
 // host companion (the unique id is broadcast over it; split() and host_duplicate() run over it).
 // Throws tessera::Error(Input) naming rank, host and device if the device does not exist, and
 // Error(Internal) if NCCL initialisation fails.
-CommPtr make_nccl_communicator(CommPtr host, const std::string& name, int device);
+comm::CommPtr make_nccl_communicator(comm::CommPtr host, const std::string& name, int device);
 
-}  // namespace tessera::comm
+}  // namespace tessera::gpu

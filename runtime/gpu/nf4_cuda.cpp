@@ -1,8 +1,8 @@
-// NF4 decode of CUDA tensors: nf4.cpp's nf4_decode_into / nf4_decode_segments call this for bytes on a
-// GPU, in a build with TESSERA_WITH_CUDA; it launches runtime/quant/nf4_dequant.cu on the current
-// stream of the bytes' device. The bytes and the output were checked by the caller (sizes, dtype,
-// contiguity, same device). Compiled into tessera_nccl (cmake/cuda_nccl.cmake), empty without CUDA.
-#include "runtime/quant/nf4_kernel.h"
+// NF4 decode of CUDA tensors (gpu.h's nf4_decode): runtime/quant/nf4.cpp calls it for bytes on a
+// GPU; it launches nf4_dequant.cu on the current stream of the bytes' device. The bytes and the
+// output were checked by the caller (sizes, dtype, contiguity, same device). Empty unless
+// TESSERA_WITH_CUDA.
+#include "runtime/gpu/gpu.h"
 
 #ifdef TESSERA_WITH_CUDA
 #include <ATen/core/Tensor.h>
@@ -14,9 +14,9 @@
 
 #include "util/error.h"
 
-namespace tessera::quant {
+namespace tessera::gpu {
 
-void nf4_decode_cuda(const at::Tensor& bytes, int64_t segments, const Nf4KernelLayout& l, bool double_quant,
+void nf4_decode(const at::Tensor& bytes, int64_t segments, const Nf4KernelLayout& l, bool double_quant,
                      const Nf4Tables& tables, const at::Tensor& out) {
   const c10::cuda::CUDAGuard guard(bytes.device());
   const Nf4OutType type = out.scalar_type() == at::kFloat      ? Nf4OutType::F32
@@ -29,5 +29,5 @@ void nf4_decode_cuda(const at::Tensor& bytes, int64_t segments, const Nf4KernelL
                                          cudaGetErrorString(static_cast<cudaError_t>(rc)));
 }
 
-}  // namespace tessera::quant
+}  // namespace tessera::gpu
 #endif

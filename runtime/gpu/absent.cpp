@@ -1,0 +1,31 @@
+// The GPU seam (gpu.h, nccl.h) in a build without the GPU path (TESSERA_WITH_CUDA off): nothing is
+// built, nothing is measured, and what cannot be done without CUDA says so in one line.
+#include "util/error.h"
+#include "runtime/gpu/gpu.h"
+#include "runtime/gpu/nccl.h"
+
+namespace tessera::gpu {
+
+namespace {
+[[noreturn]] void not_built(const std::string& what) {
+  throw Error(ErrorKind::Input, what + ": this tessera was built without CUDA (TESSERA_WITH_CUDA off)");
+}
+}  // namespace
+
+bool built() { return false; }
+int64_t peak_allocated_bytes(int) { return 0; }
+void reset_peak(int) {}
+std::string device_name(int) { return ""; }
+std::shared_ptr<profile::DeviceClock> make_clock(int) { return nullptr; }
+
+void nf4_decode(const at::Tensor& bytes, int64_t, const Nf4KernelLayout&, bool, const Nf4Tables&, const at::Tensor&) {
+  not_built("nf4_decode of bytes on " + bytes.device().str());
+}
+
+bool nccl_available() { return false; }
+
+comm::CommPtr make_nccl_communicator(comm::CommPtr, const std::string& name, int device) {
+  not_built("NCCL communicator '" + name + "' on cuda:" + std::to_string(device));
+}
+
+}  // namespace tessera::gpu
