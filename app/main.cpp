@@ -27,6 +27,7 @@
 #include "launcher/commands.h"
 #include "model/errors.h"
 #include "runtime/comm/flight_recorder.h"
+#include "runtime/gpu/gpu.h"
 #include "runtime/memory/tracker.h"
 #include "tools/flight_report.h"
 #include "util/error.h"
@@ -58,42 +59,6 @@ void print_usage() {
   }
   std::cout << "\nMPI commands run under `mpirun -np N tessera ...` or `srun --mpi=pmix tessera ...` and accept\n"
                "--ranks-per-node N (emulate nodes of N consecutive ranks) and --threads N (torch threads per rank).\n";
-}
-
-// Pulls --ranks-per-node / --threads out of args (they are global to MPI commands).
-std::vector<std::string> take_global_options(std::vector<std::string> args) {
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    for (const char* name : {"--ranks-per-node", "--threads"}) {
-      std::string n = name;
-      std::string value;
-      bool hit = false;
-      if (a == n) {
-        if (i + 1 >= args.size()) throw TESSERA_INPUT_ERROR(n + " needs a value");
-        value = args[++i];
-        hit = true;
-      } else if (a.rfind(n + "=", 0) == 0) {
-        value = a.substr(n.size() + 1);
-        hit = true;
-      }
-      if (!hit) continue;
-      int v = 0;
-      try {
-        size_t used = 0;
-        v = std::stoi(value, &used);
-        if (used != value.size()) v = -1;
-      } catch (...) {
-        v = -1;
-      }
-      if (v <= 0) throw TESSERA_INPUT_ERROR(n + " '" + value + "' must be a positive integer");
-      (n == "--threads" ? global_options().threads : global_options().ranks_per_node) = v;
-      a.clear();
-      break;
-    }
-    if (!a.empty()) rest.push_back(a);
-  }
-  return rest;
 }
 
 int report(int code, const std::string& what, bool collective, bool timeout = false) {
@@ -128,11 +93,7 @@ void print_version() {
   int len = 0;
   MPI_Get_library_version(mpi, &len);
   std::string mpi_line(mpi, std::min<size_t>(std::strlen(mpi), std::strcspn(mpi, ",\n")));
-#ifdef TESSERA_WITH_CUDA
-  const char* device = "CUDA + NCCL";
-#else
-  const char* device = "CPU only";
-#endif
+  const char* device = tessera::gpu::built() ? "CUDA + NCCL" : "CPU only";
   std::cout << "tessera " << TESSERA_VERSION << " (" << (*TESSERA_GIT ? TESSERA_GIT : "unknown commit") << "), LibTorch "
             << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "." << TORCH_VERSION_PATCH << " (" << device
             << "), C++" << __cplusplus / 100 % 100 << ", " << mpi_line << std::endl;

@@ -20,6 +20,41 @@ GlobalOptions& global_options() {
   return g;
 }
 
+namespace {
+int positive(const po::variables_map& vm, const char* name) {
+  const std::string value = vm[name].as<std::string>();
+  size_t used = 0;
+  int v = 0;
+  try {
+    v = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty() || v <= 0)
+    throw TESSERA_INPUT_ERROR(std::string("--") + name + " '" + value + "' must be a positive integer");
+  return v;
+}
+}  // namespace
+
+std::vector<std::string> take_global_options(const std::vector<std::string>& args) {
+  po::options_description desc;
+  desc.add_options()("ranks-per-node", po::value<std::string>())("threads", po::value<std::string>());
+  po::variables_map vm;
+  std::vector<std::string> rest;
+  try {
+    // Exact names only (no guessing: a command's own --t... stays its own); the rest passes through.
+    const auto style = po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
+    const po::parsed_options parsed = po::command_line_parser(args).options(desc).style(style).allow_unregistered().run();
+    po::store(parsed, vm);
+    rest = po::collect_unrecognized(parsed.options, po::include_positional);
+  } catch (const po::error& e) {
+    throw TESSERA_INPUT_ERROR(e.what());
+  }
+  if (vm.count("ranks-per-node")) global_options().ranks_per_node = positive(vm, "ranks-per-node");
+  if (vm.count("threads")) global_options().threads = positive(vm, "threads");
+  return rest;
+}
+
 int run_config(const std::vector<std::string>& args) {
   po::options_description desc("config options");
   desc.add_options()("reference", "print every configuration key as a Markdown table")(

@@ -24,6 +24,10 @@ struct GlobalOptions {
   int threads = 0;
 };
 GlobalOptions& global_options();
+// Takes --ranks-per-node N and --threads N (`--name N` or `--name=N`, anywhere among an MPI
+// command's arguments) into global_options(), and returns the other arguments in their order. A
+// missing value, or one that is not a positive integer, is Error(Input) naming the option.
+std::vector<std::string> take_global_options(const std::vector<std::string>& args);
 
 int run_topo(const std::vector<std::string>& args);
 int run_config(const std::vector<std::string>& args);
