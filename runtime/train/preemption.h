@@ -1,6 +1,6 @@
 // Stop requests: SIGTERM, SIGINT and train.preempt_signal set a flag that the training loop reads
 // at micro-batch boundaries; the ranks agree on it with one host all-reduce before they stop
-// (trainer.cpp run(), step.cpp abandon_if_preempted), so every rank stops at the same point with a
+// (trainer.cpp run(), step.cpp stop_requested_mid_step), so every rank stops at the same point with a
 // checkpoint. A second SIGINT ends the process at once (the default action). (SIGPIPE is ignored
 // from the start of every MPI command, app/main.cpp: a rank whose output pipe is gone keeps
 // training until it is asked to stop, and then saves.)

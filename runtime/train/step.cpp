@@ -28,20 +28,20 @@ at::Tensor Trainer::Impl::summed_loss(const data::Batch& b, double grad_scale) {
 
 // The step's micro-batches, and the number of target tokens they hold on all ranks (one host
 // all-reduce per step): the loss is the mean over these, whatever their split between micro-batches.
-std::vector<data::Batch> Trainer::Impl::next_batches(QueuedStep& q) {
+Batches Trainer::Impl::next_batches() {
   profile::Phase data_part(profile::Part::Data);
-  std::vector<data::Batch> batches;
+  Batches b;
   at::Tensor count = at::zeros({1}, at::kLong);
   for (int64_t a = 0; a < cfg.train.grad_accum; ++a) {
-    batches.push_back(dataset->batch(sampler->micro_batch(step, static_cast<int>(a))));
-    count.data_ptr<int64_t>()[0] += batches.back().targets;
+    b.list.push_back(dataset->batch(sampler->micro_batch(step, static_cast<int>(a))));
+    count.data_ptr<int64_t>()[0] += b.list.back().targets;
   }
   {
     profile::Phase sync(profile::Part::SyncWait);
     host.world->all_reduce(count, comm::ReduceOp::Sum)->wait();
   }
-  q.targets = count.data_ptr<int64_t>()[0];
-  return batches;
+  b.targets = count.data_ptr<int64_t>()[0];
+  return b;
 }
 
 // A random layer (fsdp::Options::preserve_rng: LoRA's dropout) draws from the device's default
@@ -61,26 +61,25 @@ void Trainer::Impl::seed_layer_rng(int64_t micro) {
 // Forward of one micro-batch: it will backpropagate its summed loss x W / N (the engine averages
 // gradients over the W data-parallel ranks), so the step's gradient is exactly that of the mean
 // loss over its N targets. The logits (B x T x vocab) are not kept: autograd keeps what it needs.
-at::Tensor Trainer::Impl::forward(const data::Batch& b, double scale, bool last, QueuedStep& q) {
+at::Tensor Trainer::Impl::forward(const data::Batch& b, double factor, bool last) {
   at::Tensor loss;
   {
     memory::Scope scope(memory::Category::Activations);
     profile::Phase forward(profile::Part::Forward);
     engine->begin_forward(/*sync=*/last);
-    loss = summed_loss(b, scale * q.loss_scale);
+    loss = summed_loss(b, factor);
   }
   memory::retag_all(memory::Category::Activations, memory::Category::SavedTensors);
-  q.loss_sum.add_(loss.detach().to(at::kDouble));
   return loss;
 }
 
 // Its backward: the gradient shards accumulate in the engine (and, with optim.in_backward, the
 // last micro-step's update each unit as its shard is final).
-void Trainer::Impl::backward(const at::Tensor& loss, double scale, QueuedStep& q) {
+void Trainer::Impl::backward(const at::Tensor& loss, double factor) {
   {
     memory::Scope scope(memory::Category::Activations);
     profile::Phase backward(profile::Part::Backward);
-    (loss * (scale * q.loss_scale)).backward();
+    (loss * factor).backward();
   }
   profile::Phase backward(profile::Part::Backward);  // the root's gradient; the drain is reduce_wait
   engine->finish_backward();
@@ -88,39 +87,41 @@ void Trainer::Impl::backward(const at::Tensor& loss, double scale, QueuedStep& q
 
 // The optimizer's part: unscale, norm and clipping, the loss all-reduce, then AdamW unless the
 // numerics guard skips the step on every rank (masters and moments stay, the step count too).
-void Trainer::Impl::optimizer_step(QueuedStep& q) {
+Verdict Trainer::Impl::optimizer_step(const at::Tensor& loss_sum, int64_t targets) {
   memory::Scope opt_scope(memory::Category::Optimizer);
   profile::Phase optimizer(profile::Part::Optimizer);
   const optim::ShardView view = engine->optimizer_view();
   scaler.unscale(view.grads());  // before the norm and clipping see them
   const optim::Clipped clipped = optim::clip(view, cfg.optim.clip, adamw->options().fused_cpu);
-  q.grad_norm = clipped.norm;
-  q.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
   {
     profile::Phase sync(profile::Part::SyncWait);
-    groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+    groups.world->all_reduce(loss_sum, comm::ReduceOp::Sum)->wait();
   }
-  if (!skip_step(q)) adamw->step(view.shards, q.lr, clipped.grad_scale);
+  Verdict v = agree_on_step(loss_sum, clipped.norm, targets);
+  v.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
+  if (!v.skipped) adamw->step(view.shards, v.lr, clipped.grad_scale);
+  return v;
 }
 
 // optim.in_backward, before the last backward: the step's loss on every rank (the step's first
 // host sync); a non-finite one skips the step before any unit is updated (numerics.h), else the
 // engine's hook updates each unit in the backward that follows.
-bool Trainer::Impl::loss_finite_before_update(QueuedStep& q) {
+Verdict Trainer::Impl::open_in_backward(const at::Tensor& loss_sum, int64_t targets) {
   {
     profile::Phase sync(profile::Part::SyncWait);
-    groups.world->all_reduce(q.loss_sum, comm::ReduceOp::Sum)->wait();
+    groups.world->all_reduce(loss_sum, comm::ReduceOp::Sum)->wait();
   }
-  const double loss = device::to_host(q.loss_sum, "step: loss").data_ptr<double>()[0];
-  q.loss = loss / static_cast<double>(std::max<int64_t>(q.targets, 1));
+  const double loss = device::to_host(loss_sum, "step: loss").data_ptr<double>()[0];
+  Verdict v;
+  v.loss = loss / static_cast<double>(std::max<int64_t>(targets, 1));
   {
     profile::Phase sync(profile::Part::SyncWait);
-    q.skipped = host.world->any(!std::isfinite(loss));
+    v.skipped = host.world->any(!std::isfinite(loss));
   }
-  q.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
-  in_bwd = {!q.skipped, adamw->step_count(), q.lr, {}, &q};
+  v.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
+  in_bwd = {!v.skipped, adamw->step_count(), v.lr, {}};
   if (host_updates) host_updates->begin(held_for_test(groups.world->rank(), step + 1));
-  return !q.skipped;
+  return v;
 }
 
 // The engine's on_grad_ready hook: AdamW on this unit's shard alone, with the step count every unit
@@ -155,37 +156,37 @@ void Trainer::Impl::update_unit(int unit, const std::vector<optim::ParamShard>& 
 // After the last backward: the step's gradient norm from the updated units' sums (the step's second
 // host sync). A non-finite one cannot be skipped any more (units were updated): the run stops here,
 // before anything of this step is saved, and the last checkpoint stays its last good state.
-void Trainer::Impl::finish_in_backward(QueuedStep& q) {
+Verdict Trainer::Impl::finish_in_backward(Verdict v, const at::Tensor& loss_sum) {
   in_bwd.open = false;
   if (host_updates) {
     profile::Phase optimizer(profile::Part::Optimizer);  // the host's updates still running after backward
     host_updates->drain();  // a job's exception surfaces here, on this thread
-    q.overlapped_updates = host_updates->overlapped();
+    v.overlapped_updates = host_updates->overlapped();
   }
   double norm = 0;
-  if (!q.skipped) {
-    const at::Tensor local = in_bwd.square_sums.empty() ? at::zeros({1}, q.loss_sum.options())
+  if (!v.skipped) {
+    const at::Tensor local = in_bwd.square_sums.empty() ? at::zeros({1}, loss_sum.options())
                                                         : at::cat(in_bwd.square_sums).sum().reshape({1});
     const at::Tensor partials = optim::gather_partials(local, &engine->shard_group());
-    q.grad_norm = partials.sum().sqrt();
     profile::Phase sync(profile::Part::SyncWait);
-    norm = device::to_host(q.grad_norm, "step: gradient norm").item<double>();
+    norm = device::to_host(partials.sum().sqrt(), "step: gradient norm").item<double>();
   }
   in_bwd.square_sums.clear();
-  q.norm = q.skipped ? std::numeric_limits<double>::quiet_NaN() : norm;
-  guard.record(step + 1, q.skipped, q.loss, q.norm);
-  q.skipped_total = guard.total();
-  if (q.skipped) return;
+  v.norm = v.skipped ? std::numeric_limits<double>::quiet_NaN() : norm;
+  guard.record(step + 1, v.skipped, v.loss, v.norm);
+  v.skipped_total = guard.total();
+  if (v.skipped) return v;
   if (!std::isfinite(norm))
     throw CollectiveError(ErrorKind::Input,
                           "step " + std::to_string(step + 1) + ": non-finite gradient norm with optim.in_backward: units were "
                           "already updated, so the step cannot be skipped; the run stops here without saving" +
                               (last_checkpoint.empty() ? std::string() : "; resume from " + last_checkpoint));
   adamw->set_step_count(in_bwd.step_count + 1);
+  return v;
 }
 
 // One training step, queued: the device may still be running it when this returns (record() reads
-// its results; skip_step is its one host synchronisation).
+// its results; agree_on_step is its one host synchronisation).
 QueuedStep Trainer::Impl::queue_step() {
   TESSERA_CHECK(sampler, "training needs a dataset");
   // This step's peaks: the tracker's composition and the kernel's high-water mark start afresh.
@@ -196,26 +197,35 @@ QueuedStep Trainer::Impl::queue_step() {
   q.t0 = Clock::now();
   profile::begin_step(step + 1);
   profile::Phase train_step = profile::Phase::activity(step + 1, "train step");  // the step as logged
-  std::vector<data::Batch> batches = next_batches(q);
-  const double scale = static_cast<double>(groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1));
-  q.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  const Batches batches = next_batches();
+  q.targets = batches.targets;
   q.loss_scale = scaler.scale();  // 1 unless fp16 loss scaling
+  const double factor = static_cast<double>(groups.world->size()) / static_cast<double>(std::max<int64_t>(q.targets, 1)) *
+                        q.loss_scale;
+  const at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  Verdict opened;  // optim.in_backward: what open_in_backward agreed before the last backward
   try {
-    for (size_t a = 0; a < batches.size(); ++a) {
-      if (abandon_if_preempted(a, q)) return q;
-      const bool last = a + 1 == batches.size();
+    for (size_t a = 0; a < batches.list.size(); ++a) {
+      if (stop_requested_mid_step(a)) {
+        q.abandoned = true;
+        return q;
+      }
+      const bool last = a + 1 == batches.list.size();
       seed_layer_rng(static_cast<int64_t>(a));
-      const at::Tensor loss = forward(batches[a], scale, last, q);
-      if (last && cfg.optim.in_backward && !loss_finite_before_update(q)) break;  // skipped: nothing updated
-      backward(loss, scale, q);
+      const at::Tensor loss = forward(batches.list[a], factor, last);
+      loss_sum.add_(loss.detach().to(at::kDouble));
+      if (last && cfg.optim.in_backward) {
+        opened = open_in_backward(loss_sum, q.targets);
+        if (opened.skipped) break;  // nothing updated
+      }
+      backward(loss, factor);
     }
   } catch (...) {
     in_bwd.open = false;
     if (host_updates) host_updates->abandon();  // no job outlives the step that handed it over
     throw;
   }
-  if (cfg.optim.in_backward) finish_in_backward(q);
-  else optimizer_step(q);
+  q.verdict = cfg.optim.in_backward ? finish_in_backward(opened, loss_sum) : optimizer_step(loss_sum, q.targets);
   engine->after_step();
   engine->zero_grad();
   ++step;
@@ -227,39 +237,36 @@ QueuedStep Trainer::Impl::queue_step() {
 // dropped and nothing was updated (masters, moments and the step count are the last complete
 // step's; the sampler is a function of the step), so the run can save that state at once instead
 // of finishing a long step inside the launcher's grace period (mpirun: odls_base_sigkill_timeout).
-bool Trainer::Impl::abandon_if_preempted(size_t micro_step, QueuedStep& q) {
+bool Trainer::Impl::stop_requested_mid_step(size_t micro_step) {
   if (micro_step == 0) return false;  // the vote after the previous step covered this moment
   {
     profile::Phase sync(profile::Part::SyncWait);
     if (!host.world->any(preemption_requested())) return false;
   }
   engine->zero_grad();
-  q.abandoned = true;
   return true;
 }
 
-bool Trainer::Impl::skip_step(QueuedStep& q) {
-  Impl& im = *this;
-  double loss = 0, norm = 0;
-  {
-    profile::Phase sync(profile::Part::SyncWait);  // on a GPU: the device's queue drains here
-    const at::Tensor both = device::to_host(
-        at::stack({q.loss_sum.reshape({}), q.grad_norm.to(at::kDouble).reshape({})}), "step: loss and gradient norm");
-    loss = both.data_ptr<double>()[0];
-    norm = both.data_ptr<double>()[1];
-  }
-  loss /= static_cast<double>(std::max<int64_t>(q.targets, 1));
-  q.loss = loss;
-  q.norm = norm;
-  // Every rank computed the same global values; the vote makes the decision one all the same.
+// The step's one host synchronisation (on a GPU the device's queue drains here), then the numerics
+// guard's vote: every rank computed the same global values, and the vote makes the decision one all
+// the same. The guard and the fp16 loss scaler learn the outcome.
+Verdict Trainer::Impl::agree_on_step(const at::Tensor& loss_sum, const at::Tensor& grad_norm, int64_t targets) {
+  Verdict v;
   {
     profile::Phase sync(profile::Part::SyncWait);
-    q.skipped = im.host.world->any(!std::isfinite(loss) || !std::isfinite(norm));
+    const at::Tensor both = device::to_host(at::stack({loss_sum.reshape({}), grad_norm.to(at::kDouble).reshape({})}),
+                                            "step: loss and gradient norm");
+    v.loss = both.data_ptr<double>()[0] / static_cast<double>(std::max<int64_t>(targets, 1));
+    v.norm = both.data_ptr<double>()[1];
   }
-  im.guard.record(im.step + 1, q.skipped, loss, norm);
-  im.scaler.update(q.skipped);
-  q.skipped_total = im.guard.total();
-  return q.skipped;
+  {
+    profile::Phase sync(profile::Part::SyncWait);
+    v.skipped = host.world->any(!std::isfinite(v.loss) || !std::isfinite(v.norm));
+  }
+  guard.record(step + 1, v.skipped, v.loss, v.norm);
+  scaler.update(v.skipped);
+  v.skipped_total = guard.total();
+  return v;
 }
 
 StepRecord Trainer::Impl::record(const QueuedStep& q) {
@@ -269,12 +276,12 @@ StepRecord Trainer::Impl::record(const QueuedStep& q) {
   r.step = im.step;
   r.device = device::describe(im.device);
   r.target_tokens = q.targets;
-  r.loss = q.loss;  // read back by skip_step, the step's one host synchronisation
-  r.grad_norm = q.norm;
-  r.lr = q.lr;
-  r.skipped = q.skipped;
-  r.skipped_steps = q.skipped_total;
-  r.overlapped_updates = q.overlapped_updates;
+  r.loss = q.verdict.loss;  // read back by agree_on_step, the step's one host synchronisation
+  r.grad_norm = q.verdict.norm;
+  r.lr = q.verdict.lr;
+  r.skipped = q.verdict.skipped;
+  r.skipped_steps = q.verdict.skipped_total;
+  r.overlapped_updates = q.verdict.overlapped_updates;
   r.loss_scale = im.scaler.enabled() ? q.loss_scale : 0.0;
   r.time = profile::end_step();
   r.step_time_s = seconds_since(q.t0);

@@ -34,19 +34,30 @@ namespace tessera::train {
 using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// One optimizer step as queued: what is needed to turn it into a StepRecord.
-struct QueuedStep {
-  Clock::time_point t0;
-  at::Tensor loss_sum;   // [1] double on the device: cross entropy summed over the step's targets, all ranks
-  int64_t targets = 0;   // target tokens of the step, all ranks and micro-steps
-  at::Tensor grad_norm;  // 0-dim double on the device
-  double loss = 0, norm = 0;  // on the host after the step's one synchronisation (skip_step): loss per target
+// A step's micro-batches and the target tokens they hold on all ranks.
+struct Batches {
+  std::vector<data::Batch> list;
+  int64_t targets = 0;
+};
+
+// What the optimizer's part of a step decided, on the host after the step's synchronisation
+// (agree_on_step, or open_in_backward and finish_in_backward with optim.in_backward).
+struct Verdict {
+  double loss = 0;            // cross entropy per target, all ranks
+  double norm = 0;            // global gradient norm (NaN for a step skipped before its backward)
   double lr = 0;
   bool skipped = false;       // the numerics guard skipped the optimizer (numerics.h)
   int64_t skipped_total = 0;  // skipped steps of the run so far
-  float loss_scale = 1;       // the loss scale the step ran with
   int64_t overlapped_updates = 0;  // optim.in_backward under offload (HostUpdateThread::overlapped)
+};
+
+// One optimizer step as queued (queue_step's value): what record() turns into a StepRecord.
+struct QueuedStep {
+  Clock::time_point t0;
+  int64_t targets = 0;     // target tokens of the step, all ranks and micro-steps
+  float loss_scale = 1;    // the loss scale the step ran with
   bool abandoned = false;  // stopped at a micro-batch boundary (preemption): nothing of it was applied
+  Verdict verdict;         // empty when abandoned
 };
 
 struct Trainer::Impl {
@@ -103,21 +114,26 @@ struct Trainer::Impl {
   // grad_scale: the loss scale backward will carry (fp16), a hint for the fused head.
   at::Tensor summed_loss(const data::Batch& b, double grad_scale = 1.0);
 
-  // The step, in the order it runs (queue_step): the batches, forward and backward of each, the
-  // optimizer.
+  // The step, in the order it runs (queue_step, which alone assembles its QueuedStep from the values
+  // these return): the batches, forward and backward of each, the optimizer. `factor` is what a
+  // micro-batch's summed loss is multiplied by before backward: world size / targets x loss scale.
   QueuedStep queue_step();
-  std::vector<data::Batch> next_batches(QueuedStep& q);
-  bool abandon_if_preempted(size_t micro_step, QueuedStep& q);
-  void seed_layer_rng(int64_t micro);  // step.cpp
-  at::Tensor forward(const data::Batch& b, double scale, bool last, QueuedStep& q);
-  void backward(const at::Tensor& loss, double scale, QueuedStep& q);
-  void optimizer_step(QueuedStep& q);
+  Batches next_batches();
+  bool stop_requested_mid_step(size_t micro_step);
+  void seed_layer_rng(int64_t micro);
+  at::Tensor forward(const data::Batch& b, double factor, bool last);
+  void backward(const at::Tensor& loss, double factor);
+  // loss_sum: [1] double on the device, the step's summed cross entropy on this rank (all-reduced
+  // in place). The step's host synchronisation and the vote on it happen in agree_on_step.
+  Verdict optimizer_step(const at::Tensor& loss_sum, int64_t targets);
+  Verdict agree_on_step(const at::Tensor& loss_sum, const at::Tensor& grad_norm, int64_t targets);
   // optim.in_backward (optim::Options::in_backward): the step's loss agreed before the last
-  // backward, each unit's update from the engine's on_grad_ready hook, the norm checked after.
-  bool loss_finite_before_update(QueuedStep& q);
+  // backward (open_in_backward: loss, lr and whether it is skipped), each unit's update from the
+  // engine's on_grad_ready hook, the norm checked after (finish_in_backward completes the verdict).
+  Verdict open_in_backward(const at::Tensor& loss_sum, int64_t targets);
   void update_in_backward(int unit);
   void update_unit(int unit, const std::vector<optim::ParamShard>& shards);
-  void finish_in_backward(QueuedStep& q);
+  Verdict finish_in_backward(Verdict v, const at::Tensor& loss_sum);
   // fsdp.offload with optim.in_backward: the thread that runs update_unit while backward goes on
   // (host_update.h); null otherwise (the hook updates on the thread that runs backward).
   std::unique_ptr<HostUpdateThread> host_updates;
@@ -126,7 +142,6 @@ struct Trainer::Impl {
     int64_t step_count = 0;       // AdamW's step count before this step (each unit takes step + 1)
     double lr = 0;
     std::vector<at::Tensor> square_sums;  // per updated unit: its gradient shard's sum of squares
-    QueuedStep* q = nullptr;
   } in_bwd;
 
   // Everything a checkpoint saves and restores: the engine's masters and the optimizer's state.
@@ -136,14 +151,15 @@ struct Trainer::Impl {
     return kinds;
   }
   StepRecord record(const QueuedStep& q);
-  // The numerics guard's agreed decision for the queued step (host sync on a device; numerics.h).
-  bool skip_step(QueuedStep& q);
-  // train.max_skipped_steps reached: the same CollectiveError on every rank.
-  bool trace_around(int64_t next, bool before);
+  // train.profile_steps: the traces start before step `next` when it is in the window; after it,
+  // the window's last step (or the run's) writes them and returns true.
+  void start_trace_if_due(int64_t next);
+  bool write_trace_if_due(int64_t next);
   profile::KernelTrace kernel_trace;  // the kernels of train.profile_steps (profile/kernel_trace.h)
   bool validate_if_due(Trainer& self, StepRecord& r, bool stopping);
   bool checkpoint_due(bool stopping, bool new_best) const;
   void sample_if_due(StepRecord& r, bool stopping);
+  // train.max_skipped_steps reached: the same CollectiveError on every rank.
   void check_skip_limit() const {
     if (guard.exhausted()) throw CollectiveError(ErrorKind::Input, guard.stop_message(last_checkpoint));
   }
