@@ -10,33 +10,13 @@
 #   benchmarks/int8_quality.sh            # STEPS=300 NP=2 TOL=0.02 BIN=build/bin/tessera
 #   STEPS=500 NP=4 benchmarks/int8_quality.sh
 set -euo pipefail
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${BIN:-$SRC/build/bin/tessera}
 STEPS=${STEPS:-300}
-NP=${NP:-2}
 TOL=${TOL:-0.02}
 DATA=${DATA:-/usr/share/common-licenses}
-WORK=$(mktemp -d /tmp/tessera-int8-quality-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+QUALITY_NAME=int8 source "$(dirname "$0")/quality_runs.bash"  # SRC, BIN, NP, WORK, $WORK/init, train()
 
-"$BIN" init-model --config "$SRC/benchmarks/mid_llama.json" --out "$WORK/model" --seed 1 > /dev/null
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for state in fp32 int8; do
-  cat > "$WORK/$state.json" <<JSON
-{
-  "model": {"path": "$WORK/model"},
-  "data": {"path": "$DATA", "seq_len": 128, "tokenizer": "bytes"},
-  "train": {"steps": $STEPS, "micro_batch": 4, "grad_accum": 1, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 20, "seed": 7},
-  "fsdp": {"strategy": "full_shard", "mixed_precision": "fp32"},
-  "optim": {"state_dtype": "$state"},
-  "log": {"dir": "$WORK/$state", "every": 50}
-}
-JSON
-  start=$(date +%s)
-  mpirun -np "$NP" --mca btl self,tcp --mca btl_tcp_if_include 127.0.0.1/8 -x OMP_NUM_THREADS=1 \
-    "$BIN" train --config "$WORK/$state.json" > "$WORK/$state.log" 2>&1 || { tail -20 "$WORK/$state.log"; exit 1; }
-  echo "$state: $(( $(date +%s) - start )) s"
+  train "$state" "$WORK/init" "$DATA" "$STEPS" 1e-3 fp32 ", \"optim\": {\"state_dtype\": \"$state\"}"
 done
 
 python3 - "$WORK" "$TOL" "$STEPS" "$NP" <<'PY'

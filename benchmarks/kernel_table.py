@@ -38,6 +38,8 @@ import json
 import re
 import sys
 
+from json_file import read_json  # benchmarks/json_file.py, beside this script
+
 CATEGORIES = ["gemm", "attention", "glue", "copies", "loss", "optimizer", "communication", "other"]
 # (category, kernel-name pattern, launching-operator pattern), tried in order.
 RULES = [
@@ -73,11 +75,7 @@ def load(spec):
 
 
 def read_events(path):
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise SystemExit("kernel_table: cannot read the trace %s: %s" % (path, e))
+    doc = read_json(path, SystemExit, "kernel_table: cannot read the trace ")
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise SystemExit("kernel_table: %s has no traceEvents list" % path)

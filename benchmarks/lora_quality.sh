@@ -20,40 +20,12 @@
 #
 #   benchmarks/lora_quality.sh     # PRE_STEPS=100 STEPS=300 NP=2 LORA_FRACTION=0.5 QLORA_TOL=0.02
 set -euo pipefail
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${BIN:-$SRC/build/bin/tessera}
 PRE_STEPS=${PRE_STEPS:-100}
 STEPS=${STEPS:-300}
-NP=${NP:-2}
 LORA_FRACTION=${LORA_FRACTION:-0.5}
 QLORA_TOL=${QLORA_TOL:-0.02}
-WORK=$(mktemp -d /tmp/tessera-lora-quality-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-
-"$BIN" init-model --config "$SRC/benchmarks/mid_llama.json" --out "$WORK/init" --seed 1 > /dev/null
+QUALITY_NAME=lora source "$(dirname "$0")/quality_runs.bash"  # SRC, BIN, NP, WORK, $WORK/init, train()
 mkdir -p "$WORK/docs" && cp "$SRC"/docs/*.md "$WORK/docs/"
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# train NAME MODEL DATA STEPS LR MIXED_PRECISION EXTRA_JSON: one `tessera train` under mpirun,
-# checkpoint and log in $WORK/NAME.
-train() {
-  local name=$1 model=$2 data=$3 steps=$4 lr=$5 mp=$6 extra=$7 start
-  cat > "$WORK/$name.json" <<JSON
-{
-  "model": {"path": "$model"},
-  "data": {"path": "$data", "seq_len": 128, "tokenizer": "bytes"},
-  "train": {"steps": $steps, "micro_batch": 4, "grad_accum": 1, "lr": $lr, "min_lr": $(python3 -c "print($lr / 10)"),
-            "warmup_steps": 20, "seed": 7},
-  "fsdp": {"strategy": "full_shard", "mixed_precision": "$mp"},
-  "checkpoint": {"dir": "$WORK/$name", "every": $steps, "keep": 1},
-  "log": {"dir": "$WORK/$name", "every": 50}$extra
-}
-JSON
-  start=$(date +%s)
-  mpirun -np "$NP" --mca btl self,tcp --mca btl_tcp_if_include 127.0.0.1/8 -x OMP_NUM_THREADS=1 \
-    "$BIN" train --config "$WORK/$name.json" > "$WORK/$name.log" 2>&1 || { tail -20 "$WORK/$name.log"; exit 1; }
-  echo "$name: $steps steps in $(( $(date +%s) - start )) s"
-}
 
 train pre "$WORK/init" /usr/share/common-licenses "$PRE_STEPS" 1e-3 fp32 ""
 "$BIN" ckpt consolidate --checkpoint "$WORK/pre/step-$PRE_STEPS" --out "$WORK/base" --dtype fp32 > /dev/null

@@ -40,6 +40,8 @@ import sys
 import tempfile
 import time
 
+from json_file import read_json  # benchmarks/json_file.py, beside this script
+
 
 class InputError(Exception):
     pass
@@ -50,11 +52,7 @@ class InputError(Exception):
 # ------------------------------------------------------------------------------------------------
 
 def load_config(path):
-    try:
-        with open(path) as f:
-            c = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError("%s: %s" % (path, e))
+    c = read_json(path, InputError)
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
         if key not in c:
             raise InputError("%s: missing key '%s'" % (path, key))

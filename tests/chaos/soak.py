@@ -96,8 +96,7 @@ class Soak:
         self.corrupted = []  # checkpoint directories damaged on purpose
         self.faults = []     # one dict per fault (the table)
         self.runs = []       # one dict per run of the job: start step, world size, last step, resumed ckpt W
-        self.out_pos = 0
-        self.metrics_pos = 0
+        self.read_to = {}  # path -> bytes of it read so far (new_lines)
         self.steps_seen = []  # (time, step, loss) of the soak job, in order
         self.async_next = False
         self.fillers = []  # files filling checkpoint.dir's tmpfs during a disk_full fault
@@ -156,25 +155,9 @@ class Soak:
     def poll(self):
         """Reads what the job wrote since the last call: output lines (runs, resumes, exits) and steps."""
         now = time.time()
-        try:
-            with open(f"{self.work}/soak.out", errors="replace") as f:
-                f.seek(self.out_pos)
-                text = f.read()
-        except FileNotFoundError:
-            text = ""
-        cut = text.rfind("\n") + 1
-        self.out_pos += len(text[:cut].encode())
-        for line in text[:cut].splitlines():
+        for line in self.new_lines(f"{self.work}/soak.out"):
             self.on_line(line, now)
-        try:
-            with open(f"{self.work}/log/metrics.jsonl") as f:
-                f.seek(self.metrics_pos)
-                text = f.read()
-        except FileNotFoundError:
-            text = ""
-        cut = text.rfind("\n") + 1
-        self.metrics_pos += len(text[:cut].encode())
-        for line in text[:cut].splitlines():
+        for line in self.new_lines(f"{self.work}/log/metrics.jsonl"):
             try:
                 rec = json.loads(line)
             except ValueError:
@@ -185,6 +168,18 @@ class Soak:
                 run["last"] = max(run["last"], rec["step"])
                 run.setdefault("first_step_t", now)
                 run["losses"][rec["step"]] = rec["loss"]
+
+    def new_lines(self, path):
+        """The complete lines written to `path` since the last call (none while it does not exist)."""
+        try:
+            with open(path, errors="replace") as f:
+                f.seek(self.read_to.get(path, 0))
+                text = f.read()
+        except FileNotFoundError:
+            return []
+        cut = text.rfind("\n") + 1
+        self.read_to[path] = self.read_to.get(path, 0) + len(text[:cut].encode())
+        return text[:cut].splitlines()
 
     def on_line(self, line, now):
         if m := re.match(r"tessera: job \d+ run (\d+) on (\S+)", line):

@@ -3,8 +3,9 @@
 # Chrome traces, grouped into categories per step. Two synthetic traces with Kineto's structure
 # (traceEvents; device events with cat "kernel" / "gpu_memcpy" / "gpu_memset", their launching
 # cpu_op by "External id", user annotations, host events that must not count) and real kernel names
-# of cuBLAS, CUTLASS, FlashAttention-2, cuDNN attention, NCCL and ATen; the expected milliseconds
-# are summed by hand below, not by the script's rules:
+# of cuBLAS, CUTLASS, FlashAttention-2, cuDNN attention, NCCL and ATen (the rows:
+# tests/unit/kernel_table_kernels.json); the expected milliseconds are summed by hand below, not by
+# the script's rules:
 #   tessera, per step (2 steps, "tessera/train step N"): gemm 1000 + 500, attention 400 (a flash
 #     kernel whose name also says cutlass), communication 300, optimizer 200 + 50 (an add and a norm
 #     launched inside the span tessera/optimizer; the add's kernel names its launch by "correlation"
@@ -20,7 +21,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 source "$SRC/tests/expect.bash"
 TABLE=(python3 "$SRC/benchmarks/kernel_table.py")
 
-python3 - "$T" <<'PY'
+python3 - "$T" "$SRC/tests/unit/kernel_table_kernels.json" <<'PY'
 import json, sys
 out = sys.argv[1]
 def trace(path, steps, step_name, kernels, spans):
@@ -45,29 +46,8 @@ def trace(path, steps, step_name, kernels, spans):
                        "dur": float(dur), "args": args if op else {}})
     json.dump({"schemaVersion": 1, "traceEvents": ev, "deviceProperties": []}, open(path, "w"))
 
-tessera = [  # (cat, name, dur us, launching op, its host time within the step)
-    ("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", 1000, "aten::mm", 100),
-    ("kernel", "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", 500, "aten::mm", 200),
-    ("kernel", "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)", 400, "aten::_flash_attention_forward", 300),
-    ("kernel", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 300, None, 0),
-    ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", 200, "aten::add_", 60000),
-    ("kernel", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::NormTwoOps<float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::NormTwoOps<float, float, float>, unsigned int, float, 4>)", 50, "aten::linalg_vector_norm", 61000),
-    ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::exp_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#1}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2> >", 120, "aten::exp", 30000),
-    ("kernel", "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#11}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >", 80, "aten::copy_", 400),
-    ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 30, "aten::copy_", 500),
-    ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2> >", 60, "aten::silu", 600),
-    ("kernel", "my_own_kernel_v2", 10, None, 0),
-]
-eager = [
-    ("kernel", "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", 1200, "aten::mm", 100),
-    ("kernel", "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0", 300, "aten::_scaled_dot_product_cudnn_attention", 200),
-    ("kernel", "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<5>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, double*, double*>", 100, "aten::_fused_adamw_", 70000),
-    ("kernel", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)", 90, "aten::_log_softmax", 50000),
-    ("Kernel", "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)", 10, "aten::nll_loss_forward", 50100),
-    ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3> >", 150, "aten::mul", 300),
-    ("kernel", "void at::native::(anonymous namespace)::CatArrayBatchedCopy<c10::BFloat16, unsigned int, 4, 128, 1>(c10::BFloat16*, at::native::(anonymous namespace)::CatArrInputTensorMetadata<c10::BFloat16, unsigned int, 128, 1>, at::native::(anonymous namespace)::TensorSizeStride<unsigned int, 4u>, int, unsigned int)", 50, "aten::cat", 400),
-    ("gpu_memset", "Memset (Device)", 5, "aten::zero_", 500),
-]
+kernels = json.load(open(sys.argv[2]))  # rows: (cat, name, dur us, launching op, its host time within the step)
+tessera, eager = kernels["tessera"], kernels["eager"]
 trace(out + "/tessera.json", 2, "tessera/train step %d",  # steps 3 and 4 of a run: any numbers
       [k for k in tessera], {"tessera/optimizer": (59000, 65000), "tessera/head and loss": (29000, 31000)})
 trace(out + "/eager.json", 2, "ProfilerStep#%d", eager, {})

@@ -11,8 +11,7 @@
 
 namespace test_checkpoint_paths {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
-using namespace ckpt_test;  // with fs and Checkpointer
-using tessera::checkpoint::latest;
+using namespace ckpt_test;  // with fs, Checkpointer and latest
 
 namespace {
 

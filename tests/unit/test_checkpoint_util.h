@@ -26,6 +26,7 @@ namespace ckpt_test {
 namespace fs = std::filesystem;
 using namespace tessera;
 using tessera::checkpoint::Checkpointer;
+using tessera::checkpoint::latest;
 using tessera::test::error_of;
 using tessera::test::read_file;
 using tessera::test::write_file;
