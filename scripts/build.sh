@@ -61,9 +61,9 @@ JOBS=${JOBS:-$(nproc)}
 rc=0
 out=$(mktemp)
 # A new build folder gets Ninja (scripts/deps.sh installs it): it compiles a library's units while
-# the libraries below it still build, where Make waits for each target in turn (the binary and the
-# shell tests' targets from nothing on 2 cores: 164 s against 196 s, 2026-12-04). An existing
-# folder keeps the generator it was made with (CMake refuses another).
+# the libraries below it still build, where Make waits for each target in turn (faster on 2 cores:
+# docs/PERFORMANCE.md#build-suite-and-start-up-measurements). An existing folder keeps the generator
+# it was made with (CMake refuses another).
 gen=()
 [[ ! -f build/CMakeCache.txt ]] && command -v ninja >/dev/null && gen=(-G Ninja)
 configure build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out" || rc=$?

@@ -81,11 +81,9 @@ using memory::kNumCategories;
 using memory::Snapshot;
 
 // Resident set of a tessera process before it allocates anything for the model (LibTorch, Open
-// MPI with its shared-memory transport, glibc), measured on this project's Debian 12 build: 117-122
-// MiB per rank at 1, 2 and 4 ranks on one host, 101-106 MiB on another (2026-12-05, the same build)
-// (`process_base` in metrics.jsonl), loading the build's lean libtorch_cpu
-// (cmake/lean_libtorch.cmake); 166 MiB with Debian's own file and its 246 extra libraries. The
-// middle of the two hosts' ranges.
+// MPI with its shared-memory transport, glibc; `process_base` in metrics.jsonl), with the build's
+// lean libtorch_cpu (cmake/lean_libtorch.cmake): the middle of the ranges measured on two hosts
+// (docs/PERFORMANCE.md#build-suite-and-start-up-measurements).
 constexpr int64_t kHostBaseBytes = int64_t(112) << 20;
 // What the tracker never sees on the host (MPI and BLAS internals, allocator slack with the fixed
 // mmap threshold of configure_process_allocators): 25-45 MiB measured at 1-4 ranks.

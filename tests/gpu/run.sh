@@ -93,8 +93,7 @@ if ((REHEARSAL)); then
 fi
 
 # ---- the plan: order, nominal limits, least worth starting (seconds, GPU mode) --------------------
-# (conformance: its filtered cases ran 48 s on the CPU communicators alone in a rehearsal on 2 loaded
-# cores, 2026-12-01.)
+# (conformance's limit: docs/PERFORMANCE.md#build-suite-and-start-up-measurements.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
 PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
