@@ -10,6 +10,7 @@
 //     2.6 keeps only its sizes (kMeanSavesInput; measured on 1.13 and 2.6 with
 //     torch.autograd.graph.saved_tensors_hooks; 2.0 is assumed as the first release without it,
 //     2.0-2.5 are not measured).
+//   - at::_fused_adamw_ (2.1): torch.optim.AdamW(fused=True)'s multi-tensor kernel (kHasFusedAdamW).
 // Header-only; includes only LibTorch headers, so model/, runtime/ and the tests can all use it.
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
@@ -53,6 +54,28 @@ inline at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 #else
   (void)q, (void)k, (void)v, (void)attn_mask, (void)is_causal;
   TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch >= 2.0");
+#endif
+}
+
+// torch.optim.AdamW(fused=True)'s kernel (2.1 and later): one multi-tensor pass over lists of fp32
+// tensors on one device, in place. Per element, in fp32: p -= lr * weight_decay * p; m = beta1 m +
+// (1 - beta1) g; v = beta2 v + (1 - beta2) g^2; p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 -
+// beta2^t) + eps), with t read from `steps` (one fp32 scalar tensor per tensor, on the device) and g
+// the gradient divided by `grad_scale` when that is defined. Absent on 1.13 (kHasFusedAdamW false:
+// callers take their own path and never call this there).
+inline constexpr bool kHasFusedAdamW = TESSERA_TORCH_AT_LEAST(2, 1);
+inline void fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                        at::TensorList steps, double lr, double beta1, double beta2, double weight_decay, double eps,
+                        const at::Tensor& grad_scale) {
+#if TESSERA_TORCH_AT_LEAST(2, 1)
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2, weight_decay, eps,
+                    /*amsgrad=*/false, /*maximize=*/false,
+                    grad_scale.defined() ? c10::optional<at::Tensor>(grad_scale) : c10::optional<at::Tensor>(),
+                    /*found_inf=*/c10::optional<at::Tensor>());
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
+      (void)weight_decay, (void)eps, (void)grad_scale;
+  TORCH_CHECK(false, "at::_fused_adamw_ needs LibTorch >= 2.1");
 #endif
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "runtime/memory/tracker.h"
+#include "util/torch_compat.h"
 #include "util/dtype_names.h"
 #include "util/error.h"
 
@@ -358,6 +359,52 @@ std::vector<NamedShards> AdamW::state(const std::vector<ParamShard>& shards) {
           {"exp_avg_sq.absmax", first(absmax_avg_sq_), options_.block}};
 }
 
+std::vector<Range> ranges_outside(int64_t numel, const std::vector<Range>& ranges) {
+  std::vector<Range> out;
+  int64_t at = 0;
+  for (const Range& r : ranges) {
+    if (r.first > at) out.push_back({at, r.first - at});
+    at = r.first + r.second;
+  }
+  if (numel > at) out.push_back({at, numel - at});
+  return out;
+}
+
+bool AdamW::uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const {
+  if (!compat::kHasFusedAdamW || !options_.fused_device || options_.state_type() != at::kFloat) return false;
+  for (const ParamShard& s : tensor_path)
+    if (s.grad.defined() && !s.param.is_cuda()) return false;
+  return true;
+}
+
+// The fused kernel over views of every shard: the decayed ranges with the weight decay, the rest
+// without. One kernel launch per class (multi_tensor_apply chunks long lists itself).
+void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale) {
+  std::vector<at::Tensor> lists[2][4];  // [decayed][param, grad, exp_avg, exp_avg_sq]
+  at::Device device = at::kCPU;
+  for (size_t i = 0; i < tensor_path.size(); ++i) {
+    const ParamShard& s = tensor_path[i];
+    if (!s.grad.defined()) continue;
+    device = s.param.device();
+    const at::Tensor* of[4] = {&s.param, &s.grad, &exp_avg_[i], &exp_avg_sq_[i]};
+    for (int decayed = 0; decayed < 2; ++decayed)
+      for (const Range& r : decayed ? s.decay : ranges_outside(s.param.numel(), s.decay))
+        for (int k = 0; k < 4; ++k) lists[decayed][k].push_back(piece_of(*of[k], r.first, r.second));
+  }
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  if (!step_tensor_.defined() || step_tensor_.device() != device) step_tensor_ = at::empty({}, f32);
+  step_tensor_.fill_(static_cast<double>(step_count_));
+  // The kernel divides by its grad_scale; clipping multiplies by ours.
+  const at::Tensor scale = grad_scale != 1.0f ? at::full({}, 1.0 / double(grad_scale), f32) : at::Tensor();
+  const auto& o = options_;
+  for (int decayed = 0; decayed < 2; ++decayed) {
+    const auto& l = lists[decayed];
+    if (l[0].empty()) continue;
+    const std::vector<at::Tensor> steps(l[0].size(), step_tensor_);
+    compat::fused_adamw(l[0], l[1], l[2], l[3], steps, lr, o.beta1, o.beta2, decayed ? o.weight_decay : 0.0, o.eps, scale);
+  }
+}
+
 void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale) {
   ++step_count_;
   const auto& o = options_;
@@ -403,6 +450,7 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
     });
   }
   if (!any_tensor_path) return;
+  if (uses_fused_kernel(tensor_path)) return fused_step(tensor_path, lr, grad_scale);
   MomentAccess access{exp_avg_, exp_avg_sq_};
   if (quantized()) {
     at::Device device = at::kCPU;

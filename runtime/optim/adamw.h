@@ -10,7 +10,14 @@
 //   v  = beta2 * v + (1 - beta2) * g * g
 //   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // On the CPU it runs as ONE pass over (p, g, m, v) per element, in parallel blocks, with no
-// temporary larger than a few scalars per element; elsewhere (a GPU) the same formula runs as
+// temporary larger than a few scalars per element. On a GPU with fp32 moments, where LibTorch has
+// at::_fused_adamw_ (2.1 and later; util/torch_compat.h), it is that kernel, torch.optim.AdamW
+// (fused=True)'s: two multi-tensor passes over views of every shard, one over the decayed ranges
+// and one over the rest (weight decay 0), no temporary at all (the same formula in fp32; its decay
+// is p -= lr * wd * p, a rounding apart from the multiply below). bf16 and 8-bit moments keep the
+// tensor-op path: that kernel takes moments of the parameters' dtype only, and the 8-bit blocks
+// need their (de)quantization around it; a kernel of Tessera's own for them is still to be written.
+// Elsewhere the same formula runs as
 // multi-tensor (_foreach_) ops over groups of shard pieces of at most group_elems elements in all:
 // about ten operations per group (a handful per step for most models, against several per 1M-element
 // block before), and no temporary larger than a group (fp32: the denominator, and the clipped
@@ -60,7 +67,12 @@ struct AdamWOptions : Options {
   int64_t block = q8::kDefaultBlock;        // 8-bit state: elements per absmax block (a power of two <= kMaxBlock)
   bool fused_cpu = true;  // CPU shards: the one-pass loop (false: the tensor-op path; for tests)
   int64_t group_elems = int64_t(1) << 25;  // tensor-op path: elements per group (32M: 128 MiB per fp32 temporary)
+  // fp32 moments on a GPU: at::_fused_adamw_ where LibTorch has it (false: the tensor-op path)
+  bool fused_device = true;
 };
+
+// [0, numel) less `ranges` (sorted, disjoint, inside it): the gaps between them, in order.
+std::vector<std::pair<int64_t, int64_t>> ranges_outside(int64_t numel, const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 // Elements [first, first + second) of a flat shard.
 using Range = std::pair<int64_t, int64_t>;
@@ -114,6 +126,9 @@ class AdamW {
   const std::vector<at::Tensor>& decay_views_of(size_t i, const ParamShard& s);
   bool quantized() const { return options_.state_dtype == StateDtype::Int8; }
   const q8::CodebookTensors& codebook_tensors(bool is_signed, const at::Device& device);
+  bool uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const;
+  void fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale);
+  at::Tensor step_tensor_;  // fused kernel: the step count as an fp32 scalar on the shards' device
   AdamWOptions options_;
   int64_t step_count_ = 0;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;        // the moments (8-bit: their code bytes)

@@ -3,10 +3,18 @@
 PyTorch eager, on one GPU, plus the report that puts Tessera's own figures next to it.
 
   bench_gpu.py eager  --config config.json --seq 2048 --batch 4 --warmup 3 --steps 10 --out eager.json \
-                      [--trace eager-kernels.json --profile-steps 2]
-  bench_gpu.py report --config config.json --seq 2048 --batch 4 --eager eager.json \
+                      [--trace eager-kernels.json --profile-steps 2] [--compile]
+  bench_gpu.py report --config config.json --seq 2048 --batch 4 --eager eager.json [--compiled compile.json] \
                       [--tessera-metrics metrics.jsonl] [--skip-reason TEXT] \
-                      [--kernel-table kernel_table.json] [--tessera-nccl "NCCL version ..."]
+                      [--kernel-table kernel_table.json] [--tessera-nccl "NCCL version ..."] [--record record.json]
+
+With --compile the same step runs with the model under torch.compile (inductor, default mode): the
+peer a torchtitan user would pick; its warm-up steps hold the compilation (compile_s in the result).
+--record writes the run's record, one JSON object (benchmarks/results/gpu.jsonl takes it as a line):
+date, device, torch, cudnn, nccl, model, seq, micro_batch, tessera_tokens_per_s, eager_tokens_per_s,
+compile_tokens_per_s, the two ratios, mfu, peak_gpu_mem_gib, eager_peak_gpu_mem_gib and
+compile_peak_gpu_mem_gib, forward_s, backward_s and optimizer_s (medians of Tessera's timed steps),
+and kernel_ms_per_step (kernel_table.py's categories per side); what did not run is null.
 
 With --trace, after the timed steps (and after eager.json is written), --profile-steps more steps
 run under torch.profiler (CPU operators and CUDA kernels), each inside a "ProfilerStep#N" annotation,
@@ -203,6 +211,11 @@ def run_eager(args):
     torch.backends.cuda.matmul.allow_tf32 = True
     with dev:  # build and initialise directly on the GPU (seconds instead of a 4 GB CPU init + copy)
         model = build_model(c)
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            print("eager: torch %s has no torch.compile" % torch.__version__, file=sys.stderr)
+            return 3
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     ids = torch.randint(0, c["vocab_size"], (args.batch, args.seq + 1), device=dev)
     inputs, targets = ids[:, :-1], ids[:, 1:]
@@ -217,9 +230,11 @@ def run_eager(args):
         opt.zero_grad(set_to_none=True)
         return loss
 
+    t_warm = time.perf_counter()
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - t_warm
     torch.cuda.reset_peak_memory_stats()
     times, losses = [], []
     for _ in range(args.steps):
@@ -234,6 +249,8 @@ def run_eager(args):
     step_s = statistics.median(times)
     tok_s = args.batch * args.seq / step_s
     res = {
+        "mode": "compile" if args.compile else "eager",
+        "warmup_s": warmup_s,  # with --compile: the compilation, mostly
         "device": name,
         "torch": torch.__version__,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -259,50 +276,106 @@ def run_eager(args):
     return 0 if res["finite"] else 4
 
 
+def read_json(path):
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def median_of(recs, key, part=None):
+    values = [(r.get("time") or {}).get(part) if part else r.get(key) for r in recs]
+    values = [v for v in values if isinstance(v, (int, float))]
+    return statistics.median(values) if values else None
+
+
+def tessera_summary(path):
+    """Tessera's timed steps (metrics.jsonl without its first two, warm-up steps): medians of
+    tokens/s and the step's parts, and the peak GPU memory; None without steps."""
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    timed = recs[min(2, len(recs) - 1):] if recs else []
+    if not timed:
+        return {"steps": 0}
+    mem = max((r.get("peak_gpu_mem_bytes", 0) for r in timed), default=0)
+    return {"steps": len(timed), "tokens_per_s": median_of(timed, "tokens_per_s"), "peak_mem_gib": mem / 2**30 if mem else None,
+            "forward_s": median_of(timed, None, "forward_s"), "backward_s": median_of(timed, None, "backward_s"),
+            "optimizer_s": median_of(timed, None, "optimizer_s")}
+
+
+def peer_line(what, r):
+    return ("pytorch %s (%s, torch %s): %.0f tokens/s, MFU %.1f%% of %.0f TFLOP/s (%s), step %.3f s, "
+            "peak GPU memory %.1f GiB allocated / %.1f reserved, loss %.3f -> %.3f"
+            % (what, r["device"], r["torch"], r["tokens_per_s"], 100 * r["mfu"], r["peak_tflops"], r["peak_source"],
+               r["step_s_median"], r["peak_mem_gib"], r["peak_reserved_gib"], r["loss_first_last"][0], r["loss_first_last"][1]))
+
+
 def run_report(args):
     c = load_config(args.config)
     fpt = flops_per_token(c, args.seq)
-    lines = ["model: %.2fB parameters (hidden %d, %d layers, %d heads, %d kv heads, intermediate %d, vocab %d), seq %d, "
-             "micro-batch %d, %.2f GFLOP/token" % (num_parameters(c) / 1e9, c["hidden_size"], c["num_hidden_layers"],
-                                                   c["num_attention_heads"], c["num_key_value_heads"],
-                                                   c["intermediate_size"], c["vocab_size"], args.seq, args.batch, fpt / 1e9)]
-    eager = None
-    if args.eager and os.path.exists(args.eager):
-        with open(args.eager) as f:
-            eager = json.load(f)
-        lines.append("pytorch eager (%s, torch %s): %.0f tokens/s, MFU %.1f%% of %.0f TFLOP/s (%s), step %.3f s, "
-                     "peak GPU memory %.1f GiB allocated / %.1f reserved, loss %.3f -> %.3f"
-                     % (eager["device"], eager["torch"], eager["tokens_per_s"], 100 * eager["mfu"], eager["peak_tflops"],
-                        eager["peak_source"], eager["step_s_median"], eager["peak_mem_gib"], eager["peak_reserved_gib"],
-                        eager["loss_first_last"][0], eager["loss_first_last"][1]))
-    else:
-        lines.append("pytorch eager: no result (see the eager step's log)")
-
-    if args.tessera_metrics and os.path.exists(args.tessera_metrics):
-        with open(args.tessera_metrics) as f:
-            recs = [json.loads(line) for line in f if line.strip()]
-        timed = recs[min(2, len(recs) - 1):] if recs else []  # drop warm-up steps
-        if timed:
-            tok_s = statistics.median(r["tokens_per_s"] for r in timed)
-            peak = eager["peak_tflops"] if eager else peak_tflops("")[0]
-            mem = max((r.get("peak_gpu_mem_bytes", 0) for r in timed), default=0)
-            lines.append("tessera: %.0f tokens/s, MFU %.1f%% (same FLOP count and peak), peak GPU memory %s, %d timed steps"
-                         % (tok_s, 100 * tok_s * fpt / (peak * 1e12),
-                            "%.1f GiB" % (mem / 2**30) if mem else "not reported", len(timed)))
-            if eager and eager.get("measured_matmul_tflops"):
-                m = eager["measured_matmul_tflops"]
-                lines.append("against the %.0f TFLOP/s a bf16 8192^3 matmul reached in this run: MFU tessera %.1f%%, "
-                             "pytorch eager %.1f%%" % (m, 100 * tok_s * fpt / (m * 1e12),
-                                                       100 * eager["tokens_per_s"] * fpt / (m * 1e12)))
-            if eager:
-                lines.append("tessera / pytorch eager: %.2fx tokens/s" % (tok_s / eager["tokens_per_s"]))
-        else:
-            lines.append("tessera: metrics file has no steps")
-    else:
+    model = ("%.2fB Llama (hidden %d, %d layers, %d heads, %d kv heads, intermediate %d, vocab %d)"
+             % (num_parameters(c) / 1e9, c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"],
+                c["num_key_value_heads"], c["intermediate_size"], c["vocab_size"]))
+    lines = ["model: %s, seq %d, micro-batch %d, %.2f GFLOP/token" % (model, args.seq, args.batch, fpt / 1e9)]
+    eager, compiled = read_json(args.eager), read_json(args.compiled)
+    lines.append(peer_line("eager", eager) if eager else "pytorch eager: no result (see the eager step's log)")
+    if args.compiled:
+        lines.append(peer_line("torch.compile", compiled) + ", warm-up with compilation %.0f s" % compiled["warmup_s"]
+                     if compiled else "pytorch torch.compile: no result (see the compile step's log)")
+    t = tessera_summary(args.tessera_metrics if not args.skip_reason else None)
+    peak = eager["peak_tflops"] if eager else peak_tflops("")[0]
+    mfu = t["tokens_per_s"] * fpt / (peak * 1e12) if t and t["steps"] else None
+    if t is None:
         lines.append("tessera: SKIPPED - %s" % (args.skip_reason or "no metrics"))
+    elif not t["steps"]:
+        lines.append("tessera: metrics file has no steps")
+    else:
+        lines.append("tessera: %.0f tokens/s, MFU %.1f%% (same FLOP count and peak), peak GPU memory %s, %d timed steps"
+                     % (t["tokens_per_s"], 100 * mfu, "%.1f GiB" % t["peak_mem_gib"] if t["peak_mem_gib"] else "not reported",
+                        t["steps"]))
+        if eager and eager.get("measured_matmul_tflops"):
+            m = eager["measured_matmul_tflops"]
+            lines.append("against the %.0f TFLOP/s a bf16 8192^3 matmul reached in this run: MFU tessera %.1f%%, "
+                         "pytorch eager %.1f%%" % (m, 100 * t["tokens_per_s"] * fpt / (m * 1e12),
+                                                   100 * eager["tokens_per_s"] * fpt / (m * 1e12)))
+        for what, r in (("pytorch eager", eager), ("torch.compile", compiled)):
+            if r:
+                lines.append("tessera / %s: %.2fx tokens/s" % (what, t["tokens_per_s"] / r["tokens_per_s"]))
     lines += version_lines(eager, args.tessera_nccl, args.kernel_table)
     print("\n".join(lines))
+    if args.record:
+        rec = record(model, args, eager, compiled, t, mfu, read_json(args.kernel_table))
+        with open(args.record, "w") as f:
+            json.dump(rec, f)
+            f.write("\n")
+        print("record: %s (one line for benchmarks/results/gpu.jsonl)" % args.record)
     return 0
+
+
+def record(model, args, eager, compiled, t, mfu, table):
+    """The run's line of benchmarks/results/gpu.jsonl (issue 56, item 7); null where a side did not run."""
+    ok = t is not None and t.get("steps", 0) > 0
+    tok = t["tokens_per_s"] if ok else None
+    side = lambda r, key: r.get(key) if r else None  # noqa: E731
+    ratio = lambda r: tok / r["tokens_per_s"] if tok and r else None  # noqa: E731
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "device": side(eager, "device") or side(compiled, "device"),
+        "torch": side(eager, "torch"), "cuda": side(eager, "cuda"), "cudnn": side(eager, "cudnn"),
+        "nccl": side(eager, "nccl"), "tessera_nccl": args.tessera_nccl or None,
+        "model": model, "seq": args.seq, "micro_batch": args.batch,
+        "tessera_tokens_per_s": tok, "eager_tokens_per_s": side(eager, "tokens_per_s"),
+        "compile_tokens_per_s": side(compiled, "tokens_per_s"),
+        "tessera_over_eager": ratio(eager), "tessera_over_compile": ratio(compiled),
+        "mfu": mfu, "eager_mfu": side(eager, "mfu"), "compile_mfu": side(compiled, "mfu"),
+        "peak_gpu_mem_gib": t["peak_mem_gib"] if ok else None, "eager_peak_gpu_mem_gib": side(eager, "peak_mem_gib"),
+        "compile_peak_gpu_mem_gib": side(compiled, "peak_mem_gib"),
+        "forward_s": t["forward_s"] if ok else None, "backward_s": t["backward_s"] if ok else None,
+        "optimizer_s": t["optimizer_s"] if ok else None,
+        "kernel_ms_per_step": {s["name"]: s["ms_per_step"] for s in table} if table else None,
+    }
 
 
 def version_lines(eager, tessera_nccl, kernel_table):
@@ -338,8 +411,11 @@ def main():
             p.add_argument("--out", required=True)
             p.add_argument("--trace", help="Chrome trace of --profile-steps more steps (torch.profiler)")
             p.add_argument("--profile-steps", type=int, default=2)
+            p.add_argument("--compile", action="store_true", help="the model under torch.compile (inductor)")
         else:
             p.add_argument("--eager")
+            p.add_argument("--compiled", help="the eager step's result with --compile")
+            p.add_argument("--record", help="write the run's record (one JSON object) here")
             p.add_argument("--tessera-metrics")
             p.add_argument("--skip-reason", default="")
             p.add_argument("--kernel-table", help="benchmarks/kernel_table.py --json output")

@@ -51,6 +51,8 @@
 #                  their kernels), and benchmarks/kernel_table.py: device time per step by category
 #                  (GEMM, attention, glue, copies, loss, optimizer, communication), Tessera next to
 #                  eager, and the SDPA backend each ran. The traces go back in gpu_traces.tar.gz
+#   compile        the eager step again under torch.compile(model) (the peer a torchtitan user picks):
+#                  the same batch and optimizer -> tokens/s, MFU, memory, and its compile time
 #   fp16_bf16      the tiny preset 60 steps in bf16 and in fp16 (dynamic loss scaling): the fp16 losses
 #                  track bf16's within a stated tolerance (see the step)
 #   conformance    communicator conformance at world size 1, the test cases that run on the NCCL
@@ -65,7 +67,9 @@
 #                  transformers' forward (hf_parity.py; needs python3 with transformers, else skipped;
 #                  last by value, so a full run rarely reaches it: TESSERA_GPU_STEPS=hf_parity runs it
 #                  after the build alone)
-#   report         tokens/s, MFU, peak memory, Tessera / eager; cuDNN, NCCL, the SDPA backends that ran
+#   report         tokens/s, MFU, peak memory, Tessera / eager and / torch.compile; cuDNN, NCCL, the SDPA
+#                  backends that ran; the run's record (gpu_record.json in $OUT: one line for
+#                  benchmarks/results/gpu.jsonl)
 # TESSERA_GPU_STEPS (comma-separated names from this list, probe and init_model coming with
 # tessera_train and kernel_profile; default: all) selects steps for a rerun; deps, configure and
 # build run whenever a selected step needs the binaries. (kernel_profile's eager side comes from
@@ -95,12 +99,12 @@ fi
 # ---- the plan: order, nominal limits, least worth starting (seconds, GPU mode) --------------------
 # (conformance's limit: docs/PERFORMANCE.md#build-suite-and-start-up-measurements.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
-PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
+PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
 declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
-  [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
+  [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [compile]=150 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
 declare -A LEAST=([env]=5 [deps]=5 [configure]=20 [build]=30 [eager]=45
-  [probe]=15 [init_model]=15 [tessera_train]=45 [kernel_profile]=35 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
+  [probe]=15 [init_model]=15 [tessera_train]=45 [kernel_profile]=35 [compile]=60 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
 # Which step a selection name brings (tessera_train brings its probe and the model it trains).
 declare -A SELECTED_BY=([probe]=tessera_train [init_model]=tessera_train)
 # What the rest of a chain needs at least: the probe and the model are only worth their time when
@@ -134,7 +138,7 @@ applies() {
   fi
   if [[ $mode == rehearsal ]]; then
     case $name in
-      env | eager | init_model | tessera_train | kernel_profile | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
+      env | eager | init_model | tessera_train | kernel_profile | compile | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
       fp16_bf16) echo "rehearsal (no GPU; fp16 compute is refused on CPU)"; return 1 ;;
       hf_parity) echo "rehearsal (no transformers here: the step compares with the device image's transformers)"; return 1 ;;
     esac
@@ -219,7 +223,7 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 MODE=gpu
 ((REHEARSAL)) && MODE=rehearsal
 
-SELECTABLE="env deps configure build eager tessera_train kernel_profile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
+SELECTABLE="env deps configure build eager tessera_train kernel_profile compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
 STEPS=${TESSERA_GPU_STEPS:-all}
 if [[ $STEPS != all ]]; then
   for s in ${STEPS//,/ }; do
@@ -590,6 +594,21 @@ fi
 [[ -n $SKIP_REASON && ! -f $STATUS_DIR/tessera_train ]] && wanted tessera_train && skip tessera_train "$SKIP_REASON"
 [[ ! -f $STATUS_DIR/kernel_profile ]] && wanted kernel_profile && skip kernel_profile "$SKIP_REASON"
 
+# ---- compile: the torch.compile peer (issue 56, item 6) -------------------------------------------
+# bench_gpu.py's eager step with the model under torch.compile (inductor, default mode): the same
+# batch, optimizer and clipping; its warm-up steps hold the compilation (compile_s). It needs no
+# Tessera binary, but runs after the build: its compilation takes the CPUs.
+COMPILE_JSON=$WORK/run/compile.json
+if ! wanted compile; then
+  skip compile "not selected (TESSERA_GPU_STEPS)"
+elif ! why=$(applies compile "$GPUS" "$MODE"); then
+  skip compile "$why"
+else
+  step compile env PYTHONUNBUFFERED=1 python3 "$SRC/tests/gpu/bench_gpu.py" eager --compile --config "$MODEL_CFG" \
+    --seq "$SEQ" --batch "$BATCH" --warmup 3 --steps 10 --out "$COMPILE_JSON"
+  publish
+fi
+
 # ---- fp16_bf16: fp16 with dynamic loss scaling tracks bf16 on the tiny model -----------------------
 # The same 60 steps of the tiny preset (same seed, data and batches) on one GPU in bf16 and in fp16
 # (fsdp.mixed_precision and reduce_dtype; the loss scaler of runtime/train/numerics.h: init 65536,
@@ -677,8 +696,9 @@ say "== throughput (${SEQ}-token sequences, micro-batch $BATCH, one GPU) =="
 TESSERA_NCCL=$(nccl_line tessera_train 2>/dev/null)
 [[ -n $TESSERA_NCCL ]] || TESSERA_NCCL=$(nccl_line kernel_profile 2>/dev/null)
 python3 "$SRC/tests/gpu/bench_gpu.py" report --config "$MODEL_CFG" --seq "$SEQ" --batch "$BATCH" \
-  --eager "$EAGER_JSON" --tessera-metrics "$([[ -z $SKIP_REASON ]] && echo "$TESSERA_METRICS")" \
-  --skip-reason "$SKIP_REASON" --kernel-table "$KERNEL_TABLE" --tessera-nccl "$TESSERA_NCCL" 2>&1 |
+  --eager "$EAGER_JSON" --compiled "$COMPILE_JSON" --tessera-metrics "$([[ -z $SKIP_REASON ]] && echo "$TESSERA_METRICS")" \
+  --skip-reason "$SKIP_REASON" --kernel-table "$KERNEL_TABLE" --tessera-nccl "$TESSERA_NCCL" \
+  --record "$RESULTS_DIR/gpu_record.json" 2>&1 |
   tee -a "$RES"
 say ""
 say "== summary ($((SECONDS - T0))s of the ${DEADLINE}s budget) =="

@@ -178,6 +178,17 @@ TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
   }
 }
 
+TEST(AdamW, FusedKernelListsCoverEveryElementOnce) {
+  // The fused GPU kernel (at::_fused_adamw_) runs over the decayed ranges and ranges_outside them:
+  // together they cover [0, n) once, in order, whatever sits at the ends.
+  using R = std::vector<Range>;
+  EXPECT_EQ(ranges_outside(10, {}), (R{{0, 10}}));
+  EXPECT_EQ(ranges_outside(10, {{0, 10}}), R{});
+  EXPECT_EQ(ranges_outside(10, {{0, 3}, {5, 2}}), (R{{3, 2}, {7, 3}}));
+  EXPECT_EQ(ranges_outside(10, {{2, 3}, {5, 5}}), (R{{0, 2}}));
+  EXPECT_EQ(ranges_outside(0, {}), R{});
+}
+
 TEST(AdamW, TensorOpPathDoesNotDependOnGrouping) {
   // The tensor-op path (GPUs) groups shard pieces into multi-tensor operations; a shard cut across
   // groups, several shards in one group, decay ranges across piece boundaries: the same bits as
