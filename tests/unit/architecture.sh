@@ -113,6 +113,17 @@ cuda=$(grep -rnE '^#if(def|ndef)? .*TESSERA_WITH_CUDA|#include <(cuda|nccl|c10/c
          "$SRC/tools" "$SRC/model" "$SRC/benchmarks" "$SRC/util" --include='*.cpp' --include='*.h' --include='*.cu' | grep -v "^$SRC/runtime/gpu/" || true)
 [ -z "$cuda" ] || echo "GPU code outside runtime/gpu/: $cuda"
 check "the GPU switch and CUDA's headers appear in runtime/gpu/ alone" test -z "$cuda" -a -n "$(ls "$SRC"/runtime/gpu/*_cuda.cpp)"
+# Both builds define the whole seam: every function gpu.h and nccl.h declare is defined in
+# absent.cpp (the GPU path off) and in one of the *_cuda.cpp files (on; compiled with
+# TESSERA_WITH_CUDA=1 by the type check here).
+seam=$(sed -nE 's/^[A-Za-z][^(]*[ :]([a-z_0-9]+)\(.*/\1/p' "$SRC/runtime/gpu/gpu.h" "$SRC/runtime/gpu/nccl.h" | sort -u)
+undefined=""
+for f in $seam; do
+  grep -E "^[A-Za-z].*\b$f\(" "$SRC/runtime/gpu/absent.cpp" | grep -v ';$' > /dev/null || undefined+=" $f (absent.cpp)"
+  cat "$SRC"/runtime/gpu/*_cuda.cpp | grep -E "^[A-Za-z].*\b$f\(" | grep -v ';$' > /dev/null || undefined+=" $f (*_cuda.cpp)"
+done
+[ -z "$undefined" ] || echo "the GPU seam lacks a definition:$undefined"
+check "both builds define the GPU seam ($(echo $seam | wc -w) functions)" test -z "$undefined" -a "$(echo $seam | wc -w)" -ge 8
 # The failure tests' faults are decorators of the seams (tests/support/fault_env.cpp), in the test
 # binary alone: its parser, which names TESSERA_TEST_FAULT, is linked into tessera-faults and never
 # into tessera; the runtime has no fault point of its own.
