@@ -305,11 +305,16 @@ struct Engine::Impl {
   at::Tensor offloaded_gather_input(Unit& u) {
     if (u.stale) refresh_param_shard(u);
     if (opts.offload == Offload::Optimizer) return u.param_shard;
-    memory::Scope scope(memory::Category::CommBuffers);
-    at::Tensor in = at::empty({u.shard->plan.chunk}, at::TensorOptions().dtype(opts.param_dtype).device(opts.device));
+    at::Tensor in = own_slot(u);  // copied up straight into the gathered buffer
     in.copy_(u.param_shard, /*non_blocking=*/true);
     traffic.up += in.nbytes();
     return in;
+  }
+  // This rank's chunk of unit u's gathered buffer (allocated): the all-gather's input when the
+  // shard is written there first, gathered in place -- no temporary, and at world size 1 no copy.
+  at::Tensor own_slot(Unit& u) {
+    const int64_t chunk = u.shard->plan.chunk;
+    return u.full.narrow(0, shard_comm->rank() * chunk, chunk);
   }
   // The parameter shard made again from the (host) master: cast on the host, then copied up
   // (optimizer); params keeps it on the host (the master itself in fp32).
@@ -358,10 +363,11 @@ struct Engine::Impl {
     for (FrozenGather& g : u.frozen) gather_frozen_async(g);
     if (offloaded()) {
       u.gather_input = offloaded_gather_input(u);
+    } else if (u.shard->master.scalar_type() == opts.param_dtype) {
+      u.gather_input = u.shard->master;  // fp32: the master itself
     } else {
-      memory::Scope scope(memory::Category::CommBuffers);
-      u.gather_input = u.shard->master.scalar_type() == opts.param_dtype ? u.shard->master
-                                                                        : u.shard->master.to(opts.param_dtype);
+      u.gather_input = own_slot(u);  // the master's cast, into this rank's slot
+      u.gather_input.copy_(u.shard->master);
     }
     u.gather_work = shard_comm->all_gather_into(u.full, u.gather_input);
     u.state = GatherState::Gathering;

@@ -81,7 +81,8 @@
 //              back down.
 //   params     as optimizer, and the compute-dtype parameter shard lives on the host too (the
 //              master itself when the compute dtype is fp32): every all-gather, in forward and in
-//              backward, first copies it up into a device buffer that lives until the gather ends.
+//              backward, first copies it up into this rank's slot of the gathered buffer and
+//              gathers in place (as the master's cast is written there without offload).
 // The copies are real copies between separate tensors also on a CPU-only machine (where "device"
 // and "host" are the same memory), so the path and its arithmetic are the ones a GPU runs, and the
 // losses equal those without offload bit for bit (the same additions in the same order: a

@@ -197,16 +197,13 @@ int64_t param_shard_bytes(const RunShape& run, const Sizes& z) {
     return frozen + run.param_bytes * z.sum_chunk;
   return frozen;
 }
-// The all-gather's input buffer while a layer gathers: the master's cast (none in fp32), none under
-// optimizer offload (the device's parameter shard is the input), a copy from the host under params.
+// The all-gather's input buffers while a layer gathers: none of the trainable group's (the master's
+// cast, or under params offload its copy from the host, is written into this rank's slot of the
+// gathered buffer and gathered in place; under optimizer offload the device's parameter shard is
+// the input); LoRA's base: a quantized group's gathered segments until decoded, and under params
+// offload the device copies of the stored chunks.
 int64_t gather_input_bytes(const RunShape& run, const Sizes& z) {
-  const int64_t p = run.param_bytes;
-  // LoRA's base: a quantized group's gathered segments until decoded, and under params offload
-  // the device copies of the stored chunks.
-  const int64_t frozen = z.frozen_wire + (run.offload == fsdp::Offload::Params ? z.frozen_layer_stored : 0);
-  if (run.offload == fsdp::Offload::Optimizer) return frozen;
-  if (run.offload == fsdp::Offload::Params) return frozen + z.layer_chunk * p;
-  return frozen + (p == 4 ? 0 : z.layer_chunk * p);
+  return z.frozen_wire + (run.offload == fsdp::Offload::Params ? z.frozen_layer_stored : 0);
 }
 
 // Host offload: a retiring reduction's chunk staged on the host (with one shard rank, from a device

@@ -11,6 +11,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/fsdp/fsdp.h"
+#include "tests/support/forwarding_comm.h"
 
 namespace test_engine {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
@@ -98,6 +99,60 @@ void check_against_autograd(bool checkpointing) {
 TEST(Engine, OneProcessMatchesPlainAutograd) {
   check_against_autograd(false);
   check_against_autograd(true);
+}
+
+// The engine's all-gathers, told apart: in place (the input is this rank's chunk of the output) or
+// from a buffer of their own.
+class GatherWatch : public test::ForwardingComm {
+ public:
+  using ForwardingComm::ForwardingComm;
+  int in_place = 0, from_buffer = 0;
+  comm::WorkPtr all_gather_into(at::Tensor out, at::Tensor in) override {
+    const char* own = static_cast<const char*>(out.data_ptr()) + rank() * in.numel() * out.element_size();
+    ++(in.data_ptr() == own ? in_place : from_buffer);
+    return inner_->all_gather_into(out, in);
+  }
+};
+
+// Gathers of one forward and backward (full_shard: the backward gathers again) of the toy model
+// with the engine's parameters in `dtype`.
+std::pair<int, int> gathers(at::ScalarType dtype, fsdp::Offload offload) {  // in place, from a buffer
+  auto meta = [](std::vector<int64_t> shape) {
+    return torch::empty(shape, torch::TensorOptions().device(torch::kMeta)).requires_grad_();
+  };
+  torch::Tensor w0 = meta({5, 6}), w1 = meta({6, 6}), b1 = meta({6}), w2 = meta({6, 4});
+  std::vector<fsdp::UnitDef> units = {{"root", {{"root.w", w0}}},
+                                      {"layer0", {{"layer0.w", w1}, {"layer0.b", b1}}},
+                                      {"layer1", {{"layer1.w", w2}}}};
+  auto watch = std::make_shared<GatherWatch>(comm::make_self_communicator("world"));
+  comm::ProcessGroups groups{watch, comm::make_self_communicator("intra"), comm::make_self_communicator("inter")};
+  fsdp::Options opts;
+  opts.param_dtype = dtype;
+  opts.offload = offload;
+  fsdp::Engine engine(
+      units, [=](int64_t i, const torch::Tensor& in) { return layer(i, in, w1, b1, w2); }, groups, opts,
+      [](const std::string&) { return true; });
+  for (const fsdp::UnitShard& s : engine.shards()) s.master.normal_();
+  engine.begin_forward(true);
+  torch::Tensor e = torch::randn({3, 5}).to(dtype).matmul(w0);
+  for (int64_t i = 0; i < 2; ++i) e = engine.run_layer(i, e);
+  e.to(torch::kFloat).pow(2).sum().backward();
+  engine.finish_backward();
+  return {watch->in_place, watch->from_buffer};
+}
+
+TEST(Engine, GathersInPlaceFromTheShardsCast) {
+  // In the compute dtype (bf16) the master's cast -- under params offload the shard's copy from the
+  // host -- is written into this rank's slot of the gathered buffer and gathered in place: no
+  // buffer of its own, and at world size 1 no copy. fp32 gathers the master itself.
+  for (fsdp::Offload offload : {fsdp::Offload::None, fsdp::Offload::Params}) {
+    const auto [in_place, from_buffer] = gathers(at::kBFloat16, offload);
+    EXPECT_GE(in_place, 5);  // root + two layers, the layers again in backward
+    EXPECT_EQ(from_buffer, 0);
+  }
+  const auto [in_place, from_buffer] = gathers(at::kFloat, fsdp::Offload::None);
+  EXPECT_EQ(in_place, 0);
+  EXPECT_GE(from_buffer, 5);
 }
 
 }  // namespace
