@@ -79,11 +79,11 @@ void apply_lora_storage(const lora::Options& lora, fsdp::Options& o) {
 
 namespace {
 
-c10::Device agree_on_device(const std::string& spec, const Bootstrap& b) {
+c10::Device agree_on_device(const std::string& spec, comm::DeviceBackend backend, const Bootstrap& b) {
   c10::Device device(c10::kCPU);
   std::string error;
   try {
-    device = choose_device(spec, device_context(b));
+    device = choose_device(spec, device_context(b), backend);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -362,7 +362,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
   const bool rank0 = b.world_rank == 0;
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
   // the lowest failing rank's one-line message (rank, host, device).
-  s.device = agree_on_device(s.cfg.train.device, b);
+  s.device = agree_on_device(s.cfg.train.device, s.cfg.comm.device_backend, b);
   s.run_id = agree_run_id(b);
   collectively([&] {
     lora::validate(s.cfg.lora, &s.ms.config, "config");  // targets and rank against the model
@@ -433,7 +433,11 @@ void announce_run(const TrainSetup& s, const Bootstrap& b) {
   {
     std::cout << "tessera train: " << b.world_size << " rank(s) on " << b.num_nodes << " node(s), "
               << fsdp::to_string(s.fopts.strategy) << ", " << util::short_name(s.cfg.fsdp.mixed_precision) << " on "
-              << (s.device.is_cpu() ? std::string("cpu") : "cuda (rank 0: " + device::describe(s.device) + ", NCCL)")
+              << (s.device.is_cpu() ? std::string("cpu")
+                                    : "cuda (rank 0: " + device::describe(s.device) +
+                                          (s.cfg.comm.device_backend == comm::DeviceBackend::Staged
+                                               ? ", collectives staged through host memory over MPI)"
+                                               : ", NCCL)"))
               << ", model "
               << s.ms.source << " (" << s.ms.config.num_parameters() << " parameters), data "
               << s.cfg.data.path << " (" << describe_dataset(*s.data.train, s.data.tokenizer->name()) << ")";
@@ -564,7 +568,7 @@ int run_train(const std::vector<std::string>& args) {
   // NCCL communicators (cuda) or the bootstrap's MPI groups (cpu). An NCCL initialisation failure on
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
   // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
-  const comm::ProcessGroups groups = device_groups(b, s.device);
+  const comm::ProcessGroups groups = device_groups(b, s.device, s.cfg.comm.device_backend);
   const train::CausalLm lm = make_causal_lm(s.ms.config, s.cfg.lora);
   train::Trainer trainer(lm, groups, s.fopts, s.cfg, s.data.train, run_state, b.groups);
   if (s.data.val) trainer.set_validation(s.data.val);

@@ -93,6 +93,31 @@ std::vector<ConfigKey> model_and_data_keys() {
   };
 }
 
+// The lora and comm sections of the schema.
+std::vector<ConfigKey> lora_and_comm_keys() {
+  using C = Config;
+  return {
+      // lora
+      field(&C::lora, &lora::Options::rank, "lora.rank",
+            "LoRA rank r: train low-rank adapters A [r, in], B [out, r] on a frozen base instead of every weight (PEFT's r). 0: off (full fine-tuning); then no other lora.* key may be set. At most the smallest dimension of the targets.",
+            at_least(0)),
+      field(&C::lora, &lora::Options::alpha, "lora.alpha", "LoRA alpha: the adapters' update is scaled by alpha / r (PEFT's lora_alpha). Must be > 0."),
+      field(&C::lora, &lora::Options::dropout, "lora.dropout", "Dropout on the adapters' input in training (PEFT's lora_dropout); activation checkpointing recomputes it with the same random numbers.",
+            {0.0, 1.0, true}),
+      field(&C::lora, &lora::Options::targets, "lora.targets",
+            "Hugging Face module names of the Linear layers that get adapters (PEFT's target_modules), e.g. [\"q_proj\", \"v_proj\"] or --set lora.targets=q_proj,v_proj; a name the model does not have is refused."),
+      field(&C::lora, &lora::Options::base_dtype, "lora.base_dtype",
+            "Storage of the frozen base, sharded like any parameter but without master, gradient or optimizer state: empty (the compute dtype, fsdp.mixed_precision), fp32, bf16, fp16 (cast to the compute dtype per unit when gathered), or nf4 (QLoRA).",
+            {}, {"", "fp32", "bf16", "fp16", "nf4"}),
+      field(&C::lora, &lora::Options::double_quant, "lora.double_quant", "QLoRA's double quantization of the NF4 scales; needs lora.base_dtype nf4."),
+      // comm
+      field(&C::comm, &CommSection::timeout_s, "comm.timeout_s", "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3).",
+            {0.001, 1e7, false}),
+      choice(&C::comm, &CommSection::device_backend, "comm.device_backend", comm::device_backend_names(),
+             "How the collectives of GPU tensors run: nccl (one GPU per rank: NCCL refuses two ranks on one GPU) or staged (through host memory over MPI, runtime/comm/staged.h: local rank r uses GPU r modulo the GPUs visible, so several ranks share a GPU; every collective synchronises the host, so for testing the multi-rank device path on few GPUs rather than for speed). Refused for a run on the CPU."),
+  };
+}
+
 }  // namespace
 
 const std::vector<ConfigKey>& config_schema() {
@@ -173,24 +198,10 @@ const std::vector<ConfigKey>& config_schema() {
             "Tokens generated at most per sample prompt (generation also stops at the model's end-of-sequence ids).", at_least(1)),
       field(&C::sample, &train::SampleOptions::temperature, "train.sample_temperature",
             "0: greedy samples (the default); > 0: sampled at this temperature with the seed train.seed + the step, as `tessera generate --temperature T --seed <train.seed + step>` samples the prompts from that step's checkpoint.", at_least(0)),
-      // lora
-      field(&C::lora, &lora::Options::rank, "lora.rank",
-            "LoRA rank r: train low-rank adapters A [r, in], B [out, r] on a frozen base instead of every weight (PEFT's r). 0: off (full fine-tuning); then no other lora.* key may be set. At most the smallest dimension of the targets.",
-            at_least(0)),
-      field(&C::lora, &lora::Options::alpha, "lora.alpha", "LoRA alpha: the adapters' update is scaled by alpha / r (PEFT's lora_alpha). Must be > 0."),
-      field(&C::lora, &lora::Options::dropout, "lora.dropout", "Dropout on the adapters' input in training (PEFT's lora_dropout); activation checkpointing recomputes it with the same random numbers.",
-            {0.0, 1.0, true}),
-      field(&C::lora, &lora::Options::targets, "lora.targets",
-            "Hugging Face module names of the Linear layers that get adapters (PEFT's target_modules), e.g. [\"q_proj\", \"v_proj\"] or --set lora.targets=q_proj,v_proj; a name the model does not have is refused."),
-      field(&C::lora, &lora::Options::base_dtype, "lora.base_dtype",
-            "Storage of the frozen base, sharded like any parameter but without master, gradient or optimizer state: empty (the compute dtype, fsdp.mixed_precision), fp32, bf16, fp16 (cast to the compute dtype per unit when gathered), or nf4 (QLoRA).",
-            {}, {"", "fp32", "bf16", "fp16", "nf4"}),
-      field(&C::lora, &lora::Options::double_quant, "lora.double_quant", "QLoRA's double quantization of the NF4 scales; needs lora.base_dtype nf4."),
-      // comm
-      field(&C::comm, &CommSection::timeout_s, "comm.timeout_s", "Seconds any wait on a collective may take (every backend; checkpoint save/load and error agreement included). The rank that times out writes its flight record to `<log.dir>/flight`, names the collective and the ranks that did not reach it, and ends every rank (exit code 3).",
-            {0.001, 1e7, false}),
     };
     keys.insert(keys.end(), rest.begin(), rest.end());
+    const std::vector<ConfigKey> last = lora_and_comm_keys();
+    keys.insert(keys.end(), last.begin(), last.end());
     return keys;
   }();
   return schema;

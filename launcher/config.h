@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/lora.h"
+#include "runtime/comm/names.h"
 #include "runtime/data/names.h"
 #include "runtime/fsdp/names.h"
 #include "runtime/optim/names.h"
@@ -69,6 +70,7 @@ struct FsdpSection {
 };
 struct CommSection {
   double timeout_s = 600.0;
+  comm::DeviceBackend device_backend = comm::DeviceBackend::Nccl;
 };
 
 class Config;

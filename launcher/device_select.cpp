@@ -2,11 +2,11 @@
 
 #include <cstdlib>
 
+#include "runtime/comm/staged.h"
 #include "runtime/device/device.h"
-#include "util/error.h"
-
 #include "runtime/gpu/gpu.h"
 #include "runtime/gpu/nccl.h"
+#include "util/error.h"
 
 namespace tessera::launcher {
 
@@ -21,10 +21,16 @@ std::string visible_note(const DeviceContext& ctx) {
 
 }  // namespace
 
-c10::Device choose_device(const std::string& spec, const DeviceContext& ctx) {
-  if (spec == "cpu") return c10::Device(c10::kCPU);
+c10::Device choose_device(const std::string& spec, const DeviceContext& ctx, comm::DeviceBackend backend) {
+  const bool staged = backend == comm::DeviceBackend::Staged;
   // auto: a CUDA build that sees a GPU behaves like `cuda` (including its checks), else cpu.
-  if (spec == "auto" && (!ctx.cuda_built || ctx.visible_gpus == 0)) return c10::Device(c10::kCPU);
+  if (spec == "cpu" || (spec == "auto" && (!ctx.cuda_built || ctx.visible_gpus == 0))) {
+    if (staged)
+      throw TESSERA_INPUT_ERROR("comm.device_backend=staged stages the collectives of GPU tensors, but train.device=" + spec +
+                                " runs on the CPU on host " + ctx.host + " (" + visible_note(ctx) +
+                                "); use comm.device_backend=nccl (the default) or a GPU");
+    return c10::Device(c10::kCPU);
+  }
   int base = 0;
   if (spec == "auto" || spec == "cuda") {
     base = 0;
@@ -37,7 +43,8 @@ c10::Device choose_device(const std::string& spec, const DeviceContext& ctx) {
   } else {
     throw TESSERA_INPUT_ERROR("train.device '" + spec + "' is not one of auto, cpu, cuda, cuda:N");
   }
-  const int gpu = base + ctx.local_rank;
+  const int shared = staged ? ctx.visible_gpus - base : 0;  // GPUs the staged ranks share (cuda:N on)
+  const int gpu = base + (shared > 0 ? ctx.local_rank % shared : ctx.local_rank);
   const std::string where = "train.device=" + spec + " on host " + ctx.host + " (local rank " +
                             std::to_string(ctx.local_rank) + ", device cuda:" + std::to_string(gpu) + "): ";
   if (!ctx.cuda_built)
@@ -48,10 +55,13 @@ c10::Device choose_device(const std::string& spec, const DeviceContext& ctx) {
                               (ctx.cuda_visible_devices.empty() ? std::string()
                                                                 : " (CUDA_VISIBLE_DEVICES=" + ctx.cuda_visible_devices + ")") +
                               "; use train.device=cpu");
-  if (base + ctx.local_size > ctx.visible_gpus) {
+  if (staged && shared <= 0)
+    throw TESSERA_INPUT_ERROR(where + "the host has " + visible_note(ctx));
+  if (!staged && base + ctx.local_size > ctx.visible_gpus) {
     if (base == 0)
       throw TESSERA_INPUT_ERROR(where + "the host runs " + std::to_string(ctx.local_size) + " local ranks but has " +
-                                visible_note(ctx) + "; one GPU per rank (NCCL refuses two ranks on one GPU)");
+                                visible_note(ctx) + "; one GPU per rank (NCCL refuses two ranks on one GPU), or "
+                                "comm.device_backend=staged to share GPUs (collectives through host memory)");
     throw TESSERA_INPUT_ERROR(where + "GPUs cuda:" + std::to_string(base) + "-" +
                               std::to_string(base + ctx.local_size - 1) + " are needed for " +
                               std::to_string(ctx.local_size) + " local rank(s) but the host has " + visible_note(ctx));
@@ -70,8 +80,13 @@ DeviceContext device_context(const Bootstrap& b) {
   return ctx;
 }
 
-comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device) {
+comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device, comm::DeviceBackend backend) {
   if (device.is_cpu()) return b.groups;
+  if (backend == comm::DeviceBackend::Staged) {  // the bootstrap's MPI groups, staged for the device
+    device::set_current(device);
+    auto stage = [&](const comm::CommPtr& c) { return c ? comm::make_staged_communicator(c, device) : nullptr; };
+    return {stage(b.groups.world), stage(b.groups.intra), stage(b.groups.inter)};
+  }
   if (!gpu::built())
     throw TESSERA_INPUT_ERROR("device " + device.str() + " on host " + b.host +
                               ": this tessera was built without CUDA (no NCCL process groups)");

@@ -5,8 +5,11 @@
 //   cuda     local rank r on GPU r (CUDA_VISIBLE_DEVICES renumbers), NCCL groups
 //   cuda:N   local rank r on GPU N + r
 //
-// One GPU per rank: NCCL refuses two ranks on one GPU, so more local ranks than visible GPUs is bad
-// input, as are a GPU index that does not exist and `cuda` on a build or machine without CUDA.
+// One GPU per rank with comm.device_backend = nccl (the default): NCCL refuses two ranks on one GPU,
+// so more local ranks than visible GPUs is bad input, as are a GPU index that does not exist and
+// `cuda` on a build or machine without CUDA. With comm.device_backend = staged (collectives through
+// host memory over MPI, runtime/comm/staged.h) ranks share GPUs: local rank r uses GPU
+// N + r mod (visible - N); staged on the CPU is refused (it stages GPU tensors).
 #pragma once
 #include <c10/core/Device.h>
 
@@ -14,6 +17,7 @@
 
 #include "launcher/bootstrap.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/names.h"
 
 namespace tessera::launcher {
 
@@ -28,14 +32,17 @@ struct DeviceContext {
 
 // Pure (no MPI, no CUDA calls): the device for `spec`, or Error(Input) with a one-line message naming
 // the key, the host and the device (the caller's agreement step adds the rank).
-c10::Device choose_device(const std::string& spec, const DeviceContext& ctx);
+c10::Device choose_device(const std::string& spec, const DeviceContext& ctx,
+                          comm::DeviceBackend backend = comm::DeviceBackend::Nccl);
 
 // This process's context from the bootstrap and LibTorch.
 DeviceContext device_context(const Bootstrap& b);
 
 // Process groups on `device`: the bootstrap's MPI groups for CPU; for CUDA, NCCL communicators over
-// the same ranks (world, intra, inter; unique ids broadcast over MPI) bound to the device. Collective
-// over the world. NCCL initialisation failure throws Error naming rank, host and device.
-comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device);
+// the same ranks (world, intra, inter; unique ids broadcast over MPI) bound to the device, or with
+// `backend` staged the bootstrap's groups staged for it. Collective over the world. NCCL
+// initialisation failure throws Error naming rank, host and device.
+comm::ProcessGroups device_groups(const Bootstrap& b, const c10::Device& device,
+                                  comm::DeviceBackend backend = comm::DeviceBackend::Nccl);
 
 }  // namespace tessera::launcher

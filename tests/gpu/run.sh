@@ -51,6 +51,9 @@
 #                  their kernels), and benchmarks/kernel_table.py: device time per step by category
 #                  (GEMM, attention, glue, copies, loss, optimizer, communication), Tessera next to
 #                  eager, and the SDPA backend each ran. The traces go back in gpu_traces.tar.gz
+#   shared_gpu     `tessera train` at W = 2 and 4 on the one GPU (comm.device_backend=staged: collectives
+#                  through host memory over MPI), each against the same run on the CPU over MPI
+#                  (tests/gpu/staged.sh: losses within 2e-4 relative, checkpoints verify on the CPU)
 #   compile        the eager step again under torch.compile(model) (the peer a torchtitan user picks):
 #                  the same batch and optimizer -> tokens/s, MFU, memory, and its compile time
 #   fp16_bf16      the tiny preset 60 steps in bf16 and in fp16 (dynamic loss scaling): the fp16 losses
@@ -99,12 +102,12 @@ fi
 # ---- the plan: order, nominal limits, least worth starting (seconds, GPU mode) --------------------
 # (conformance's limit: docs/PERFORMANCE.md#build-suite-and-start-up-measurements.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
-PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
+PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile shared_gpu compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
 declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
-  [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [compile]=150 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
+  [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [shared_gpu]=60 [compile]=150 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
 declare -A LEAST=([env]=5 [deps]=5 [configure]=20 [build]=30 [eager]=45
-  [probe]=15 [init_model]=15 [tessera_train]=45 [kernel_profile]=35 [compile]=60 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
+  [probe]=15 [init_model]=15 [tessera_train]=45 [kernel_profile]=35 [shared_gpu]=30 [compile]=60 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
 # Which step a selection name brings (tessera_train brings its probe and the model it trains).
 declare -A SELECTED_BY=([probe]=tessera_train [init_model]=tessera_train)
 # What the rest of a chain needs at least: the probe and the model are only worth their time when
@@ -138,7 +141,7 @@ applies() {
   fi
   if [[ $mode == rehearsal ]]; then
     case $name in
-      env | eager | init_model | tessera_train | kernel_profile | compile | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
+      env | eager | init_model | tessera_train | kernel_profile | shared_gpu | compile | nccl_stall) echo "rehearsal (no GPU)"; return 1 ;;
       fp16_bf16) echo "rehearsal (no GPU; fp16 compute is refused on CPU)"; return 1 ;;
       hf_parity) echo "rehearsal (no transformers here: the step compares with the device image's transformers)"; return 1 ;;
     esac
@@ -223,7 +226,7 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 MODE=gpu
 ((REHEARSAL)) && MODE=rehearsal
 
-SELECTABLE="env deps configure build eager tessera_train kernel_profile compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
+SELECTABLE="env deps configure build eager tessera_train kernel_profile shared_gpu compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
 STEPS=${TESSERA_GPU_STEPS:-all}
 if [[ $STEPS != all ]]; then
   for s in ${STEPS//,/ }; do
@@ -239,7 +242,7 @@ wanted() {
 BUILD_TARGETS=()
 # The three gtest steps run tests of mpi_tests, the one binary of tests/mpi/test_*.cpp.
 { wanted conformance || wanted fsdp_train || wanted nccl_timeout; } && BUILD_TARGETS+=(mpi_tests)
-{ wanted nccl_stall || wanted tessera_train || wanted kernel_profile || wanted fp16_bf16 || wanted hf_parity || wanted build; } && BUILD_TARGETS+=(tessera)
+{ wanted nccl_stall || wanted shared_gpu || wanted tessera_train || wanted kernel_profile || wanted fp16_bf16 || wanted hf_parity || wanted build; } && BUILD_TARGETS+=(tessera)
 wanted build && BUILD_TARGETS=(tessera mpi_tests)
 NEED_BUILD=$((${#BUILD_TARGETS[@]} > 0))
 SELECTED_AFTER_BUILD=()
@@ -593,6 +596,12 @@ else
 fi
 [[ -n $SKIP_REASON && ! -f $STATUS_DIR/tessera_train ]] && wanted tessera_train && skip tessera_train "$SKIP_REASON"
 [[ ! -f $STATUS_DIR/kernel_profile ]] && wanted kernel_profile && skip kernel_profile "$SKIP_REASON"
+
+# ---- shared_gpu: several ranks on the one GPU (issue 56, item 5) ----------------------------------
+if can_run shared_gpu; then
+  step shared_gpu bash "$SRC/tests/gpu/staged.sh" "$BUILD/bin/tessera" "$CORPUS" "$WORK/run/shared" cuda staged
+  grep '^staged:\|^ok:\|^FAIL:' "$LOGS/shared_gpu.log" | say_lines
+fi
 
 # ---- compile: the torch.compile peer (issue 56, item 6) -------------------------------------------
 # bench_gpu.py's eager step with the model under torch.compile (inductor, default mode): the same

@@ -16,6 +16,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/mpi_backend.h"
 #include "runtime/comm/mpi_bench_hooks.h"
+#include "runtime/comm/staged.h"
 #include "runtime/device/device.h"
 #include "runtime/gpu/gpu.h"
 #include "runtime/gpu/nccl.h"
@@ -53,6 +54,9 @@ const std::vector<tc::CommPtr>& backends() {
     for (const auto& g : {groups.world, groups.intra, groups.inter})
       if (g) v.push_back(g);
     if (world_size() == 1) v.push_back(tc::make_self_communicator("self"));
+    // The staged communicator (several ranks per GPU) over an MPI duplicate of the world: on CPU
+    // tensors its staging is a copy into host buffers and back, the same code as on a GPU.
+    v.push_back(tc::make_staged_communicator(world->host_duplicate("staged-world"), at::Device(at::kCPU)));
     if (tessera::gpu::built() && torch::cuda::is_available() && tessera::gpu::nccl_available()) {
       const int gpu = tessera::launcher::current().gpu >= 0 ? tessera::launcher::current().gpu : 0;
       auto nccl = tessera::gpu::make_nccl_communicator(world, "nccl-world", gpu);

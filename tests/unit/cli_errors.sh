@@ -45,6 +45,7 @@ else
 fi
 expect_error seq-too-long "max_position_embeddings" $BIN train --set data.seq_len=100000
 expect_error bad-timeout "--set: config key 'comm.timeout_s' must be >= 0.001, got 0" $BIN train --set comm.timeout_s=0
+expect_error staged-on-cpu "comm.device_backend=staged stages the collectives of GPU tensors, but train.device=cpu runs on the CPU" $BIN train --set comm.device_backend=staged --set train.device=cpu
 expect_error diagnose-nothing "no flight records" $BIN diagnose "$T/nothing-here"
 expect_error batch-too-big "fewer than one global batch" $BIN train --set data.path="$T/short.txt" --set data.seq_len=2 --set train.micro_batch=100000
 expect_error bad-ranks-per-node "must be a positive integer" $BIN topo --ranks-per-node zero

@@ -26,9 +26,10 @@ DeviceContext machine(bool cuda_built, int gpus, int local_rank, int local_size)
 }
 
 // The one-line input error choose_device gives, or "no error (chose <device>)".
-std::string error_of(const std::string& spec, const DeviceContext& ctx) {
+std::string error_of(const std::string& spec, const DeviceContext& ctx,
+                     tessera::comm::DeviceBackend backend = tessera::comm::DeviceBackend::Nccl) {
   std::string chose;
-  const std::string msg = tessera::test::error_of([&] { chose = choose_device(spec, ctx).str(); });
+  const std::string msg = tessera::test::error_of([&] { chose = choose_device(spec, ctx, backend).str(); });
   EXPECT_EQ(msg.find('\n'), std::string::npos) << "message must be one line";
   return chose.empty() ? msg : "no error (chose " + chose + ")";
 }
@@ -96,6 +97,26 @@ TEST(DeviceSelect, MoreLocalRanksThanGpus) {
     expect_has(m, "runs 4 local ranks but has 2 GPU(s) visible");
     expect_has(m, "NCCL refuses two ranks on one GPU");
   }
+}
+
+TEST(DeviceSelect, StagedRanksShareGpus) {
+  // comm.device_backend=staged: local rank r on GPU base + r mod (visible - base).
+  const auto staged = tessera::comm::DeviceBackend::Staged;
+  for (int lr = 0; lr < 4; ++lr) {
+    EXPECT_EQ(choose_device("cuda", machine(true, 1, lr, 4), staged), c10::Device(c10::kCUDA, 0));
+    EXPECT_EQ(choose_device("auto", machine(true, 2, lr, 4), staged), c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(lr % 2)));
+    EXPECT_EQ(choose_device("cuda:1", machine(true, 2, lr, 4), staged), c10::Device(c10::kCUDA, 1));
+  }
+  expect_has(error_of("cuda:2", machine(true, 2, 0, 4), staged), "the host has 2 GPU(s) visible (cuda:0-1)");
+  expect_has(error_of("cuda", machine(true, 0, 0, 4), staged), "no GPU is visible");
+  // Staging is for GPU tensors: on the CPU it is refused, naming both keys.
+  for (const auto& [spec, m] : {std::pair{"cpu", machine(true, 1, 0, 2)}, std::pair{"auto", machine(false, 0, 0, 2)}}) {
+    const std::string msg = error_of(spec, m, staged);
+    expect_has(msg, "comm.device_backend=staged");
+    expect_has(msg, "train.device=" + std::string(spec) + " runs on the CPU on host node7");
+  }
+  // With NCCL the refusal says what would run instead.
+  expect_has(error_of("cuda", machine(true, 1, 0, 2)), "or comm.device_backend=staged to share GPUs");
 }
 
 TEST(DeviceSelect, MalformedSpecs) {
