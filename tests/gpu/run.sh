@@ -102,7 +102,8 @@ fi
 # ---- the plan: order, nominal limits, least worth starting (seconds, GPU mode) --------------------
 # (conformance's limit: docs/PERFORMANCE.md#build-suite-and-start-up-measurements.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
-PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile shared_gpu compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity)
+# (fsdp_train right after the throughput: the GPU-against-CPU check of the fused optimizer.)
+PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile fsdp_train shared_gpu compile fp16_bf16 conformance nccl_timeout nccl_stall hf_parity)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
 declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
   [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [shared_gpu]=60 [compile]=150 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
@@ -597,6 +598,13 @@ fi
 [[ -n $SKIP_REASON && ! -f $STATUS_DIR/tessera_train ]] && wanted tessera_train && skip tessera_train "$SKIP_REASON"
 [[ ! -f $STATUS_DIR/kernel_profile ]] && wanted kernel_profile && skip kernel_profile "$SKIP_REASON"
 
+# ---- fsdp_train at world size 1: FSDP on the GPU against the CPU (the fused optimizer's check) ------
+if can_run fsdp_train; then
+  step fsdp_train "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$FSDP_TESTS"
+  gtest_ran fsdp_train "$FSDP_TESTS"
+  gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
+fi
+
 # ---- shared_gpu: several ranks on the one GPU (issue 56, item 5) ----------------------------------
 if can_run shared_gpu; then
   step shared_gpu bash "$SRC/tests/gpu/staged.sh" "$BUILD/bin/tessera" "$CORPUS" "$WORK/run/shared" cuda staged
@@ -660,7 +668,7 @@ PY
   grep '^fp16_bf16:' "$LOGS/fp16_bf16.log" | say_lines
 fi
 
-# ---- conformance, fsdp_train, nccl_timeout at world size 1: the device test cases only -------------
+# ---- conformance, nccl_timeout at world size 1: the device test cases only (fsdp_train: above) -----
 if can_run conformance; then
   step conformance "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$CONFORMANCE_TESTS"
   gtest_ran conformance "$CONFORMANCE_TESTS"
@@ -669,11 +677,6 @@ if can_run conformance; then
   else
     say "  NOTE: no 'NCCL version' line (NCCL_DEBUG=VERSION) in the conformance log: NCCL was not exercised"
   fi
-fi
-if can_run fsdp_train; then
-  step fsdp_train "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$FSDP_TESTS"
-  gtest_ran fsdp_train "$FSDP_TESTS"
-  gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
 fi
 if can_run nccl_timeout; then
   step nccl_timeout "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$NCCL_TIMEOUT_TESTS"
