@@ -33,6 +33,25 @@ torch::Tensor layer(int64_t i, const torch::Tensor& h, const torch::Tensor& w1, 
   return i == 0 ? torch::tanh(h.matmul(w1) + b1) : torch::tanh(h.matmul(w2));
 }
 
+// The toy model through the engine: parameters on the meta device, as the trainer builds models;
+// weight decay on every weight, no bias.
+struct ToyEngine {
+  torch::Tensor w0 = meta({5, 6}), w1 = meta({6, 6}), b1 = meta({6}), w2 = meta({6, 4});
+  std::unique_ptr<fsdp::Engine> engine;
+  ToyEngine(const fsdp::Options& opts, comm::CommPtr world) {
+    std::vector<fsdp::UnitDef> units = {{"root", {{"root.w", w0}}},
+                                        {"layer0", {{"layer0.w", w1}, {"layer0.b", b1}}},
+                                        {"layer1", {{"layer1.w", w2}}}};
+    comm::ProcessGroups groups{std::move(world), comm::make_self_communicator("intra"), comm::make_self_communicator("inter")};
+    auto run = [w1 = w1, b1 = b1, w2 = w2](int64_t i, const torch::Tensor& in) { return layer(i, in, w1, b1, w2); };
+    engine = std::make_unique<fsdp::Engine>(units, run, groups, opts,
+                                            [](const std::string& name) { return name.find(".b") == std::string::npos; });
+  }
+  static torch::Tensor meta(std::vector<int64_t> shape) {
+    return torch::empty(shape, torch::TensorOptions().device(torch::kMeta)).requires_grad_();
+  }
+};
+
 void check_against_autograd(bool checkpointing) {
   SCOPED_TRACE(checkpointing ? "activation checkpointing" : "no checkpointing");
   const Values v = random_values();
@@ -46,21 +65,11 @@ void check_against_autograd(bool checkpointing) {
   const torch::Tensor ref_loss = h.pow(2).sum();
   ref_loss.backward();
 
-  // The engine: parameters on the meta device, as the trainer builds models.
-  auto meta = [](std::vector<int64_t> shape) {
-    return torch::empty(shape, torch::TensorOptions().device(torch::kMeta)).requires_grad_();
-  };
-  torch::Tensor w0 = meta({5, 6}), w1 = meta({6, 6}), b1 = meta({6}), w2 = meta({6, 4});
-  std::vector<fsdp::UnitDef> units = {{"root", {{"root.w", w0}}},
-                                      {"layer0", {{"layer0.w", w1}, {"layer0.b", b1}}},
-                                      {"layer1", {{"layer1.w", w2}}}};
-  comm::ProcessGroups groups{comm::make_self_communicator("world"), comm::make_self_communicator("intra"),
-                             comm::make_self_communicator("inter")};
   fsdp::Options opts;
   opts.activation_checkpointing = checkpointing;
-  fsdp::Engine engine(
-      units, [=](int64_t i, const torch::Tensor& in) { return layer(i, in, w1, b1, w2); }, groups, opts,
-      [](const std::string& name) { return name.find(".b") == std::string::npos; });
+  ToyEngine toy(opts, comm::make_self_communicator("world"));
+  fsdp::Engine& engine = *toy.engine;
+  const torch::Tensor& w0 = toy.w0;
   ASSERT_EQ(engine.num_layers(), 2);
   const std::vector<std::vector<torch::Tensor>> values = {{v.w0}, {v.w1, v.b1}, {v.w2}};
   ASSERT_EQ(engine.shards().size(), values.size());
@@ -117,24 +126,15 @@ class GatherWatch : public test::ForwardingComm {
 // Gathers of one forward and backward (full_shard: the backward gathers again) of the toy model
 // with the engine's parameters in `dtype`.
 std::pair<int, int> gathers(at::ScalarType dtype, fsdp::Offload offload) {  // in place, from a buffer
-  auto meta = [](std::vector<int64_t> shape) {
-    return torch::empty(shape, torch::TensorOptions().device(torch::kMeta)).requires_grad_();
-  };
-  torch::Tensor w0 = meta({5, 6}), w1 = meta({6, 6}), b1 = meta({6}), w2 = meta({6, 4});
-  std::vector<fsdp::UnitDef> units = {{"root", {{"root.w", w0}}},
-                                      {"layer0", {{"layer0.w", w1}, {"layer0.b", b1}}},
-                                      {"layer1", {{"layer1.w", w2}}}};
   auto watch = std::make_shared<GatherWatch>(comm::make_self_communicator("world"));
-  comm::ProcessGroups groups{watch, comm::make_self_communicator("intra"), comm::make_self_communicator("inter")};
   fsdp::Options opts;
   opts.param_dtype = dtype;
   opts.offload = offload;
-  fsdp::Engine engine(
-      units, [=](int64_t i, const torch::Tensor& in) { return layer(i, in, w1, b1, w2); }, groups, opts,
-      [](const std::string&) { return true; });
+  ToyEngine toy(opts, watch);
+  fsdp::Engine& engine = *toy.engine;
   for (const fsdp::UnitShard& s : engine.shards()) s.master.normal_();
   engine.begin_forward(true);
-  torch::Tensor e = torch::randn({3, 5}).to(dtype).matmul(w0);
+  torch::Tensor e = torch::randn({3, 5}).to(dtype).matmul(toy.w0);
   for (int64_t i = 0; i < 2; ++i) e = engine.run_layer(i, e);
   e.to(torch::kFloat).pow(2).sum().backward();
   engine.finish_backward();
