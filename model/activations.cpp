@@ -8,9 +8,10 @@
 
 namespace tessera::model {
 
-Kernels run_kernels(bool gpu) {
+Kernels run_kernels(bool gpu, bool packed) {
   Kernels k;
   k.fused_attention = gpu || compat::kHasSdpa;
+  k.gqa_attention = gpu && compat::kHasSdpaGqa && !packed;
   k.widened_gemm = !gpu && ops::cpu_widens_bf16();
   return k;
 }
@@ -57,6 +58,7 @@ int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, in
 //   q after RoPE                  p BT Hq  saved by q k^T (x*cos and rotated*sin save only cos/sin)
 //   k^T after RoPE (and GQA repeat), made contiguous by matmul      p BT Hq
 //   v (GQA: repeated), contiguous p BT Hq  saved by probs v
+//   (Kernels::gqa_attention: k and v at their own heads, p BT Hkv each, saved by the flash kernel)
 //   cos, sin tables               2 p T head_dim
 //   explicit attention: mask T^2 (bool); softmax output in fp32 4 B nh T^2; its cast p B nh T^2
 //                       (when p != 4)
@@ -103,7 +105,10 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   a.layer_input = p * BT * H;
   int64_t s = p == 4 ? a.layer_input : 0;
   s += f32_copy + norm;                              // input_layernorm
-  s += 3 * p * BT * Hq + 2 * p * T * hd;             // q, k^T, v, cos/sin
+  // q, k^T, v (K and V at their own heads with GQA on the flash kernel), cos/sin
+  const bool gqa = k.gqa_attention && p != 4 && cfg.sliding_window == 0;
+  const int64_t Hkv = (gqa ? cfg.num_key_value_heads : nh) * hd;
+  s += p * BT * Hq + 2 * p * BT * Hkv + 2 * p * T * hd;
   if (cfg.qk_norm) {
     const int64_t kv = cfg.num_key_value_heads, features = BT * (nh + kv) * hd;
     s += (4 + (compat::kMeanSavesInput ? 4 : 0) + p) * features + 4 * BT * (nh + kv);  // q_norm, k_norm

@@ -32,6 +32,10 @@ struct Kernels {
   bool fused_attention = false;
   // bf16 products computed in fp32 (model/widened_gemm.h: a CPU without AVX-512); no effect in fp32.
   bool widened_gemm = false;
+  // GQA attention keeps K and V at their own heads (SDPA's enable_gqa on the flash kernel: LibTorch
+  // >= 2.5 on a GPU, 16-bit compute, rows not packed, no sliding window); false: repeated to every
+  // query head.
+  bool gqa_attention = false;
 };
 
 // frozen_head (LoRA: the head's weight is part of the frozen base): the fused loss makes no weight
@@ -41,6 +45,6 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
 
 // The kernels of a run of this build on a GPU (LibTorch >= 2's fused attention, bf16 products as
 // they are) or on this machine's CPU (fused attention when this build's LibTorch has it: >= 2).
-Kernels run_kernels(bool gpu);
+Kernels run_kernels(bool gpu, bool packed = false);
 
 }  // namespace tessera::model

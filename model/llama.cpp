@@ -222,8 +222,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& 
   k = ops::apply_rotary(k, cos, sin);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
   const int64_t n_rep = num_heads / num_kv_heads;
-  auto out = ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep), sliding_window,
-                                   layout.document_ids, start);
+  // Unmasked causal attention of a GQA model on the flash kernel takes K and V as they are
+  // (LibTorch >= 2.5 on a GPU); everywhere else they are repeated to every query head.
+  std::optional<torch::Tensor> flash;
+  if (n_rep > 1 && sliding_window == 0 && !layout.document_ids.defined() && !cache)
+    flash = compat::sdpa_gqa_on_flash(q, k, v);
+  auto out = flash ? *flash
+                   : ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep), sliding_window,
+                                           layout.document_ids, start);
   return o_proj(out.transpose(1, 2).reshape({B, T, num_heads * head_dim}));
 }
 

@@ -11,10 +11,14 @@
 //     torch.autograd.graph.saved_tensors_hooks; 2.0 is assumed as the first release without it,
 //     2.0-2.5 are not measured).
 //   - at::_fused_adamw_ (2.1): torch.optim.AdamW(fused=True)'s multi-tensor kernel (kHasFusedAdamW).
+//   - scaled_dot_product_attention's enable_gqa (2.5): K and V of fewer heads than Q, on the flash
+//     kernel only (kHasSdpaGqa; the other backends would fall back to the math kernel).
 // Header-only; includes only LibTorch headers, so model/, runtime/ and the tests can all use it.
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
 #include <torch/version.h>
+
+#include <optional>
 
 #define TESSERA_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -54,6 +58,26 @@ inline at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 #else
   (void)q, (void)k, (void)v, (void)attn_mask, (void)is_causal;
   TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch >= 2.0");
+#endif
+}
+
+// Causal attention of q [B, nh, T, D] against k, v [B, nkv, T, D] (nkv dividing nh) without repeating
+// K and V, when SDPA would run it on its flash kernel (the only backend that takes GQA as it is:
+// bf16/fp16 on sm80 and later, no mask); nullopt otherwise (the caller repeats K and V). LibTorch
+// 2.5 and later (kHasSdpaGqa); nullopt always before.
+inline constexpr bool kHasSdpaGqa = TESSERA_TORCH_AT_LEAST(2, 5);
+inline std::optional<at::Tensor> sdpa_gqa_on_flash(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TESSERA_TORCH_AT_LEAST(2, 5)
+  constexpr int64_t kFlash = 1;  // sdp::SDPBackend::flash_attention
+  if (!q.is_cuda() || k.size(1) == q.size(1) ||
+      at::_fused_sdp_choice(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, /*scale=*/c10::nullopt,
+                            /*enable_gqa=*/true) != kFlash)
+    return std::nullopt;
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                          /*scale=*/c10::nullopt, /*enable_gqa=*/true);
+#else
+  (void)q, (void)k, (void)v;
+  return std::nullopt;
 #endif
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "model/activations.h"
+#include "util/torch_compat.h"
 #include "model/llama.h"
 #include "runtime/memory/tracker.h"
 
@@ -130,6 +131,29 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
     check_bound("head fwd", m.head_fwd, f.head_forward_transient);
     check_bound("head bwd", m.head_bwd, f.head_backward_transient);
   }
+}
+
+// GQA on the flash kernel (Kernels::gqa_attention: LibTorch >= 2.5 on a GPU) saves K and V at
+// their own heads: a layer keeps 2 p BT (nh - nkv) D bytes less than with K and V repeated, and only
+// in a 16-bit compute dtype without a sliding window (flash takes neither fp32 nor the window's mask).
+// The GPU can only measure it; here, what the plan counts. The planner assumes it on a GPU build of
+// that LibTorch for rows that are not packed (run_kernels).
+TEST(ActivationFormula, GqaOnFlashKeepsKeysAndValuesAtTheirHeads) {
+  model::ModelConfig cfg = model::ModelConfig::preset("tiny");
+  cfg.num_attention_heads = 8;
+  cfg.num_key_value_heads = 2;
+  const int64_t B = 2, T = 128, D = cfg.head_dim();
+  model::Kernels repeated, gqa;
+  repeated.fused_attention = gqa.fused_attention = true;
+  gqa.gqa_attention = true;
+  const auto saved = [&](const model::Kernels& k, int p) { return model::activation_bytes(cfg, B, T, p, k).layer_saved; };
+  EXPECT_EQ(saved(repeated, 2) - saved(gqa, 2), 2 * 2 * B * T * (8 - 2) * D);
+  EXPECT_EQ(saved(repeated, 4), saved(gqa, 4));  // fp32: not the flash kernel
+  cfg.sliding_window = 64;
+  EXPECT_EQ(saved(repeated, 2), saved(gqa, 2));  // the window's mask: not the flash kernel
+  EXPECT_FALSE(model::run_kernels(true, /*packed=*/true).gqa_attention);
+  EXPECT_FALSE(model::run_kernels(false).gqa_attention);
+  EXPECT_EQ(model::run_kernels(true).gqa_attention, compat::kHasSdpaGqa);
 }
 
 // The tracking allocator's reuse of large blocks (tracker.h): a freed block of >= 1 MiB serves the
