@@ -12,6 +12,7 @@ Kernels run_kernels(bool gpu, bool packed) {
   Kernels k;
   k.fused_attention = gpu || compat::kHasSdpa;
   k.gqa_attention = gpu && compat::kHasSdpaGqa && !packed;
+  k.device_head = gpu;
   k.widened_gemm = !gpu && ops::cpu_widens_bf16();
   return k;
 }
@@ -130,7 +131,7 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
 
   a.logits = p * BT * V;
   a.head_saved = (p == 4 ? 4 * BT * H : f32_copy) + norm + p * V * H;
-  const int64_t c = std::min(BT, ops::linear_cross_entropy_chunk_rows(V));
+  const int64_t c = std::min(BT, ops::linear_cross_entropy_chunk_rows(V, k.device_head));
   a.head_forward_transient = 4 * c * V + p * BT * H + 2 * p * BT * H + 32 * c + 16 * BT;
   // A 16-bit head also holds the chunk's logits in p bytes, its fp32 rows, the widened weight, and
   // oneDNN's packed copy of the chunk's input on CPUs with AMX (bf16 tiles; +26 KB measured there at

@@ -6,8 +6,9 @@
 
 namespace tessera::model::ops {
 
-int64_t linear_cross_entropy_chunk_rows(int64_t V) {
-  return std::max<int64_t>(256, (int64_t{64} << 20) / (4 * std::max<int64_t>(V, 1)));
+int64_t linear_cross_entropy_chunk_rows(int64_t V, bool device) {
+  const int64_t budget = int64_t{device ? 512 : 64} << 20;
+  return std::max<int64_t>(256, budget / (4 * std::max<int64_t>(V, 1)));
 }
 
 namespace {
@@ -81,7 +82,7 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
                               : torch::Tensor();
     torch::Tensor gw = want_w ? torch::zeros({V, H}, weight.options().dtype(torch::kFloat)) : torch::Tensor();
     torch::Tensor loss = torch::zeros({}, x.options().dtype(torch::kDouble));  // on x's device: no sync per chunk
-    const int64_t rows = std::min(K, chunk_rows > 0 ? chunk_rows : linear_cross_entropy_chunk_rows(V));
+    const int64_t rows = std::min(K, chunk_rows > 0 ? chunk_rows : linear_cross_entropy_chunk_rows(V, !x.is_cpu()));
     // One fp32 buffer for every chunk's logits (one allocation of one size, whatever K is).
     const torch::Tensor zbuf = torch::empty({std::max<int64_t>(rows, 1), V}, x.options().dtype(torch::kFloat));
     const bool device_lowp = !x.is_cpu() && x.scalar_type() != torch::kFloat;

@@ -6,7 +6,8 @@
 // softmax, the gradient nll_loss writes and log-softmax's backward output: 4 x N x V x 4 bytes, 524
 // MB for 1,024 tokens of a 32,000-word vocabulary, 16 GiB for 8,192 tokens of Llama 3's 128,256)
 // and streams each through memory several times. Here rows go in chunks of at most 64 MiB of fp32
-// logits; each chunk's logits become, in place, the gradient of the loss with respect to them
+// logits (512 MiB on a GPU: a few large products instead of many small ones, e.g. 2 chunks for
+// 8,192 rows of a 32,000-word vocabulary); each chunk's logits become, in place, the gradient of the loss with respect to them
 // (softmax - one-hot), which is multiplied into the gradients of x and W at once, while the chunk is
 // hot (as Liger-Kernel's fused linear cross entropy does). So the forward computes the gradients;
 // backward scales them by the incoming gradient. Rows whose label is `ignore_index` (prompt tokens,
@@ -35,12 +36,13 @@ namespace tessera::model::ops {
 // How ignored rows are skipped: Auto = Compact on the CPU, Weighted elsewhere.
 enum class LceRows { Auto, Compact, Weighted };
 
-// chunk_rows: rows per chunk, 0 = linear_cross_entropy_chunk_rows(V).
+// chunk_rows: rows per chunk, 0 = linear_cross_entropy_chunk_rows(V, x not on the CPU).
 torch::Tensor linear_cross_entropy(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& labels,
                                    int64_t ignore_index, int64_t chunk_rows = 0, LceRows rows = LceRows::Auto,
                                    double grad_scale = 1.0);
 
-// Rows per chunk for a vocabulary of V words (64 MiB of fp32 logits, at least 256 rows).
-int64_t linear_cross_entropy_chunk_rows(int64_t V);
+// Rows per chunk for a vocabulary of V words: 64 MiB of fp32 logits on the CPU (cache-sized),
+// 512 MiB on a device; at least 256 rows.
+int64_t linear_cross_entropy_chunk_rows(int64_t V, bool device = false);
 
 }  // namespace tessera::model::ops

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "model/activations.h"
 #include "model/linear_cross_entropy.h"
 #include "model/llama.h"
 #include "runtime/memory/tracker.h"
@@ -76,6 +77,26 @@ TEST(LinearCrossEntropy, MatchesUnfusedBf16) {
   // bf16 logits and gradients, fp32 softmax: the two differ by bf16 rounding of the gradient's
   // accumulation (per chunk here, over all rows in one GEMM there).
   check({96, 32, 64, 32, 0.2, torch::kBFloat16, 2e-2});
+}
+
+TEST(LinearCrossEntropy, ChunksAreCacheSizedOnTheCpuAndLargeOnADevice) {
+  // 64 MiB of fp32 logits a chunk on the CPU, 512 MiB on a device (8,192 rows of a 32,000-word
+  // vocabulary: 16 chunks against 2), at least 256 rows; the memory formula takes the same rule.
+  using model::ops::linear_cross_entropy_chunk_rows;
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(32000), (int64_t{64} << 20) / (4 * 32000));
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(32000, true), (int64_t{512} << 20) / (4 * 32000));
+  EXPECT_EQ((8192 + linear_cross_entropy_chunk_rows(32000, true) - 1) / linear_cross_entropy_chunk_rows(32000, true), 2);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 20), 256);
+  model::ModelConfig cfg = model::ModelConfig::preset("tiny");
+  cfg.vocab_size = 32000;
+  model::Kernels cpu, gpu;
+  gpu.device_head = true;
+  const int64_t B = 4, T = 2048;
+  const int64_t grown = model::activation_bytes(cfg, B, T, 2, gpu).head_forward_transient -
+                        model::activation_bytes(cfg, B, T, 2, cpu).head_forward_transient;
+  const int64_t c_cpu = linear_cross_entropy_chunk_rows(32000), c_gpu = linear_cross_entropy_chunk_rows(32000, true);
+  // The chunk's fp32 logits, its 16-bit product and the rows' 32 bytes of bookkeeping, per extra row.
+  EXPECT_EQ(grown, (c_gpu - c_cpu) * (4 * 32000 + 32 + 2 * 32000 + 4 * cfg.hidden_size + 2 * cfg.hidden_size));
 }
 
 TEST(LinearCrossEntropy, AllRowsIgnored) {
