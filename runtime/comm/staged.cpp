@@ -13,17 +13,12 @@ namespace tessera::comm {
 
 namespace {
 
-// `t` copied into a fresh host buffer (pinned when t is on a GPU); undefined stays undefined.
-at::Tensor to_host(const at::Tensor& t) {
-  if (!t.defined()) return t;
-  at::Tensor h = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
-  h.copy_(t);
-  return h;
-}
-// A host buffer for the result that goes into `t`.
+// A host buffer for the result that goes into `t` (pinned when t is on a GPU).
 at::Tensor host_like(const at::Tensor& t) {
   return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
 }
+// `t` copied into a fresh host buffer; undefined stays undefined.
+at::Tensor to_host(const at::Tensor& t) { return t.defined() ? host_like(t).copy_(t) : t; }
 
 using CopyBack = std::vector<std::pair<at::Tensor, at::Tensor>>;  // (device output, its host result)
 

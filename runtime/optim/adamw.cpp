@@ -377,20 +377,38 @@ bool AdamW::uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const 
   return true;
 }
 
-// The fused kernel over views of every shard: the decayed ranges with the weight decay, the rest
-// without. One kernel launch per class (multi_tensor_apply chunks long lists itself).
-void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale) {
-  std::vector<at::Tensor> lists[2][4];  // [decayed][param, grad, exp_avg, exp_avg_sq]
-  at::Device device = at::kCPU;
+const AdamW::FusedLists& AdamW::fused_lists_of(const std::vector<ParamShard>& tensor_path) {
+  std::vector<int64_t> key;  // per shard taking the step: its index, storages, size and decay ranges
   for (size_t i = 0; i < tensor_path.size(); ++i) {
     const ParamShard& s = tensor_path[i];
     if (!s.grad.defined()) continue;
-    device = s.param.device();
-    const at::Tensor* of[4] = {&s.param, &s.grad, &exp_avg_[i], &exp_avg_sq_[i]};
-    for (int decayed = 0; decayed < 2; ++decayed)
-      for (const Range& r : decayed ? s.decay : ranges_outside(s.param.numel(), s.decay))
-        for (int k = 0; k < 4; ++k) lists[decayed][k].push_back(piece_of(*of[k], r.first, r.second));
+    for (const void* p : {s.param.data_ptr(), exp_avg_[i].data_ptr(), exp_avg_sq_[i].data_ptr()})
+      key.push_back(reinterpret_cast<int64_t>(p));
+    key.insert(key.end(), {static_cast<int64_t>(i), s.param.numel(), static_cast<int64_t>(s.decay.size())});
+    for (const Range& r : s.decay) key.insert(key.end(), {r.first, r.second});
   }
+  if (key == fused_lists_.key) return fused_lists_;
+  fused_lists_ = FusedLists{std::move(key), {}, {}};
+  for (size_t i = 0; i < tensor_path.size(); ++i) {
+    const ParamShard& s = tensor_path[i];
+    if (!s.grad.defined()) continue;
+    const at::Tensor* of[3] = {&s.param, &exp_avg_[i], &exp_avg_sq_[i]};
+    for (int decayed = 0; decayed < 2; ++decayed)
+      for (const Range& r : decayed ? s.decay : ranges_outside(s.param.numel(), s.decay)) {
+        for (int k = 0; k < 3; ++k) fused_lists_.lists[decayed][k].push_back(piece_of(*of[k], r.first, r.second));
+        fused_lists_.ranges[decayed].emplace_back(i, r);
+      }
+  }
+  return fused_lists_;
+}
+
+// The fused kernel over views of every shard: the decayed ranges with the weight decay, the rest
+// without. One kernel launch per class (multi_tensor_apply chunks long lists itself).
+void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale) {
+  const FusedLists& f = fused_lists_of(tensor_path);
+  const std::vector<at::Tensor>& params = f.lists[0][0].empty() ? f.lists[1][0] : f.lists[0][0];
+  if (params.empty()) return;  // only empty shards
+  const at::Device device = params.front().device();
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   if (!step_tensor_.defined() || step_tensor_.device() != device) step_tensor_ = at::empty({}, f32);
   step_tensor_.fill_(static_cast<double>(step_count_));
@@ -398,10 +416,12 @@ void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, fl
   const at::Tensor scale = grad_scale != 1.0f ? at::full({}, 1.0 / double(grad_scale), f32) : at::Tensor();
   const auto& o = options_;
   for (int decayed = 0; decayed < 2; ++decayed) {
-    const auto& l = lists[decayed];
+    const auto& l = f.lists[decayed];
     if (l[0].empty()) continue;
+    std::vector<at::Tensor> grads;
+    for (const auto& [i, r] : f.ranges[decayed]) grads.push_back(piece_of(tensor_path[i].grad, r.first, r.second));
     const std::vector<at::Tensor> steps(l[0].size(), step_tensor_);
-    compat::fused_adamw(l[0], l[1], l[2], l[3], steps, lr, o.beta1, o.beta2, decayed ? o.weight_decay : 0.0, o.eps, scale);
+    compat::fused_adamw(l[0], grads, l[1], l[2], steps, lr, o.beta1, o.beta2, decayed ? o.weight_decay : 0.0, o.eps, scale);
   }
 }
 

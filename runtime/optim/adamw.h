@@ -128,6 +128,17 @@ class AdamW {
   const q8::CodebookTensors& codebook_tensors(bool is_signed, const at::Device& device);
   bool uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const;
   void fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale);
+  // The fused kernel's views of the state it keeps ([decayed][param, exp_avg, exp_avg_sq]) and their
+  // ranges, made once and made again only when a shard's storage, size or decay ranges change
+  // (`key`), as DecayViews. The gradients' views are made per step: a view kept here would keep a
+  // released gradient shard alive (optim.in_backward frees each unit's after its update).
+  struct FusedLists {
+    std::vector<int64_t> key;
+    std::vector<at::Tensor> lists[2][3];
+    std::vector<std::pair<size_t, Range>> ranges[2];  // (shard, range) of each view, in list order
+  };
+  const FusedLists& fused_lists_of(const std::vector<ParamShard>& tensor_path);
+  FusedLists fused_lists_;
   at::Tensor step_tensor_;  // fused kernel: the step count as an fp32 scalar on the shards' device
   AdamWOptions options_;
   int64_t step_count_ = 0;
