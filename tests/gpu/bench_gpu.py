@@ -283,8 +283,7 @@ def read_json(path):
         return json.load(f)
 
 
-def median_of(recs, key, part=None):
-    values = [(r.get("time") or {}).get(part) if part else r.get(key) for r in recs]
+def median_of(values):
     values = [v for v in values if isinstance(v, (int, float))]
     return statistics.median(values) if values else None
 
@@ -300,9 +299,10 @@ def tessera_summary(path):
     if not timed:
         return {"steps": 0}
     mem = max((r.get("peak_gpu_mem_bytes", 0) for r in timed), default=0)
-    return {"steps": len(timed), "tokens_per_s": median_of(timed, "tokens_per_s"), "peak_mem_gib": mem / 2**30 if mem else None,
-            "forward_s": median_of(timed, None, "forward_s"), "backward_s": median_of(timed, None, "backward_s"),
-            "optimizer_s": median_of(timed, None, "optimizer_s")}
+    part = lambda name: median_of((r.get("time") or {}).get(name) for r in timed)  # noqa: E731
+    return {"steps": len(timed), "tokens_per_s": median_of(r.get("tokens_per_s") for r in timed),
+            "peak_mem_gib": mem / 2**30 if mem else None,
+            "forward_s": part("forward_s"), "backward_s": part("backward_s"), "optimizer_s": part("optimizer_s")}
 
 
 def peer_line(what, r):
