@@ -85,20 +85,20 @@ inline std::optional<at::Tensor> sdpa_gqa_on_flash(const at::Tensor& q, const at
 // tensors on one device, in place. Per element, in fp32: p -= lr * weight_decay * p; m = beta1 m +
 // (1 - beta1) g; v = beta2 v + (1 - beta2) g^2; p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 -
 // beta2^t) + eps), with t read from `steps` (one fp32 scalar tensor per tensor, on the device) and g
-// the gradient divided by `grad_scale` when that is defined. Absent on 1.13 (kHasFusedAdamW false:
+// the gradient divided by `grad_scale` when that is defined; a `found_inf` (fp32 scalar) of 1 makes the
+// kernel return before it touches anything. Absent on 1.13 (kHasFusedAdamW false:
 // callers take their own path and never call this there).
 inline constexpr bool kHasFusedAdamW = TESSERA_TORCH_AT_LEAST(2, 1);
 inline void fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                         at::TensorList steps, double lr, double beta1, double beta2, double weight_decay, double eps,
-                        const at::Tensor& grad_scale) {
+                        const at::Tensor& grad_scale, const at::Tensor& found_inf = at::Tensor()) {
 #if TESSERA_TORCH_AT_LEAST(2, 1)
+  auto optional = [](const at::Tensor& t) { return t.defined() ? c10::optional<at::Tensor>(t) : c10::optional<at::Tensor>(); };
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2, weight_decay, eps,
-                    /*amsgrad=*/false, /*maximize=*/false,
-                    grad_scale.defined() ? c10::optional<at::Tensor>(grad_scale) : c10::optional<at::Tensor>(),
-                    /*found_inf=*/c10::optional<at::Tensor>());
+                    /*amsgrad=*/false, /*maximize=*/false, optional(grad_scale), optional(found_inf));
 #else
   (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
-      (void)weight_decay, (void)eps, (void)grad_scale;
+      (void)weight_decay, (void)eps, (void)grad_scale, (void)found_inf;
   TORCH_CHECK(false, "at::_fused_adamw_ needs LibTorch >= 2.1");
 #endif
 }

@@ -404,7 +404,7 @@ const AdamW::FusedLists& AdamW::fused_lists_of(const std::vector<ParamShard>& te
 
 // The fused kernel over views of every shard: the decayed ranges with the weight decay, the rest
 // without. One kernel launch per class (multi_tensor_apply chunks long lists itself).
-void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale) {
+void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale, const at::Tensor& found_inf) {
   const FusedLists& f = fused_lists_of(tensor_path);
   const std::vector<at::Tensor>& params = f.lists[0][0].empty() ? f.lists[1][0] : f.lists[0][0];
   if (params.empty()) return;  // only empty shards
@@ -421,11 +421,31 @@ void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, fl
     std::vector<at::Tensor> grads;
     for (const auto& [i, r] : f.ranges[decayed]) grads.push_back(piece_of(tensor_path[i].grad, r.first, r.second));
     const std::vector<at::Tensor> steps(l[0].size(), step_tensor_);
-    compat::fused_adamw(l[0], grads, l[1], l[2], steps, lr, o.beta1, o.beta2, decayed ? o.weight_decay : 0.0, o.eps, scale);
+    compat::fused_adamw(l[0], grads, l[1], l[2], steps, lr, o.beta1, o.beta2, decayed ? o.weight_decay : 0.0, o.eps, scale,
+                        found_inf);
   }
 }
 
-void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale) {
+bool AdamW::skips_itself(const std::vector<ParamShard>& shards, const at::Device& device) const {
+  bool any = false, cpu_loop = false, kernel = false;
+  std::vector<ParamShard> on_device;
+  for (const ParamShard& s : shards) {
+    if (!s.grad.defined()) continue;
+    any = true;
+    if (s.param.is_cpu() && options_.fused_cpu) cpu_loop = true;
+    else on_device.push_back(s);
+  }
+  if (!on_device.empty()) kernel = uses_fused_kernel(on_device) && on_device.front().param.device() == device;
+  if (cpu_loop && !device.is_cpu()) return false;  // a read of a device's flag on the host would wait for it
+  return any && (on_device.empty() || kernel) && !(cpu_loop && kernel);
+}
+
+void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale, const at::Tensor& found_inf) {
+  if (found_inf.defined()) {
+    TESSERA_CHECK(skips_itself(shards, found_inf.device()),
+                  "AdamW: found_inf given for shards whose update cannot skip itself (the tensor-op path)");
+    if (found_inf.is_cpu() && found_inf.item<float>() != 0.0f) return;  // the CPU loop: nothing touched
+  }
   ++step_count_;
   const auto& o = options_;
   const Coefficients c = coefficients(o, step_count_, lr, grad_scale);
@@ -470,7 +490,7 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
     });
   }
   if (!any_tensor_path) return;
-  if (uses_fused_kernel(tensor_path)) return fused_step(tensor_path, lr, grad_scale);
+  if (uses_fused_kernel(tensor_path)) return fused_step(tensor_path, lr, grad_scale, found_inf);
   MomentAccess access{exp_avg_, exp_avg_sq_};
   if (quantized()) {
     at::Device device = at::kCPU;

@@ -96,7 +96,19 @@ class AdamW {
   // element is multiplied by `grad_scale` as it is read (gradient clipping folded into the one pass:
   // the same float product torch's clip_grad_norm_ stores, so the result is the same bits as
   // clipping the gradients first); the gradients themselves are left as they are.
-  void step(const std::vector<ParamShard>& shards, double lr, float grad_scale = 1.0f);
+  //
+  // `found_inf` (optional; a float scalar: 1 skips, 0 steps, as torch's GradScaler's): the step is skipped by the optimizer
+  // itself -- masters, moments and the step count stay as they were -- so the caller can enqueue the
+  // update before it reads the loss and norm back (no host wait before it on a GPU). Only where
+  // skips_itself() says so: the fused kernel reads it on the device, the CPU loop on the host; the
+  // tensor-op path would need extra passes to skip, and refuses it (the caller decides first). On the
+  // device the host's step count cannot know: it is incremented, and a caller that learns of the skip
+  // later puts it back (set_step_count).
+  void step(const std::vector<ParamShard>& shards, double lr, float grad_scale = 1.0f,
+            const at::Tensor& found_inf = at::Tensor());
+  // Whether step() takes `found_inf` for these shards, with found_inf on `device`: every shard with a
+  // gradient runs the CPU loop (found_inf on the CPU) or the fused kernel (found_inf on their device).
+  bool skips_itself(const std::vector<ParamShard>& shards, const at::Device& device) const;
 
   // The moments of every shard (per_unit[i] belongs to shards[i]), allocated (zeros) where not
   // yet: for checkpoints, which read or fill them. `shards` gives each shard's numel and device.
@@ -127,7 +139,7 @@ class AdamW {
   bool quantized() const { return options_.state_dtype == StateDtype::Int8; }
   const q8::CodebookTensors& codebook_tensors(bool is_signed, const at::Device& device);
   bool uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const;
-  void fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale);
+  void fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale, const at::Tensor& found_inf);
   // The fused kernel's views of the state it keeps ([decayed][param, exp_avg, exp_avg_sq]) and their
   // ranges, made once and made again only when a shard's storage, size or decay ranges change
   // (`key`), as DecayViews. The gradients' views are made per step: a view kept here would keep a

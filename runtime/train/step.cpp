@@ -87,6 +87,9 @@ void Trainer::Impl::backward(const at::Tensor& loss, double factor) {
 
 // The optimizer's part: unscale, norm and clipping, the loss all-reduce, then AdamW unless the
 // numerics guard skips the step on every rank (masters and moments stay, the step count too).
+// Where the optimizer skips by itself (the fused kernel on a GPU, the CPU loop), the update is
+// enqueued first with a device-side flag (a non-finite loss or norm) and the loss and norm are read
+// back after it: no host wait before the update. Elsewhere (the tensor-op path) they are read first.
 Verdict Trainer::Impl::optimizer_step(const at::Tensor& loss_sum, int64_t targets) {
   memory::Scope opt_scope(memory::Category::Optimizer);
   profile::Phase optimizer(profile::Part::Optimizer);
@@ -97,9 +100,23 @@ Verdict Trainer::Impl::optimizer_step(const at::Tensor& loss_sum, int64_t target
     profile::Phase sync(profile::Part::SyncWait);
     groups.world->all_reduce(loss_sum, comm::ReduceOp::Sum)->wait();
   }
+  const double lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
+  if (!adamw->skips_itself(view.shards, loss_sum.device())) {
+    Verdict v = agree_on_step(loss_sum, clipped.norm, targets);
+    v.lr = lr;
+    if (!v.skipped) adamw->step(view.shards, v.lr, clipped.grad_scale);
+    return v;
+  }
+  const int64_t before = adamw->step_count();
+  const at::Tensor found_inf =
+      at::isfinite(loss_sum.reshape({})).logical_and(at::isfinite(clipped.norm.reshape({}))).logical_not().to(at::kFloat);
+  adamw->step(view.shards, lr, clipped.grad_scale, found_inf);
   Verdict v = agree_on_step(loss_sum, clipped.norm, targets);
-  v.lr = optim::lr_at(step, cfg.schedule, cfg.train.steps);
-  if (!v.skipped) adamw->step(view.shards, v.lr, clipped.grad_scale);
+  v.lr = lr;
+  // The flag is a function of globally reduced values, so every rank's optimizer decided as the vote.
+  TESSERA_CHECK(v.skipped == !(std::isfinite(v.loss) && std::isfinite(v.norm)),
+                "step " + std::to_string(step + 1) + ": ranks disagree on a non-finite loss or norm after the update");
+  if (v.skipped) adamw->set_step_count(before);  // the device kept the masters and moments
   return v;
 }
 

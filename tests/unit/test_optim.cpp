@@ -178,6 +178,45 @@ TEST(AdamW, FusedCpuLoopEqualsBlockedTensorOps) {
   }
 }
 
+TEST(AdamW, FoundInfSkipsTheStepInsideTheOptimizer) {
+  // The trainer enqueues the update before it reads the loss and norm back: a found_inf of 1 must
+  // leave masters, moments and the step count untouched, and one of 0 must be the plain step's bits.
+  torch::manual_seed(4);
+  for (StateDtype dt : {StateDtype::F32, StateDtype::BF16, StateDtype::Int8}) {
+    auto [a, b] = twin_shards(5000, {{10, 3000}});
+    AdamWOptions o;
+    o.state_dtype = dt;
+    o.block = 256;
+    AdamW fa(o), fb(o);
+    step_both(fa, a, fb, b, 2, 1e-2);  // moments that are not zero
+    const at::Tensor param = a[0].param.clone();
+    std::vector<at::Tensor> moments;
+    const std::vector<NamedShards> before = fa.state(a);
+    for (const at::Tensor& t : before[0].per_unit) moments.push_back(t.clone());
+    a[0].grad = torch::full_like(a[0].param, std::numeric_limits<float>::infinity());
+    ASSERT_TRUE(fa.skips_itself(a, at::kCPU));
+    fa.step(a, 1e-2, 1.0f, at::ones({}, at::kFloat));
+    EXPECT_TRUE(torch::equal(a[0].param, param));
+    const std::vector<NamedShards> after = fa.state(a);
+    for (size_t k = 0; k < moments.size(); ++k) EXPECT_TRUE(torch::equal(after[0].per_unit[k], moments[k]));
+    EXPECT_EQ(fa.step_count(), 2);
+    a[0].grad = torch::randn(a[0].param.sizes());
+    b[0].grad = a[0].grad.clone();
+    fa.step(a, 1e-2, 0.5f, at::zeros({}, at::kFloat));
+    fb.step(b, 1e-2, 0.5f);
+    EXPECT_TRUE(torch::equal(a[0].param, b[0].param));
+    EXPECT_EQ(fa.step_count(), 3);
+  }
+  // The tensor-op path cannot skip by itself: the caller must decide first.
+  auto [a, b] = twin_shards(100, {});
+  AdamWOptions o;
+  o.fused_cpu = false;
+  AdamW f(o);
+  a[0].grad = torch::randn({100});
+  EXPECT_FALSE(f.skips_itself(a, at::kCPU));
+  EXPECT_THROW(f.step(a, 1e-2, 1.0f, at::zeros({}, at::kFloat)), std::exception);
+}
+
 TEST(AdamW, FusedKernelListsCoverEveryElementOnce) {
   // The fused GPU kernel (at::_fused_adamw_) runs over the decayed ranges and ranges_outside them:
   // together they cover [0, n) once, in order, whatever sits at the ends.
