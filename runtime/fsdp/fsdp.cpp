@@ -23,6 +23,10 @@ Strategy parse_strategy(const std::string& s) {
   return util::parse_named<Strategy>(strategy_names(), s, "fsdp.strategy");
 }
 std::string to_string(Strategy s) { return strategy_names().at(static_cast<size_t>(s)); }
+bool regathers_for_backward(Strategy s, int shard_size, Offload offload, bool frozen_groups) {
+  if (s != Strategy::FullShard && s != Strategy::HybridShard) return false;
+  return shard_size > 1 || offload != Offload::None || frozen_groups;
+}
 at::ScalarType scalar_type(util::FloatType t) {
   return t == util::FloatType::F32 ? at::kFloat : t == util::FloatType::BF16 ? at::kBFloat16 : at::kHalf;
 }
@@ -191,8 +195,13 @@ struct Engine::Impl {
     for (Unit& u : units) u.stale = true;
   }
 
+  // Evaluation's forward frees each unit after it under these two strategies; training's, where
+  // regathers_for_backward (fsdp.h) says so.
   bool reshard_after_forward() const {
     return opts.strategy == Strategy::FullShard || opts.strategy == Strategy::HybridShard;
+  }
+  bool regathers() const {
+    return regathers_for_backward(opts.strategy, shard_comm->size(), opts.offload, !frozen.empty());
   }
 
   // ---- storage of the gathered buffers -----------------------------------------------------
@@ -410,11 +419,12 @@ struct Engine::Impl {
     if (is_layer(ui)) --mem.gathered_layers_now;
   }
 
-  // Prefetch another layer unit if the in-flight limit allows it.
-  void prefetch(int ui) {
+  // Prefetch another layer unit if the in-flight limit allows it (the limit holds where units are
+  // freed after forward: in training's forward, or evaluation's).
+  void prefetch(int ui, bool training) {
     if (!opts.prefetch || ui < 1 || ui >= static_cast<int>(units.size())) return;
     if (units[ui].state != GatherState::Free) return;
-    if (reshard_after_forward() && mem.gathered_layers_now >= opts.limit_all_gathers) return;
+    if ((training ? regathers() : reshard_after_forward()) && mem.gathered_layers_now >= opts.limit_all_gathers) return;
     gather_async(ui);
   }
 
@@ -571,7 +581,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
                                int64_t layer, Engine::Impl* impl) {
     const int ui = static_cast<int>(layer) + 1;
     impl->wait_gathered(ui);
-    impl->prefetch(ui + 1);
+    impl->prefetch(ui + 1, true);
     ctx->saved_data["layer"] = layer;
     ctx->saved_data["engine"] = c10::IValue::make_capsule(c10::make_intrusive<EngineRef>(impl));
     torch::Tensor y;
@@ -594,8 +604,8 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
       y = y.detach();
     }
     in_layer.reset();
-    if (impl->reshard_after_forward()) impl->reshard(ui);
-    if (ui + 1 == static_cast<int>(impl->units.size())) impl->prefetch(ui);  // first unit of backward
+    if (impl->regathers()) impl->reshard(ui);
+    if (ui + 1 == static_cast<int>(impl->units.size())) impl->prefetch(ui, true);  // first unit of backward
     return y;
   }
 
@@ -606,7 +616,7 @@ struct LayerFunction : public torch::autograd::Function<LayerFunction> {
     const int ui = static_cast<int>(layer) + 1;
     profile::Phase backward = profile::Phase::label("backward");
     impl->wait_gathered(ui);
-    impl->prefetch(ui - 1);
+    impl->prefetch(ui - 1, true);
     torch::Tensor x_in, y;
     const bool input_grad = ctx->needs_input_grad(0);
     std::optional<profile::ops::InLayer> in_layer(std::in_place);  // until the layer's gradients exist
@@ -726,7 +736,7 @@ Engine::~Engine() = default;
 void Engine::begin_forward(bool sync) {
   impl_->sync = sync;
   impl_->wait_gathered(0);
-  impl_->prefetch(1);
+  impl_->prefetch(1, at::GradMode::is_enabled());
 }
 
 at::Tensor Engine::run_layer(int64_t layer, const at::Tensor& h) {
@@ -736,7 +746,7 @@ at::Tensor Engine::run_layer(int64_t layer, const at::Tensor& h) {
   Impl& im = *impl_;
   const int ui = static_cast<int>(layer) + 1;
   im.wait_gathered(ui);
-  im.prefetch(ui + 1);
+  im.prefetch(ui + 1, false);
   at::Tensor y = im.layer_fn(layer, h);
   if (im.reshard_after_forward()) im.reshard(ui);
   return y;

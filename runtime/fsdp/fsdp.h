@@ -7,6 +7,8 @@
 //   shard_grad_op   all-gather (world)  no                  yes                  reduce-scatter (world)
 //   no_shard        local copy          no                  yes                  all-reduce (world)
 //   hybrid_shard    all-gather (intra)  yes                 yes                  reduce-scatter (intra) + all-reduce (inter)
+//   (full_shard and hybrid_shard over a shard group of one rank keep training's units gathered from
+//   forward to backward unless offloaded or frozen: regathers_for_backward below)
 //
 // Decoder-layer units run through a custom autograd function: its forward gathers (or waits for a
 // prefetched gather), runs the layer, frees; its backward gathers again, recomputes the layer when
@@ -137,6 +139,14 @@ Accumulate parse_accumulate(const std::string& s);  // sharded | unsharded
 std::string to_string(Accumulate a);
 Offload parse_offload(const std::string& s);  // none | optimizer | params
 std::string to_string(Offload o);
+// Whether training frees a unit's gathered parameters after its forward and gathers them again for
+// its backward (the table above: full_shard, hybrid_shard). Not over a shard group of one rank with
+// nothing offloaded and no frozen base: there the gathered parameters are only the master's cast,
+// which backward would make again, so they stay from forward to backward as under shard_grad_op
+// (2 bytes a parameter in bf16 until backward, what autocast's cache of eager PyTorch holds too;
+// PyTorch FSDP1 runs NO_SHARD at world size 1). Offload and LoRA's frozen base keep freeing: there
+// the memory is the point. Evaluation frees after forward under full_shard and hybrid_shard always.
+bool regathers_for_backward(Strategy s, int shard_size, Offload offload, bool frozen_groups);
 // Gradient reductions (flat buffers) in flight at once; see the header comment.
 constexpr int kMaxReductionsInFlight = 2;
 at::ScalarType parse_dtype(const std::string& s);  // fp32 | bf16 | fp16

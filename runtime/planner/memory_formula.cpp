@@ -167,14 +167,20 @@ Sizes sizes_of(const ModelShape& model, const RunShape& run) {
   return z;
 }
 
+// Evaluation frees each unit after its forward under these strategies; training where
+// fsdp::regathers_for_backward says so (not over a shard group of one rank, unless offloaded or frozen).
 bool reshards_after_forward(fsdp::Strategy strategy) {
   return strategy == fsdp::Strategy::FullShard || strategy == fsdp::Strategy::HybridShard;
 }
+bool regathers(const RunShape& run, const Sizes& z) {
+  return fsdp::regathers_for_backward(run.strategy, z.S, run.offload, z.frozen_stored > 0);
+}
 
-// Decoder layers gathered while layer i runs forward (0-based) and while it runs backward.
-int64_t layers_gathered_forward(const RunShape& run, const Sizes& z, int i) {
+// Decoder layers gathered while layer i runs forward (0-based; `frees`: units are freed after it)
+// and while it runs backward.
+int64_t layers_gathered_forward(const RunShape& run, const Sizes& z, int i, bool frees) {
   const bool next = run.prefetch && i + 1 < z.L;
-  if (reshards_after_forward(run.strategy)) return 1 + (next && run.limit_all_gathers >= 2 ? 1 : 0);
+  if (frees) return 1 + (next && run.limit_all_gathers >= 2 ? 1 : 0);
   return i + 1 + (next ? 1 : 0);
 }
 // The optimizer's state for `elems` shard elements: two moments of state_bytes each, and with
@@ -185,7 +191,7 @@ int64_t optimizer_bytes(const RunShape& run, int64_t elems) {
 }
 
 int64_t layers_gathered_backward(const RunShape& run, const Sizes& z, int i) {
-  if (reshards_after_forward(run.strategy)) return 1 + (run.prefetch && run.limit_all_gathers >= 2 && i > 0 ? 1 : 0);
+  if (regathers(run, z)) return 1 + (run.prefetch && run.limit_all_gathers >= 2 && i > 0 ? 1 : 0);
   return i + 1;
 }
 
@@ -257,7 +263,7 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   // Forward.
   for (int i = 0; i < z.L; ++i) {
     Moment m = base("forward");
-    m.add(C::GatheredParams, z.gathered_root() * p + layers_gathered_forward(run, z, i) * z.gathered_layer() * p);
+    m.add(C::GatheredParams, z.gathered_root() * p + layers_gathered_forward(run, z, i, regathers(run, z)) * z.gathered_layer() * p);
     m.add(C::CommBuffers, gather_cast);
     m.add(C::SavedTensors, i * per_layer_saved);
     if (ac) m.add(C::Activations, a.layer_input + a.layer_forward_transient + 2 * a.layer_input);
@@ -265,7 +271,7 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
     peak.offer(m);
   }
   const int64_t gathered_for_backward =
-      z.gathered_root() * p + (reshards_after_forward(run.strategy) ? (run.prefetch ? 1 : 0) : z.L) * z.gathered_layer() * p;
+      z.gathered_root() * p + (regathers(run, z) ? (run.prefetch ? 1 : 0) : z.L) * z.gathered_layer() * p;
   // Head and loss, then the head's backward.
   {
     Moment m = base("head and loss");
@@ -285,11 +291,11 @@ Peak train_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
     m.add(C::SavedTensors, ac ? i * a.layer_input : (i + 1) * a.layer_saved);
     m.add(C::Activations, (ac ? a.layer_saved : 0) + a.layer_backward_transient + a.layer_input);
     m.add(C::UnsharedGrads, z.head_numel * p + z.layer_numel * p);
-    if (reshards_after_forward(run.strategy)) m.add(C::CommBuffers, z.frozen_wire);  // the re-gather's quantized segments
+    if (regathers(run, z)) m.add(C::CommBuffers, z.frozen_wire);  // the re-gather's quantized segments
     reductions(m, in_flight(i));
     peak.offer(m);
     Moment red = base("layer reduction");
-    const int64_t kept = reshards_after_forward(run.strategy) ? (run.prefetch && run.limit_all_gathers >= 2 && i > 0 ? 1 : 0) : i;
+    const int64_t kept = regathers(run, z) ? (run.prefetch && run.limit_all_gathers >= 2 && i > 0 ? 1 : 0) : i;
     red.add(C::GatheredParams, z.gathered_root() * p + kept * z.gathered_layer() * p);
     red.add(C::SavedTensors, i * per_layer_saved).add(C::Activations, a.layer_input);
     red.add(C::UnsharedGrads, z.head_numel * p + z.layer_numel * p);
@@ -324,7 +330,8 @@ Peak eval_step(const Sizes& z, const ActivationTerms& a, const RunShape& run) {
   for (int i = 0; i < z.L; ++i) {
     Moment m("forward (no grad)", where);
     m.add(C::Master, 4 * z.sum_chunk).add(C::ParamShard, param_shard_bytes(run, z)).add(C::CommBuffers, gather_input_bytes(run, z));
-    m.add(C::GatheredParams, z.gathered_root() * p + layers_gathered_forward(run, z, i) * z.gathered_layer() * p);
+    m.add(C::GatheredParams, z.gathered_root() * p + layers_gathered_forward(run, z, i, reshards_after_forward(run.strategy)) *
+                                                         z.gathered_layer() * p);
     m.add(C::Activations, 3 * a.layer_input + a.layer_forward_transient);
     peak.offer(m);
   }
@@ -349,7 +356,7 @@ Pcie pcie_per_step(const Sizes& z, const RunShape& run) {
   if (run.offload == fsdp::Offload::Optimizer) {
     t.up += z.sum_chunk * p;
   } else {
-    const int64_t regathered = reshards_after_forward(run.strategy) ? z.sum_chunk - z.chunk[0] : 0;
+    const int64_t regathered = regathers(run, z) ? z.sum_chunk - z.chunk[0] : 0;
     t.up += M * (z.sum_chunk + regathered) * p;
   }
   return t;
@@ -420,7 +427,7 @@ Plan estimate(const ModelShape& model, const ActivationTerms& act, const RunShap
   const Snapshot& eval = eval_peak.best;
   {
     const int64_t p = run.param_bytes;
-    const int64_t layers = reshards_after_forward(run.strategy)
+    const int64_t layers = regathers(run, z)
                                ? std::min<int64_t>(z.L, run.prefetch ? std::min(run.limit_all_gathers, 2) : 1)
                                : z.L;
     const int64_t gathered = z.gathered_root() * p + layers * z.gathered_layer() * p + z.frozen_stored;

@@ -147,12 +147,26 @@ TEST(Engine, GathersInPlaceFromTheShardsCast) {
   // buffer of its own, and at world size 1 no copy. fp32 gathers the master itself.
   for (fsdp::Offload offload : {fsdp::Offload::None, fsdp::Offload::Params}) {
     const auto [in_place, from_buffer] = gathers(at::kBFloat16, offload);
-    EXPECT_GE(in_place, 5);  // root + two layers, the layers again in backward
+    EXPECT_GE(in_place, 3);  // root + two layers
     EXPECT_EQ(from_buffer, 0);
   }
   const auto [in_place, from_buffer] = gathers(at::kFloat, fsdp::Offload::None);
   EXPECT_EQ(in_place, 0);
-  EXPECT_GE(from_buffer, 5);
+  EXPECT_GE(from_buffer, 3);
+}
+
+TEST(Engine, OneRankKeepsUnitsGatheredFromForwardToBackward) {
+  // full_shard over one rank: the layers' gathered parameters are the master's cast, kept for
+  // backward (root + two layers: 3 gathers); under params offload they are freed after forward and
+  // gathered again for backward (5), as over several ranks.
+  EXPECT_EQ(gathers(at::kBFloat16, fsdp::Offload::None).first, 3);
+  EXPECT_EQ(gathers(at::kBFloat16, fsdp::Offload::Params).first, 5);
+  using fsdp::Offload, fsdp::Strategy;
+  EXPECT_FALSE(fsdp::regathers_for_backward(Strategy::FullShard, 1, Offload::None, false));
+  EXPECT_TRUE(fsdp::regathers_for_backward(Strategy::FullShard, 2, Offload::None, false));
+  EXPECT_TRUE(fsdp::regathers_for_backward(Strategy::HybridShard, 1, Offload::Optimizer, false));
+  EXPECT_TRUE(fsdp::regathers_for_backward(Strategy::FullShard, 1, Offload::None, /*frozen_groups=*/true));
+  EXPECT_FALSE(fsdp::regathers_for_backward(Strategy::ShardGradOp, 4, Offload::None, false));
 }
 
 }  // namespace
