@@ -8,6 +8,7 @@
 
 #include "model/errors.h"
 #include "model/linear_cross_entropy.h"
+#include "model/stacked_linear.h"
 #include "model/widened_gemm.h"
 #include "util/torch_compat.h"
 
@@ -141,7 +142,8 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down) {
-  return ops::linear(torch::silu(ops::linear(x, gate)) * ops::linear(x, up), down);
+  const std::vector<torch::Tensor> gate_up = linear_stacked(x, {gate, up});  // one product where adjacent
+  return ops::linear(torch::silu(gate_up[0]) * gate_up[1], down);
 }
 
 }  // namespace ops
@@ -195,17 +197,31 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions&
   }
 }
 
+// q, k and v [B, T, features]: one product where the weights are adjacent (ops::linear_stacked;
+// Llama's and Mistral's under FSDP), v then copied out of it so that attention does not keep q and k's
+// part alive; else each its own product (biases, LoRA, Qwen3's q/k norms).
+std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
+  const bool plain = !q_norm && !q_proj->bias.defined() && !q_proj->has_lora() && !k_proj->has_lora() && !v_proj->has_lora();
+  if (plain && ops::rows_adjacent({q_proj->weight, k_proj->weight, v_proj->weight})) {
+    std::vector<torch::Tensor> qkv = ops::linear_stacked(x, {q_proj->weight, k_proj->weight, v_proj->weight});
+    qkv[2] = qkv[2].contiguous();
+    return qkv;
+  }
+  return {q_proj(x), k_proj(x), v_proj(x)};
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x).view({B, T, num_heads, head_dim});  // [B, T, nh, D]
-  auto k = k_proj(x).view({B, T, num_kv_heads, head_dim});
+  const std::vector<torch::Tensor> qkv = project(x);
+  auto q = qkv[0].view({B, T, num_heads, head_dim});  // [B, T, nh, D]
+  auto k = qkv[1].view({B, T, num_kv_heads, head_dim});
   if (q_norm) {  // Qwen3: per head, over D, before RoPE
     q = q_norm(q);
     k = k_norm(k);
   }
   q = q.transpose(1, 2);                      // [B, nh, T, D]
   k = k.transpose(1, 2);
-  auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  auto v = qkv[2].view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   KvCache* cache = layout.cache.get();
   TORCH_CHECK(!cache || !layout.position_ids.defined(), "a KV cache does not take packed documents");
   const int64_t start = cache ? cache->start : 0;

@@ -145,6 +145,7 @@ class AttentionImpl : public torch::nn::Module {
   // or, with layout.cache, at cache->start .. + T - 1, attending to the cached keys too).
   // Qwen3's q_norm / k_norm, when the config has them, normalise each head before RoPE.
   torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
+  std::vector<torch::Tensor> project(const torch::Tensor& x);  // q, k, v [B, T, features]
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // [head_dim] each; null unless cfg.qk_norm
   int64_t num_heads, num_kv_heads, head_dim;

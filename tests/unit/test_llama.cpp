@@ -16,6 +16,7 @@
 #include "runtime/profile/op_count.h"
 #include "runtime/profile/step_profile.h"
 #include "model/registry.h"
+#include "model/stacked_linear.h"
 #include "model/widened_gemm.h"
 
 namespace test_llama {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -682,6 +683,92 @@ TEST(LlamaLayers, Bf16ForwardTracksFp32AndGradientsFlow) {
     ASSERT_TRUE(t.grad().defined()) << name;
     EXPECT_GT(t.grad().abs().sum().item<double>(), 0) << name;
   }
+}
+
+// Leaf weights [rows_i, in] that are views of one buffer, one after another (FSDP's flat layout),
+// holding `values`.
+std::vector<torch::Tensor> adjacent_leaves(const std::vector<torch::Tensor>& values) {
+  int64_t n = 0;
+  for (const auto& v : values) n += v.numel();
+  torch::Tensor buf = torch::empty({n}, values[0].options());
+  std::vector<torch::Tensor> out;
+  int64_t at = 0;
+  for (const auto& v : values) {
+    out.push_back(buf.narrow(0, at, v.numel()).view(v.sizes()).copy_(v).requires_grad_());
+    at += v.numel();
+  }
+  return out;
+}
+
+TEST(StackedLinear, OneProductEqualsSeparateProductsAndGradients) {
+  torch::manual_seed(31);
+  for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
+    const std::vector<torch::Tensor> values = {torch::randn({16, 12}).to(dt), torch::randn({4, 12}).to(dt),
+                                               torch::randn({4, 12}).to(dt)};
+    const std::vector<torch::Tensor> stacked = adjacent_leaves(values);
+    std::vector<torch::Tensor> apart;
+    for (const auto& v : values) apart.push_back(v.clone().requires_grad_());
+    ASSERT_TRUE(ops::rows_adjacent(stacked));
+    ASSERT_FALSE(ops::rows_adjacent(apart));
+    ASSERT_FALSE(ops::rows_adjacent({stacked[0], stacked[2]}));  // a gap
+    const torch::Tensor x0 = torch::randn({2, 5, 12}).to(dt);
+    torch::Tensor xa = x0.clone().requires_grad_(), xb = x0.clone().requires_grad_();
+    const auto ya = ops::linear_stacked(xa, stacked), yb = ops::linear_stacked(xb, apart);
+    ASSERT_EQ(ya.size(), 3u);
+    EXPECT_TRUE(ya[0].is_alias_of(ya[2]));  // one product
+    EXPECT_FALSE(yb[0].is_alias_of(yb[2]));
+    const double tol = dt == torch::kFloat32 ? 1e-5 : 0.05;
+    torch::Tensor la = torch::zeros({}), lb = torch::zeros({});
+    for (size_t i = 0; i < 3; ++i) {
+      expect_close(ya[i], yb[i], tol, "output " + std::to_string(i));
+      const torch::Tensor w = torch::randn(ya[i].sizes());  // a different gradient for each output
+      la = la + (ya[i].to(torch::kFloat32) * w).sum();
+      lb = lb + (yb[i].to(torch::kFloat32) * w).sum();
+    }
+    la.backward();
+    lb.backward();
+    expect_close(xa.grad(), xb.grad(), tol * 4, "input gradient");
+    for (size_t i = 0; i < 3; ++i) expect_close(stacked[i].grad(), apart[i].grad(), tol * 4, "weight gradient " + std::to_string(i));
+  }
+}
+
+TEST(StackedLinear, DecoderLayerOnAFlatBufferTakesFewerOperators) {
+  // The layer's parameters laid out as FSDP does (one buffer, registration order): q/k/v and
+  // gate/up become one product each; output and gradients equal the layer of separate tensors.
+  auto cfg = small_cfg(4, 2);
+  Llama a = random_model(cfg, 41), b = random_model(cfg, 41);
+  {
+    std::vector<torch::Tensor> values, params;
+    for (auto& [name, t] : b->layer_parameters(0)) {
+      values.push_back(t.detach().clone());
+      params.push_back(t);
+    }
+    const std::vector<torch::Tensor> flat = adjacent_leaves(values);
+    for (size_t i = 0; i < params.size(); ++i) params[i].set_data(flat[i].detach());
+  }
+  const auto& attn = b->layer(0)->self_attn;
+  ASSERT_TRUE(ops::rows_adjacent({attn->q_proj->weight, attn->k_proj->weight, attn->v_proj->weight}));
+  const torch::Tensor h0 = torch::randn({2, 6, cfg.hidden_size});
+  auto run = [&](Llama& m, torch::Tensor& h) {
+    tessera::profile::ops::start();
+    const torch::Tensor y = m->layer(0)->forward(h);
+    (y * y).sum().backward();
+    tessera::profile::ops::stop();
+    const auto c = tessera::profile::ops::snapshot();
+    return std::make_pair(y.detach(), c.step_thread_total() + c.comm_threads);  // this thread opened no profile scope
+  };
+  torch::Tensor ha = h0.clone().requires_grad_(), hb = h0.clone().requires_grad_();
+  const auto [ya, ops_a] = run(a, ha);
+  const auto [yb, ops_b] = run(b, hb);
+  // fp32, relative to each tensor's largest element (the input gradient's sums run in another order)
+  auto rel = [](const torch::Tensor& t) { return 1e-6 * std::max(1.0, t.abs().max().item<double>()); };
+  expect_close(ya, yb, rel(ya), "layer output");
+  expect_close(ha.grad(), hb.grad(), rel(ha.grad()), "input gradient");
+  const auto pa = a->layer_parameters(0), pb = b->layer_parameters(0);
+  for (size_t i = 0; i < pa.size(); ++i)
+    expect_close(pa[i].second.grad(), pb[i].second.grad(), rel(pa[i].second.grad()), pa[i].first);
+  std::printf("decoder layer forward + backward: %ld operators apart, %ld on a flat buffer\n", (long)ops_a, (long)ops_b);
+  EXPECT_LT(ops_b, ops_a);
 }
 
 TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {

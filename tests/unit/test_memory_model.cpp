@@ -10,6 +10,7 @@
 #include "model/activations.h"
 #include "util/torch_compat.h"
 #include "model/llama.h"
+#include "model/stacked_linear.h"
 #include "runtime/memory/tracker.h"
 
 namespace test_memory_model {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -24,10 +25,31 @@ struct Measured {
 
 int64_t bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-Measured measure(const model::ModelConfig& cfg, int64_t B, int64_t T, torch::Dtype dtype) {
+// Layer 0's parameters re-laid one after another in one buffer, as FSDP's gathered unit holds them
+// (its q/k/v and gate/up products are then one product each: model/stacked_linear.h).
+void lay_out_flat(model::Llama& m) {
+  torch::NoGradGuard no_grad;
+  auto params = m->layer_parameters(0);
+  int64_t n = 0;
+  for (auto& [name, p] : params) n += p.numel();
+  torch::Tensor flat = torch::empty({n}, params[0].second.options());
+  int64_t at = 0;
+  for (auto& [name, p] : params) {
+    torch::Tensor view = flat.narrow(0, at, p.numel()).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);
+    at += p.numel();
+  }
+  const auto& attn = m->layer(0)->self_attn;
+  ASSERT_EQ(model::ops::rows_adjacent({attn->q_proj->weight, attn->k_proj->weight, attn->v_proj->weight}),
+            !attn->q_proj->bias.defined());
+}
+
+Measured measure(const model::ModelConfig& cfg, int64_t B, int64_t T, torch::Dtype dtype, bool flat) {
   memory::install();
   model::Llama m(cfg, torch::kCPU, dtype);
   model::init_weights(m, 7);
+  if (flat) lay_out_flat(m);
   // The input is an intermediate of the graph (noise + a tiny leaf), made inside the measured
   // region and released by the test: whether autograd keeps it is part of what is measured.
   const torch::Tensor noise = torch::randn({B, T, cfg.hidden_size}).to(dtype);
@@ -121,15 +143,20 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
     cfg.num_hidden_layers = 1;
     cfg.vocab_size = 1000;
     const int elem = c.dtype == torch::kFloat ? 4 : 2;
-    const auto f = model::activation_bytes(cfg, c.B, c.T, elem, model::run_kernels(false));
-    const Measured m = measure(cfg, c.B, c.T, c.dtype);
-    std::printf("%s B=%ld T=%ld\n", c.name, (long)c.B, (long)c.T);
-    check_saved("layer saved", m.layer_saved, f.layer_saved);
-    check_saved("head saved", m.head_saved, f.head_saved);
-    check_bound("layer fwd", m.layer_fwd, f.layer_forward_transient);
-    check_bound("layer bwd", m.layer_bwd, f.layer_backward_transient);
-    check_bound("head fwd", m.head_fwd, f.head_forward_transient);
-    check_bound("head bwd", m.head_bwd, f.head_backward_transient);
+    // The parameters as a plain model holds them (one tensor each) and as FSDP's gathered unit does
+    // (q/k/v and gate/up one product each, v copied out of it: the same saved tensors, and the
+    // concatenated output gradients stay below the backward's bound).
+    for (bool flat : {false, true}) {
+      const auto f = model::activation_bytes(cfg, c.B, c.T, elem, model::run_kernels(false));
+      const Measured m = measure(cfg, c.B, c.T, c.dtype, flat);
+      std::printf("%s B=%ld T=%ld%s\n", c.name, (long)c.B, (long)c.T, flat ? ", flat parameters" : "");
+      check_saved("layer saved", m.layer_saved, f.layer_saved);
+      check_saved("head saved", m.head_saved, f.head_saved);
+      check_bound("layer fwd", m.layer_fwd, f.layer_forward_transient);
+      check_bound("layer bwd", m.layer_bwd, f.layer_backward_transient);
+      check_bound("head fwd", m.head_fwd, f.head_forward_transient);
+      check_bound("head bwd", m.head_bwd, f.head_backward_transient);
+    }
   }
 }
 

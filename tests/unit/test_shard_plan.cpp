@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/config.h"
+#include "model/registry.h"
 #include "runtime/fsdp/shard_plan.h"
 #include "util/error.h"
 
@@ -104,6 +106,32 @@ TEST(ShardPlan, SlicesInAnArbitraryRange) {
   EXPECT_EQ(s[1].param_offset, 0);
   EXPECT_EQ(s[1].shard_offset, 2);
   EXPECT_EQ(s[1].length, 2);
+}
+
+TEST(ShardPlan, EveryPresetLaysQkvAndGateUpOutOneAfterAnother) {
+  // The model's q/k/v and gate/up products are one GEMM each where the weights are adjacent in the
+  // gathered buffer (model/stacked_linear.h): the FSDP alignment (16 elements) must fall between
+  // them for every preset without biases (Qwen2's q/k/v biases sit between its weights).
+  for (const std::string& name : tessera::model::ModelConfig::preset_names()) {
+    const tessera::model::ModelConfig c = tessera::model::ModelConfig::preset(name);
+    const auto units = c.spec().unit_specs(c);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    for (const auto& t : units.at(1).tensors) shapes.emplace_back(t.name, t.shape);
+    const ShardPlan plan = ShardPlan::make(shapes, 8, 16);
+    auto offset_of = [&](const std::string& suffix) -> const tessera::fsdp::ParamSlot& {
+      for (const tessera::fsdp::ParamSlot& s : plan.params)
+        if (s.name.size() >= suffix.size() && s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0) return s;
+      throw std::runtime_error("no " + suffix);
+    };
+    auto adjacent = [&](const char* a, const char* b) {
+      const auto &x = offset_of(a), &y = offset_of(b);
+      return x.offset + x.numel == y.offset;
+    };
+    EXPECT_TRUE(adjacent("mlp.gate_proj.weight", "mlp.up_proj.weight")) << name;
+    if (c.qkv_bias) continue;
+    EXPECT_TRUE(adjacent("q_proj.weight", "k_proj.weight")) << name;
+    EXPECT_TRUE(adjacent("k_proj.weight", "v_proj.weight")) << name;
+  }
 }
 
 TEST(ShardPlan, BadArgumentsAreInternalErrors) {
