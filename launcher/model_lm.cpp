@@ -53,13 +53,14 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Option
   lm.set_layout = [layout](const train::BatchLayout& c) {
     layout->position_ids = c.position_ids;
     layout->document_ids = c.document_ids;
+    layout->cu_seqlens = c.cu_seqlens;
+    layout->max_seqlen = c.max_seqlen;
     layout->cache.reset();
   };
   // The generation's KV cache, kept between set_cache calls of the same capacity.
   auto kept = std::make_shared<std::shared_ptr<model::KvCache>>();
   lm.set_cache = [layout, kept, layers = m->num_layers()](int64_t capacity, int64_t start) {
-    layout->position_ids = layout->document_ids = at::Tensor();
-    layout->cache.reset();
+    *layout = model::TokenLayout{};
     if (capacity <= 0) return kept->reset();
     if (!*kept || (*kept)->capacity != capacity) *kept = std::make_shared<model::KvCache>(layers, capacity);
     if (start < 0) return;  // kept, unused by the next forwards

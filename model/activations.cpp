@@ -12,6 +12,7 @@ Kernels run_kernels(bool gpu, bool packed) {
   Kernels k;
   k.fused_attention = gpu || compat::kHasSdpa;
   k.gqa_attention = gpu && compat::kHasSdpaGqa && !packed;
+  k.varlen_attention = gpu && compat::kHasFlashVarlen;
   k.device_head = gpu;
   k.widened_gemm = !gpu && ops::cpu_widens_bf16();
   return k;
@@ -59,7 +60,8 @@ int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, in
 //   q after RoPE                  p BT Hq  saved by q k^T (x*cos and rotated*sin save only cos/sin)
 //   k^T after RoPE (and GQA repeat), made contiguous by matmul      p BT Hq
 //   v (GQA: repeated), contiguous p BT Hq  saved by probs v
-//   (Kernels::gqa_attention: k and v at their own heads, p BT Hkv each, saved by the flash kernel)
+//   (Kernels::gqa_attention, Kernels::varlen_attention: k and v at their own heads, p BT Hkv each,
+//   saved by the flash kernel; the variable-length one saves its [BT, heads, D] copies of q, k, v)
 //   cos, sin tables               2 p T head_dim
 //   explicit attention: mask T^2 (bool); softmax output in fp32 4 B nh T^2; its cast p B nh T^2
 //                       (when p != 4)
@@ -107,7 +109,7 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   int64_t s = p == 4 ? a.layer_input : 0;
   s += f32_copy + norm;                              // input_layernorm
   // q, k^T, v (K and V at their own heads with GQA on the flash kernel), cos/sin
-  const bool gqa = k.gqa_attention && p != 4 && cfg.sliding_window == 0;
+  const bool gqa = p != 4 && (k.varlen_attention || (k.gqa_attention && cfg.sliding_window == 0));
   const int64_t Hkv = (gqa ? cfg.num_key_value_heads : nh) * hd;
   s += p * BT * Hq + 2 * p * BT * Hkv + 2 * p * T * hd;
   if (cfg.qk_norm) {

@@ -36,6 +36,9 @@ struct Kernels {
   // >= 2.5 on a GPU, 16-bit compute, rows not packed, no sliding window); false: repeated to every
   // query head.
   bool gqa_attention = false;
+  // Packed rows and sliding windows run on the variable-length flash kernel (ops::varlen_attention:
+  // LibTorch >= 2.6 on a GPU, 16-bit compute): K and V at their own heads, no mask.
+  bool varlen_attention = false;
   // The fused head's chunks are a device's (512 MiB of fp32 logits, not the CPU's 64 MiB:
   // ops::linear_cross_entropy_chunk_rows).
   bool device_head = false;

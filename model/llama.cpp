@@ -140,6 +140,28 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return masked_attention(q, k, v, hidden_keys(T, S, window, q.device()));
 }
 
+bool varlen_kernel_runs(const torch::Tensor& q) {
+  const int64_t D = q.size(-1);
+  return compat::kHasFlashVarlen && q.is_cuda() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) &&
+         D % 8 == 0 && D <= 256;
+}
+
+torch::Tensor varlen_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& cu_seqlens, int64_t max_seqlen, int64_t window) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.size(1) % k.size(1) == 0, "varlen_attention: q [N, nh, D], k and v [N, nkv, D]");
+  if (varlen_kernel_runs(q)) return compat::flash_varlen(q, k, v, cu_seqlens, max_seqlen, window);
+  const at::Tensor starts = cu_seqlens.to(torch::kCPU, torch::kLong);  // the reference: one document at a time
+  const int64_t* at = starts.data_ptr<int64_t>();
+  const int64_t n_rep = q.size(1) / k.size(1);
+  std::vector<torch::Tensor> out;
+  for (int64_t d = 0; d + 1 < starts.numel(); ++d) {
+    auto rows = [&](const torch::Tensor& t) { return t.narrow(0, at[d], at[d + 1] - at[d]).transpose(0, 1).unsqueeze(0); };
+    out.push_back(causal_attention(rows(q), repeat_kv(rows(k), n_rep), repeat_kv(rows(v), n_rep), window)
+                      .squeeze(0).transpose(0, 1));
+  }
+  return torch::cat(out, 0);
+}
+
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down) {
   const std::vector<torch::Tensor> gate_up = linear_stacked(x, {gate, up});  // one product where adjacent
@@ -238,15 +260,36 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& 
   k = ops::apply_rotary(k, cos, sin);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
   const int64_t n_rep = num_heads / num_kv_heads;
-  // Unmasked causal attention of a GQA model on the flash kernel takes K and V as they are
-  // (LibTorch >= 2.5 on a GPU); everywhere else they are repeated to every query head.
+  // Packed documents and sliding windows on the variable-length flash kernel where it runs (K and V
+  // as they are); unmasked causal attention of a GQA model on SDPA's flash kernel (LibTorch >= 2.5 on
+  // a GPU); everywhere else K and V are repeated to every query head.
   std::optional<torch::Tensor> flash;
-  if (n_rep > 1 && sliding_window == 0 && !layout.document_ids.defined() && !cache)
+  if (!cache && (layout.cu_seqlens.defined() || sliding_window > 0) && ops::varlen_kernel_runs(q))
+    flash = varlen(q, k, v, layout);
+  else if (n_rep > 1 && sliding_window == 0 && !layout.document_ids.defined() && !cache)
     flash = compat::sdpa_gqa_on_flash(q, k, v);
   auto out = flash ? *flash
                    : ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep), sliding_window,
                                            layout.document_ids, start);
   return o_proj(out.transpose(1, 2).reshape({B, T, num_heads * head_dim}));
+}
+
+// q [B, nh, T, D], k and v [B, nkv, T, D] as the tokens of the B rows one after another, through
+// ops::varlen_attention: the layout's documents, or each row one document (a sliding window).
+// Returns [B, nh, T, D] (a view of the kernel's [B, T, nh, D] output, so merging the heads is free).
+torch::Tensor AttentionImpl::varlen(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const TokenLayout& layout) const {
+  const int64_t B = q.size(0), T = q.size(2);
+  auto tokens = [&](const torch::Tensor& t) { return t.transpose(1, 2).reshape({B * T, t.size(1), head_dim}); };
+  torch::Tensor cu = layout.cu_seqlens;
+  int64_t longest = layout.max_seqlen;
+  if (!cu.defined()) {
+    cu = torch::arange(0, (B + 1) * T, T, torch::TensorOptions().dtype(torch::kInt).device(q.device()));
+    longest = T;
+  }
+  return ops::varlen_attention(tokens(q), tokens(k), tokens(v), cu, longest, sliding_window)
+      .view({B, T, num_heads, head_dim})
+      .transpose(1, 2);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {

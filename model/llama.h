@@ -66,6 +66,17 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep);
 // sees keys 0 .. offset + t (within the window).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                int64_t window = 0, const torch::Tensor& document_ids = {}, int64_t offset = 0);
+// Causal attention within each document of q [N, nh, D] and k, v [N, nkv, D] (nkv dividing nh), the
+// documents' rows at cu_seqlens (TokenLayout::cu_seqlens; max_seqlen the longest), with window > 0
+// over each query's last `window` keys only: FlashAttention's variable-length kernel where
+// varlen_kernel_runs (compat::flash_varlen), else the reference -- causal_attention on each
+// document's rows, K and V repeated -- that the CPU build tests the kernel's contract with.
+// Returns [N, nh, D].
+torch::Tensor varlen_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& cu_seqlens, int64_t max_seqlen, int64_t window = 0);
+// Whether the kernel runs for queries like q: LibTorch >= 2.6 on a CUDA device, bf16/fp16, head_dim
+// a multiple of 8 up to 256. Attention then takes packed rows and sliding windows there.
+bool varlen_kernel_runs(const torch::Tensor& q);
 // down(silu(x gate^T) * (x up^T)) with weights in [out, in] layout.
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down);
@@ -146,6 +157,8 @@ class AttentionImpl : public torch::nn::Module {
   // Qwen3's q_norm / k_norm, when the config has them, normalise each head before RoPE.
   torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
   std::vector<torch::Tensor> project(const torch::Tensor& x);  // q, k, v [B, T, features]
+  torch::Tensor varlen(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const TokenLayout& layout) const;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // [head_dim] each; null unless cfg.qk_norm
   int64_t num_heads, num_kv_heads, head_dim;

@@ -53,6 +53,11 @@ struct KvCache;
 struct TokenLayout {
   torch::Tensor position_ids, document_ids;
   std::shared_ptr<KvCache> cache;  // null: no cache (training, evaluation)
+  // Packed rows for the variable-length attention kernel (ops::varlen_attention): the first token of
+  // each document in the B x T tokens taken row by row, then B x T (int32, the tokens' device), and
+  // the longest document. Undefined: the kernel is not used (the mask of document_ids is).
+  torch::Tensor cu_seqlens;
+  int64_t max_seqlen = 0;
   bool packed() const { return document_ids.defined(); }
 };
 

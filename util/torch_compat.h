@@ -13,6 +13,8 @@
 //   - at::_fused_adamw_ (2.1): torch.optim.AdamW(fused=True)'s multi-tensor kernel (kHasFusedAdamW).
 //   - scaled_dot_product_attention's enable_gqa (2.5): K and V of fewer heads than Q, on the flash
 //     kernel only (kHasSdpaGqa; the other backends would fall back to the math kernel).
+//   - at::_flash_attention_forward with windows (2.6): packed documents and sliding windows on
+//     FlashAttention's variable-length kernel (kHasFlashVarlen).
 // Header-only; includes only LibTorch headers, so model/, runtime/ and the tests can all use it.
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
@@ -78,6 +80,30 @@ inline std::optional<at::Tensor> sdpa_gqa_on_flash(const at::Tensor& q, const at
 #else
   (void)q, (void)k, (void)v;
   return std::nullopt;
+#endif
+}
+
+// FlashAttention-2's variable-length kernel (LibTorch 2.6 and later: at::_flash_attention_forward,
+// whose autograd node runs _flash_attention_backward): q [N, nh, D] and k, v [N, nkv, D] (nkv dividing
+// nh: GQA as it is), the tokens of several documents one after another, document i being rows
+// cu_seqlens[i] .. cu_seqlens[i + 1] - 1 (int32 [documents + 1] on the device; max_seqlen its longest).
+// Each query attends causally within its own document, and with window > 0 to its last `window` keys
+// only (the kernel's left window window - 1). bf16/fp16 on sm80 and later, D a multiple of 8 up to 256.
+inline constexpr bool kHasFlashVarlen = TESSERA_TORCH_AT_LEAST(2, 6);
+inline at::Tensor flash_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens,
+                               int64_t max_seqlen, int64_t window) {
+#if TESSERA_TORCH_AT_LEAST(2, 6)
+  std::optional<int64_t> left, right;
+  if (window > 0) {
+    left = window - 1;
+    right = 0;
+  }
+  return std::get<0>(at::_flash_attention_forward(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, /*dropout_p=*/0.0,
+                                                  /*is_causal=*/true, /*return_debug_mask=*/false, /*scale=*/std::nullopt,
+                                                  left, right));
+#else
+  (void)q, (void)k, (void)v, (void)cu_seqlens, (void)max_seqlen, (void)window;
+  TORCH_CHECK(false, "the variable-length flash attention kernel needs LibTorch >= 2.6");
 #endif
 }
 

@@ -1,9 +1,12 @@
 #include "runtime/data/dataset.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <limits>
+#include <tuple>
 
 #include "runtime/data/token_file.h"
 #include "util/budgets.h"
@@ -228,7 +231,28 @@ Batch TokenDataset::batch(const std::vector<int64_t>& rows) const {
       docs[b * L + slot] = static_cast<int64_t>(units.size()) - 1;
     }
   }
+  if (out.packed) std::tie(out.cu_seqlens, out.max_seqlen) = document_offsets(out.document_ids);
   return out;
+}
+
+std::pair<at::Tensor, int64_t> document_offsets(const at::Tensor& document_ids) {
+  TESSERA_CHECK(document_ids.dim() == 2 && document_ids.is_cpu(), "document_offsets: [B, L] ids on the CPU");
+  const at::Tensor ids = document_ids.to(at::kLong).contiguous();
+  const int64_t B = ids.size(0), L = ids.size(1);
+  const int64_t* d = ids.data_ptr<int64_t>();
+  TESSERA_CHECK(B * L <= std::numeric_limits<int32_t>::max(), "document_offsets: more tokens than int32 offsets hold");
+  std::vector<int32_t> starts;
+  int64_t longest = 0;
+  for (int64_t i = 0; i < B * L; ++i)
+    if (i % L == 0 || d[i] != d[i - 1]) {
+      if (!starts.empty()) longest = std::max<int64_t>(longest, i - starts.back());
+      starts.push_back(static_cast<int32_t>(i));
+    }
+  if (!starts.empty()) longest = std::max<int64_t>(longest, B * L - starts.back());
+  starts.push_back(static_cast<int32_t>(B * L));
+  at::Tensor cu = at::empty({static_cast<int64_t>(starts.size())}, at::kInt);
+  std::copy(starts.begin(), starts.end(), cu.data_ptr<int32_t>());
+  return {cu, longest};
 }
 
 }  // namespace tessera::data

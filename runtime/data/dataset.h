@@ -60,8 +60,17 @@ struct Batch {
   at::Tensor document_ids;  // [B, L] int64 (unit index within its row)
   int64_t targets = 0;      // labels that are not kIgnore
   bool packed = false;      // some row holds more than one unit (else positions are 0..L-1)
+  // Packed: document_offsets(document_ids), for the variable-length attention kernel.
+  at::Tensor cu_seqlens;
+  int64_t max_seqlen = 0;
   static constexpr int64_t kIgnore = -100;
 };
+
+// The documents of [B, L] document_ids (on the CPU) as FlashAttention's variable-length kernel takes
+// them: with the rows taken one after another, the first token of each document and then B x L
+// (int32 [documents + 1]), and the longest document's length. A document ends where the id changes
+// or its row ends (the same id in the next row is another document).
+std::pair<at::Tensor, int64_t> document_offsets(const at::Tensor& document_ids);
 
 // Reads the documents of `paths` (their files and formats: format.h list_data, with data.format
 // `format`): text and JSON files are tokenised in memory (one store per file), token files are

@@ -65,6 +65,8 @@ namespace tessera::train {
 // attend to each other. Undefined tensors: one document per row at positions 0..T-1.
 struct BatchLayout {
   at::Tensor position_ids, document_ids;
+  at::Tensor cu_seqlens;   // data::Batch's document offsets (int32, on the device), for varlen attention
+  int64_t max_seqlen = 0;  // the longest document
 };
 
 // A causal LM as the runtime sees it.

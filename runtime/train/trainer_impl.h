@@ -108,7 +108,8 @@ struct Trainer::Impl {
       return;
     }
     TESSERA_CHECK(lm.set_layout, "this model cannot take packed batches (CausalLm::set_layout is empty)");
-    lm.set_layout({device::to_device(b.position_ids, device), device::to_device(b.document_ids, device)});
+    lm.set_layout({device::to_device(b.position_ids, device), device::to_device(b.document_ids, device),
+                   device::to_device(b.cu_seqlens, device), b.max_seqlen});
   }
   // Forward of one batch: cross entropy summed over its targets (a 0-dim fp32 tensor on the device).
   // grad_scale: the loss scale backward will carry (fp16), a hint for the fused head.

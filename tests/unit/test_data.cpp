@@ -378,6 +378,18 @@ TEST_F(DataTest, TokenFileRoundTripLayoutAndValidation) {
 
 // Packing: rows hold several examples at restarted positions with their own document ids; labels
 // are targets only within an example (and only on target tokens for train_on=completion).
+TEST(DocumentOffsets, RowsEndDocumentsAndIdsChangeThem) {
+  // Two rows of 5: documents [0, 2), [2, 5) | [5, 8), [8, 10); the same id across a row's end is
+  // another document.
+  const auto [cu, longest] = tessera::data::document_offsets(
+      at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 2, 2}).view({2, 5}));
+  EXPECT_TRUE(cu.equal(at::tensor(std::vector<int32_t>{0, 2, 5, 8, 10})));
+  EXPECT_EQ(longest, 3);
+  const auto [one, l1] = tessera::data::document_offsets(at::zeros({3, 4}, at::kLong));
+  EXPECT_TRUE(one.equal(at::tensor(std::vector<int32_t>{0, 4, 8, 12})));
+  EXPECT_EQ(l1, 4);
+}
+
 TEST_F(DataTest, PackingPositionsDocumentsAndLabels) {
   std::string jsonl;
   std::vector<std::pair<std::string, std::string>> pcs;
@@ -429,6 +441,17 @@ TEST_F(DataTest, PackingPositionsDocumentsAndLabels) {
       EXPECT_EQ(b.document_ids[0][j].item<int64_t>(), doc[j]) << r << "," << j;
     }
     EXPECT_EQ(b.targets, targets);
+    if (!b.packed) continue;
+    // The variable-length kernel's offsets: each document's first token, then L.
+    std::vector<int32_t> starts;
+    int64_t longest = 0;
+    for (int64_t j = 0; j < L; ++j)
+      if (j == 0 || doc[j] != doc[j - 1]) starts.push_back(static_cast<int32_t>(j));
+    starts.push_back(static_cast<int32_t>(L));
+    for (size_t k = 0; k + 1 < starts.size(); ++k) longest = std::max<int64_t>(longest, starts[k + 1] - starts[k]);
+    ASSERT_EQ(b.cu_seqlens.numel(), static_cast<int64_t>(starts.size())) << r;
+    for (size_t k = 0; k < starts.size(); ++k) EXPECT_EQ(b.cu_seqlens[k].item<int32_t>(), starts[k]) << r;
+    EXPECT_EQ(b.max_seqlen, longest) << r;
   }
   // train_on = all: every token after an example's first is a target; never across examples.
   po.train_on_all = true;

@@ -831,6 +831,37 @@ std::pair<torch::Tensor, TokenLayout> packed_row(const std::vector<std::vector<i
 }
 }  // namespace
 
+// The variable-length kernel's contract (ops::varlen_attention; on the CPU its reference): the tokens
+// of packed rows, documents at cu_seqlens, give the attention of the [B, 1, T, T] document mask,
+// with GQA, with and without a sliding window; and the attention module's own layout transform
+// (AttentionImpl::varlen) gives it in the module's [B, nh, T, D] layout.
+TEST(LlamaPacking, VarlenAttentionEqualsTheDocumentMask) {
+  torch::manual_seed(12);
+  const int64_t B = 2, T = 9, nh = 4, nkv = 2, D = 8;
+  const torch::Tensor docs = torch::tensor(std::vector<int64_t>{0, 0, 0, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1, 1}).view({B, T});
+  const torch::Tensor cu = torch::tensor(std::vector<int32_t>{0, 3, 5, 9, 14, 18});
+  const torch::Tensor q = torch::randn({B, nh, T, D}), k = torch::randn({B, nkv, T, D}), v = torch::randn({B, nkv, T, D});
+  auto tokens = [&](const torch::Tensor& t) { return t.transpose(1, 2).reshape({B * T, t.size(1), D}); };
+  for (int64_t window : {0, 2}) {
+    const torch::Tensor masked = ops::causal_attention(q, ops::repeat_kv(k, nh / nkv), ops::repeat_kv(v, nh / nkv), window, docs);
+    const torch::Tensor got = ops::varlen_attention(tokens(q), tokens(k), tokens(v), cu, 5, window);
+    ASSERT_EQ(got.sizes(), (torch::IntArrayRef{B * T, nh, D}));
+    expect_close(got.view({B, T, nh, D}).transpose(1, 2), masked, 1e-5, "window " + std::to_string(window));
+  }
+  ModelConfig cfg = small_cfg(nh, nkv);
+  cfg.hidden_size = nh * D;
+  cfg.sliding_window = 2;
+  Attention attn(cfg, torch::TensorOptions());
+  TokenLayout layout;
+  layout.cu_seqlens = cu;
+  layout.max_seqlen = 5;
+  const torch::Tensor masked = ops::causal_attention(q, ops::repeat_kv(k, nh / nkv), ops::repeat_kv(v, nh / nkv), 2, docs);
+  expect_close(attn->varlen(q, k, v, layout), masked, 1e-5, "packed rows, window 2");
+  // No document offsets: each row one document (a sliding window over plain rows).
+  const torch::Tensor plain = ops::causal_attention(q, ops::repeat_kv(k, nh / nkv), ops::repeat_kv(v, nh / nkv), 2);
+  expect_close(attn->varlen(q, k, v, TokenLayout{}), plain, 1e-5, "plain rows, window 2");
+}
+
 // Documents packed into one row (positions restarting at 0, attention within each document) give
 // exactly the logits, and so the loss, of each document evaluated alone.
 TEST(LlamaPacking, PackedRowEqualsDocumentsOneByOne) {

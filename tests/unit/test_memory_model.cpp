@@ -179,6 +179,14 @@ TEST(ActivationFormula, GqaOnFlashKeepsKeysAndValuesAtTheirHeads) {
   cfg.sliding_window = 64;
   EXPECT_EQ(saved(repeated, 2), saved(gqa, 2));  // the window's mask: not the flash kernel
   EXPECT_FALSE(model::run_kernels(true, /*packed=*/true).gqa_attention);
+  // Packed rows and sliding windows on the variable-length flash kernel (LibTorch >= 2.6 on a GPU)
+  // keep K and V at their heads too, the window's rows included.
+  EXPECT_EQ(model::run_kernels(true, /*packed=*/true).varlen_attention, compat::kHasFlashVarlen);
+  EXPECT_FALSE(model::run_kernels(false, /*packed=*/true).varlen_attention);
+  model::Kernels varlen = repeated;
+  varlen.varlen_attention = true;
+  EXPECT_EQ(saved(repeated, 2) - saved(varlen, 2), 2 * 2 * B * T * (8 - 2) * D);  // cfg has its window here
+  EXPECT_EQ(saved(repeated, 4), saved(varlen, 4));  // fp32: not the flash kernel
   EXPECT_FALSE(model::run_kernels(false).gqa_attention);
   EXPECT_EQ(model::run_kernels(true).gqa_attention, compat::kHasSdpaGqa);
 }
