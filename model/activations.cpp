@@ -13,6 +13,7 @@ Kernels run_kernels(bool gpu, bool packed) {
   k.fused_attention = gpu || compat::kHasSdpa;
   k.gqa_attention = gpu && compat::kHasSdpaGqa && !packed;
   k.varlen_attention = gpu && compat::kHasFlashVarlen;
+  k.fused_norm = gpu;  // a GPU build installs the kernel when it picks the device
   k.device_head = gpu;
   k.widened_gemm = !gpu && ops::cpu_widens_bf16();
   return k;
@@ -71,6 +72,8 @@ int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, in
 //   heads merged (o_proj input)   p BT Hq  (explicit attention only: a copy)
 //   post_attention_layernorm      the residual sum's fp32 form 4 BT H, x^2 4 BT H (1.13), rsqrt 4 BT,
 //                                 normalised p BT H, output r2 p BT H
+//   (Kernels::fused_norm, a GPU's one-kernel RMSNorm: each norm keeps its input, p BT H, and rstd,
+//   4 BT, instead of the fp32 form, x^2, rsqrt and the normalised form; Qwen3's q/k norms likewise)
 //   mlp: gate, silu(gate), up, product   4 p BT I
 // The layer's output is the next layer's input (or the head's), counted there.
 //
@@ -104,21 +107,25 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   const int64_t norm_sq = 4 * BT * H;
   const int64_t norm = (compat::kMeanSavesInput ? norm_sq : 0) + 4 * BT + 2 * p * BT * H;
 
+  // The fused kernel's norm keeps its input (p BT H: the layer's input, the residual sum, the head's
+  // input), rstd and the output (or, in the head, x's gradient in its place).
+  const int64_t fused_norm = 4 * BT + p * BT * H;
+
   ActivationBytes a;
   a.layer_input = p * BT * H;
-  int64_t s = p == 4 ? a.layer_input : 0;
-  s += f32_copy + norm;                              // input_layernorm
+  int64_t s = p == 4 || k.fused_norm ? a.layer_input : 0;
+  s += k.fused_norm ? fused_norm : f32_copy + norm;  // input_layernorm
   // q, k^T, v (K and V at their own heads with GQA on the flash kernel), cos/sin
   const bool gqa = p != 4 && (k.varlen_attention || (k.gqa_attention && cfg.sliding_window == 0));
   const int64_t Hkv = (gqa ? cfg.num_key_value_heads : nh) * hd;
   s += p * BT * Hq + 2 * p * BT * Hkv + 2 * p * T * hd;
   if (cfg.qk_norm) {
     const int64_t kv = cfg.num_key_value_heads, features = BT * (nh + kv) * hd;
-    s += (4 + (compat::kMeanSavesInput ? 4 : 0) + p) * features + 4 * BT * (nh + kv);  // q_norm, k_norm
+    s += (k.fused_norm ? p : 4 + (compat::kMeanSavesInput ? 4 : 0) + p) * features + 4 * BT * (nh + kv);  // q_norm, k_norm
   }
   if (fused_attention) s += p * BT * Hq + 4 * B * nh * T;  // its output is also o_proj's input
   else s += T * T + 4 * scores + (p == 4 ? 0 : p * scores) + p * BT * Hq;  // + merged heads (o_proj input)
-  s += 4 * BT * H + norm;                            // post_attention_layernorm
+  s += k.fused_norm ? p * BT * H + fused_norm : 4 * BT * H + norm;  // post_attention_layernorm
   s += 4 * p * BT * I;                               // mlp
   a.layer_saved = s;
 
@@ -132,7 +139,7 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   }
 
   a.logits = p * BT * V;
-  a.head_saved = (p == 4 ? 4 * BT * H : f32_copy) + norm + p * V * H;
+  a.head_saved = (k.fused_norm ? p * BT * H + fused_norm : (p == 4 ? 4 * BT * H : f32_copy) + norm) + p * V * H;
   const int64_t c = std::min(BT, ops::linear_cross_entropy_chunk_rows(V, k.device_head));
   a.head_forward_transient = 4 * c * V + p * BT * H + 2 * p * BT * H + 32 * c + 16 * BT;
   // A 16-bit head also holds the chunk's logits in p bytes, its fp32 rows, the widened weight, and

@@ -22,6 +22,8 @@ void nf4_decode(const at::Tensor& bytes, int64_t, const Nf4KernelLayout&, bool, 
   not_built("nf4_decode of bytes on " + bytes.device().str());
 }
 
+void install_kernels() {}  // nothing to install: the model runs LibTorch's composites
+
 bool nccl_available() { return false; }
 
 comm::CommPtr make_nccl_communicator(comm::CommPtr, const std::string& name, int device) {

@@ -60,7 +60,7 @@
 #                  track bf16's within a stated tolerance (see the step)
 #   conformance    communicator conformance at world size 1, the test cases that run on the NCCL
 #                  communicator only (--gtest_filter; NCCL_DEBUG=VERSION's line shows NCCL initialised)
-#   fsdp_train     FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost and .PackedRowsInBf16MatchTheCpu (FSDP on the GPU vs the CPU)
+#   fsdp_train     DeviceKernels (own kernels vs their CPU references), FsdpDevice (FSDP on the GPU vs the CPU)
 #   nccl_timeout   NCCL watchdog: a collective that cannot start ends in a one-line Timeout error
 #                  within its timeout + slack (test_nccl_timeout)
 #   nccl_stall     with >= 2 GPUs: `tessera train` on 2 GPUs, rank 1 SIGSTOPped; every rank ends
@@ -253,7 +253,7 @@ for s in "${PLAN_AFTER_BUILD[@]}"; do wanted "$s" && SELECTED_AFTER_BUILD+=("$s"
 # cases that run on the NCCL communicator too (the others are MPI-only or skip NCCL), the CUDA FSDP
 # test, the NCCL watchdog test.
 CONFORMANCE_TESTS=CommConformance.AllGatherUnevenAllDtypesInAndOutOfPlace:CommConformance.ReduceScatterPadsUnevenSizes:CommConformance.AllReduceAllDtypesAndOps:CommConformance.BroadcastFromFirstAndLastRank:CommConformance.WidenedReduceScatterInSegments:CommConformance.LargeUnevenMessagesEveryOp:CommConformance.AsyncOperationsCompleteInIssueOrder:CommConformance.SynchronousHelpers:CommConformance.BadArgumentsAreInputErrors:CommConformance.HostDuplicateHasTheSameRanksOnTheHost
-FSDP_TESTS=FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost:FsdpDevice.PackedRowsInBf16MatchTheCpu
+FSDP_TESTS=DeviceKernels.FusedRmsNormEqualsItsReference:FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost:FsdpDevice.PackedRowsInBf16MatchTheCpu
 NCCL_TIMEOUT_TESTS=NcclWatchdog.StalledCollectiveTimesOutWithOneLineError
 
 mkdir -p "$RESULTS_DIR" "$LOGS" "$WORK/run"
@@ -602,6 +602,7 @@ fi
 if can_run fsdp_train; then
   step fsdp_train "${NP1[@]}" "$BUILD/bin/mpi_tests" --gtest_color=no --gtest_filter="$FSDP_TESTS"
   gtest_ran fsdp_train "$FSDP_TESTS"
+  gtest_verdict fsdp_train DeviceKernels.FusedRmsNormEqualsItsReference "the fused RMSNorm kernel equals its CPU reference"
   gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
   gtest_verdict fsdp_train FsdpDevice.PackedRowsInBf16MatchTheCpu "packed rows in bf16 (varlen flash where LibTorch >= 2.6) match the CPU"
   grep -h '^packed bf16 losses' "$LOGS/fsdp_train.log" | say_lines

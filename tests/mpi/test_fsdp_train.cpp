@@ -14,6 +14,7 @@
 #include "launcher/bootstrap.h"
 #include "launcher/device_select.h"
 #include "launcher/model_lm.h"
+#include "model/fused_rms_norm.h"
 #include "model/llama.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/mpi_backend.h"
@@ -27,6 +28,7 @@
 #include "runtime/train/trainer.h"
 #include "text/tokenizer.h"
 #include "tests/support/train_support.h"
+#include "util/device_kernels.h"
 
 namespace test_fsdp_train {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
@@ -610,6 +612,44 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
       train::Trainer tr(launcher::make_causal_lm(cfg), world_groups(), fo, t, test_dataset(test::kSeqLen), {});
       EXPECT_EQ(tr.resume(checkpoint::latest(dir)), t.train.steps);
       for (auto& [name, p] : gather_all(tr.engine())) EXPECT_TRUE(torch::equal(p, gpu_params.at(name))) << name;
+    }
+  }
+}
+
+// Tessera's own device kernels against their CPU references (util/device_kernels.h): the fused
+// RMSNorm's output, rstd and both gradients, fp32 and bf16, the 1.1B model's hidden size and a
+// head_dim-wide norm. The reference's sums run in another order (the kernel's block tree).
+TEST(DeviceKernels, FusedRmsNormEqualsItsReference) {
+  const auto& b = launcher::current();
+  launcher::DeviceContext ctx = launcher::device_context(b);
+  if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size))
+    GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
+  const c10::Device gpu = launcher::choose_device("cuda", ctx);  // installs the kernels
+  ASSERT_TRUE(model::ops::fused_rms_norm_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
+  torch::manual_seed(5);
+  for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
+    for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{300, 2048}, {4096, 128}, {7, 100}}) {
+      const torch::Tensor x = (torch::randn({rows, n}) * 2).to(dt), w = (torch::rand({n}) + 0.5).to(dt), gy = torch::randn({rows, n}).to(dt);
+      torch::Tensor y = torch::empty_like(x), rstd = torch::empty({rows}), gx = torch::empty_like(x), gw = torch::empty({n});
+      model::ops::rms_norm_reference_forward(x, w, 1e-5, y, rstd);
+      model::ops::rms_norm_reference_backward(gy, x, w, rstd, gx, gw);
+      const auto on = [&](const torch::Tensor& t) { return t.to(gpu); };
+      torch::Tensor dy = on(torch::empty_like(x)), drstd = on(torch::empty({rows})), dgx = on(torch::empty_like(x)), dgw = on(torch::empty({n}));
+      const util::DeviceKernels& k = util::device_kernels();
+      k.rms_norm_forward(on(x), on(w), 1e-5, dy, drstd);
+      k.rms_norm_backward(on(gy), on(x), on(w), drstd, dgx, dgw);
+      const std::string what = std::string(dt == torch::kFloat32 ? "fp32 " : "bf16 ") + std::to_string(rows) + "x" + std::to_string(n);
+      // fp32: the sums' order; bf16: one rounding step of the output where rstd's last bit differs.
+      const double tol = dt == torch::kFloat32 ? 1e-5 : 1.6e-2;
+      auto close = [&](const torch::Tensor& got, const torch::Tensor& want, const char* name) {
+        const torch::Tensor g = got.cpu().to(torch::kFloat64), r = want.to(torch::kFloat64);
+        const double scale = std::max(1.0, r.abs().max().item<double>());
+        EXPECT_LE((g - r).abs().max().item<double>(), tol * scale) << what << " " << name;
+      };
+      close(drstd, rstd, "rstd");
+      close(dy, y, "output");
+      close(dgx, gx, "input gradient");
+      close(dgw, gw, "weight gradient");
     }
   }
 }

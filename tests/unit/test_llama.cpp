@@ -12,6 +12,7 @@
 
 #include "model/config.h"
 #include "model/errors.h"
+#include "model/fused_rms_norm.h"
 #include "model/llama.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/profile/step_profile.h"
@@ -769,6 +770,35 @@ TEST(StackedLinear, DecoderLayerOnAFlatBufferTakesFewerOperators) {
     expect_close(pa[i].second.grad(), pb[i].second.grad(), rel(pa[i].second.grad()), pa[i].first);
   std::printf("decoder layer forward + backward: %ld operators apart, %ld on a flat buffer\n", (long)ops_a, (long)ops_b);
   EXPECT_LT(ops_b, ops_a);
+}
+
+// The fused RMSNorm's reference (the device kernel's contract, model/fused_rms_norm.h) against the
+// composite ops::rms_norm: output and both gradients, fp32 and bf16, the hidden size and Qwen3's
+// per-head norm (rows of head_dim).
+TEST(FusedRmsNorm, ReferenceEqualsTheComposite) {
+  torch::manual_seed(17);
+  for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 7, 96}, std::vector<int64_t>{2, 5, 4, 48}}) {
+      const int64_t n = shape.back();
+      const torch::Tensor x0 = (torch::randn(shape) * 3).to(dt), w0 = (torch::rand({n}) + 0.5).to(dt), g = torch::randn(shape).to(dt);
+      torch::Tensor xa = x0.clone().requires_grad_(), wa = w0.clone().requires_grad_();
+      torch::Tensor xb = x0.clone().requires_grad_(), wb = w0.clone().requires_grad_();
+      const torch::Tensor ya = ops::rms_norm(xa, wa, 1e-5);  // the composite (a CPU tensor)
+      const torch::Tensor yb = ops::fused_rms_norm(xb, wb, 1e-5);
+      ya.backward(g);
+      yb.backward(g);
+      const std::string what = std::string(dt == torch::kFloat32 ? "fp32" : "bf16") + " n=" + std::to_string(n);
+      // fp32: float rounding; bf16: one rounding of the output (2^-8 relative) where rstd's last bit differs.
+      const double out_tol = dt == torch::kFloat32 ? 1e-5 : 0.02, grad_tol = dt == torch::kFloat32 ? 1e-4 : 0.05;
+      auto scaled = [](const torch::Tensor& t) { return std::max(1.0, t.abs().max().item<double>()); };
+      expect_close(yb, ya, out_tol * scaled(ya), what + " output");
+      expect_close(xb.grad(), xa.grad(), grad_tol * scaled(xa.grad()), what + " input gradient");
+      expect_close(wb.grad(), wa.grad(), grad_tol * scaled(wa.grad()), what + " weight gradient");
+      EXPECT_EQ(yb.scalar_type(), dt);
+      EXPECT_EQ(wb.grad().scalar_type(), dt);
+    }
+  }
+  EXPECT_FALSE(ops::fused_rms_norm_runs(torch::zeros({2, 4})));  // the CPU keeps the composite
 }
 
 TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {

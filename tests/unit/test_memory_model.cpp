@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "model/activations.h"
+#include "model/fused_rms_norm.h"
 #include "util/torch_compat.h"
 #include "model/llama.h"
 #include "model/stacked_linear.h"
@@ -158,6 +159,38 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
       check_bound("head bwd", m.head_bwd, f.head_backward_transient);
     }
   }
+}
+
+// The one-kernel RMSNorm (Kernels::fused_norm, model/fused_rms_norm.h) keeps its input and one fp32
+// rstd per row -- measured here on its CPU reference, which autograd sees as the GPU's kernel -- and
+// the formula counts that for each norm in place of the composite's fp32 form and normalised form.
+TEST(ActivationFormula, FusedNormKeepsItsInputAndRstd) {
+  memory::install();
+  const int64_t B = 2, T = 64, H = 256;
+  for (torch::Dtype dt : {torch::kBFloat16, torch::kFloat}) {
+    const int p = dt == torch::kFloat ? 4 : 2;
+    const torch::Tensor w = torch::ones({H}, dt);
+    const torch::Tensor leaf = torch::zeros({1, 1, H}, dt).requires_grad_(true);
+    const torch::Tensor noise = torch::randn({B, T, H}).to(dt);
+    memory::Scope scope(memory::Category::Activations);
+    const int64_t before = memory::live().total();
+    torch::Tensor x = noise + leaf, y = model::ops::fused_rms_norm(x, w, 1e-5);
+    x = torch::Tensor();
+    const int64_t saved = memory::live().total() - before - bytes(y);
+    EXPECT_EQ(saved, p * B * T * H + 4 * B * T) << "input and rstd";
+  }
+  model::ModelConfig cfg = model::ModelConfig::preset("tiny");
+  model::Kernels plain, fused;
+  fused.fused_norm = true;
+  const int64_t BT = 2 * 128, H2 = cfg.hidden_size;
+  const auto a = model::activation_bytes(cfg, 2, 128, 2, plain), f = model::activation_bytes(cfg, 2, 128, 2, fused);
+  // bf16 on 1.13 (mean keeps x^2): each of the layer's two norms drops 4 BT H (fp32 form) + 4 BT H (x^2)
+  // + 2 BT H (normalised) and keeps its input instead; the head's norm likewise.
+  const int64_t sq = compat::kMeanSavesInput ? 4 * BT * H2 : 0;
+  EXPECT_EQ(a.layer_saved - f.layer_saved, 2 * (4 * BT * H2 + sq + 2 * BT * H2) - 2 * 2 * BT * H2);
+  EXPECT_EQ(a.head_saved - f.head_saved, 4 * BT * H2 + sq + 2 * BT * H2 - 2 * BT * H2);
+  EXPECT_EQ(model::run_kernels(true).fused_norm, true);
+  EXPECT_EQ(model::run_kernels(false).fused_norm, false);
 }
 
 // GQA on the flash kernel (Kernels::gqa_attention: LibTorch >= 2.5 on a GPU) saves K and V at

@@ -1,0 +1,131 @@
+#include "model/fused_rms_norm.h"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#include "util/device_kernels.h"
+
+namespace tessera::model::ops {
+
+namespace {
+
+// x's dtype, as the kernel rounds: a float through T and back.
+template <typename T>
+float round_to(float v) {
+  return static_cast<float>(static_cast<T>(v));
+}
+
+template <typename T>
+void forward_rows(const T* x, const T* w, float eps, int64_t n, T* y, float* rstd, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * n;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) acc += static_cast<float>(xr[j]) * static_cast<float>(xr[j]);
+    const float s = 1.0f / std::sqrt(acc / static_cast<float>(n) + eps);
+    rstd[r] = s;
+    for (int64_t j = 0; j < n; ++j)
+      y[r * n + j] = static_cast<T>(static_cast<float>(w[j]) * round_to<T>(static_cast<float>(xr[j]) * s));
+  }
+}
+
+template <typename T>
+void backward_rows(const T* gy, const T* x, const T* w, const float* rstd, int64_t n, T* gx, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *gr = gy + r * n, *xr = x + r * n;
+    float dot = 0.0f;
+    for (int64_t j = 0; j < n; ++j) dot += round_to<T>(static_cast<float>(gr[j]) * static_cast<float>(w[j])) * static_cast<float>(xr[j]);
+    const float s = rstd[r], coef = s * s * s * dot / static_cast<float>(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const float g = round_to<T>(static_cast<float>(gr[j]) * static_cast<float>(w[j]));
+      gx[r * n + j] = static_cast<T>(s * g - coef * static_cast<float>(xr[j]));
+    }
+  }
+}
+
+template <typename T>
+void weight_grad(const T* gy, const T* x, const float* rstd, int64_t rows, int64_t n, float* gw) {
+  at::parallel_for(0, n, 256, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      float acc = 0.0f;
+      for (int64_t r = 0; r < rows; ++r)
+        acc += static_cast<float>(gy[r * n + j]) * round_to<T>(static_cast<float>(x[r * n + j]) * rstd[r]);
+      gw[j] = acc;
+    }
+  });
+}
+
+// Calls f.template operator()<T>() for x's dtype (fp32, bf16, fp16).
+template <typename F>
+void on_dtype(const at::Tensor& x, F&& f) {
+  switch (x.scalar_type()) {
+    case at::kFloat: return f(float{});
+    case at::kBFloat16: return f(c10::BFloat16{});
+    case at::kHalf: return f(c10::Half{});
+    default: TORCH_CHECK(false, "rms_norm: fp32, bf16 or fp16, got ", x.scalar_type());
+  }
+}
+
+struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               double eps) {
+    const int64_t n = x.size(-1);
+    const torch::Tensor x2 = x.reshape({-1, n}).contiguous(), w1 = w.contiguous();
+    torch::Tensor y = torch::empty_like(x2);
+    torch::Tensor rstd = torch::empty({x2.size(0)}, x2.options().dtype(torch::kFloat));
+    if (x2.is_cpu()) rms_norm_reference_forward(x2, w1, eps, y, rstd);
+    else util::device_kernels().rms_norm_forward(x2, w1, eps, y, rstd);
+    ctx->save_for_backward({x2, w1, rstd});
+    return y.view(x.sizes());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x2 = saved[0], &w = saved[1], &rstd = saved[2];
+    const torch::Tensor gy = grad[0].reshape({-1, x2.size(1)}).contiguous();
+    torch::Tensor gx = torch::empty_like(x2);
+    torch::Tensor gw = torch::empty({x2.size(1)}, x2.options().dtype(torch::kFloat));
+    if (x2.is_cpu()) rms_norm_reference_backward(gy, x2, w, rstd, gx, gw);
+    else util::device_kernels().rms_norm_backward(gy, x2, w, rstd, gx, gw);
+    return {gx.view(grad[0].sizes()), gw.to(w.scalar_type()), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+void rms_norm_reference_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& y,
+                                const at::Tensor& rstd) {
+  const int64_t rows = x.size(0), n = x.size(1);
+  on_dtype(x, [&](auto t) {
+    using T = decltype(t);
+    const T *xp = x.data_ptr<T>(), *wp = w.data_ptr<T>();
+    T* yp = y.data_ptr<T>();
+    float* sp = rstd.data_ptr<float>();
+    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) { forward_rows(xp, wp, static_cast<float>(eps), n, yp, sp, r0, r1); });
+  });
+}
+
+void rms_norm_reference_backward(const at::Tensor& gy, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
+                                 const at::Tensor& gx, const at::Tensor& gw) {
+  const int64_t rows = x.size(0), n = x.size(1);
+  on_dtype(x, [&](auto t) {
+    using T = decltype(t);
+    const T *gp = gy.data_ptr<T>(), *xp = x.data_ptr<T>(), *wp = w.data_ptr<T>();
+    const float* sp = rstd.data_ptr<float>();
+    T* gxp = gx.data_ptr<T>();
+    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) { backward_rows(gp, xp, wp, sp, n, gxp, r0, r1); });
+    weight_grad(gp, xp, sp, rows, n, gw.data_ptr<float>());
+  });
+}
+
+bool fused_rms_norm_runs(const torch::Tensor& x) {
+  return !x.is_cpu() && util::device_kernels().rms_norm_forward != nullptr && util::device_kernels().rms_norm_backward != nullptr;
+}
+
+torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  TORCH_CHECK(x.is_cpu() || fused_rms_norm_runs(x), "fused_rms_norm: no kernel installed for ", x.device());
+  TORCH_CHECK(w.dim() == 1 && w.size(0) == x.size(-1) && w.scalar_type() == x.scalar_type(),
+              "fused_rms_norm: weight [", x.size(-1), "] of x's dtype");
+  return FusedRmsNorm::apply(x, w, eps);
+}
+
+}  // namespace tessera::model::ops

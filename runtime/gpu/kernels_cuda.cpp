@@ -1,0 +1,68 @@
+// Tessera's own kernels for model/, installed into util::device_kernels() (gpu.h's install_kernels):
+// the fused RMSNorm (rms_norm.cu) on the current stream of x's device. The caller
+// (model/fused_rms_norm.cpp) made x, gy contiguous [rows, n] and allocated the outputs on x's
+// device. Empty unless TESSERA_WITH_CUDA.
+#include "runtime/gpu/gpu.h"
+
+#ifdef TESSERA_WITH_CUDA
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/gpu/rms_norm_kernel.h"
+#include "util/device_kernels.h"
+#include "util/error.h"
+
+namespace tessera::gpu {
+
+namespace {
+
+KernelDtype kernel_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return KernelDtype::F32;
+    case at::kBFloat16: return KernelDtype::BF16;
+    case at::kHalf: return KernelDtype::F16;
+    default: throw Error(ErrorKind::Internal, "rms_norm kernel: fp32, bf16 or fp16 only, got " + std::string(c10::toString(t.scalar_type())));
+  }
+}
+
+void check_launch(int rc, const char* what) {
+  if (rc != 0)
+    throw Error(ErrorKind::Internal, std::string(what) + " kernel launch failed: " + cudaGetErrorString(static_cast<cudaError_t>(rc)));
+}
+
+void* stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+void rms_norm_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& y, const at::Tensor& rstd) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  check_launch(rms_norm_forward_launch(x.data_ptr(), w.data_ptr(), x.size(0), x.size(1), static_cast<float>(eps), kernel_dtype(x),
+                                       y.data_ptr(), rstd.data_ptr<float>(), stream_of(x)),
+               "rms_norm forward");
+}
+
+void rms_norm_backward(const at::Tensor& gy, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
+                       const at::Tensor& gx, const at::Tensor& gw) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  // The weight gradient in slices of at least 64 rows, at most 256 slices: partial sums, then their sum.
+  const int64_t rows = x.size(0), chunks = std::max<int64_t>(1, std::min<int64_t>(256, rows / 64));
+  const at::Tensor partial = at::empty({chunks, x.size(1)}, x.options().dtype(at::kFloat));
+  check_launch(rms_norm_backward_launch(gy.data_ptr(), x.data_ptr(), w.data_ptr(), rstd.data_ptr<float>(), rows, x.size(1),
+                                        kernel_dtype(x), gx.data_ptr(), partial.data_ptr<float>(), chunks, stream_of(x)),
+               "rms_norm backward");
+  at::sum_out(const_cast<at::Tensor&>(gw), partial, 0);
+}
+
+}  // namespace
+
+void install_kernels() {
+  util::DeviceKernels& k = util::device_kernels();
+  k.rms_norm_forward = &rms_norm_forward;
+  k.rms_norm_backward = &rms_norm_backward;
+}
+
+}  // namespace tessera::gpu
+#endif

@@ -1,0 +1,34 @@
+// Kernels of Tessera's own that model/ runs on a device without depending on runtime/, where they
+// live: runtime/gpu installs them (gpu::install_kernels, called by the launcher when it picks a CUDA
+// device). Where none is installed (a CPU build, a CPU run) the pointers are null and the model runs
+// LibTorch's composite. Each kernel has a CPU reference with the same contract in model/ (the CPU
+// build tests it against the composite; the GPU run tests the kernel against it).
+//
+// THREADS: installed once, before a model runs; read by the threads that run it.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace tessera::util {
+
+// RMSNorm over the last dimension of x [rows, n] (contiguous; fp32, bf16 or fp16) with weight w [n]
+// of x's dtype, rounded as Hugging Face's LlamaRMSNorm: rstd = 1 / sqrt(mean(x^2) + eps) in fp32,
+// h = x * rstd rounded to x's dtype, y = w * h rounded to x's dtype. Writes y [rows, n] and rstd
+// [rows] (fp32, for backward), all allocated by the caller on x's device.
+using RmsNormForward = void (*)(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& y,
+                                const at::Tensor& rstd);
+// Its backward from gy [rows, n]: gx [rows, n] (x's dtype) and gw [n] (fp32, summed over the rows),
+// with g = gy * w rounded to x's dtype (as the composite's product), gx = rstd g - rstd^3 x sum(g x) / n.
+using RmsNormBackward = void (*)(const at::Tensor& gy, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
+                                 const at::Tensor& gx, const at::Tensor& gw);
+
+struct DeviceKernels {
+  RmsNormForward rms_norm_forward = nullptr;
+  RmsNormBackward rms_norm_backward = nullptr;
+};
+
+inline DeviceKernels& device_kernels() {
+  static DeviceKernels k;
+  return k;
+}
+
+}  // namespace tessera::util
