@@ -13,7 +13,7 @@ Kernels run_kernels(bool gpu, bool packed) {
   k.fused_attention = gpu || compat::kHasSdpa;
   k.gqa_attention = gpu && compat::kHasSdpaGqa && !packed;
   k.varlen_attention = gpu && compat::kHasFlashVarlen;
-  k.fused_norm = gpu;  // a GPU build installs the kernel when it picks the device
+  k.fused_norm = k.fused_swiglu = gpu;  // a GPU build installs the kernels when it picks the device
   k.device_head = gpu;
   k.widened_gemm = !gpu && ops::cpu_widens_bf16();
   return k;
@@ -74,7 +74,8 @@ int64_t widened_layer_transient(const ModelConfig& cfg, int64_t B, int64_t T, in
 //                                 normalised p BT H, output r2 p BT H
 //   (Kernels::fused_norm, a GPU's one-kernel RMSNorm: each norm keeps its input, p BT H, and rstd,
 //   4 BT, instead of the fp32 form, x^2, rsqrt and the normalised form; Qwen3's q/k norms likewise)
-//   mlp: gate, silu(gate), up, product   4 p BT I
+//   mlp: gate, silu(gate), up, product   4 p BT I (Kernels::fused_swiglu: gate and up's one
+//                                          product and the product of the two, 3 p BT I)
 // The layer's output is the next layer's input (or the head's), counted there.
 //
 // head: final norm as post_attention_layernorm (its input's fp32 form is the input itself when
@@ -126,7 +127,7 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
   if (fused_attention) s += p * BT * Hq + 4 * B * nh * T;  // its output is also o_proj's input
   else s += T * T + 4 * scores + (p == 4 ? 0 : p * scores) + p * BT * Hq;  // + merged heads (o_proj input)
   s += k.fused_norm ? p * BT * H + fused_norm : 4 * BT * H + norm;  // post_attention_layernorm
-  s += 4 * p * BT * I;                               // mlp
+  s += (k.fused_swiglu ? 3 : 4) * p * BT * I;         // mlp
   a.layer_saved = s;
 
   a.layer_forward_transient = fused_attention ? 2 * p * BT * H + (compat::kMeanSavesInput ? 0 : norm_sq)

@@ -39,9 +39,12 @@ struct Kernels {
   // Packed rows and sliding windows run on the variable-length flash kernel (ops::varlen_attention:
   // LibTorch >= 2.6 on a GPU, 16-bit compute): K and V at their own heads, no mask.
   bool varlen_attention = false;
-  // RMSNorm as one kernel (model/fused_rms_norm.h: runtime/gpu's, installed on a CUDA device): it
+  // RMSNorm as one kernel (model/fused_ops.h: runtime/gpu's, installed on a CUDA device): it
   // keeps its input and an fp32 rstd per row instead of the input's fp32 form and its normalised form.
   bool fused_norm = false;
+  // SwiGLU as one kernel over the one product of gate and up (model/fused_ops.h): it keeps that
+  // product (2 I per row) instead of gate, silu(gate) and up.
+  bool fused_swiglu = false;
   // The fused head's chunks are a device's (512 MiB of fp32 logits, not the CPU's 64 MiB:
   // ops::linear_cross_entropy_chunk_rows).
   bool device_head = false;

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "model/errors.h"
-#include "model/fused_rms_norm.h"
+#include "model/fused_ops.h"
 #include "model/linear_cross_entropy.h"
 #include "model/stacked_linear.h"
 #include "model/widened_gemm.h"
@@ -21,7 +21,7 @@ namespace tessera::model {
 namespace ops {
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (fused_rms_norm_runs(x)) return fused_rms_norm(x, weight, eps);  // one kernel each way (model/fused_rms_norm.h)
+  if (fused_rms_norm_runs(x)) return fused_rms_norm(x, weight, eps);  // one kernel each way (model/fused_ops.h)
   auto h = x.to(torch::kFloat32);
   auto variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * torch::rsqrt(variance + eps);
@@ -166,6 +166,8 @@ torch::Tensor varlen_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down) {
+  if (fused_swiglu_runs(x) && rows_adjacent({gate, up}))  // one product, one kernel each way (model/fused_ops.h)
+    return ops::linear(fused_swiglu(ops::linear(x, stacked_rows({gate, up}))), down);
   const std::vector<torch::Tensor> gate_up = linear_stacked(x, {gate, up});  // one product where adjacent
   return ops::linear(torch::silu(gate_up[0]) * gate_up[1], down);
 }

@@ -21,9 +21,20 @@ using RmsNormForward = void (*)(const at::Tensor& x, const at::Tensor& w, double
 using RmsNormBackward = void (*)(const at::Tensor& gy, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd,
                                  const at::Tensor& gx, const at::Tensor& gw);
 
+// SwiGLU of gate and up side by side, gu [rows, 2 I] (contiguous: gate in columns [0, I), up in
+// [I, 2 I), as one product of the adjacent weights gives them): h [rows, I] = round(round(silu(g)) u)
+// with silu(g) = g / (1 + exp(-g)) in fp32 -- the composite's roundings in gu's dtype.
+using SwigluForward = void (*)(const at::Tensor& gu, const at::Tensor& h);
+// Its backward from gh [rows, I] into ggu [rows, 2 I] (gate's gradient, then up's): with s = silu(g)
+// and sg = 1 / (1 + exp(-g)), gs = round(gh u), g_up = round(gh round(s)),
+// g_gate = round(gs sg (1 + g (1 - sg))).
+using SwigluBackward = void (*)(const at::Tensor& gh, const at::Tensor& gu, const at::Tensor& ggu);
+
 struct DeviceKernels {
   RmsNormForward rms_norm_forward = nullptr;
   RmsNormBackward rms_norm_backward = nullptr;
+  SwigluForward swiglu_forward = nullptr;
+  SwigluBackward swiglu_backward = nullptr;
 };
 
 inline DeviceKernels& device_kernels() {

@@ -1,7 +1,7 @@
 // Tessera's own kernels for model/, installed into util::device_kernels() (gpu.h's install_kernels):
-// the fused RMSNorm (rms_norm.cu) on the current stream of x's device. The caller
-// (model/fused_rms_norm.cpp) made x, gy contiguous [rows, n] and allocated the outputs on x's
-// device. Empty unless TESSERA_WITH_CUDA.
+// the fused RMSNorm (rms_norm.cu) and SwiGLU (swiglu.cu) on the current stream of the input's
+// device. The caller (model/fused_ops.cpp) made the inputs contiguous 2-D and allocated the outputs
+// on their device. Empty unless TESSERA_WITH_CUDA.
 #include "runtime/gpu/gpu.h"
 
 #ifdef TESSERA_WITH_CUDA
@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/gpu/rms_norm_kernel.h"
+#include "runtime/gpu/layer_kernels.h"
 #include "util/device_kernels.h"
 #include "util/error.h"
 
@@ -26,7 +26,7 @@ KernelDtype kernel_dtype(const at::Tensor& t) {
     case at::kFloat: return KernelDtype::F32;
     case at::kBFloat16: return KernelDtype::BF16;
     case at::kHalf: return KernelDtype::F16;
-    default: throw Error(ErrorKind::Internal, "rms_norm kernel: fp32, bf16 or fp16 only, got " + std::string(c10::toString(t.scalar_type())));
+    default: throw Error(ErrorKind::Internal, "layer kernels: fp32, bf16 or fp16 only, got " + std::string(c10::toString(t.scalar_type())));
   }
 }
 
@@ -56,12 +56,27 @@ void rms_norm_backward(const at::Tensor& gy, const at::Tensor& x, const at::Tens
   at::sum_out(const_cast<at::Tensor&>(gw), partial, 0);
 }
 
+void swiglu_forward(const at::Tensor& gu, const at::Tensor& h) {
+  const c10::cuda::CUDAGuard guard(gu.device());
+  check_launch(swiglu_forward_launch(gu.data_ptr(), gu.size(0), gu.size(1) / 2, kernel_dtype(gu), h.data_ptr(), stream_of(gu)),
+               "swiglu forward");
+}
+
+void swiglu_backward(const at::Tensor& gh, const at::Tensor& gu, const at::Tensor& ggu) {
+  const c10::cuda::CUDAGuard guard(gu.device());
+  check_launch(swiglu_backward_launch(gh.data_ptr(), gu.data_ptr(), gu.size(0), gu.size(1) / 2, kernel_dtype(gu), ggu.data_ptr(),
+                                      stream_of(gu)),
+               "swiglu backward");
+}
+
 }  // namespace
 
 void install_kernels() {
   util::DeviceKernels& k = util::device_kernels();
   k.rms_norm_forward = &rms_norm_forward;
   k.rms_norm_backward = &rms_norm_backward;
+  k.swiglu_forward = &swiglu_forward;
+  k.swiglu_backward = &swiglu_backward;
 }
 
 }  // namespace tessera::gpu

@@ -1,39 +1,19 @@
-// Fused RMSNorm (rms_norm_kernel.h): forward one block per row (sum of squares, then the output);
+// Fused RMSNorm (layer_kernels.h): forward one block per row (sum of squares, then the output);
 // backward one block per row for the input gradient, and a column kernel for the weight gradient's
 // partial sums. Products and sums are written with __fmul_rn / __fadd_rn so that nvcc does not fuse
-// them into FMAs the reference (model/fused_rms_norm.cpp) does not do.
+// them into FMAs the reference (model/fused_ops.cpp) does not do.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "runtime/gpu/rms_norm_kernel.h"
+#include "runtime/gpu/kernel_dtypes.cuh"
+#include "runtime/gpu/layer_kernels.h"
 
 namespace tessera::gpu {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__device__ inline float to_f32(T v);
-template <>
-__device__ inline float to_f32<float>(float v) { return v; }
-template <>
-__device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ inline float to_f32<__half>(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ inline T from_f32(float v);
-template <>
-__device__ inline float from_f32<float>(float v) { return v; }
-template <>
-__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
-
-template <typename T>
-__device__ inline float rounded(float v) { return to_f32<T>(from_f32<T>(v)); }
 
 // The block's sum of v (every thread gets it).
 __device__ float block_sum(float v) {

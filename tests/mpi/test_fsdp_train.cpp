@@ -14,7 +14,7 @@
 #include "launcher/bootstrap.h"
 #include "launcher/device_select.h"
 #include "launcher/model_lm.h"
-#include "model/fused_rms_norm.h"
+#include "model/fused_ops.h"
 #include "model/llama.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/mpi_backend.h"
@@ -650,6 +650,35 @@ TEST(DeviceKernels, FusedRmsNormEqualsItsReference) {
       close(dy, y, "output");
       close(dgx, gx, "input gradient");
       close(dgw, gw, "weight gradient");
+    }
+  }
+}
+
+// The fused SwiGLU kernel against its reference: output and gradient, fp32 and bf16, the 1.1B
+// model's intermediate size.
+TEST(DeviceKernels, FusedSwigluEqualsItsReference) {
+  const auto& b = launcher::current();
+  launcher::DeviceContext ctx = launcher::device_context(b);
+  if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size))
+    GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
+  const c10::Device gpu = launcher::choose_device("cuda", ctx);  // installs the kernels
+  ASSERT_TRUE(model::ops::fused_swiglu_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
+  torch::manual_seed(6);
+  for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
+    const int64_t rows = 1000, inter = 5632;
+    const torch::Tensor gu = (torch::randn({rows, 2 * inter}) * 3).to(dt), gh = torch::randn({rows, inter}).to(dt);
+    torch::Tensor h = torch::empty({rows, inter}, dt), ggu = torch::empty_like(gu);
+    model::ops::swiglu_reference_forward(gu, h);
+    model::ops::swiglu_reference_backward(gh, gu, ggu);
+    torch::Tensor dh = torch::empty({rows, inter}, torch::TensorOptions().dtype(dt).device(gpu)), dggu = torch::empty_like(gu.to(gpu));
+    util::device_kernels().swiglu_forward(gu.to(gpu), dh);
+    util::device_kernels().swiglu_backward(gh.to(gpu), gu.to(gpu), dggu);
+    // fp32: expf against the CPU's exp, a few ulps; bf16: one rounding step where that moves silu's rounding.
+    const double tol = dt == torch::kFloat32 ? 1e-5 : 1.6e-2;
+    for (const auto& [got, want, name] : {std::tuple{dh, h, "output"}, std::tuple{dggu, ggu, "gradient"}}) {
+      const torch::Tensor g = got.cpu().to(torch::kFloat64), r = want.to(torch::kFloat64);
+      EXPECT_LE((g - r).abs().max().item<double>(), tol * std::max(1.0, r.abs().max().item<double>()))
+          << (dt == torch::kFloat32 ? "fp32 " : "bf16 ") << name;
     }
   }
 }

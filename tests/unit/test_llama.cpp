@@ -12,7 +12,7 @@
 
 #include "model/config.h"
 #include "model/errors.h"
-#include "model/fused_rms_norm.h"
+#include "model/fused_ops.h"
 #include "model/llama.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/profile/step_profile.h"
@@ -772,7 +772,7 @@ TEST(StackedLinear, DecoderLayerOnAFlatBufferTakesFewerOperators) {
   EXPECT_LT(ops_b, ops_a);
 }
 
-// The fused RMSNorm's reference (the device kernel's contract, model/fused_rms_norm.h) against the
+// The fused RMSNorm's reference (the device kernel's contract, model/fused_ops.h) against the
 // composite ops::rms_norm: output and both gradients, fp32 and bf16, the hidden size and Qwen3's
 // per-head norm (rows of head_dim).
 TEST(FusedRmsNorm, ReferenceEqualsTheComposite) {
@@ -799,6 +799,28 @@ TEST(FusedRmsNorm, ReferenceEqualsTheComposite) {
     }
   }
   EXPECT_FALSE(ops::fused_rms_norm_runs(torch::zeros({2, 4})));  // the CPU keeps the composite
+}
+
+// The fused SwiGLU's reference (model/fused_ops.h) against the composite silu(gate) * up over the
+// one product of gate and up: output and gradient, fp32 and bf16.
+TEST(FusedSwiglu, ReferenceEqualsTheComposite) {
+  torch::manual_seed(23);
+  for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
+    const torch::Tensor gu0 = (torch::randn({3, 5, 2 * 40}) * 3).to(dt), g = torch::randn({3, 5, 40}).to(dt);
+    torch::Tensor a = gu0.clone().requires_grad_(), b = gu0.clone().requires_grad_();
+    const torch::Tensor ya = torch::silu(a.narrow(-1, 0, 40)) * a.narrow(-1, 40, 40);
+    const torch::Tensor yb = ops::fused_swiglu(b);
+    ya.backward(g);
+    yb.backward(g);
+    const std::string what = dt == torch::kFloat32 ? "fp32" : "bf16";
+    // fp32: float rounding; bf16: where exp's last bit moves silu's rounding, one bf16 step (2^-8).
+    const double tol = dt == torch::kFloat32 ? 1e-5 : 0.02;
+    auto scaled = [](const torch::Tensor& t) { return std::max(1.0, t.abs().max().item<double>()); };
+    expect_close(yb, ya, tol * scaled(ya), what + " output");
+    expect_close(b.grad(), a.grad(), tol * scaled(a.grad()), what + " gradient");
+    EXPECT_EQ(yb.sizes(), ya.sizes());
+  }
+  EXPECT_FALSE(ops::fused_swiglu_runs(torch::zeros({2, 4})));  // the CPU keeps the composite
 }
 
 TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {

@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "model/activations.h"
-#include "model/fused_rms_norm.h"
+#include "model/fused_ops.h"
 #include "util/torch_compat.h"
 #include "model/llama.h"
 #include "model/stacked_linear.h"
@@ -161,7 +161,7 @@ TEST(ActivationFormula, MatchesTrackedForwardAndBackward) {
   }
 }
 
-// The one-kernel RMSNorm (Kernels::fused_norm, model/fused_rms_norm.h) keeps its input and one fp32
+// The one-kernel RMSNorm (Kernels::fused_norm, model/fused_ops.h) keeps its input and one fp32
 // rstd per row -- measured here on its CPU reference, which autograd sees as the GPU's kernel -- and
 // the formula counts that for each norm in place of the composite's fp32 form and normalised form.
 TEST(ActivationFormula, FusedNormKeepsItsInputAndRstd) {
@@ -191,6 +191,27 @@ TEST(ActivationFormula, FusedNormKeepsItsInputAndRstd) {
   EXPECT_EQ(a.head_saved - f.head_saved, 4 * BT * H2 + sq + 2 * BT * H2 - 2 * BT * H2);
   EXPECT_EQ(model::run_kernels(true).fused_norm, true);
   EXPECT_EQ(model::run_kernels(false).fused_norm, false);
+}
+
+// The one-kernel SwiGLU (Kernels::fused_swiglu) keeps gate and up's one product only: measured on its
+// CPU reference; the formula's mlp term is then 3 p BT I (with the product down_proj keeps).
+TEST(ActivationFormula, FusedSwigluKeepsTheGateUpProductOnly) {
+  memory::install();
+  const int64_t BT = 96, I = 160;
+  const torch::Tensor noise = torch::randn({BT, 2 * I}).to(torch::kBFloat16);
+  const torch::Tensor leaf = torch::zeros({1, 2 * I}, torch::kBFloat16).requires_grad_(true);
+  memory::Scope scope(memory::Category::Activations);
+  const int64_t before = memory::live().total();
+  torch::Tensor gu = noise + leaf, h = model::ops::fused_swiglu(gu);
+  gu = torch::Tensor();
+  EXPECT_EQ(memory::live().total() - before - bytes(h), 2 * BT * 2 * I);
+  model::ModelConfig cfg = model::ModelConfig::preset("tiny");
+  model::Kernels plain, fused;
+  fused.fused_swiglu = true;
+  EXPECT_EQ(model::activation_bytes(cfg, 2, 64, 2, plain).layer_saved - model::activation_bytes(cfg, 2, 64, 2, fused).layer_saved,
+            2 * 2 * 64 * cfg.intermediate_size);
+  EXPECT_TRUE(model::run_kernels(true).fused_swiglu);
+  EXPECT_FALSE(model::run_kernels(false).fused_swiglu);
 }
 
 // GQA on the flash kernel (Kernels::gqa_attention: LibTorch >= 2.5 on a GPU) saves K and V at

@@ -1,4 +1,4 @@
-#include "model/fused_rms_norm.h"
+#include "model/fused_ops.h"
 
 #include <ATen/Parallel.h>
 
@@ -55,6 +55,30 @@ void weight_grad(const T* gy, const T* x, const float* rstd, int64_t rows, int64
   });
 }
 
+float sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
+float silu(float g) { return g / (1.0f + std::exp(-g)); }  // as LibTorch's silu
+
+template <typename T>
+void swiglu_rows(const T* gu, int64_t inter, T* h, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < inter; ++j) {
+      const float g = static_cast<float>(gu[r * 2 * inter + j]), u = static_cast<float>(gu[r * 2 * inter + inter + j]);
+      h[r * inter + j] = static_cast<T>(round_to<T>(silu(g)) * u);
+    }
+}
+
+template <typename T>
+void swiglu_backward_rows(const T* gh, const T* gu, int64_t inter, T* ggu, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < inter; ++j) {
+      const int64_t a = r * 2 * inter + j, b = a + inter;
+      const float d = static_cast<float>(gh[r * inter + j]), g = static_cast<float>(gu[a]), u = static_cast<float>(gu[b]);
+      const float sg = sigmoid(g), gs = round_to<T>(d * u);
+      ggu[b] = static_cast<T>(d * round_to<T>(silu(g)));
+      ggu[a] = static_cast<T>(gs * sg * (1.0f + g * (1.0f - sg)));
+    }
+}
+
 // Calls f.template operator()<T>() for x's dtype (fp32, bf16, fp16).
 template <typename F>
 void on_dtype(const at::Tensor& x, F&& f) {
@@ -90,7 +114,61 @@ struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
   }
 };
 
+struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gu) {
+    const int64_t two_i = gu.size(-1);
+    const torch::Tensor gu2 = gu.reshape({-1, two_i}).contiguous();
+    torch::Tensor h = torch::empty({gu2.size(0), two_i / 2}, gu2.options());
+    if (gu2.is_cpu()) swiglu_reference_forward(gu2, h);
+    else util::device_kernels().swiglu_forward(gu2, h);
+    ctx->save_for_backward({gu2});
+    std::vector<int64_t> shape = gu.sizes().vec();
+    shape.back() = two_i / 2;
+    return h.view(shape);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const torch::Tensor gu2 = ctx->get_saved_variables()[0];
+    const torch::Tensor gh = grad[0].reshape({-1, gu2.size(1) / 2}).contiguous();
+    torch::Tensor ggu = torch::empty_like(gu2);
+    if (gu2.is_cpu()) swiglu_reference_backward(gh, gu2, ggu);
+    else util::device_kernels().swiglu_backward(gh, gu2, ggu);
+    std::vector<int64_t> shape = grad[0].sizes().vec();
+    shape.back() = gu2.size(1);
+    return {ggu.view(shape)};
+  }
+};
+
 }  // namespace
+
+void swiglu_reference_forward(const at::Tensor& gu, const at::Tensor& h) {
+  const int64_t rows = gu.size(0), inter = gu.size(1) / 2;
+  on_dtype(gu, [&](auto t) {
+    using T = decltype(t);
+    const T* g = gu.data_ptr<T>();
+    T* hp = h.data_ptr<T>();
+    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) { swiglu_rows(g, inter, hp, r0, r1); });
+  });
+}
+
+void swiglu_reference_backward(const at::Tensor& gh, const at::Tensor& gu, const at::Tensor& ggu) {
+  const int64_t rows = gu.size(0), inter = gu.size(1) / 2;
+  on_dtype(gu, [&](auto t) {
+    using T = decltype(t);
+    const T *d = gh.data_ptr<T>(), *g = gu.data_ptr<T>();
+    T* out = ggu.data_ptr<T>();
+    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) { swiglu_backward_rows(d, g, inter, out, r0, r1); });
+  });
+}
+
+bool fused_swiglu_runs(const torch::Tensor& x) {
+  return !x.is_cpu() && util::device_kernels().swiglu_forward != nullptr && util::device_kernels().swiglu_backward != nullptr;
+}
+
+torch::Tensor fused_swiglu(const torch::Tensor& gu) {
+  TORCH_CHECK(gu.is_cpu() || fused_swiglu_runs(gu), "fused_swiglu: no kernel installed for ", gu.device());
+  TORCH_CHECK(gu.size(-1) % 2 == 0, "fused_swiglu: gate and up side by side, an even last dimension");
+  return FusedSwiglu::apply(gu);
+}
 
 void rms_norm_reference_forward(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& y,
                                 const at::Tensor& rstd) {

@@ -1,0 +1,28 @@
+// The layer kernels' launch interface (rms_norm.cu, swiglu.cu), plain C++ so that nvcc compiles the
+// kernels without LibTorch: kernels_cuda.cpp passes raw device pointers. The contracts are
+// util/device_kernels.h's; model/fused_ops.cpp's loops are their references, with the same
+// roundings. RMSNorm: rstd = 1 / sqrt(sum(x^2) / n + eps), h = round(x rstd), y = round(w h);
+// g = round(gy w), gx = round(rstd g - rstd^3 x sum(g x) / n); gw = sum over rows of gy round(x rstd),
+// in fp32 (sums in another order than the reference's: a block's tree). SwiGLU: elementwise.
+#pragma once
+#include <cstdint>
+
+namespace tessera::gpu {
+
+enum class KernelDtype { F32 = 0, BF16 = 1, F16 = 2 };
+
+// y, rstd from x [rows, n], w [n], asynchronously on `stream` (a cudaStream_t). Returns the launch's
+// cudaError_t as an int (0: launched).
+int rms_norm_forward_launch(const void* x, const void* w, int64_t rows, int64_t n, float eps, KernelDtype t, void* y,
+                            float* rstd, void* stream);
+// gx [rows, n], and the weight gradient's partial sums over `chunks` slices of the rows into
+// gw_partial [chunks, n] (fp32; the caller sums them over the chunks).
+int rms_norm_backward_launch(const void* gy, const void* x, const void* w, const float* rstd, int64_t rows, int64_t n,
+                             KernelDtype t, void* gx, float* gw_partial, int64_t chunks, void* stream);
+
+// h [rows, I] = silu(gate) * up of gu [rows, 2 I] (gate's columns first), and backward from gh into
+// ggu [rows, 2 I].
+int swiglu_forward_launch(const void* gu, int64_t rows, int64_t inter, KernelDtype t, void* h, void* stream);
+int swiglu_backward_launch(const void* gh, const void* gu, int64_t rows, int64_t inter, KernelDtype t, void* ggu, void* stream);
+
+}  // namespace tessera::gpu
