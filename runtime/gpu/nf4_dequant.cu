@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "runtime/gpu/kernel_dtypes.cuh"
 #include "runtime/gpu/nf4_kernel.h"
 
 namespace tessera::gpu {
@@ -12,15 +13,6 @@ namespace tessera::gpu {
 namespace {
 
 __device__ inline float load_f32(const uint8_t* p) { return *reinterpret_cast<const float*>(p); }  // 4-aligned (nf4.h)
-
-template <typename T>
-__device__ inline T from_f32(float v);
-template <>
-__device__ inline float from_f32<float>(float v) { return v; }
-template <>
-__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
 
 template <typename T>
 __global__ void nf4_dequant(const uint8_t* __restrict__ bytes, int64_t segments, Nf4KernelLayout l, bool double_quant,

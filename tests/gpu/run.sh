@@ -508,7 +508,7 @@ gtest_verdict() {
   if grep -q "OK \] $2" <<<"$plain"; then
     say "  $2 PASSED: $3"
   else
-    why=$(grep -m1 -E '^\[  (SKIPPED|FAILED) ' <<<"$plain" || echo 'see the log')
+    why=$(grep -m1 -E "^\[  (SKIPPED|FAILED) \] $2 " <<<"$plain" || echo 'see the log')
     [[ $why == *SKIPPED* ]] && why+=" ($(grep -m1 -A1 ': Skipped$' <<<"$plain" | tail -n1))"
     say "  NOTE: $2 did not pass: $why"
   fi

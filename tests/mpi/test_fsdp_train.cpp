@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -616,15 +617,21 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
   }
 }
 
+// This rank's GPU where the build has CUDA and every local rank has a GPU of its own
+// (launcher::choose_device, which installs Tessera's kernels); nullopt elsewhere (the test skips).
+std::optional<c10::Device> own_gpu() {
+  launcher::DeviceContext ctx = launcher::device_context(launcher::current());
+  if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size)) return std::nullopt;
+  return launcher::choose_device("cuda", ctx);
+}
+
 // Tessera's own device kernels against their CPU references (util/device_kernels.h): the fused
 // RMSNorm's output, rstd and both gradients, fp32 and bf16, the 1.1B model's hidden size and a
 // head_dim-wide norm. The reference's sums run in another order (the kernel's block tree).
 TEST(DeviceKernels, FusedRmsNormEqualsItsReference) {
-  const auto& b = launcher::current();
-  launcher::DeviceContext ctx = launcher::device_context(b);
-  if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size))
-    GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
-  const c10::Device gpu = launcher::choose_device("cuda", ctx);  // installs the kernels
+  const std::optional<c10::Device> own = own_gpu();
+  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+  const c10::Device gpu = *own;
   ASSERT_TRUE(model::ops::fused_rms_norm_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
   torch::manual_seed(5);
   for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
@@ -657,11 +664,9 @@ TEST(DeviceKernels, FusedRmsNormEqualsItsReference) {
 // The fused SwiGLU kernel against its reference: output and gradient, fp32 and bf16, the 1.1B
 // model's intermediate size.
 TEST(DeviceKernels, FusedSwigluEqualsItsReference) {
-  const auto& b = launcher::current();
-  launcher::DeviceContext ctx = launcher::device_context(b);
-  if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size))
-    GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
-  const c10::Device gpu = launcher::choose_device("cuda", ctx);  // installs the kernels
+  const std::optional<c10::Device> own = own_gpu();
+  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+  const c10::Device gpu = *own;
   ASSERT_TRUE(model::ops::fused_swiglu_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
   torch::manual_seed(6);
   for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
@@ -689,12 +694,10 @@ TEST(DeviceKernels, FusedSwigluEqualsItsReference) {
 // across documents, or a wrong document boundary, moves them by more: unit LlamaPacking tests
 // the boundaries exactly against the mask on the CPU).
 TEST(FsdpDevice, PackedRowsInBf16MatchTheCpu) {
-  const auto& b = launcher::current();
-  launcher::DeviceContext ctx = launcher::device_context(b);
-  if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size))
-    GTEST_SKIP() << "no CUDA build or not one GPU per local rank (" << ctx.visible_gpus << " visible)";
-  const c10::Device gpu = launcher::choose_device("cuda", ctx);
-  const comm::ProcessGroups nccl = launcher::device_groups(b, gpu);
+  const std::optional<c10::Device> own = own_gpu();
+  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+  const c10::Device gpu = *own;
+  const comm::ProcessGroups nccl = launcher::device_groups(launcher::current(), gpu);
   const auto cfg = test_config();
   auto t = test_train_options();
   t.train.steps = 3;
