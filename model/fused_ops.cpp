@@ -79,6 +79,37 @@ void swiglu_backward_rows(const T* gh, const T* gu, int64_t inter, T* ggu, int64
     }
 }
 
+// RoPE over the [B, H, T, D] view `x` (strides sx) into `o` (strides so), one (b, h, t) row at a time:
+// forward (sign +1) out1 = x1 c1 - x2 s1, out2 = x2 c2 + x1 s2; backward (sign -1) g1 c1 + g2 s2,
+// g2 c2 - g1 s1 -- each product rounded, then the sum (the composite's roundings).
+struct RopeGeometry {
+  int64_t B, H, T, D, R;
+  int64_t sx[4], so[4];
+};
+template <typename T>
+void rope_rows(const T* x, const T* cs, const T* sn, const RopeGeometry& g, bool backward, T* o, int64_t r0, int64_t r1) {
+  const int64_t half = g.D / 2;
+  for (int64_t r = r0; r < r1; ++r) {  // r = (b H + h) T + t
+    const int64_t t = r % g.T, h = (r / g.T) % g.H, b = r / (g.T * g.H);
+    const T* xr = x + b * g.sx[0] + h * g.sx[1] + t * g.sx[2];
+    T* orow = o + b * g.so[0] + h * g.so[1] + t * g.so[2];
+    const int64_t row = g.R == g.B * g.T ? b * g.T + t : t;
+    const T *c = cs + row * g.D, *s = sn + row * g.D;
+    for (int64_t j = 0; j < half; ++j) {
+      const float x1 = static_cast<float>(xr[j]), x2 = static_cast<float>(xr[j + half]);
+      const float c1 = static_cast<float>(c[j]), c2 = static_cast<float>(c[j + half]);
+      const float s1 = static_cast<float>(s[j]), s2 = static_cast<float>(s[j + half]);
+      if (!backward) {
+        orow[j] = static_cast<T>(round_to<T>(x1 * c1) - round_to<T>(x2 * s1));
+        orow[j + half] = static_cast<T>(round_to<T>(x2 * c2) + round_to<T>(x1 * s2));
+      } else {
+        orow[j] = static_cast<T>(round_to<T>(x1 * c1) + round_to<T>(x2 * s2));
+        orow[j + half] = static_cast<T>(round_to<T>(x2 * c2) - round_to<T>(x1 * s1));
+      }
+    }
+  }
+}
+
 // Calls f.template operator()<T>() for x's dtype (fp32, bf16, fp16).
 template <typename F>
 void on_dtype(const at::Tensor& x, F&& f) {
@@ -138,7 +169,72 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
   }
 };
 
+RopeGeometry rope_geometry(const at::Tensor& x, const at::Tensor& table, const at::Tensor& o) {
+  TORCH_CHECK(x.dim() == 4 && x.stride(3) == 1 && x.size(3) % 2 == 0 && table.dim() == 2 && table.size(1) == x.size(3) &&
+                  table.is_contiguous() && o.sizes() == x.sizes() && o.stride(3) == 1,
+              "rope: x [B, H, T, D] with D even and contiguous, tables [R, D]");
+  RopeGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), table.size(0), {}, {}};
+  TORCH_CHECK(g.R == g.T || g.R == g.B * g.T, "rope: tables of T or B T rows, got ", g.R);
+  for (int d = 0; d < 4; ++d) g.sx[d] = x.stride(d), g.so[d] = o.stride(d);
+  return g;
+}
+
+void rope_reference(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& o, bool backward) {
+  const RopeGeometry g = rope_geometry(x, cos, o);
+  on_dtype(x, [&](auto t) {
+    using T = decltype(t);
+    const T *xp = x.data_ptr<T>(), *c = cos.data_ptr<T>(), *s = sin.data_ptr<T>();
+    T* op = o.data_ptr<T>();
+    at::parallel_for(0, g.B * g.H * g.T, 64, [&](int64_t r0, int64_t r1) { rope_rows(xp, c, s, g, backward, op, r0, r1); });
+  });
+}
+
+// An output laid out [B, T, H, D], viewed [B, H, T, D] (the composite's layout for a transposed x).
+torch::Tensor bthd_like(const torch::Tensor& x) {
+  return torch::empty({x.size(0), x.size(2), x.size(1), x.size(3)}, x.options()).transpose(1, 2);
+}
+
+// The tables as [R, D] rows: [T, D] as they are, [B, 1, T, D] (packed positions) as B T rows.
+torch::Tensor table_rows(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}).contiguous(); }
+
+struct FusedRope : public torch::autograd::Function<FusedRope> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    const torch::Tensor c = table_rows(cos), s = table_rows(sin);
+    torch::Tensor out = bthd_like(x);
+    if (x.is_cpu()) rope_reference_forward(x, c, s, out);
+    else util::device_kernels().rope_forward(x, c, s, out);
+    ctx->save_for_backward({c, s});
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor g = grad[0].stride(3) == 1 ? grad[0] : grad[0].contiguous();
+    torch::Tensor gx = bthd_like(g);
+    if (g.is_cpu()) rope_reference_backward(g, saved[0], saved[1], gx);
+    else util::device_kernels().rope_backward(g, saved[0], saved[1], gx);
+    return {gx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+void rope_reference_forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out) {
+  rope_reference(x, cos, sin, out, false);
+}
+void rope_reference_backward(const at::Tensor& gout, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& gx) {
+  rope_reference(gout, cos, sin, gx, true);
+}
+
+bool fused_rope_runs(const torch::Tensor& x) {
+  return !x.is_cpu() && util::device_kernels().rope_forward != nullptr && util::device_kernels().rope_backward != nullptr;
+}
+
+torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  TORCH_CHECK(x.is_cpu() || fused_rope_runs(x), "fused_rope: no kernel installed for ", x.device());
+  TORCH_CHECK(cos.scalar_type() == x.scalar_type() && sin.scalar_type() == x.scalar_type(), "fused_rope: tables of x's dtype");
+  return FusedRope::apply(x, cos, sin);
+}
 
 void swiglu_reference_forward(const at::Tensor& gu, const at::Tensor& h) {
   const int64_t rows = gu.size(0), inter = gu.size(1) / 2;

@@ -13,6 +13,10 @@
 // kernels forward and 4 backward (silu, the product; the product's two gradients, silu's, and the
 // concatenation of gate's and up's). ops::swiglu takes it where fused_swiglu_runs.
 //
+// RoPE (rope.cu): q or k in one pass each way instead of ~5 kernels (two products, the halves'
+// negation and concatenation, the sum); it keeps cos and sin only, as the composite does.
+// ops::apply_rotary takes it where fused_rope_runs.
+//
 // THREADS: pure functions of their arguments (the reference splits rows over LibTorch's threads).
 #pragma once
 
@@ -41,5 +45,14 @@ bool fused_swiglu_runs(const torch::Tensor& x);
 // silu(gate) * up of gu [..., 2 I] (gate's columns first) through the fused kernel: the installed
 // one for device tensors, the reference for CPU ones. Differentiable in gu; [..., I].
 torch::Tensor fused_swiglu(const torch::Tensor& gu);
+
+// RoPE's references (util::RopeForward / RopeBackward) on CPU tensors.
+void rope_reference_forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out);
+void rope_reference_backward(const at::Tensor& gout, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& gx);
+// Whether ops::apply_rotary runs x through the fused kernel: a device tensor with a kernel installed.
+bool fused_rope_runs(const torch::Tensor& x);
+// x [B, H, T, D] rotated by cos, sin ([T, D], or [B, 1, T, D] at packed positions) through the fused
+// kernel: the installed one for device tensors, the reference for CPU ones. Differentiable in x.
+torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 }  // namespace tessera::model::ops

@@ -90,6 +90,7 @@ std::pair<torch::Tensor, torch::Tensor> RotaryCache::at(const torch::Tensor& pos
 namespace ops {
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (fused_rope_runs(x) && x.dim() == 4 && x.stride(3) == 1) return fused_rope(x, cos, sin);  // model/fused_ops.h
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   auto rotated = torch::cat({-x2, x1}, -1);

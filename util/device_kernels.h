@@ -30,11 +30,23 @@ using SwigluForward = void (*)(const at::Tensor& gu, const at::Tensor& h);
 // g_gate = round(gs sg (1 + g (1 - sg))).
 using SwigluBackward = void (*)(const at::Tensor& gh, const at::Tensor& gu, const at::Tensor& ggu);
 
+// RoPE of x [B, H, T, D] (any strides, the last dimension contiguous; fp32, bf16 or fp16) with
+// Hugging Face's rotate-half, rounded as the composite: out = round(round(x cos) + round(r sin)),
+// r = cat(-x2, x1) over the halves of D; cos and sin [R, D] contiguous in x's dtype, token (b, t)
+// using row b T + t when R = B T (packed positions), else row t. out [B, H, T, D] is laid out
+// [B, T, H, D] (the composite's layout for a transposed x).
+using RopeForward = void (*)(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out);
+// Its backward from gout (as x: any strides) into gx (laid out as out): gx = round(round(g cos) +
+// round(r' sin')) with, for the first half, r' sin' = g2 sin2, and for the second, -(g1 sin1).
+using RopeBackward = void (*)(const at::Tensor& gout, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& gx);
+
 struct DeviceKernels {
   RmsNormForward rms_norm_forward = nullptr;
   RmsNormBackward rms_norm_backward = nullptr;
   SwigluForward swiglu_forward = nullptr;
   SwigluBackward swiglu_backward = nullptr;
+  RopeForward rope_forward = nullptr;
+  RopeBackward rope_backward = nullptr;
 };
 
 inline DeviceKernels& device_kernels() {

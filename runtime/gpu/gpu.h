@@ -41,7 +41,7 @@ std::shared_ptr<profile::DeviceClock> make_clock(int device);
 void nf4_decode(const at::Tensor& bytes, int64_t segments, const Nf4KernelLayout& l, bool double_quant,
                 const Nf4Tables& tables, const at::Tensor& out);
 
-// Tessera's own kernels for model/ (the fused RMSNorm and SwiGLU: rms_norm.cu, swiglu.cu) into
+// Tessera's own kernels for model/ (the fused RMSNorm, SwiGLU and RoPE: rms_norm.cu, swiglu.cu, rope.cu) into
 // util::device_kernels(),
 // where model/ finds them; the launcher calls it when it picks a CUDA device. Nothing without the
 // GPU path (the model then runs LibTorch's composites).

@@ -1,5 +1,5 @@
 // Tessera's own kernels for model/, installed into util::device_kernels() (gpu.h's install_kernels):
-// the fused RMSNorm (rms_norm.cu) and SwiGLU (swiglu.cu) on the current stream of the input's
+// the fused RMSNorm (rms_norm.cu), SwiGLU (swiglu.cu) and RoPE (rope.cu) on the current stream of the input's
 // device. The caller (model/fused_ops.cpp) made the inputs contiguous 2-D and allocated the outputs
 // on their device. Empty unless TESSERA_WITH_CUDA.
 #include "runtime/gpu/gpu.h"
@@ -69,6 +69,21 @@ void swiglu_backward(const at::Tensor& gh, const at::Tensor& gu, const at::Tenso
                "swiglu backward");
 }
 
+// x [B, H, T, D] (strides as they come, the last 1) and the tables [R, D] checked by the caller.
+void rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& o, bool backward) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  RopeLayout l{x.size(0), x.size(1), x.size(2), x.size(3), cos.size(0), {}, {}};
+  for (int d = 0; d < 4; ++d) l.sx[d] = x.stride(d), l.so[d] = o.stride(d);
+  check_launch(rope_launch(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), l, backward, kernel_dtype(x), o.data_ptr(), stream_of(x)),
+               backward ? "rope backward" : "rope forward");
+}
+void rope_forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& out) {
+  rope(x, cos, sin, out, false);
+}
+void rope_backward(const at::Tensor& gout, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& gx) {
+  rope(gout, cos, sin, gx, true);
+}
+
 }  // namespace
 
 void install_kernels() {
@@ -77,6 +92,8 @@ void install_kernels() {
   k.rms_norm_backward = &rms_norm_backward;
   k.swiglu_forward = &swiglu_forward;
   k.swiglu_backward = &swiglu_backward;
+  k.rope_forward = &rope_forward;
+  k.rope_backward = &rope_backward;
 }
 
 }  // namespace tessera::gpu

@@ -1,9 +1,9 @@
-// The layer kernels' launch interface (rms_norm.cu, swiglu.cu), plain C++ so that nvcc compiles the
+// The layer kernels' launch interface (rms_norm.cu, swiglu.cu, rope.cu), plain C++ so that nvcc compiles the
 // kernels without LibTorch: kernels_cuda.cpp passes raw device pointers. The contracts are
 // util/device_kernels.h's; model/fused_ops.cpp's loops are their references, with the same
 // roundings. RMSNorm: rstd = 1 / sqrt(sum(x^2) / n + eps), h = round(x rstd), y = round(w h);
 // g = round(gy w), gx = round(rstd g - rstd^3 x sum(g x) / n); gw = sum over rows of gy round(x rstd),
-// in fp32 (sums in another order than the reference's: a block's tree). SwiGLU: elementwise.
+// in fp32 (sums in another order than the reference's: a block's tree). SwiGLU, RoPE: elementwise.
 #pragma once
 #include <cstdint>
 
@@ -24,5 +24,14 @@ int rms_norm_backward_launch(const void* gy, const void* x, const void* w, const
 // ggu [rows, 2 I].
 int swiglu_forward_launch(const void* gu, int64_t rows, int64_t inter, KernelDtype t, void* h, void* stream);
 int swiglu_backward_launch(const void* gh, const void* gu, int64_t rows, int64_t inter, KernelDtype t, void* ggu, void* stream);
+
+// RoPE of the [B, H, T, D] view at x (strides sx, the last 1) into o (strides so) with tables [R, D]
+// (row b T + t when R = B T, else t); backward (the gradient's formula) when `backward`.
+struct RopeLayout {
+  int64_t B, H, T, D, R;
+  int64_t sx[4], so[4];
+};
+int rope_launch(const void* x, const void* cos, const void* sin, const RopeLayout& l, bool backward, KernelDtype t, void* o,
+                void* stream);
 
 }  // namespace tessera::gpu

@@ -688,6 +688,38 @@ TEST(DeviceKernels, FusedSwigluEqualsItsReference) {
   }
 }
 
+// The fused RoPE kernel against its reference: q as the attention sees it (a transposed view), the
+// tables of T rows and of packed positions; forward and backward, fp32 and bf16.
+TEST(DeviceKernels, FusedRopeEqualsItsReference) {
+  const std::optional<c10::Device> own = own_gpu();
+  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+  const c10::Device gpu = *own;
+  ASSERT_TRUE(model::ops::fused_rope_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
+  torch::manual_seed(7);
+  const int64_t B = 4, T = 512, H = 32, D = 64;
+  for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
+    for (int64_t rows : {T, B * T}) {
+      const torch::Tensor x = torch::randn({B, T, H, D}).to(dt).transpose(1, 2), cos = torch::randn({rows, D}).to(dt),
+                          sin = torch::randn({rows, D}).to(dt);
+      auto bthd = [&](const torch::Tensor& like) { return torch::empty({B, T, H, D}, like.options()).transpose(1, 2); };
+      torch::Tensor out = bthd(x), gx = bthd(x);
+      model::ops::rope_reference_forward(x, cos, sin, out);
+      model::ops::rope_reference_backward(x, cos, sin, gx);  // x as the gradient: the same layout rules
+      const torch::Tensor dx = x.to(gpu), dc = cos.to(gpu), ds = sin.to(gpu);
+      torch::Tensor dout = bthd(dx), dgx = bthd(dx);
+      util::device_kernels().rope_forward(dx, dc, ds, dout);
+      util::device_kernels().rope_backward(dx, dc, ds, dgx);
+      // Each product rounded, then the sum: the same bits but where fp32's last place differs.
+      const double tol = dt == torch::kFloat32 ? 1e-5 : 0.0;
+      for (const auto& [got, want, name] : {std::tuple{dout, out, "output"}, std::tuple{dgx, gx, "gradient"}}) {
+        const torch::Tensor g = got.cpu().to(torch::kFloat64), r = want.to(torch::kFloat64);
+        EXPECT_LE((g - r).abs().max().item<double>(), tol * std::max(1.0, r.abs().max().item<double>()))
+            << (dt == torch::kFloat32 ? "fp32 " : "bf16 ") << name << " tables of " << rows << " rows";
+      }
+    }
+  }
+}
+
 // Packed rows in bf16 on the GPU (where LibTorch >= 2.6 has it: FlashAttention's variable-length
 // kernel, ops::varlen_attention; else SDPA with the document mask) train like the CPU's masked
 // attention: losses within 2% (two bf16 runs of different kernels and GEMM orders; an attention

@@ -823,6 +823,35 @@ TEST(FusedSwiglu, ReferenceEqualsTheComposite) {
   EXPECT_FALSE(ops::fused_swiglu_runs(torch::zeros({2, 4})));  // the CPU keeps the composite
 }
 
+// The fused RoPE's reference (model/fused_ops.h) against the composite ops::apply_rotary: q as the
+// attention sees it (a transposed [B, T, H, D] view), tables of T rows and of packed positions
+// ([B, 1, T, D]); output and gradient, fp32 and bf16.
+TEST(FusedRope, ReferenceEqualsTheComposite) {
+  torch::manual_seed(29);
+  const int64_t B = 2, T = 6, H = 3, D = 8;
+  for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
+    const auto [tc, ts] = ops::rotary_tables(T, D, 10000.0, dt, torch::kCPU);
+    const torch::Tensor pos = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 4, 5}).view({B, T});
+    const auto [pc, ps] = ops::rotary_tables_at(pos, D, 10000.0, dt);
+    for (bool packed : {false, true}) {
+      const torch::Tensor& c = packed ? pc : tc;
+      const torch::Tensor& sn = packed ? ps : ts;
+      const torch::Tensor x0 = torch::randn({B, T, H, D}).to(dt), g = torch::randn({B, H, T, D}).to(dt);
+      torch::Tensor a = x0.clone().requires_grad_(), b = x0.clone().requires_grad_();
+      const torch::Tensor ya = ops::apply_rotary(a.transpose(1, 2), c, sn);  // the composite (a CPU tensor)
+      const torch::Tensor yb = ops::fused_rope(b.transpose(1, 2), c, sn);
+      ya.backward(g);
+      yb.backward(g);
+      const std::string what = std::string(dt == torch::kFloat32 ? "fp32" : "bf16") + (packed ? " packed" : "");
+      EXPECT_EQ(yb.sizes(), ya.sizes());
+      // The same roundings in the same order: equal but for fp32's product-then-sum contraction.
+      expect_close(yb, ya, dt == torch::kFloat32 ? 1e-6 : 0.0, what + " output");
+      expect_close(b.grad(), a.grad(), dt == torch::kFloat32 ? 1e-6 : 0.0, what + " gradient");
+    }
+  }
+  EXPECT_FALSE(ops::fused_rope_runs(torch::zeros({1, 1, 2, 4})));  // the CPU keeps the composite
+}
+
 TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {
   auto pos = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 5, 3, 0}).view({2, 4});
   auto [cos, sin] = ops::rotary_tables_at(pos, 8, 500.0, torch::kFloat32);
