@@ -23,6 +23,7 @@
 #include "launcher/config.h"
 #include "launcher/data_setup.h"
 #include "launcher/device_select.h"
+#include "runtime/gpu/gpu.h"
 #include "launcher/lora_run.h"
 #include "launcher/mapped_fault.h"
 #include "launcher/model_lm.h"
@@ -363,6 +364,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
   // This rank's device, agreed before anything is written: a bad train.device stops every rank with
   // the lowest failing rank's one-line message (rank, host, device).
   s.device = agree_on_device(s.cfg.train.device, s.cfg.comm.device_backend, b);
+  if (s.device.is_cuda() && s.cfg.model.fused_kernels) gpu::install_kernels();  // the model finds them (util/device_kernels.h)
   s.run_id = agree_run_id(b);
   collectively([&] {
     lora::validate(s.cfg.lora, &s.ms.config, "config");  // targets and rank against the model

@@ -66,7 +66,6 @@ c10::Device choose_device(const std::string& spec, const DeviceContext& ctx, com
                               std::to_string(base + ctx.local_size - 1) + " are needed for " +
                               std::to_string(ctx.local_size) + " local rank(s) but the host has " + visible_note(ctx));
   }
-  gpu::install_kernels();  // Tessera's own kernels for the model (util/device_kernels.h)
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu));
 }
 

@@ -366,6 +366,7 @@ def record(model, args, eager, compiled, t, mfu, table):
         "torch": side(eager, "torch"), "cuda": side(eager, "cuda"), "cudnn": side(eager, "cudnn"),
         "nccl": side(eager, "nccl"), "tessera_nccl": args.tessera_nccl or None,
         "model": model, "seq": args.seq, "micro_batch": args.batch,
+        "tessera_settings": args.tessera_settings.split(),  # [] : the defaults (model.fused_kernels on, ...)
         "tessera_tokens_per_s": tok, "eager_tokens_per_s": side(eager, "tokens_per_s"),
         "compile_tokens_per_s": side(compiled, "tokens_per_s"),
         "tessera_over_eager": ratio(eager), "tessera_over_compile": ratio(compiled),
@@ -420,6 +421,8 @@ def main():
             p.add_argument("--skip-reason", default="")
             p.add_argument("--kernel-table", help="benchmarks/kernel_table.py --json output")
             p.add_argument("--tessera-nccl", default="", help="the 'NCCL version' line of Tessera's run")
+            p.add_argument("--tessera-settings", default="",
+                           help="the config keys the 1.1B run was given beyond its defaults (run.sh TESSERA_GPU_TRAIN_SET)")
     args = ap.parse_args()
     return run_eager(args) if args.cmd == "eager" else run_report(args)
 

@@ -5,6 +5,10 @@
 #
 #   bash tests/gpu/run.sh                      # results in $OUT (else ./): gpu_results.txt, gpu_logs.tar.gz
 #   TESSERA_GPU_STEPS=conformance,tessera_train bash tests/gpu/run.sh    # a rerun of some steps
+#   TESSERA_GPU_STEPS=tessera_train TESSERA_GPU_TRAIN_SET=model.fused_kernels=false bash tests/gpu/run.sh
+#       # an A/B rerun: the 1.1B run (tessera_train, kernel_profile) with these keys too (space-separated
+#       # key=value; model.fused_kernels=false: LibTorch's composites instead of Tessera's kernels); the
+#       # record's tessera_settings names them
 #   bash tests/gpu/run.sh --plan [LEFT_S [GPUS]]   # the step order and limits only; nothing runs
 #
 # Needs: nvidia-smi, python3 with a CUDA PyTorch 2.x (its LibTorch is what Tessera builds against)
@@ -585,6 +589,7 @@ else
         --set data.path="$CORPUS" --set data.tokenizer=bytes --set data.seq_len=$SEQ --set train.micro_batch="$BATCH"
         --set train.warmup_steps=2 --set train.lr=1e-4
         --set fsdp.mixed_precision=bf16 --set fsdp.activation_checkpointing=false)
+      for kv in ${TESSERA_GPU_TRAIN_SET:-}; do TRAIN_1B+=(--set "$kv"); done  # the A/B switches (header)
       if wanted tessera_train; then
         step tessera_train "${TRAIN_1B[@]}" --set train.steps=12 --set log.dir="$(dirname "$TESSERA_METRICS")" ||
           SKIP_REASON="tessera train did not pass: $(status_of tessera_train) (see its log above)"
@@ -715,6 +720,7 @@ TESSERA_NCCL=$(nccl_line tessera_train 2>/dev/null)
 python3 "$SRC/tests/gpu/bench_gpu.py" report --config "$MODEL_CFG" --seq "$SEQ" --batch "$BATCH" \
   --eager "$EAGER_JSON" --compiled "$COMPILE_JSON" --tessera-metrics "$([[ -z $SKIP_REASON ]] && echo "$TESSERA_METRICS")" \
   --skip-reason "$SKIP_REASON" --kernel-table "$KERNEL_TABLE" --tessera-nccl "$TESSERA_NCCL" \
+  --tessera-settings "${TESSERA_GPU_TRAIN_SET:-}" \
   --record "$RESULTS_DIR/gpu_record.json" 2>&1 |
   tee -a "$RES"
 say ""

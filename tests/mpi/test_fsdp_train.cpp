@@ -22,6 +22,7 @@
 #include "runtime/comm/staged.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
+#include "runtime/gpu/gpu.h"
 #include "runtime/device/device.h"
 #include "runtime/memory/tracker.h"
 #include "runtime/optim/schedule.h"
@@ -617,12 +618,15 @@ TEST(FsdpDevice, CudaMatchesCpuAndCheckpointsThroughHost) {
   }
 }
 
-// This rank's GPU where the build has CUDA and every local rank has a GPU of its own
-// (launcher::choose_device, which installs Tessera's kernels); nullopt elsewhere (the test skips).
+// This rank's GPU where the build has CUDA and every local rank has a GPU of its own, with
+// Tessera's kernels installed (as `tessera train` does with model.fused_kernels, the default);
+// nullopt elsewhere (the test skips).
 std::optional<c10::Device> own_gpu() {
   launcher::DeviceContext ctx = launcher::device_context(launcher::current());
   if (!test::on_every_rank(ctx.cuda_built && ctx.visible_gpus >= ctx.local_size)) return std::nullopt;
-  return launcher::choose_device("cuda", ctx);
+  const c10::Device gpu = launcher::choose_device("cuda", ctx);
+  gpu::install_kernels();
+  return gpu;
 }
 
 // Tessera's own device kernels against their CPU references (util/device_kernels.h): the fused

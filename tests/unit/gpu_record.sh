@@ -60,11 +60,12 @@ assert abs(r["mfu"] - 45000 * fpt / 989e12) < 1e-12, r["mfu"]
 assert r["kernel_ms_per_step"] == {"tessera": {"gemm": 100.0, "attention": 1.0}, "eager": {"gemm": 120.0, "attention": 1.0}}
 assert r["device"] == "NVIDIA H100 80GB HBM3" and r["cudnn"] == "9.10.2" and r["nccl"] == "2.28.9", r
 assert r["model"].startswith("1.10B Llama (hidden 2048, 22 layers"), r["model"]
+assert r["tessera_settings"] == [], r["tessera_settings"]  # the defaults
 PY
 ok "the record has every field, and the values computed by hand"
 
 "${BENCH[@]}" report "${common[@]}" --compiled "$T/none.json" --skip-reason "tessera train did not pass" \
-  --record "$T/partial.json" > "$T/partial.txt"
+  --tessera-settings "model.fused_kernels=false train.lr=1e-4" --record "$T/partial.json" > "$T/partial.txt"
 check "a peer that did not run is said in the report" grep -q "^pytorch torch.compile: no result" "$T/partial.txt"
 python3 - "$T/partial.json" <<'PY'
 import json, sys
@@ -72,6 +73,7 @@ r = json.load(open(sys.argv[1]))
 for k in ("tessera_tokens_per_s", "compile_tokens_per_s", "mfu", "forward_s", "tessera_over_eager", "tessera_over_compile"):
     assert k in r and r[k] is None, (k, r.get(k))
 assert r["eager_tokens_per_s"] == 40000, r
+assert r["tessera_settings"] == ["model.fused_kernels=false", "train.lr=1e-4"], r["tessera_settings"]  # an A/B run says so
 PY
 ok "and is null in the record, the rest kept"
 echo "$pass passed, 0 failed"

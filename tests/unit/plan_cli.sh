@@ -40,6 +40,13 @@ r, o = p["phases"]["load"]["reading_rank"], p["phases"]["load"]["other_ranks"]
 assert r["loader"] == 2 * 2 * 855654400, r  # the largest unit: one decoder layer
 assert "loader" not in o and r["total"] > o["total"]
 P
+# model.fused_kernels=false: LibTorch's composite norms and SwiGLU keep more of each layer (the
+# recomputed layer's activations at backward's peak).
+"$BIN" plan --config "$T/70b.json" --nodes 2 --gpus-per-node 8 --gpu-mem 141GB --host-mem 2TiB --json --set model.fused_kernels=false > "$T/p16c.json"
+python3 -c "
+import json; a=json.load(open('$T/p16.json')); b=json.load(open('$T/p16c.json'))
+assert b['peak_gpu_bytes_per_rank'] > a['peak_gpu_bytes_per_rank'], (a['peak_gpu_bytes_per_rank'], b['peak_gpu_bytes_per_rank'])
+" && ok "the composites (model.fused_kernels=false) plan more GPU memory than the fused kernels" || fail "model.fused_kernels=false did not change the plan"
 # Twice the GPUs: less per rank (the shard state halves).
 "$BIN" plan --config "$T/70b.json" --nodes 4 --gpus-per-node 8 --json > "$T/p32.json"
 python3 -c "

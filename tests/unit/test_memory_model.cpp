@@ -191,6 +191,8 @@ TEST(ActivationFormula, FusedNormKeepsItsInputAndRstd) {
   EXPECT_EQ(a.head_saved - f.head_saved, 4 * BT * H2 + sq + 2 * BT * H2 - 2 * BT * H2);
   EXPECT_EQ(model::run_kernels(true).fused_norm, true);
   EXPECT_EQ(model::run_kernels(false).fused_norm, false);
+  EXPECT_EQ(model::run_kernels(true, false, /*fused_kernels=*/false).fused_norm, false);  // model.fused_kernels = false
+  EXPECT_EQ(model::run_kernels(true, false, false).fused_swiglu, false);
 }
 
 // The one-kernel SwiGLU (Kernels::fused_swiglu) keeps gate and up's one product only: measured on its
