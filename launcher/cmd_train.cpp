@@ -358,6 +358,21 @@ bool finished_by_this_job(const std::string& ckpt, const Config& cfg, int64_t st
 }
 
 // Device, run id, every check that can fail before anything is written, the data, the resume point.
+// comm.emulate_ranks (runtime/comm/emulation.h): for one rank on a GPU, its NCCL communicators take
+// the emulated ranks' time. The same on every rank (the config and the agreed device are).
+void emulate_communication(const Config& cfg, const c10::Device& device, int world_size) {
+  const comm::Emulation& e = cfg.comm_emulation;
+  if (!e.on()) return;
+  const std::string what = "comm.emulate_ranks=" + std::to_string(e.ranks);
+  if (!device.is_cuda())
+    throw TESSERA_INPUT_ERROR(what + " delays the NCCL communicator's stream, but this run is on the CPU (train.device=" +
+                              cfg.train.device + "); use train.device=cuda");
+  if (world_size != 1)
+    throw TESSERA_INPUT_ERROR(what + " stands in for the other ranks of a run of one rank; this run has " +
+                              std::to_string(world_size) + " (run one rank, or set comm.emulate_ranks=0)");
+  gpu::set_comm_emulation(e);
+}
+
 // Collective: a failure on any rank stops every rank with one line.
 void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
   const bool rank0 = b.world_rank == 0;
@@ -365,6 +380,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
   // the lowest failing rank's one-line message (rank, host, device).
   s.device = agree_on_device(s.cfg.train.device, s.cfg.comm.device_backend, b);
   if (s.device.is_cuda() && s.cfg.model.fused_kernels) gpu::install_kernels();  // the model finds them (util/device_kernels.h)
+  emulate_communication(s.cfg, s.device, b.world_size);
   s.run_id = agree_run_id(b);
   collectively([&] {
     lora::validate(s.cfg.lora, &s.ms.config, "config");  // targets and rank against the model
@@ -440,6 +456,9 @@ void announce_run(const TrainSetup& s, const Bootstrap& b) {
                                           (s.cfg.comm.device_backend == comm::DeviceBackend::Staged
                                                ? ", collectives staged through host memory over MPI)"
                                                : ", NCCL)"))
+              << (s.cfg.comm_emulation.on() ? ", collectives timed as " + std::to_string(s.cfg.comm_emulation.ranks) +
+                                                  " ranks at " + std::to_string(static_cast<int64_t>(s.cfg.comm_emulation.gbps)) + " GB/s"
+                                            : std::string())
               << ", model "
               << s.ms.source << " (" << s.ms.config.num_parameters() << " parameters), data "
               << s.cfg.data.path << " (" << describe_dataset(*s.data.train, s.data.tokenizer->name()) << ")";

@@ -117,6 +117,11 @@ std::vector<ConfigKey> lora_and_comm_keys() {
             {0.001, 1e7, false}),
       choice(&C::comm, &CommSection::device_backend, "comm.device_backend", comm::device_backend_names(),
              "How the collectives of GPU tensors run: nccl (one GPU per rank: NCCL refuses two ranks on one GPU) or staged (through host memory over MPI, runtime/comm/staged.h: local rank r uses GPU r modulo the GPUs visible, so several ranks share a GPU; every collective synchronises the host, so for testing the multi-rank device path on few GPUs rather than for speed). Refused for a run on the CPU."),
+      field(&C::comm_emulation, &comm::Emulation::ranks, "comm.emulate_ranks",
+            "Communication-time emulation for a run of one rank on one GPU: each collective also takes the time this many ranks would take at comm.emulate_gbps (a delay on the NCCL stream holding the SMs NCCL's channels would), so that one GPU measures how much of the all-gathers prefetch hides and how much reduce-scatter is exposed. 0: off. Needs train.device=cuda, one rank and comm.device_backend=nccl.",
+            at_least(0)),
+      field(&C::comm_emulation, &comm::Emulation::gbps, "comm.emulate_gbps",
+            "The emulated link's bus bandwidth in GB/s (nccl-tests' busbw): ~370 for H100/H200 NVLink, ~48 per NDR InfiniBand NIC. Must be above 0."),
   };
 }
 
@@ -423,6 +428,7 @@ json read_json_file(const std::string& path) {
 // directories and runs in train and plan).
 static void check_combinations(const Config& c, const std::string& source) {
   optim::validate(c.optim, loss_scaling(c), source);
+  comm::validate(c.comm_emulation, c.comm.device_backend, source);
   lora::validate(c.lora, nullptr, source);
 }
 

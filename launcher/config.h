@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/lora.h"
+#include "runtime/comm/emulation.h"
 #include "runtime/comm/names.h"
 #include "runtime/data/names.h"
 #include "runtime/fsdp/names.h"
@@ -100,6 +101,7 @@ class Config : public train::Settings {
   DataSection data;
   FsdpSection fsdp;
   CommSection comm;
+  comm::Emulation comm_emulation;  // comm.emulate_* (runtime/comm/emulation.h owns and validates them)
   lora::Options lora;  // lora.* (model/lora.h owns and validates them)
 
   // Every key at its default.

@@ -22,6 +22,10 @@ void nf4_decode(const at::Tensor& bytes, int64_t, const Nf4KernelLayout&, bool, 
   not_built("nf4_decode of bytes on " + bytes.device().str());
 }
 
+void set_comm_emulation(const comm::Emulation& e) {
+  if (e.on()) not_built("comm.emulate_ranks (the delay runs on the NCCL communicator's stream)");
+}
+
 void install_kernels() {}  // nothing to install: the model runs LibTorch's composites
 
 bool nccl_available() { return false; }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/comm/emulation.h"
 #include "runtime/gpu/nf4_kernel.h"
 #include "runtime/profile/step_profile.h"
 
@@ -40,6 +41,11 @@ std::shared_ptr<profile::DeviceClock> make_clock(int device);
 // decode is the reference). Throws Error(Internal) without the GPU path or on a failed launch.
 void nf4_decode(const at::Tensor& bytes, int64_t segments, const Nf4KernelLayout& l, bool double_quant,
                 const Nf4Tables& tables, const at::Tensor& out);
+
+// Communication-time emulation (runtime/comm/emulation.h) for every NCCL communicator of this
+// process from now on: before each collective a delay kernel on its stream (comm_delay.cu). Error
+// (Input) without the GPU path when `e` is on.
+void set_comm_emulation(const comm::Emulation& e);
 
 // Tessera's own kernels for model/ (the fused RMSNorm, SwiGLU and RoPE: rms_norm.cu, swiglu.cu, rope.cu) into
 // util::device_kernels(),

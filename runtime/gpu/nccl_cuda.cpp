@@ -27,7 +27,10 @@
 #include <vector>
 
 #include "runtime/comm/collective_checks.h"
+#include "runtime/comm/emulation.h"
 #include "runtime/comm/flight_recorder.h"
+#include "runtime/gpu/comm_delay.h"
+#include "runtime/gpu/gpu.h"
 #include "util/error.h"
 
 #ifdef TESSERA_WITH_CUDA
@@ -39,6 +42,12 @@
 namespace tessera::gpu {
 using namespace tessera::comm;  // the seam this backend implements
 namespace {
+
+// set_comm_emulation's settings: written once at start-up, before any communicator issues.
+comm::Emulation& emulation() {
+  static comm::Emulation e;
+  return e;
+}
 
 using detail::chunk_of;
 
@@ -460,6 +469,18 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
 #endif
   }
 
+  // Communication-time emulation (set_comm_emulation): the time the emulated ranks would take, as a
+  // delay kernel on our stream before the collective (whose own time at world size 1 is a copy).
+  void emulate_time(const flight::OpInfo& info, const std::string& who) {
+    const double s = emulated_seconds(emulation(), info.op, info.bytes);
+    if (s <= 0) return;
+#ifdef TESSERA_WITH_CUDA
+    CUDA_OK(static_cast<cudaError_t>(comm_delay_launch(static_cast<int64_t>(s * 1e9), kEmulatedChannels, stream_)), who);
+#else
+    throw Error(ErrorKind::Internal, who + ": communication-time emulation needs the CUDA build's kernels", __FILE__, __LINE__);
+#endif
+  }
+
   // The one enqueue point of every operation: orders our stream after the caller's compute, runs
   // `body` (the NCCL calls, given the communicator) under the enqueue lock, records the completion
   // event and returns the Work. The operation gets its flight-recorder sequence number here (`info`:
@@ -483,6 +504,7 @@ class NcclCommunicator : public Communicator, public std::enable_shared_from_thi
       Event ready;
       CUDA_OK(cudaEventRecord(ready.ev, compute_stream(device_)), who);
       CUDA_OK(cudaStreamWaitEvent(stream_, ready.ev, 0), who);
+      emulate_time(info, who);
       body(s_->comm, keep);
 #ifdef TESSERA_WITH_CUDA
       // The caching allocator must not hand these blocks out again before our stream is done.
@@ -584,5 +606,7 @@ CommPtr make_nccl_communicator(CommPtr host, const std::string& name, int device
   NCCL_OK(ncclCommInitRank(&nccl, size, id, rank), who);
   return std::make_shared<NcclCommunicator>(nccl, std::move(host), device, name, host_name, world_ranks);
 }
+
+void set_comm_emulation(const comm::Emulation& e) { emulation() = e; }
 
 }  // namespace tessera::gpu

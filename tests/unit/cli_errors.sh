@@ -45,6 +45,11 @@ else
 fi
 expect_error seq-too-long "max_position_embeddings" $BIN train --set data.seq_len=100000
 expect_error bad-timeout "--set: config key 'comm.timeout_s' must be >= 0.001, got 0" $BIN train --set comm.timeout_s=0
+expect_error emulate-zero-gbps "comm.emulate_gbps must be above 0" $BIN train --set comm.emulate_ranks=8 --set comm.emulate_gbps=0
+expect_error emulate-negative-gbps "comm.emulate_gbps must be above 0" $BIN train --set comm.emulate_gbps=-48
+expect_error emulate-one-rank "comm.emulate_ranks must be 0 (off) or the number of ranks to emulate (>= 2), got 1" $BIN train --set comm.emulate_ranks=1
+expect_error emulate-staged "comm.device_backend=staged has none" $BIN train --set comm.emulate_ranks=8 --set comm.device_backend=staged
+expect_error emulate-on-cpu "comm.emulate_ranks=8 delays the NCCL communicator's stream, but this run is on the CPU (train.device=cpu)" $BIN train --set comm.emulate_ranks=8 --set train.device=cpu
 expect_error staged-on-cpu "comm.device_backend=staged stages the collectives of GPU tensors, but train.device=cpu runs on the CPU" $BIN train --set comm.device_backend=staged --set train.device=cpu
 expect_error diagnose-nothing "no flight records" $BIN diagnose "$T/nothing-here"
 expect_error batch-too-big "fewer than one global batch" $BIN train --set data.path="$T/short.txt" --set data.seq_len=2 --set train.micro_batch=100000

@@ -4,11 +4,35 @@
 
 #include "runtime/comm/agree.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/emulation.h"
 #include "util/error.h"
 
 namespace test_comm_self {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
 
 namespace tc = tessera::comm;
+
+// The emulated time of each collective: nccl-tests' bus bandwidth read backwards, written out here
+// for 8 ranks at 370 GB/s and 2 at 48 (S the full buffer).
+TEST(CommEmulation, NcclTestsBusBandwidthBackwards) {
+  namespace fl = tessera::comm::flight;
+  const tc::Emulation nvlink{8, 370}, ib{2, 48};
+  const int64_t S = int64_t(1) << 30;
+  EXPECT_DOUBLE_EQ(tc::emulated_seconds(nvlink, fl::Op::AllGather, S), double(S) * 7 / 8 / 370e9);
+  EXPECT_DOUBLE_EQ(tc::emulated_seconds(nvlink, fl::Op::ReduceScatter, S), double(S) * 7 / 8 / 370e9);
+  EXPECT_DOUBLE_EQ(tc::emulated_seconds(nvlink, fl::Op::AllReduce, S), 2 * double(S) * 7 / 8 / 370e9);
+  EXPECT_DOUBLE_EQ(tc::emulated_seconds(nvlink, fl::Op::Broadcast, S), double(S) / 370e9);
+  EXPECT_DOUBLE_EQ(tc::emulated_seconds(ib, fl::Op::AllGather, S), double(S) / 2 / 48e9);
+  EXPECT_EQ(tc::emulated_seconds(nvlink, fl::Op::Barrier, S), 0.0);
+  EXPECT_EQ(tc::emulated_seconds(tc::Emulation{}, fl::Op::AllGather, S), 0.0);  // off
+  // The 1.1B model's layer (~44M parameters, bf16): ~0.21 ms to gather among 8 over NVLink.
+  EXPECT_NEAR(tc::emulated_seconds(nvlink, fl::Op::AllGather, 2 * 44'000'000) * 1e3, 0.208, 0.001);
+  EXPECT_NO_THROW(tc::validate(nvlink, tc::DeviceBackend::Nccl, "config"));
+  EXPECT_NO_THROW(tc::validate(tc::Emulation{}, tc::DeviceBackend::Staged, "config"));
+  EXPECT_THROW(tc::validate(tc::Emulation{1, 370}, tc::DeviceBackend::Nccl, "config"), tessera::Error);
+  EXPECT_THROW(tc::validate(tc::Emulation{8, 0}, tc::DeviceBackend::Nccl, "config"), tessera::Error);
+  EXPECT_THROW(tc::validate(tc::Emulation{0, -1}, tc::DeviceBackend::Nccl, "config"), tessera::Error);
+  EXPECT_THROW(tc::validate(nvlink, tc::DeviceBackend::Staged, "config"), tessera::Error);
+}
 
 TEST(SelfComm, CollectivesAreCopiesOfOneRank) {
   auto c = tc::make_self_communicator("solo");
