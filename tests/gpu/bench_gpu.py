@@ -302,7 +302,9 @@ def tessera_summary(path):
     part = lambda name: median_of((r.get("time") or {}).get(name) for r in timed)  # noqa: E731
     return {"steps": len(timed), "tokens_per_s": median_of(r.get("tokens_per_s") for r in timed),
             "peak_mem_gib": mem / 2**30 if mem else None,
-            "forward_s": part("forward_s"), "backward_s": part("backward_s"), "optimizer_s": part("optimizer_s")}
+            "forward_s": part("forward_s"), "backward_s": part("backward_s"), "optimizer_s": part("optimizer_s"),
+            "gather_wait_s": part("gather_wait_s"), "reduce_wait_s": part("reduce_wait_s"),
+            "comm_s": part("comm_s"), "exposed_comm_s": part("exposed_comm_s")}
 
 
 def peer_line(what, r):
@@ -340,6 +342,10 @@ def run_report(args):
             lines.append("against the %.0f TFLOP/s a bf16 8192^3 matmul reached in this run: MFU tessera %.1f%%, "
                          "pytorch eager %.1f%%" % (m, 100 * t["tokens_per_s"] * fpt / (m * 1e12),
                                                    100 * eager["tokens_per_s"] * fpt / (m * 1e12)))
+        if args.tessera_settings:
+            lines.append("tessera settings: %s; per step: gather wait %s, reduce wait %s, communication %s (%s not overlapped)"
+                         % (args.tessera_settings, *("%.1f ms" % (1e3 * t[k]) if t.get(k) is not None else "-"
+                                                     for k in ("gather_wait_s", "reduce_wait_s", "comm_s", "exposed_comm_s"))))
         for what, r in (("pytorch eager", eager), ("torch.compile", compiled)):
             if r:
                 lines.append("tessera / %s: %.2fx tokens/s" % (what, t["tokens_per_s"] / r["tokens_per_s"]))
@@ -375,6 +381,10 @@ def record(model, args, eager, compiled, t, mfu, table):
         "compile_peak_gpu_mem_gib": side(compiled, "peak_mem_gib"),
         "forward_s": t["forward_s"] if ok else None, "backward_s": t["backward_s"] if ok else None,
         "optimizer_s": t["optimizer_s"] if ok else None,
+        # communication (comm.emulate_ranks: the emulated ranks' time): compute's waits for the
+        # all-gathers and the reductions, the collectives' time, and the part of it not overlapped
+        "gather_wait_s": t.get("gather_wait_s") if ok else None, "reduce_wait_s": t.get("reduce_wait_s") if ok else None,
+        "comm_s": t.get("comm_s") if ok else None, "exposed_comm_s": t.get("exposed_comm_s") if ok else None,
         "kernel_ms_per_step": {s["name"]: s["ms_per_step"] for s in table} if table else None,
     }
 

@@ -9,6 +9,9 @@
 #       # an A/B rerun: the 1.1B run (tessera_train, kernel_profile) with these keys too (space-separated
 #       # key=value; model.fused_kernels=false: LibTorch's composites instead of Tessera's kernels); the
 #       # record's tessera_settings names them
+#   TESSERA_GPU_STEPS=tessera_train TESSERA_GPU_TRAIN_SET="comm.emulate_ranks=8 comm.emulate_gbps=370" bash tests/gpu/run.sh
+#       # the same 1.1B run with its collectives timed as 8 ranks over NVLink (runtime/comm/emulation.h):
+#       # the report prints the gather and reduce waits, and how much communication was not overlapped
 #   bash tests/gpu/run.sh --plan [LEFT_S [GPUS]]   # the step order and limits only; nothing runs
 #
 # Needs: nvidia-smi, python3 with a CUDA PyTorch 2.x (its LibTorch is what Tessera builds against)

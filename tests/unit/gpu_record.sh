@@ -61,6 +61,7 @@ assert r["kernel_ms_per_step"] == {"tessera": {"gemm": 100.0, "attention": 1.0},
 assert r["device"] == "NVIDIA H100 80GB HBM3" and r["cudnn"] == "9.10.2" and r["nccl"] == "2.28.9", r
 assert r["model"].startswith("1.10B Llama (hidden 2048, 22 layers"), r["model"]
 assert r["tessera_settings"] == [], r["tessera_settings"]  # the defaults
+assert "gather_wait_s" in r and "exposed_comm_s" in r, r  # null: the metrics above have no such parts
 PY
 ok "the record has every field, and the values computed by hand"
 
