@@ -47,7 +47,7 @@ struct ModelSection {
   std::string path, preset = "tiny";
   int64_t seed = 1234;
   fsdp::LoadMode load = fsdp::LoadMode::Rank0;
-  bool fused_kernels = true;  // on a GPU, Tessera's own RMSNorm, SwiGLU and RoPE kernels
+  bool fused_kernels = true;  // on a GPU, Tessera's own RMSNorm, SwiGLU, RoPE and cross-entropy kernels
 };
 struct DataSection {
   std::string path = "/usr/share/common-licenses", tokenizer;

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "util/device_kernels.h"
@@ -224,6 +225,28 @@ void rope_reference_forward(const at::Tensor& x, const at::Tensor& cos, const at
 }
 void rope_reference_backward(const at::Tensor& gout, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& gx) {
   rope_reference(gout, cos, sin, gx, true);
+}
+
+void cross_entropy_rows_reference(const at::Tensor& z, const at::Tensor& labels, const at::Tensor& weights, double scale,
+                                  bool grad, const at::Tensor& loss_rows) {
+  const int64_t rows = z.size(0), V = z.size(1);
+  float* zp = z.data_ptr<float>();
+  const int64_t* lp = labels.data_ptr<int64_t>();
+  const float* wp = weights.defined() ? weights.data_ptr<float>() : nullptr;
+  float* out = loss_rows.data_ptr<float>();
+  const float fs = static_cast<float>(scale);
+  at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* zr = zp + r * V;
+      float m = zr[0], s = 0.0f;
+      for (int64_t j = 1; j < V; ++j) m = std::max(m, zr[j]);
+      for (int64_t j = 0; j < V; ++j) s += std::exp(zr[j] - m);
+      out[r] = (m + std::log(s)) - zr[lp[r]];
+      if (!grad) continue;
+      const float w = wp ? wp[r] : 1.0f;
+      for (int64_t j = 0; j < V; ++j) zr[j] = ((std::exp(zr[j] - m) / s - (j == lp[r] ? 1.0f : 0.0f)) * w) * fs;
+    }
+  });
 }
 
 bool fused_rope_runs(const torch::Tensor& x) {

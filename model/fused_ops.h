@@ -17,6 +17,10 @@
 // negation and concatenation, the sum); it keeps cos and sin only, as the composite does.
 // ops::apply_rotary takes it where fused_rope_runs.
 //
+// The head's cross entropy (cross_entropy.cu): one block per row of a chunk of fp32 logits for the
+// max, the sum of exponentials, the loss and, in place, the softmax's gradient, instead of about
+// nine passes over the chunk (model/linear_cross_entropy.cpp takes it on a device where installed).
+//
 // THREADS: pure functions of their arguments (the reference splits rows over LibTorch's threads).
 #pragma once
 
@@ -54,5 +58,9 @@ bool fused_rope_runs(const torch::Tensor& x);
 // x [B, H, T, D] rotated by cos, sin ([T, D], or [B, 1, T, D] at packed positions) through the fused
 // kernel: the installed one for device tensors, the reference for CPU ones. Differentiable in x.
 torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// The head's row-wise cross entropy's reference (util::CrossEntropyRows) on CPU tensors.
+void cross_entropy_rows_reference(const at::Tensor& z, const at::Tensor& labels, const at::Tensor& weights, double scale,
+                                  bool grad, const at::Tensor& loss_rows);
 
 }  // namespace tessera::model::ops

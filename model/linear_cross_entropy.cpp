@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/widened_gemm.h"
+#include "util/device_kernels.h"
 
 namespace tessera::model::ops {
 
@@ -68,6 +69,32 @@ torch::Tensor widened_z_w(const torch::Tensor& z, const torch::Tensor& weight) {
   return acc;
 }
 
+// A chunk's loss (weighted rows summed in double) and, with `grad`, z [c, V] in place becoming the
+// gradient of the loss by the logits: (softmax - one-hot) * row weight * grad_scale, in fp32. On a
+// device where Tessera's row-wise kernel is installed (util/device_kernels.h) one kernel; else the
+// composite's passes (max, gather, exp, sum, log, divide, one-hot, weights, scale).
+torch::Tensor softmax_gradient(const torch::Tensor& z, const torch::Tensor& lc, const torch::Tensor& wc, double grad_scale,
+                               bool grad) {
+  const util::CrossEntropyRows kernel = z.is_cpu() ? nullptr : util::device_kernels().cross_entropy_rows;
+  torch::Tensor row_loss;
+  if (kernel != nullptr) {
+    row_loss = torch::empty({z.size(0), 1}, z.options());
+    kernel(z, lc.view({-1}), wc.defined() ? wc.view({-1}) : torch::Tensor(), grad_scale, grad, row_loss);
+  } else {
+    const torch::Tensor zmax = std::get<0>(z.max(1, /*keepdim=*/true)), picked = z.gather(1, lc);
+    torch::Tensor e = const_cast<torch::Tensor&>(z).sub_(zmax).exp_();
+    const torch::Tensor sum = e.sum(1, /*keepdim=*/true);
+    row_loss = zmax + sum.log() - picked;  // logsumexp - logit of the label
+    if (grad) {
+      e.div_(sum);                                                               // softmax
+      e.scatter_add_(1, lc, torch::full({z.size(0), 1}, -1.0f, z.options()));  // - one-hot
+      if (wc.defined()) e.mul_(wc);                                              // ignored rows: no gradient
+      if (grad_scale != 1.0) e.mul_(grad_scale);                                 // the loss scale, before rounding
+    }
+  }
+  return (wc.defined() ? row_loss * wc : row_loss).sum(torch::kDouble);
+}
+
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& labels, int64_t ignore_index, int64_t chunk_rows, bool compact,
@@ -99,16 +126,7 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       if (x.scalar_type() == torch::kFloat) torch::mm_out(z, xc, weight.t());
       else if (widen) mm_nt_widened(xc_f, weight, z, x.scalar_type());  // rounded to bf16 as a bf16 product
       else z.copy_(torch::mm(xc, weight.t()));
-      const torch::Tensor zmax = std::get<0>(z.max(1, /*keepdim=*/true)), picked = z.gather(1, lc);
-      z.sub_(zmax).exp_();
-      const torch::Tensor sum = z.sum(1, /*keepdim=*/true);
-      const torch::Tensor row_loss = zmax + sum.log() - picked;  // logsumexp - logit of the label
-      loss += (wc.defined() ? row_loss * wc : row_loss).sum(torch::kDouble);
-      if (!want_x && !want_w) continue;
-      z.div_(sum);                                                       // softmax
-      z.scatter_add_(1, lc, torch::full({c, 1}, -1.0f, z.options()));  // - one-hot
-      if (wc.defined()) z.mul_(wc);                                      // ignored rows: no gradient
-      if (grad_scale != 1.0) z.mul_(grad_scale);                         // the loss scale, before rounding
+      loss += softmax_gradient(z, lc, wc, grad_scale, want_x || want_w);
       if (want_x) {
         torch::Tensor rows_of_gx = gx.narrow(0, r0, c);
         if (widen) rows_of_gx.copy_(widened_z_w(z, weight));

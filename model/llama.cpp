@@ -165,12 +165,22 @@ torch::Tensor varlen_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::cat(out, 0);
 }
 
+torch::Tensor linear_plus(const torch::Tensor& residual, const torch::Tensor& x, const torch::Tensor& w, bool epilogue) {
+  if (!epilogue) return residual + ops::linear(x, w);
+  const int64_t out = w.size(0);
+  return torch::addmm(residual.reshape({-1, out}), x.reshape({-1, w.size(1)}), w.t()).view(residual.sizes());
+}
+
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
-                     const torch::Tensor& down) {
-  if (fused_swiglu_runs(x) && rows_adjacent({gate, up}))  // one product, one kernel each way (model/fused_ops.h)
-    return ops::linear(fused_swiglu(ops::linear(x, stacked_rows({gate, up}))), down);
-  const std::vector<torch::Tensor> gate_up = linear_stacked(x, {gate, up});  // one product where adjacent
-  return ops::linear(torch::silu(gate_up[0]) * gate_up[1], down);
+                     const torch::Tensor& down, const torch::Tensor& residual) {
+  torch::Tensor h;
+  if (fused_swiglu_runs(x) && rows_adjacent({gate, up})) {  // one product, one kernel each way (model/fused_ops.h)
+    h = fused_swiglu(ops::linear(x, stacked_rows({gate, up})));
+  } else {
+    const std::vector<torch::Tensor> gate_up = linear_stacked(x, {gate, up});  // one product where adjacent
+    h = torch::silu(gate_up[0]) * gate_up[1];
+  }
+  return residual.defined() ? linear_plus(residual, h, down, !x.is_cpu()) : ops::linear(h, down);
 }
 
 }  // namespace ops
@@ -185,6 +195,10 @@ WeightImpl::WeightImpl(at::IntArrayRef shape, const torch::TensorOptions& opts) 
 LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts, bool with_bias)
     : WeightImpl({out, in}, opts) {
   if (with_bias) bias = register_parameter("bias", torch::empty({out}, opts));
+}
+torch::Tensor LinearImpl::forward_plus(const torch::Tensor& x, const torch::Tensor& residual) {
+  if (bias.defined() || lora_A) return residual + forward(x);
+  return ops::linear_plus(residual, x, weight, !x.is_cpu());
 }
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = ops::linear(x, weight);
@@ -237,7 +251,7 @@ std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
   return {q_proj(x), k_proj(x), v_proj(x)};
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& layout) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& layout, const torch::Tensor& residual) {
   const int64_t B = x.size(0), T = x.size(1);
   const std::vector<torch::Tensor> qkv = project(x);
   auto q = qkv[0].view({B, T, num_heads, head_dim});  // [B, T, nh, D]
@@ -276,7 +290,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& 
   auto out = flash ? *flash
                    : ops::causal_attention(q, ops::repeat_kv(k, n_rep), ops::repeat_kv(v, n_rep), sliding_window,
                                            layout.document_ids, start);
-  return o_proj(out.transpose(1, 2).reshape({B, T, num_heads * head_dim}));
+  const torch::Tensor merged = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
+  return residual.defined() ? o_proj->forward_plus(merged, residual) : o_proj(merged);
 }
 
 // q [B, nh, T, D], k and v [B, nkv, T, D] as the tokens of the B rows one after another, through
@@ -303,10 +318,12 @@ MlpImpl::MlpImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {
   down_proj = register_module("down_proj", Linear(cfg.intermediate_size, cfg.hidden_size, opts));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  if (gate_proj->has_lora() || up_proj->has_lora() || down_proj->has_lora())  // the same products, adapted
-    return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
-  return ops::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
+torch::Tensor MlpImpl::forward(const torch::Tensor& x, const torch::Tensor& residual) {
+  if (gate_proj->has_lora() || up_proj->has_lora() || down_proj->has_lora()) {  // the same products, adapted
+    const torch::Tensor h = torch::silu(gate_proj(x)) * up_proj(x);
+    return residual.defined() ? down_proj->forward_plus(h, residual) : down_proj(h);
+  }
+  return ops::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight, residual);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOptions& opts,
@@ -319,9 +336,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& cfg, const torch::TensorOp
       register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, opts));
 }
 
+// The residual stream: each block's output projection adds it (in the GEMM's epilogue on a device).
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const TokenLayout& layout) {
-  auto x = h + self_attn->forward(input_layernorm(h), layout);
-  return x + mlp(post_attention_layernorm(x));
+  const torch::Tensor x = self_attn->forward(input_layernorm(h), layout, h);
+  return mlp->forward(post_attention_layernorm(x), x);
 }
 
 LlamaModelImpl::LlamaModelImpl(const ModelConfig& cfg, const torch::TensorOptions& opts) {

@@ -77,9 +77,15 @@ torch::Tensor varlen_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // Whether the kernel runs for queries like q: LibTorch >= 2.6 on a CUDA device, bf16/fp16, head_dim
 // a multiple of 8 up to 256. Attention then takes packed rows and sliding windows there.
 bool varlen_kernel_runs(const torch::Tensor& q);
-// down(silu(x gate^T) * (x up^T)) with weights in [out, in] layout.
+// residual + x W^T as one GEMM whose epilogue adds the residual (at::addmm, beta 1: cuBLAS reads the
+// residual into its fp32 accumulator and rounds once) when `epilogue`; else the product, then the sum.
+// The model asks for the epilogue on a device (the CPU keeps its product and sum, widened bf16
+// products included); the CPU build tests the two against each other.
+torch::Tensor linear_plus(const torch::Tensor& residual, const torch::Tensor& x, const torch::Tensor& w, bool epilogue);
+// down(silu(x gate^T) * (x up^T)) with weights in [out, in] layout; plus `residual` when given
+// (linear_plus on a device).
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
-                     const torch::Tensor& down);
+                     const torch::Tensor& down, const torch::Tensor& residual = {});
 }  // namespace ops
 
 // A module of one parameter, "weight" (Hugging Face's name), of the given shape: what Linear,
@@ -96,6 +102,9 @@ class WeightImpl : public torch::nn::Module {
 struct LinearImpl : WeightImpl {
   LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opts, bool with_bias = false);
   torch::Tensor forward(const torch::Tensor& x);
+  // residual + forward(x), on a device with the residual added in the GEMM's epilogue (ops::linear_plus)
+  // where this Linear has neither bias nor LoRA.
+  torch::Tensor forward_plus(const torch::Tensor& x, const torch::Tensor& residual);
   // Registers the submodules lora_A (weight [rank, in]) and lora_B (weight [out, rank]) on weight's
   // device and dtype (uninitialised: the caller loads them; lora::init_adapter has PEFT's values).
   void add_lora(int64_t rank, double scale, double dropout);
@@ -155,7 +164,9 @@ class AttentionImpl : public torch::nn::Module {
   // [B, T, H] -> [B, T, H], causal, RoPE at 0..T-1 (or at layout's positions, within its documents;
   // or, with layout.cache, at cache->start .. + T - 1, attending to the cached keys too).
   // Qwen3's q_norm / k_norm, when the config has them, normalise each head before RoPE.
-  torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {});
+  // o_proj's output plus `residual` when given (the decoder layer's residual stream, added in o_proj's
+  // epilogue on a device).
+  torch::Tensor forward(const torch::Tensor& x, const TokenLayout& layout = {}, const torch::Tensor& residual = {});
   std::vector<torch::Tensor> project(const torch::Tensor& x);  // q, k, v [B, T, features]
   torch::Tensor varlen(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const TokenLayout& layout) const;
@@ -173,7 +184,7 @@ TORCH_MODULE(Attention);
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const ModelConfig& cfg, const torch::TensorOptions& opts);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual = {});  // + residual (down_proj's epilogue)
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);

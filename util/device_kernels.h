@@ -40,6 +40,14 @@ using RopeForward = void (*)(const at::Tensor& x, const at::Tensor& cos, const a
 // round(r' sin')) with, for the first half, r' sin' = g2 sin2, and for the second, -(g1 sin1).
 using RopeBackward = void (*)(const at::Tensor& gout, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& gx);
 
+// The head's cross entropy row by row over a chunk of logits z [rows, V] (fp32, contiguous), labels
+// [rows] (int64, valid indices) and row weights w [rows] (fp32; undefined: all 1): loss_rows [rows]
+// (fp32) = (m + log(s)) - z[label] with m the row's max and s = sum exp(z - m); with `grad`, z becomes
+// in place ((exp(z - m) / s - onehot(label)) * w) * scale, in fp32 (model/linear_cross_entropy.cpp's
+// composite, one kernel instead of about nine passes over z).
+using CrossEntropyRows = void (*)(const at::Tensor& z, const at::Tensor& labels, const at::Tensor& weights, double scale,
+                                  bool grad, const at::Tensor& loss_rows);
+
 struct DeviceKernels {
   RmsNormForward rms_norm_forward = nullptr;
   RmsNormBackward rms_norm_backward = nullptr;
@@ -47,6 +55,7 @@ struct DeviceKernels {
   SwigluBackward swiglu_backward = nullptr;
   RopeForward rope_forward = nullptr;
   RopeBackward rope_backward = nullptr;
+  CrossEntropyRows cross_entropy_rows = nullptr;
 };
 
 inline DeviceKernels& device_kernels() {

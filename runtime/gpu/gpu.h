@@ -47,7 +47,8 @@ void nf4_decode(const at::Tensor& bytes, int64_t segments, const Nf4KernelLayout
 // (Input) without the GPU path when `e` is on.
 void set_comm_emulation(const comm::Emulation& e);
 
-// Tessera's own kernels for model/ (the fused RMSNorm, SwiGLU and RoPE: rms_norm.cu, swiglu.cu, rope.cu) into
+// Tessera's own kernels for model/ (the fused RMSNorm, SwiGLU, RoPE and the head's cross entropy:
+// rms_norm.cu, swiglu.cu, rope.cu, cross_entropy.cu) into
 // util::device_kernels(),
 // where model/ finds them; the launcher calls it when it picks a CUDA device. Nothing without the
 // GPU path (the model then runs LibTorch's composites).

@@ -1,5 +1,6 @@
 // Tessera's own kernels for model/, installed into util::device_kernels() (gpu.h's install_kernels):
-// the fused RMSNorm (rms_norm.cu), SwiGLU (swiglu.cu) and RoPE (rope.cu) on the current stream of the input's
+// the fused RMSNorm (rms_norm.cu), SwiGLU (swiglu.cu), RoPE (rope.cu) and the head's row-wise cross
+// entropy (cross_entropy.cu) on the current stream of the input's
 // device. The caller (model/fused_ops.cpp) made the inputs contiguous 2-D and allocated the outputs
 // on their device. Empty unless TESSERA_WITH_CUDA.
 #include "runtime/gpu/gpu.h"
@@ -84,6 +85,15 @@ void rope_backward(const at::Tensor& gout, const at::Tensor& cos, const at::Tens
   rope(gout, cos, sin, gx, true);
 }
 
+void cross_entropy_rows(const at::Tensor& z, const at::Tensor& labels, const at::Tensor& weights, double scale, bool grad,
+                        const at::Tensor& loss_rows) {
+  const c10::cuda::CUDAGuard guard(z.device());
+  check_launch(cross_entropy_rows_launch(z.data_ptr<float>(), labels.data_ptr<int64_t>(),
+                                         weights.defined() ? weights.data_ptr<float>() : nullptr, z.size(0), z.size(1),
+                                         static_cast<float>(scale), grad, loss_rows.data_ptr<float>(), stream_of(z)),
+               "cross entropy");
+}
+
 }  // namespace
 
 void install_kernels() {
@@ -94,6 +104,7 @@ void install_kernels() {
   k.swiglu_backward = &swiglu_backward;
   k.rope_forward = &rope_forward;
   k.rope_backward = &rope_backward;
+  k.cross_entropy_rows = &cross_entropy_rows;
 }
 
 }  // namespace tessera::gpu

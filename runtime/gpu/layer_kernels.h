@@ -1,4 +1,4 @@
-// The layer kernels' launch interface (rms_norm.cu, swiglu.cu, rope.cu), plain C++ so that nvcc compiles the
+// The layer kernels' launch interface (rms_norm.cu, swiglu.cu, rope.cu, cross_entropy.cu), plain C++ so that nvcc compiles the
 // kernels without LibTorch: kernels_cuda.cpp passes raw device pointers. The contracts are
 // util/device_kernels.h's; model/fused_ops.cpp's loops are their references, with the same
 // roundings. RMSNorm: rstd = 1 / sqrt(sum(x^2) / n + eps), h = round(x rstd), y = round(w h);
@@ -33,5 +33,10 @@ struct RopeLayout {
 };
 int rope_launch(const void* x, const void* cos, const void* sin, const RopeLayout& l, bool backward, KernelDtype t, void* o,
                 void* stream);
+
+// The head's cross entropy over z [rows, V] (fp32, in place with `grad`), labels [rows], row weights
+// (null: 1), into loss_rows [rows] (util::CrossEntropyRows).
+int cross_entropy_rows_launch(float* z, const int64_t* labels, const float* weights, int64_t rows, int64_t V, float scale,
+                              bool grad, float* loss_rows, void* stream);
 
 }  // namespace tessera::gpu

@@ -15,23 +15,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
+__device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
+
 // The block's sum of v (every thread gets it).
-__device__ float block_sum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  __shared__ float total;
-  for (int o = 16; o > 0; o /= 2) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, o));
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-    for (int i = 0; i < kThreads / 32; ++i) s = __fadd_rn(s, warp_sums[i]);
-    total = s;
-  }
-  __syncthreads();
-  const float out = total;
-  __syncthreads();  // total and warp_sums may be written again by the next call
-  return out;
-}
+__device__ float block_sum(float v) { return block_reduce<kThreads>(v, add_rn); }
 
 template <typename T>
 __global__ void forward_kernel(const T* __restrict__ x, const T* __restrict__ w, int64_t n, float eps, T* __restrict__ y,

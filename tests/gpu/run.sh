@@ -260,7 +260,7 @@ for s in "${PLAN_AFTER_BUILD[@]}"; do wanted "$s" && SELECTED_AFTER_BUILD+=("$s"
 # cases that run on the NCCL communicator too (the others are MPI-only or skip NCCL), the CUDA FSDP
 # test, the NCCL watchdog test.
 CONFORMANCE_TESTS=CommConformance.AllGatherUnevenAllDtypesInAndOutOfPlace:CommConformance.ReduceScatterPadsUnevenSizes:CommConformance.AllReduceAllDtypesAndOps:CommConformance.BroadcastFromFirstAndLastRank:CommConformance.WidenedReduceScatterInSegments:CommConformance.LargeUnevenMessagesEveryOp:CommConformance.AsyncOperationsCompleteInIssueOrder:CommConformance.SynchronousHelpers:CommConformance.BadArgumentsAreInputErrors:CommConformance.HostDuplicateHasTheSameRanksOnTheHost
-FSDP_TESTS=DeviceKernels.FusedRmsNormEqualsItsReference:DeviceKernels.FusedSwigluEqualsItsReference:DeviceKernels.FusedRopeEqualsItsReference:FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost:FsdpDevice.PackedRowsInBf16MatchTheCpu
+FSDP_TESTS=DeviceKernels.FusedRmsNormEqualsItsReference:DeviceKernels.FusedSwigluEqualsItsReference:DeviceKernels.FusedRopeEqualsItsReference:DeviceKernels.FusedCrossEntropyEqualsItsReference:FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost:FsdpDevice.PackedRowsInBf16MatchTheCpu
 NCCL_TIMEOUT_TESTS=NcclWatchdog.StalledCollectiveTimesOutWithOneLineError
 
 mkdir -p "$RESULTS_DIR" "$LOGS" "$WORK/run"
@@ -613,6 +613,7 @@ if can_run fsdp_train; then
   gtest_verdict fsdp_train DeviceKernels.FusedRmsNormEqualsItsReference "the fused RMSNorm kernel equals its CPU reference"
   gtest_verdict fsdp_train DeviceKernels.FusedSwigluEqualsItsReference "the fused SwiGLU kernel equals its CPU reference"
   gtest_verdict fsdp_train DeviceKernels.FusedRopeEqualsItsReference "the fused RoPE kernel equals its CPU reference"
+  gtest_verdict fsdp_train DeviceKernels.FusedCrossEntropyEqualsItsReference "the head's row-wise cross entropy kernel equals its CPU reference"
   gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
   gtest_verdict fsdp_train FsdpDevice.PackedRowsInBf16MatchTheCpu "packed rows in bf16 (varlen flash where LibTorch >= 2.6) match the CPU"
   grep -h '^packed bf16 losses' "$LOGS/fsdp_train.log" | say_lines

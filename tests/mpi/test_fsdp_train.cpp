@@ -724,6 +724,26 @@ TEST(DeviceKernels, FusedRopeEqualsItsReference) {
   }
 }
 
+// The head's row-wise cross entropy kernel against its reference: a chunk of the 1.1B model's
+// vocabulary, weighted rows (an ignored one weighs 0) and a loss scale.
+TEST(DeviceKernels, FusedCrossEntropyEqualsItsReference) {
+  const std::optional<c10::Device> own = own_gpu();
+  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+  const c10::Device gpu = *own;
+  ASSERT_NE(util::device_kernels().cross_entropy_rows, nullptr);
+  torch::manual_seed(8);
+  const int64_t rows = 300, V = 32000;
+  const torch::Tensor z = torch::randn({rows, V}) * 4, labels = torch::randint(V, {rows}, torch::kLong);
+  const torch::Tensor w = (torch::rand({rows}) > 0.1).to(torch::kFloat);
+  torch::Tensor zr = z.clone(), loss = torch::empty({rows});
+  model::ops::cross_entropy_rows_reference(zr, labels, w, 0.25, true, loss);
+  torch::Tensor zd = z.to(gpu), dloss = torch::empty({rows}, torch::TensorOptions().device(gpu));
+  util::device_kernels().cross_entropy_rows(zd, labels.to(gpu), w.to(gpu), 0.25, true, dloss);
+  // expf / logf against the CPU's exp / log and the sums' order: a few ulps.
+  EXPECT_LE((dloss.cpu() - loss).abs().max().item<double>(), 1e-4);
+  EXPECT_LE((zd.cpu() - zr).abs().max().item<double>(), 1e-6);
+}
+
 // Packed rows in bf16 on the GPU (where LibTorch >= 2.6 has it: FlashAttention's variable-length
 // kernel, ops::varlen_attention; else SDPA with the document mask) train like the CPU's masked
 // attention: losses within 2% (two bf16 runs of different kernels and GEMM orders; an attention

@@ -852,6 +852,46 @@ TEST(FusedRope, ReferenceEqualsTheComposite) {
   EXPECT_FALSE(ops::fused_rope_runs(torch::zeros({1, 1, 2, 4})));  // the CPU keeps the composite
 }
 
+// The head's row-wise cross entropy's reference (model/fused_ops.h) against the equations written
+// with LibTorch here: loss = logsumexp - the label's logit; gradient (softmax - one-hot) * w * scale.
+TEST(FusedCrossEntropy, ReferenceEqualsTheEquations) {
+  torch::manual_seed(37);
+  const int64_t rows = 9, V = 1000;
+  const torch::Tensor z0 = torch::randn({rows, V}) * 4, labels = torch::randint(V, {rows}, torch::kLong);
+  const torch::Tensor w = torch::tensor(std::vector<float>{1, 1, 0, 1, 1, 1, 0, 1, 1});
+  for (bool weighted : {false, true}) {
+    torch::Tensor z = z0.clone(), loss = torch::empty({rows});
+    ops::cross_entropy_rows_reference(z, labels, weighted ? w : torch::Tensor(), 0.5, /*grad=*/true, loss);
+    const torch::Tensor want_loss = torch::logsumexp(z0, 1) - z0.gather(1, labels.unsqueeze(1)).squeeze(1);
+    const torch::Tensor onehot = torch::zeros({rows, V}).scatter_(1, labels.unsqueeze(1), 1.0);
+    const torch::Tensor want_grad = (torch::softmax(z0, 1) - onehot) * (weighted ? w.unsqueeze(1) : torch::ones({rows, 1})) * 0.5;
+    expect_close(loss, want_loss, 1e-4, "loss");
+    expect_close(z, want_grad, 1e-6, "gradient");
+    torch::Tensor z2 = z0.clone(), loss2 = torch::empty({rows});
+    ops::cross_entropy_rows_reference(z2, labels, torch::Tensor(), 1.0, /*grad=*/false, loss2);
+    EXPECT_TRUE(z2.equal(z0));  // no gradient asked: z untouched
+    expect_close(loss2, want_loss, 1e-4, "loss without gradient");
+  }
+}
+
+// o_proj and down_proj add the residual in the GEMM's epilogue on a device (ops::linear_plus with
+// `epilogue`, at::addmm): the same sum and gradients as the product then the sum (the CPU's path).
+TEST(ResidualEpilogue, AddmmEqualsProductThenSum) {
+  torch::manual_seed(43);
+  const torch::Tensor r0 = torch::randn({2, 5, 16}), x0 = torch::randn({2, 5, 24}), w0 = torch::randn({16, 24});
+  torch::Tensor ra = r0.clone().requires_grad_(), xa = x0.clone().requires_grad_(), wa = w0.clone().requires_grad_();
+  torch::Tensor rb = r0.clone().requires_grad_(), xb = x0.clone().requires_grad_(), wb = w0.clone().requires_grad_();
+  const torch::Tensor ya = ops::linear_plus(ra, xa, wa, /*epilogue=*/true), yb = ops::linear_plus(rb, xb, wb, false);
+  ASSERT_EQ(ya.sizes(), yb.sizes());
+  expect_close(ya, yb, 1e-5, "sum");
+  const torch::Tensor g = torch::randn(ya.sizes());
+  ya.backward(g);
+  yb.backward(g);
+  expect_close(ra.grad(), rb.grad(), 0, "residual's gradient");
+  expect_close(xa.grad(), xb.grad(), 1e-5, "input's gradient");
+  expect_close(wa.grad(), wb.grad(), 1e-4, "weight's gradient");
+}
+
 TEST(LlamaPacking, RotaryAtPositionsEqualsTableRows) {
   auto pos = torch::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 5, 3, 0}).view({2, 4});
   auto [cos, sin] = ops::rotary_tables_at(pos, 8, 500.0, torch::kFloat32);

@@ -35,6 +35,7 @@ json other_value(const ConfigKey& k) {
   if (k.type == "string") return k.default_value.get<std::string>() + "/other";
   if (k.type == "int list") return json::array({1, 2});
   if (k.type == "string list") return json::array({"q_proj", "v_proj"});
+  if (k.key == "comm.emulate_ranks") return 8;  // 0 (off) or >= 2: 1 is refused
   if (k.type == "int") return k.default_value.get<int64_t>() + 1;  // every int bound is a minimum
   const double d = k.default_value.get<double>();
   return k.max && d + 0.25 >= *k.max ? d / 2 : d + 0.25;
