@@ -1,5 +1,7 @@
 #include "model/stacked_linear.h"
 
+#include <algorithm>
+
 #include "model/widened_gemm.h"
 
 namespace tessera::model::ops {
@@ -31,18 +33,15 @@ struct StackedRows : public torch::autograd::Function<StackedRows> {
     int64_t total = 0;
     for (int64_t r : rows) total += r;
     ctx->saved_data["rows"] = rows;
-    return a.detach().as_strided({total, a.size(1)}, {a.size(1), 1}, a.storage_offset());
+    return a.as_strided({total, a.size(1)}, {a.size(1), 1}, a.storage_offset());  // forward records no history
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
     const std::vector<int64_t> rows = ctx->saved_data["rows"].toIntVector();
     torch::autograd::variable_list out(3);
     if (!grad[0].defined()) return out;
-    int64_t at = 0;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      out[i] = grad[0].narrow(0, at, rows[i]);
-      at += rows[i];
-    }
+    const std::vector<torch::Tensor> parts = grad[0].split_with_sizes(rows, 0);  // one operator for all
+    std::copy(parts.begin(), parts.end(), out.begin());
     return out;
   }
 };

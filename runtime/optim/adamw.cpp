@@ -444,7 +444,8 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
   if (found_inf.defined()) {
     TESSERA_CHECK(skips_itself(shards, found_inf.device()),
                   "AdamW: found_inf given for shards whose update cannot skip itself (the tensor-op path)");
-    if (found_inf.is_cpu() && found_inf.item<float>() != 0.0f) return;  // the CPU loop: nothing touched
+    // The CPU loop reads the flag where it is (no operator, no synchronisation): nothing touched.
+    if (found_inf.is_cpu() && *found_inf.contiguous().data_ptr<float>() != 0.0f) return;
   }
   ++step_count_;
   const auto& o = options_;

@@ -108,8 +108,9 @@ Verdict Trainer::Impl::optimizer_step(const at::Tensor& loss_sum, int64_t target
     return v;
   }
   const int64_t before = adamw->step_count();
-  const at::Tensor found_inf =
-      at::isfinite(loss_sum.reshape({})).logical_and(at::isfinite(clipped.norm.reshape({}))).logical_not().to(at::kFloat);
+  // 1 where the loss or the norm is not finite: their sum is then inf or nan (both are doubles that
+  // no finite pair overflows).
+  const at::Tensor found_inf = at::isfinite(loss_sum + clipped.norm).logical_not().to(at::kFloat);
   adamw->step(view.shards, lr, clipped.grad_scale, found_inf);
   Verdict v = agree_on_step(loss_sum, clipped.norm, targets);
   v.lr = lr;
