@@ -23,7 +23,6 @@
 #include "launcher/config.h"
 #include "launcher/data_setup.h"
 #include "launcher/device_select.h"
-#include "runtime/gpu/gpu.h"
 #include "launcher/lora_run.h"
 #include "launcher/mapped_fault.h"
 #include "launcher/model_lm.h"
@@ -41,6 +40,7 @@
 #include "runtime/device/gemm_probe.h"
 #include "runtime/fsdp/loader.h"
 #include "runtime/fsdp/strategy_check.h"
+#include "runtime/gpu/gpu.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/quant/nf4_storage.h"
 #include "runtime/train/numerics.h"
@@ -357,7 +357,6 @@ bool finished_by_this_job(const std::string& ckpt, const Config& cfg, int64_t st
       "save moves them to " + cfg.checkpoint.dir + "/retired/)");
 }
 
-// Device, run id, every check that can fail before anything is written, the data, the resume point.
 // comm.emulate_ranks (runtime/comm/emulation.h): for one rank on a GPU, its NCCL communicators take
 // the emulated ranks' time. The same on every rank (the config and the agreed device are).
 void emulate_communication(const Config& cfg, const c10::Device& device, int world_size) {
@@ -373,6 +372,7 @@ void emulate_communication(const Config& cfg, const c10::Device& device, int wor
   gpu::set_comm_emulation(e);
 }
 
+// Device, run id, every check that can fail before anything is written, the data, the resume point.
 // Collective: a failure on any rank stops every rank with one line.
 void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
   const bool rank0 = b.world_rank == 0;

@@ -82,14 +82,14 @@ torch::Tensor softmax_gradient(const torch::Tensor& z, const torch::Tensor& lc, 
     kernel(z, lc.view({-1}), wc.defined() ? wc.view({-1}) : torch::Tensor(), grad_scale, grad, row_loss);
   } else {
     const torch::Tensor zmax = std::get<0>(z.max(1, /*keepdim=*/true)), picked = z.gather(1, lc);
-    torch::Tensor e = const_cast<torch::Tensor&>(z).sub_(zmax).exp_();
-    const torch::Tensor sum = e.sum(1, /*keepdim=*/true);
+    z.sub_(zmax).exp_();
+    const torch::Tensor sum = z.sum(1, /*keepdim=*/true);
     row_loss = zmax + sum.log() - picked;  // logsumexp - logit of the label
     if (grad) {
-      e.div_(sum);                                                               // softmax
-      e.scatter_add_(1, lc, torch::full({z.size(0), 1}, -1.0f, z.options()));  // - one-hot
-      if (wc.defined()) e.mul_(wc);                                              // ignored rows: no gradient
-      if (grad_scale != 1.0) e.mul_(grad_scale);                                 // the loss scale, before rounding
+      z.div_(sum);                                                               // softmax
+      z.scatter_add_(1, lc, torch::full({z.size(0), 1}, -1.0f, z.options()));  // - one-hot
+      if (wc.defined()) z.mul_(wc);                                              // ignored rows: no gradient
+      if (grad_scale != 1.0) z.mul_(grad_scale);                                 // the loss scale, before rounding
     }
   }
   return (wc.defined() ? row_loss * wc : row_loss).sum(torch::kDouble);

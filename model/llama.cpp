@@ -173,9 +173,10 @@ torch::Tensor linear_plus(const torch::Tensor& residual, const torch::Tensor& x,
 
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
                      const torch::Tensor& down, const torch::Tensor& residual) {
+  const torch::Tensor gate_up_rows = fused_swiglu_runs(x) ? stacked_rows({gate, up}) : torch::Tensor();
   torch::Tensor h;
-  if (fused_swiglu_runs(x) && rows_adjacent({gate, up})) {  // one product, one kernel each way (model/fused_ops.h)
-    h = fused_swiglu(ops::linear(x, stacked_rows({gate, up})));
+  if (gate_up_rows.defined()) {  // one product, one kernel each way (model/fused_ops.h)
+    h = fused_swiglu(ops::linear(x, gate_up_rows));
   } else {
     const std::vector<torch::Tensor> gate_up = linear_stacked(x, {gate, up});  // one product where adjacent
     h = torch::silu(gate_up[0]) * gate_up[1];
@@ -243,12 +244,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, const torch::TensorOptions&
 // part alive; else each its own product (biases, LoRA, Qwen3's q/k norms).
 std::vector<torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
   const bool plain = !q_norm && !q_proj->bias.defined() && !q_proj->has_lora() && !k_proj->has_lora() && !v_proj->has_lora();
-  if (plain && ops::rows_adjacent({q_proj->weight, k_proj->weight, v_proj->weight})) {
-    std::vector<torch::Tensor> qkv = ops::linear_stacked(x, {q_proj->weight, k_proj->weight, v_proj->weight});
-    qkv[2] = qkv[2].contiguous();
-    return qkv;
-  }
-  return {q_proj(x), k_proj(x), v_proj(x)};
+  if (!plain) return {q_proj(x), k_proj(x), v_proj(x)};
+  std::vector<torch::Tensor> qkv = ops::linear_stacked(x, {q_proj->weight, k_proj->weight, v_proj->weight});
+  if (qkv[2].is_alias_of(qkv[0])) qkv[2] = qkv[2].contiguous();  // one product: v out of it
+  return qkv;
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& layout, const torch::Tensor& residual) {

@@ -1,8 +1,8 @@
 // Tessera's own kernels for model/, installed into util::device_kernels() (gpu.h's install_kernels):
 // the fused RMSNorm (rms_norm.cu), SwiGLU (swiglu.cu), RoPE (rope.cu) and the head's row-wise cross
-// entropy (cross_entropy.cu) on the current stream of the input's
-// device. The caller (model/fused_ops.cpp) made the inputs contiguous 2-D and allocated the outputs
-// on their device. Empty unless TESSERA_WITH_CUDA.
+// entropy (cross_entropy.cu) on the current stream of the input's device. The caller
+// (model/fused_ops.cpp, model/linear_cross_entropy.cpp) checked the inputs' layout and allocated the
+// outputs on their device. Empty unless TESSERA_WITH_CUDA.
 #include "runtime/gpu/gpu.h"
 
 #ifdef TESSERA_WITH_CUDA

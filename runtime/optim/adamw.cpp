@@ -427,17 +427,16 @@ void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, fl
 }
 
 bool AdamW::skips_itself(const std::vector<ParamShard>& shards, const at::Device& device) const {
-  bool any = false, cpu_loop = false, kernel = false;
-  std::vector<ParamShard> on_device;
+  bool cpu_loop = false, on_device = false;
   for (const ParamShard& s : shards) {
     if (!s.grad.defined()) continue;
-    any = true;
     if (s.param.is_cpu() && options_.fused_cpu) cpu_loop = true;
-    else on_device.push_back(s);
+    else if (s.param.device() != device) return false;
+    else on_device = true;
   }
-  if (!on_device.empty()) kernel = uses_fused_kernel(on_device) && on_device.front().param.device() == device;
-  if (cpu_loop && !device.is_cpu()) return false;  // a read of a device's flag on the host would wait for it
-  return any && (on_device.empty() || kernel) && !(cpu_loop && kernel);
+  if (cpu_loop == on_device) return false;  // nothing to update, or both paths at once
+  // The CPU loop reads a host flag (a device's would make the host wait); a device, the fused kernel.
+  return cpu_loop ? device.is_cpu() : uses_fused_kernel(shards);
 }
 
 void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale, const at::Tensor& found_inf) {

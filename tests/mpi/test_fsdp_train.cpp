@@ -629,6 +629,13 @@ std::optional<c10::Device> own_gpu() {
   return gpu;
 }
 
+// A device kernel's result against its CPU reference: the largest difference within `tol` of the
+// reference's largest magnitude (at least 1).
+void expect_near_reference(const torch::Tensor& got, const torch::Tensor& want, double tol, const std::string& what) {
+  const torch::Tensor g = got.cpu().to(torch::kFloat64), r = want.to(torch::kFloat64);
+  EXPECT_LE((g - r).abs().max().item<double>(), tol * std::max(1.0, r.abs().max().item<double>())) << what;
+}
+
 // Tessera's own device kernels against their CPU references (util/device_kernels.h): the fused
 // RMSNorm's output, rstd and both gradients, fp32 and bf16, the 1.1B model's hidden size and a
 // head_dim-wide norm. The reference's sums run in another order (the kernel's block tree).
@@ -652,15 +659,10 @@ TEST(DeviceKernels, FusedRmsNormEqualsItsReference) {
       const std::string what = std::string(dt == torch::kFloat32 ? "fp32 " : "bf16 ") + std::to_string(rows) + "x" + std::to_string(n);
       // fp32: the sums' order; bf16: one rounding step of the output where rstd's last bit differs.
       const double tol = dt == torch::kFloat32 ? 1e-5 : 1.6e-2;
-      auto close = [&](const torch::Tensor& got, const torch::Tensor& want, const char* name) {
-        const torch::Tensor g = got.cpu().to(torch::kFloat64), r = want.to(torch::kFloat64);
-        const double scale = std::max(1.0, r.abs().max().item<double>());
-        EXPECT_LE((g - r).abs().max().item<double>(), tol * scale) << what << " " << name;
-      };
-      close(drstd, rstd, "rstd");
-      close(dy, y, "output");
-      close(dgx, gx, "input gradient");
-      close(dgw, gw, "weight gradient");
+      expect_near_reference(drstd, rstd, tol, what + " rstd");
+      expect_near_reference(dy, y, tol, what + " output");
+      expect_near_reference(dgx, gx, tol, what + " input gradient");
+      expect_near_reference(dgw, gw, tol, what + " weight gradient");
     }
   }
 }
@@ -684,11 +686,9 @@ TEST(DeviceKernels, FusedSwigluEqualsItsReference) {
     util::device_kernels().swiglu_backward(gh.to(gpu), gu.to(gpu), dggu);
     // fp32: expf against the CPU's exp, a few ulps; bf16: one rounding step where that moves silu's rounding.
     const double tol = dt == torch::kFloat32 ? 1e-5 : 1.6e-2;
-    for (const auto& [got, want, name] : {std::tuple{dh, h, "output"}, std::tuple{dggu, ggu, "gradient"}}) {
-      const torch::Tensor g = got.cpu().to(torch::kFloat64), r = want.to(torch::kFloat64);
-      EXPECT_LE((g - r).abs().max().item<double>(), tol * std::max(1.0, r.abs().max().item<double>()))
-          << (dt == torch::kFloat32 ? "fp32 " : "bf16 ") << name;
-    }
+    const std::string what = dt == torch::kFloat32 ? "fp32 " : "bf16 ";
+    expect_near_reference(dh, h, tol, what + "output");
+    expect_near_reference(dggu, ggu, tol, what + "gradient");
   }
 }
 
@@ -715,11 +715,9 @@ TEST(DeviceKernels, FusedRopeEqualsItsReference) {
       util::device_kernels().rope_backward(dx, dc, ds, dgx);
       // Each product rounded, then the sum: the same bits but where fp32's last place differs.
       const double tol = dt == torch::kFloat32 ? 1e-5 : 0.0;
-      for (const auto& [got, want, name] : {std::tuple{dout, out, "output"}, std::tuple{dgx, gx, "gradient"}}) {
-        const torch::Tensor g = got.cpu().to(torch::kFloat64), r = want.to(torch::kFloat64);
-        EXPECT_LE((g - r).abs().max().item<double>(), tol * std::max(1.0, r.abs().max().item<double>()))
-            << (dt == torch::kFloat32 ? "fp32 " : "bf16 ") << name << " tables of " << rows << " rows";
-      }
+      const std::string what = std::string(dt == torch::kFloat32 ? "fp32 " : "bf16 ") + "tables of " + std::to_string(rows) + " rows: ";
+      expect_near_reference(dout, out, tol, what + "output");
+      expect_near_reference(dgx, gx, tol, what + "gradient");
     }
   }
 }
