@@ -22,6 +22,11 @@ void nf4_decode(const at::Tensor& bytes, int64_t, const Nf4KernelLayout&, bool, 
   not_built("nf4_decode of bytes on " + bytes.device().str());
 }
 
+void adamw_update(const std::vector<AdamWShard>&, const AdamWCoefficients&, const at::Tensor&, const at::Tensor&,
+                  const Q8Codebooks*) {
+  not_built("the AdamW kernel");
+}
+
 void set_comm_emulation(const comm::Emulation& e) {
   if (e.on()) not_built("comm.emulate_ranks (the delay runs on the NCCL communicator's stream)");
 }

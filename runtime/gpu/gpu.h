@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/emulation.h"
+#include "runtime/gpu/adamw_math.h"
 #include "runtime/gpu/nf4_kernel.h"
 #include "runtime/profile/step_profile.h"
 
@@ -41,6 +43,24 @@ std::shared_ptr<profile::DeviceClock> make_clock(int device);
 // decode is the reference). Throws Error(Internal) without the GPU path or on a failed launch.
 void nf4_decode(const at::Tensor& bytes, int64_t segments, const Nf4KernelLayout& l, bool double_quant,
                 const Nf4Tables& tables, const at::Tensor& out);
+
+// Tessera's AdamW kernel (adamw.cu) over shards on one CUDA device, on its current stream: each
+// shard's fp32 param and grad, its moments (fp32 or bf16; 8-bit: the codes, with absmax_avg and
+// absmax_avg_sq, `q8` given) and its decay ranges as a [2 n] int64 tensor of (begin, length) pairs
+// on the device (undefined: none). `grad_scale` (fp32 0-dim on the device; undefined: c.grad_scale)
+// multiplies every gradient; a non-zero `found_inf` (likewise; undefined: never) skips the update.
+// No host synchronisation. The caller (runtime/optim/adamw.cpp, whose CPU loop is the reference)
+// checked dtypes, sizes and devices. Error(Input) without the GPU path.
+struct AdamWShard {
+  at::Tensor param, grad, exp_avg, exp_avg_sq, absmax_avg, absmax_avg_sq, decay;
+};
+struct Q8Codebooks {  // by stored byte (256 fp32) and midpoints (255 fp32), on the device
+  at::Tensor value_m, mid_m, value_v, mid_v;
+  int zero_m = 0, zero_v = 0;
+  int64_t block = 0;
+};
+void adamw_update(const std::vector<AdamWShard>& shards, const AdamWCoefficients& c, const at::Tensor& grad_scale,
+                  const at::Tensor& found_inf, const Q8Codebooks* q8);
 
 // Communication-time emulation (runtime/comm/emulation.h) for every NCCL communicator of this
 // process from now on: before each collective a delay kernel on its stream (comm_delay.cu). Error

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/gpu/adamw_math.h"
+#include "runtime/gpu/gpu.h"
 #include "runtime/memory/tracker.h"
 #include "util/torch_compat.h"
 #include "util/dtype_names.h"
@@ -17,27 +19,20 @@ namespace tessera::optim {
 
 namespace {
 
-struct Coefficients {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, eps, neg_step_size;
-  float grad_scale;  // gradient-norm clipping's coefficient, applied as each gradient is read
-};
+using Coefficients = gpu::AdamWCoefficients;
 
 inline float load(float x) { return x; }
 inline float load(c10::BFloat16 x) { return static_cast<float>(x); }
 inline void store(float& dst, float x) { dst = x; }
 inline void store(c10::BFloat16& dst, float x) { dst = c10::BFloat16(x); }  // round to nearest even
 
-// Elements [begin, end) of one shard, all with or all without decay: one pass per element.
+// Elements [begin, end) of one shard, all with or all without decay: one pass per element, each
+// through adamw_element (the GPU kernel's own code).
 template <class S>
 void update_span(float* p, const float* g, S* m, S* v, int64_t begin, int64_t end, bool decay, const Coefficients& c) {
   for (int64_t i = begin; i < end; ++i) {
-    float pi = p[i];
-    if (decay) pi = pi * c.decay;
-    const float gi = g[i] * c.grad_scale;  // x * 1.0f == x: unclipped steps are unchanged
-    const float mi = load(m[i]) * c.beta1 + c.one_minus_beta1 * gi;
-    const float vi = load(v[i]) * c.beta2 + c.one_minus_beta2 * gi * gi;
-    const float denom = std::sqrt(vi) / c.sqrt_bias_correction2 + c.eps;
-    p[i] = pi + c.neg_step_size * (mi / denom);
+    float mi = load(m[i]), vi = load(v[i]);
+    p[i] = gpu::adamw_element(p[i], g[i], mi, vi, decay, c, c.grad_scale);
     store(m[i], mi);
     store(v[i], vi);
   }
@@ -92,14 +87,8 @@ void update_span_q8(const Q8Shard& s, int64_t b0, int64_t lo, int64_t hi, bool d
   const q8::Codebook& V = q8::unsigned_map();
   const float sm = s.am[b0 / s.block], sv = s.av[b0 / s.block];
   for (int64_t i = lo; i < hi; ++i) {
-    float pi = s.p[i];
-    if (decay) pi = pi * c.decay;
-    const float gi = s.g[i] * c.grad_scale;
-    const float m0 = M.decode(s.qm[i]) * sm, v0 = V.decode(s.qv[i]) * sv;
-    const float mi = m0 * c.beta1 + c.one_minus_beta1 * gi;
-    const float vi = v0 * c.beta2 + c.one_minus_beta2 * gi * gi;
-    const float denom = std::sqrt(vi) / c.sqrt_bias_correction2 + c.eps;
-    s.p[i] = pi + c.neg_step_size * (mi / denom);
+    float mi = M.decode(s.qm[i]) * sm, vi = V.decode(s.qv[i]) * sv;
+    s.p[i] = gpu::adamw_element(s.p[i], s.g[i], mi, vi, decay, c, c.grad_scale);
     mbuf[i - b0] = mi;
     vbuf[i - b0] = vi;
     max_m = std::max(max_m, std::fabs(mi));
@@ -332,6 +321,7 @@ const std::vector<at::Tensor>& AdamW::decay_views_of(size_t i, const ParamShard&
   DecayViews& d = decay_views_[i];
   if (d.data != s.param.data_ptr() || d.numel != s.param.numel() || d.ranges != s.decay) {
     d.views.clear();
+    d.on_device = at::Tensor();
     for (const Range& r : s.decay) d.views.push_back(piece_of(s.param, r.first, r.second));
     d.data = s.param.data_ptr();
     d.numel = s.param.numel();
@@ -370,11 +360,55 @@ std::vector<Range> ranges_outside(int64_t numel, const std::vector<Range>& range
   return out;
 }
 
+// Every shard with a gradient on a GPU, one and the same, and fused kernels allowed.
+bool AdamW::on_one_gpu(const std::vector<ParamShard>& tensor_path) const {
+  if (!options_.fused_device) return false;
+  const at::Tensor* first = nullptr;
+  for (const ParamShard& s : tensor_path) {
+    if (!s.grad.defined()) continue;
+    if (!s.param.is_cuda() || (first && s.param.device() != first->device())) return false;
+    first = &s.param;
+  }
+  return first != nullptr;
+}
+
 bool AdamW::uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const {
-  if (!compat::kHasFusedAdamW || !options_.fused_device || options_.state_type() != at::kFloat) return false;
-  for (const ParamShard& s : tensor_path)
-    if (s.grad.defined() && !s.param.is_cuda()) return false;
-  return true;
+  return compat::kHasFusedAdamW && options_.torch_fused && options_.state_type() == at::kFloat && on_one_gpu(tensor_path);
+}
+
+bool AdamW::uses_own_kernel(const std::vector<ParamShard>& tensor_path) const {
+  return gpu::built() && !uses_fused_kernel(tensor_path) && on_one_gpu(tensor_path);
+}
+
+// Tessera's kernel: every shard with a gradient in one pass (a launch per kAdamWMaxShards shards),
+// each with its decay ranges on the device (uploaded when they change, with the views).
+void AdamW::own_step(const std::vector<ParamShard>& tensor_path, const gpu::AdamWCoefficients& c, const at::Tensor& found_inf,
+                     const at::Tensor& device_scale) {
+  std::vector<gpu::AdamWShard> shards;
+  at::Device device = at::kCPU;
+  for (size_t i = 0; i < tensor_path.size(); ++i) {
+    const ParamShard& s = tensor_path[i];
+    if (!s.grad.defined()) continue;
+    device = s.param.device();
+    gpu::AdamWShard k{s.param, s.grad, exp_avg_[i], exp_avg_sq_[i], {}, {}, {}};
+    if (quantized()) k.absmax_avg = absmax_avg_[i], k.absmax_avg_sq = absmax_avg_sq_[i];
+    decay_views_of(i, s);
+    DecayViews& d = decay_views_[i];
+    if (!s.decay.empty() && !d.on_device.defined()) {
+      at::Tensor pairs = at::empty({2 * static_cast<int64_t>(s.decay.size())}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+      for (size_t r = 0; r < s.decay.size(); ++r)
+        pairs.data_ptr<int64_t>()[2 * r] = s.decay[r].first, pairs.data_ptr<int64_t>()[2 * r + 1] = s.decay[r].second;
+      d.on_device = pairs.to(device, /*non_blocking=*/true);
+    }
+    k.decay = d.on_device;
+    shards.push_back(std::move(k));
+  }
+  gpu::Q8Codebooks q8;
+  if (quantized()) {
+    const q8::CodebookTensors &m = codebook_tensors(true, device), &v = codebook_tensors(false, device);
+    q8 = {m.value, m.mid, v.value, v.mid, m.zero, v.zero, options_.block};
+  }
+  gpu::adamw_update(shards, c, device_scale, found_inf, quantized() ? &q8 : nullptr);
 }
 
 const AdamW::FusedLists& AdamW::fused_lists_of(const std::vector<ParamShard>& tensor_path) {
@@ -404,7 +438,8 @@ const AdamW::FusedLists& AdamW::fused_lists_of(const std::vector<ParamShard>& te
 
 // The fused kernel over views of every shard: the decayed ranges with the weight decay, the rest
 // without. One kernel launch per class (multi_tensor_apply chunks long lists itself).
-void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale, const at::Tensor& found_inf) {
+void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale, const at::Tensor& found_inf,
+                       const at::Tensor& device_scale) {
   const FusedLists& f = fused_lists_of(tensor_path);
   const std::vector<at::Tensor>& params = f.lists[0][0].empty() ? f.lists[1][0] : f.lists[0][0];
   if (params.empty()) return;  // only empty shards
@@ -412,8 +447,10 @@ void AdamW::fused_step(const std::vector<ParamShard>& tensor_path, double lr, fl
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   if (!step_tensor_.defined() || step_tensor_.device() != device) step_tensor_ = at::empty({}, f32);
   step_tensor_.fill_(static_cast<double>(step_count_));
-  // The kernel divides by its grad_scale; clipping multiplies by ours.
-  const at::Tensor scale = grad_scale != 1.0f ? at::full({}, 1.0 / double(grad_scale), f32) : at::Tensor();
+  // The kernel divides by its grad_scale; clipping multiplies by ours (a rounding apart).
+  const at::Tensor scale = device_scale.defined() ? device_scale.reciprocal()
+                           : grad_scale != 1.0f   ? at::full({}, 1.0 / double(grad_scale), f32)
+                                                  : at::Tensor();
   const auto& o = options_;
   for (int decayed = 0; decayed < 2; ++decayed) {
     const auto& l = f.lists[decayed];
@@ -436,10 +473,20 @@ bool AdamW::skips_itself(const std::vector<ParamShard>& shards, const at::Device
   }
   if (cpu_loop == on_device) return false;  // nothing to update, or both paths at once
   // The CPU loop reads a host flag (a device's would make the host wait); a device, the fused kernel.
-  return cpu_loop ? device.is_cpu() : uses_fused_kernel(shards);
+  return cpu_loop ? device.is_cpu() : uses_fused_kernel(shards) || uses_own_kernel(shards);
 }
 
-void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale, const at::Tensor& found_inf) {
+bool AdamW::folds_clipping(const std::vector<ParamShard>& shards, const at::Device& device) const {
+  if (!device.is_cuda() || !on_one_gpu(shards)) return false;
+  for (const ParamShard& s : shards)
+    if (s.grad.defined() && s.param.device() != device) return false;
+  return uses_fused_kernel(shards) || uses_own_kernel(shards);
+}
+
+void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale, const at::Tensor& found_inf,
+                 const at::Tensor& device_scale) {
+  TESSERA_CHECK(!device_scale.defined() || folds_clipping(shards, device_scale.device()),
+                "AdamW: a device's clipping coefficient given for shards that no fused kernel updates");
   if (found_inf.defined()) {
     TESSERA_CHECK(skips_itself(shards, found_inf.device()),
                   "AdamW: found_inf given for shards whose update cannot skip itself (the tensor-op path)");
@@ -490,7 +537,8 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
     });
   }
   if (!any_tensor_path) return;
-  if (uses_fused_kernel(tensor_path)) return fused_step(tensor_path, lr, grad_scale, found_inf);
+  if (uses_fused_kernel(tensor_path)) return fused_step(tensor_path, lr, grad_scale, found_inf, device_scale);
+  if (uses_own_kernel(tensor_path)) return own_step(tensor_path, c, found_inf, device_scale);
   MomentAccess access{exp_avg_, exp_avg_sq_};
   if (quantized()) {
     at::Device device = at::kCPU;

@@ -14,10 +14,15 @@
 // at::_fused_adamw_ (2.1 and later; util/torch_compat.h), it is that kernel, torch.optim.AdamW
 // (fused=True)'s: two multi-tensor passes over views of every shard, one over the decayed ranges
 // and one over the rest (weight decay 0), no temporary at all (the same formula in fp32; its decay
-// is p -= lr * wd * p, a rounding apart from the multiply below). bf16 and 8-bit moments keep the
-// tensor-op path: that kernel takes moments of the parameters' dtype only, and the 8-bit blocks
-// need their (de)quantization around it; a kernel of Tessera's own for them is still to be written.
-// Elsewhere the same formula runs as
+// is p -= lr * wd * p, a rounding apart from the multiply below). bf16 and 8-bit moments on a GPU
+// (and fp32 ones where LibTorch has no _fused_adamw_) run Tessera's own kernel (runtime/gpu/adamw.cu):
+// that kernel of LibTorch's takes moments of the parameters' dtype only, and the 8-bit blocks need
+// their (de)quantization around the update. Tessera's kernel is one pass over every shard, a thread
+// block per chunk (an 8-bit block is dequantized, updated and re-quantized in registers), and its
+// per-element update is the CPU loop's own function (runtime/gpu/adamw_math.h): the same bits.
+// Both kernels read the clipping coefficient and the skip flag on the device (folds_clipping,
+// skips_itself), so no host wait and no separate clipping pass precede them.
+// Elsewhere (fused_device false; CPU shards with fused_cpu false) the same formula runs as
 // multi-tensor (_foreach_) ops over groups of shard pieces of at most group_elems elements in all:
 // about ten operations per group (a handful per step for most models, against several per 1M-element
 // block before), and no temporary larger than a group (fp32: the denominator, and the clipped
@@ -48,6 +53,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/gpu/adamw_math.h"
 #include "runtime/named_shards.h"
 #include "runtime/optim/names.h"
 #include "runtime/optim/options.h"
@@ -67,8 +73,10 @@ struct AdamWOptions : Options {
   int64_t block = q8::kDefaultBlock;        // 8-bit state: elements per absmax block (a power of two <= kMaxBlock)
   bool fused_cpu = true;  // CPU shards: the one-pass loop (false: the tensor-op path; for tests)
   int64_t group_elems = int64_t(1) << 25;  // tensor-op path: elements per group (32M: 128 MiB per fp32 temporary)
-  // fp32 moments on a GPU: at::_fused_adamw_ where LibTorch has it (false: the tensor-op path)
+  // GPU shards: a fused kernel, at::_fused_adamw_ (fp32 moments, where LibTorch has it) or
+  // Tessera's (the others); false: the tensor-op path
   bool fused_device = true;
+  bool torch_fused = true;  // fp32 moments on a GPU: LibTorch's kernel where it has one (false: Tessera's; tests)
 };
 
 // [0, numel) less `ranges` (sorted, disjoint, inside it): the gaps between them, in order.
@@ -104,11 +112,17 @@ class AdamW {
   // tensor-op path would need extra passes to skip, and refuses it (the caller decides first). On the
   // device the host's step count cannot know: it is incremented, and a caller that learns of the skip
   // later puts it back (set_step_count).
+  //
+  // `device_scale` (optional; an fp32 0-dim tensor on the shards' device): the clipping coefficient
+  // computed on the device, in place of grad_scale, only where folds_clipping() says so.
   void step(const std::vector<ParamShard>& shards, double lr, float grad_scale = 1.0f,
-            const at::Tensor& found_inf = at::Tensor());
+            const at::Tensor& found_inf = at::Tensor(), const at::Tensor& device_scale = at::Tensor());
   // Whether step() takes `found_inf` for these shards, with found_inf on `device`: every shard with a
   // gradient runs the CPU loop (found_inf on the CPU) or the fused kernel (found_inf on their device).
   bool skips_itself(const std::vector<ParamShard>& shards, const at::Device& device) const;
+  // Whether step() takes a device's clipping coefficient (device_scale) for these shards: every
+  // shard with a gradient is on `device`, a GPU, and runs a fused kernel.
+  bool folds_clipping(const std::vector<ParamShard>& shards, const at::Device& device) const;
 
   // The moments of every shard (per_unit[i] belongs to shards[i]), allocated (zeros) where not
   // yet: for checkpoints, which read or fill them. `shards` gives each shard's numel and device.
@@ -134,12 +148,18 @@ class AdamW {
     int64_t numel = -1;
     std::vector<Range> ranges;
     std::vector<at::Tensor> views;
+    at::Tensor on_device;  // Tessera's kernel: the ranges as (begin, length) int64 pairs on the shard's device
   };
   const std::vector<at::Tensor>& decay_views_of(size_t i, const ParamShard& s);
   bool quantized() const { return options_.state_dtype == StateDtype::Int8; }
   const q8::CodebookTensors& codebook_tensors(bool is_signed, const at::Device& device);
-  bool uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const;
-  void fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale, const at::Tensor& found_inf);
+  bool on_one_gpu(const std::vector<ParamShard>& tensor_path) const;
+  bool uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const;  // LibTorch's
+  bool uses_own_kernel(const std::vector<ParamShard>& tensor_path) const;    // Tessera's
+  void fused_step(const std::vector<ParamShard>& tensor_path, double lr, float grad_scale, const at::Tensor& found_inf,
+                  const at::Tensor& device_scale);
+  void own_step(const std::vector<ParamShard>& tensor_path, const gpu::AdamWCoefficients& c, const at::Tensor& found_inf,
+                const at::Tensor& device_scale);
   // The fused kernel's views of the state it keeps ([decayed][param, exp_avg, exp_avg_sq]) and their
   // ranges, made once and made again only when a shard's storage, size or decay ranges change
   // (`key`), as DecayViews. The gradients' views are made per step: a view kept here would keep a

@@ -114,14 +114,24 @@ double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Com
   return norm;
 }
 
-at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group) {
+at::Tensor grad_norm_on_device(const std::vector<at::Tensor>& grads, comm::Communicator* shard_group) {
   at::NoGradGuard no_grad;
   const at::Tensor partial = partial_square_sums(grads, shard_group, /*tensor_ops=*/true);
   // Every rank holds the same partial sums: one deterministic sum gives every rank the same norm.
-  at::Tensor norm = partial.sum().sqrt_();
+  return partial.sum().sqrt_();
+}
+
+at::Tensor clip_coefficient_on_device(const at::Tensor& norm, double max_norm) {
+  at::NoGradGuard no_grad;
+  const at::Tensor coef = at::full_like(norm, max_norm).div_(norm + 1e-6).clamp_max_(1.0);
+  return at::where(at::isfinite(norm), coef, at::ones_like(coef)).to(at::kFloat);
+}
+
+at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group) {
+  at::NoGradGuard no_grad;
+  const at::Tensor norm = grad_norm_on_device(grads, shard_group);
   if (max_norm > 0) {
-    at::Tensor coef = at::full_like(norm, max_norm).div_(norm + 1e-6).clamp_max_(1.0);
-    coef = at::where(at::isfinite(norm), coef, at::ones_like(coef)).to(at::kFloat);
+    const at::Tensor coef = clip_coefficient_on_device(norm, max_norm);
     for (at::Tensor& g : grads)
       if (g.defined()) g.mul_(coef);
   }

@@ -36,6 +36,10 @@ double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Com
 // operations whatever the device: one norm per shard and a few per step (on CPU tensors too, which
 // is how the trainer's device_step runs the GPU's step on a CPU).
 at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
+// Its two halves: the norm (0-dim double on the gradients' device), and from it the coefficient as
+// a 0-dim fp32 tensor on the same device (1 for a non-finite norm): clip_coefficient's value.
+at::Tensor grad_norm_on_device(const std::vector<at::Tensor>& grads, comm::Communicator* shard_group);
+at::Tensor clip_coefficient_on_device(const at::Tensor& norm, double max_norm);
 
 // Every rank's `local` sum of squares ([1] double, on any device) as a [size] tensor in rank order:
 // its raw bits all-gathered over `shard_group`, so every rank adds the same numbers in the same order

@@ -21,13 +21,16 @@ bool on_cpu(const ShardView& view) {
 }
 }  // namespace
 
-Clipped clip(const ShardView& view, double max_norm, bool fused_cpu) {
+Clipped clip(const ShardView& view, double max_norm, const AdamW& optimizer) {
   std::vector<at::Tensor> grads = view.grads();
   Clipped c;
-  if (fused_cpu && on_cpu(view)) {  // the host's norm; AdamW's pass multiplies by the coefficient
+  if (optimizer.options().fused_cpu && on_cpu(view)) {  // the host's norm; AdamW's pass multiplies by the coefficient
     const double norm = global_grad_norm(grads, view.group);
     c.norm = at::scalar_tensor(norm, at::kDouble).to(view.device);  // a copy up only under offload on a GPU
     c.grad_scale = static_cast<float>(clip_coefficient(norm, max_norm));
+  } else if (max_norm > 0 && optimizer.folds_clipping(view.shards, view.device)) {
+    c.norm = grad_norm_on_device(grads, view.group);
+    c.device_scale = clip_coefficient_on_device(c.norm, max_norm);
   } else {
     c.norm = clip_grad_norm_on_device(grads, max_norm, view.group).to(view.device);
   }

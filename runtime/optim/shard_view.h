@@ -5,8 +5,10 @@
 //
 // clip() is where the step's device difference lives: with AdamW's fused CPU loop the norm is taken
 // on the host and clipping folds into AdamW's one pass (a coefficient, the gradients untouched);
-// with tensor ops (a GPU, or train.device_step on a CPU) the norm stays on the device and clipping
-// scales the gradients there, with no host synchronisation.
+// on a GPU whose shards a fused kernel updates, the norm and the coefficient stay on the device and
+// the kernel multiplies by it as it reads each gradient (AdamW::folds_clipping); with tensor ops
+// (fused_device off, or train.device_step on a CPU) the norm stays on the device and clipping
+// scales the gradients there. Neither device way synchronises the host.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -32,12 +34,13 @@ struct ShardView {
 
 struct Clipped {
   at::Tensor norm;         // the global gradient norm before clipping: 0-dim double, on view.device
-  float grad_scale = 1.0f; // for AdamW::step: the clipping coefficient when folded, else 1
+  float grad_scale = 1.0f; // for AdamW::step: the clipping coefficient when the CPU loop folds it, else 1
+  at::Tensor device_scale; // for AdamW::step: the coefficient on the device when a GPU kernel folds it
 };
 
-// The global gradient norm and clipping at `max_norm` (<= 0: the norm only). `fused_cpu`: the
-// optimizer runs its fused CPU loop (AdamWOptions::fused_cpu), which folds the coefficient in when
-// the shards are on the CPU. Collective over view.group.
-Clipped clip(const ShardView& view, double max_norm, bool fused_cpu);
+// The global gradient norm and clipping at `max_norm` (<= 0: the norm only), folded into
+// `optimizer`'s update where it can take the coefficient (its CPU loop, or a fused kernel on the
+// device), else applied to the gradients. Collective over view.group.
+Clipped clip(const ShardView& view, double max_norm, const AdamW& optimizer);
 
 }  // namespace tessera::optim

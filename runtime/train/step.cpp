@@ -95,7 +95,7 @@ Verdict Trainer::Impl::optimizer_step(const at::Tensor& loss_sum, int64_t target
   profile::Phase optimizer(profile::Part::Optimizer);
   const optim::ShardView view = engine->optimizer_view();
   scaler.unscale(view.grads());  // before the norm and clipping see them
-  const optim::Clipped clipped = optim::clip(view, cfg.optim.clip, adamw->options().fused_cpu);
+  const optim::Clipped clipped = optim::clip(view, cfg.optim.clip, *adamw);
   {
     profile::Phase sync(profile::Part::SyncWait);
     groups.world->all_reduce(loss_sum, comm::ReduceOp::Sum)->wait();
@@ -104,14 +104,14 @@ Verdict Trainer::Impl::optimizer_step(const at::Tensor& loss_sum, int64_t target
   if (!adamw->skips_itself(view.shards, loss_sum.device())) {
     Verdict v = agree_on_step(loss_sum, clipped.norm, targets);
     v.lr = lr;
-    if (!v.skipped) adamw->step(view.shards, v.lr, clipped.grad_scale);
+    if (!v.skipped) adamw->step(view.shards, v.lr, clipped.grad_scale, at::Tensor(), clipped.device_scale);
     return v;
   }
   const int64_t before = adamw->step_count();
   // 1 where the loss or the norm is not finite: their sum is then inf or nan (both are doubles that
   // no finite pair overflows).
   const at::Tensor found_inf = at::isfinite(loss_sum + clipped.norm).logical_not().to(at::kFloat);
-  adamw->step(view.shards, lr, clipped.grad_scale, found_inf);
+  adamw->step(view.shards, lr, clipped.grad_scale, found_inf, clipped.device_scale);
   Verdict v = agree_on_step(loss_sum, clipped.norm, targets);
   v.lr = lr;
   // The flag is a function of globally reduced values, so every rank's optimizer decided as the vote.

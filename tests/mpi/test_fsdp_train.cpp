@@ -25,6 +25,7 @@
 #include "runtime/gpu/gpu.h"
 #include "runtime/device/device.h"
 #include "runtime/memory/tracker.h"
+#include "runtime/optim/adamw.h"
 #include "runtime/optim/schedule.h"
 #include "runtime/profile/op_count.h"
 #include "runtime/train/trainer.h"
@@ -740,6 +741,74 @@ TEST(DeviceKernels, FusedCrossEntropyEqualsItsReference) {
   // expf / logf against the CPU's exp / log and the sums' order: a few ulps.
   EXPECT_LE((dloss.cpu() - loss).abs().max().item<double>(), 1e-4);
   EXPECT_LE((zd.cpu() - zr).abs().max().item<double>(), 1e-6);
+}
+
+// Tessera's AdamW kernel (runtime/gpu/adamw.cu) against the CPU loop, whose per-element code it
+// shares (runtime/gpu/adamw_math.h): fp32 (LibTorch's kernel set aside), bf16 and 8-bit moments,
+// three shards with decay ranges (one not a whole number of blocks), a clipping coefficient given
+// on the device, then a step the device's flag skips. The same bits: parameters, moments, absmax.
+TEST(DeviceKernels, AdamWEqualsTheCpuLoopBitForBit) {
+  const std::optional<c10::Device> own = own_gpu();
+  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+  const c10::Device gpu = *own;
+  torch::manual_seed(9);
+  const std::vector<int64_t> sizes = {5000, 300, 3 * 2048 + 7};
+  const std::vector<std::vector<optim::Range>> decay = {{{0, 4096}}, {}, {{10, 2000}, {2048, 100}, {4000, 2151}}};
+  for (optim::StateDtype st : {optim::StateDtype::F32, optim::StateDtype::BF16, optim::StateDtype::Int8}) {
+    optim::AdamWOptions o;
+    o.weight_decay = 0.1;
+    o.state_dtype = st;
+    o.torch_fused = false;
+    optim::AdamW on_cpu(o), on_gpu(o);
+    std::vector<optim::ParamShard> cpu, dev;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const torch::Tensor p = torch::randn({sizes[i]});
+      cpu.push_back({p.clone(), torch::Tensor(), decay[i]});
+      dev.push_back({p.to(gpu), torch::Tensor(), decay[i]});
+    }
+    const auto f32 = torch::TensorOptions().device(gpu);
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        cpu[i].grad = torch::randn({sizes[i]}) * (step + 1);
+        dev[i].grad = cpu[i].grad.to(gpu);
+      }
+      ASSERT_TRUE(on_gpu.skips_itself(dev, gpu) && on_gpu.folds_clipping(dev, gpu)) << "Tessera's kernel runs";
+      const float clip = step == 1 ? 0.37f : 1.0f;
+      const bool skip = step == 2;
+      if (!skip) on_cpu.step(cpu, 1e-2, clip);
+      on_gpu.step(dev, 1e-2, 1.0f, torch::full({}, skip ? 1.0 : 0.0, f32), torch::full({}, clip, f32));
+      if (skip) on_gpu.set_step_count(on_gpu.step_count() - 1);  // as the trainer does after a skipped step
+    }
+    const std::string what = st == optim::StateDtype::F32 ? "fp32" : st == optim::StateDtype::BF16 ? "bf16" : "int8";
+    for (size_t i = 0; i < sizes.size(); ++i) EXPECT_TRUE(torch::equal(dev[i].param.cpu(), cpu[i].param)) << what << " shard " << i;
+    const auto a = on_cpu.state(cpu), b = on_gpu.state(dev);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k)
+      for (size_t i = 0; i < sizes.size(); ++i)
+        EXPECT_TRUE(torch::equal(b[k].per_unit[i].cpu(), a[k].per_unit[i])) << what << " " << a[k].kind << " shard " << i;
+  }
+}
+
+// LibTorch's fused kernel (fp32 moments) with the clipping coefficient folded in on the device (its
+// grad_scale divides: 1 / coefficient), against the CPU loop: within float rounding.
+TEST(DeviceKernels, TorchFusedAdamWTakesTheDeviceClippingCoefficient) {
+  const std::optional<c10::Device> own = own_gpu();
+  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+  const c10::Device gpu = *own;
+  torch::manual_seed(10);
+  optim::AdamWOptions o;
+  o.weight_decay = 0.1;
+  optim::AdamW on_cpu(o), on_gpu(o);
+  const torch::Tensor p = torch::randn({10000});
+  std::vector<optim::ParamShard> cpu = {{p.clone(), torch::Tensor(), {{0, 6000}}}}, dev = {{p.to(gpu), torch::Tensor(), {{0, 6000}}}};
+  for (int step = 0; step < 3; ++step) {
+    cpu[0].grad = torch::randn({10000});
+    dev[0].grad = cpu[0].grad.to(gpu);
+    ASSERT_TRUE(on_gpu.folds_clipping(dev, gpu));
+    on_cpu.step(cpu, 1e-2, 0.25f);
+    on_gpu.step(dev, 1e-2, 1.0f, torch::Tensor(), torch::full({}, 0.25, torch::TensorOptions().device(gpu)));
+  }
+  expect_near_reference(dev[0].param, cpu[0].param, 1e-6, "parameters");
 }
 
 // Packed rows in bf16 on the GPU (where LibTorch >= 2.6 has it: FlashAttention's variable-length

@@ -215,6 +215,13 @@ TEST(AdamW, FoundInfSkipsTheStepInsideTheOptimizer) {
   a[0].grad = torch::randn({100});
   EXPECT_FALSE(f.skips_itself(a, at::kCPU));
   EXPECT_THROW(f.step(a, 1e-2, 1.0f, at::zeros({}, at::kFloat)), std::exception);
+  // Nor does any CPU path take a device's clipping coefficient (a GPU's fused kernels do:
+  // DeviceKernels.AdamWEqualsTheCpuLoopBitForBit); the CPU loop takes it as a float.
+  AdamW loop{AdamWOptions()};
+  EXPECT_FALSE(f.folds_clipping(a, at::kCPU));
+  EXPECT_FALSE(loop.folds_clipping(a, at::kCPU));
+  EXPECT_THROW(f.step(a, 1e-2, 1.0f, at::Tensor(), at::ones({}, at::kFloat)), std::exception);
+  EXPECT_THROW(loop.step(a, 1e-2, 1.0f, at::Tensor(), at::ones({}, at::kFloat)), std::exception);
 }
 
 TEST(AdamW, FusedKernelListsCoverEveryElementOnce) {
