@@ -762,7 +762,10 @@ function(tessera_gpu_sources src_var libs_var)
   add_library(tessera_cuda_deps INTERFACE)
   target_include_directories(tessera_cuda_deps INTERFACE ${TESSERA_NCCL_INCLUDE_DIR} ${TESSERA_CUDART_INCLUDE_DIR})
   target_link_libraries(tessera_cuda_deps INTERFACE ${TESSERA_NCCL_LIBRARY} ${TESSERA_CUDART_LIBRARY})
-  target_compile_definitions(tessera_cuda_deps INTERFACE TESSERA_WITH_CUDA=1)
+  # The architectures the kernels are built for, named when a device has no image of them
+  # (gpu::kernels_unavailable).
+  string(REPLACE ";" "," _archs "${CMAKE_CUDA_ARCHITECTURES}")
+  target_compile_definitions(tessera_cuda_deps INTERFACE TESSERA_WITH_CUDA=1 TESSERA_CUDA_ARCHITECTURES="${_archs}")
   file(GLOB _cu CONFIGURE_DEPENDS ${_dir}/*.cu)
   if(_cu)
     add_library(tessera_cuda_kernels STATIC ${_cu})

@@ -31,6 +31,7 @@
 #include "launcher/run_options.h"
 #include "launcher/train_samples.h"
 #include "model/eval.h"
+#include "model/llama.h"
 #include "model/safetensors.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/flight_recorder.h"
@@ -372,6 +373,24 @@ void emulate_communication(const Config& cfg, const c10::Device& device, int wor
   gpu::set_comm_emulation(e);
 }
 
+// On a GPU, a kernel the run needs that the device or this LibTorch cannot run is refused in one
+// line naming the key (launcher/device_select.h: kernel_refusal); a CPU run needs none of them.
+void refuse_unrunnable_kernels(const TrainSetup& s) {
+  if (!s.device.is_cuda()) return;
+  KernelRequest r;
+  r.device = device::describe(s.device);
+  r.fused_kernels = s.cfg.model.fused_kernels;
+  const at::ScalarType state = optim::state_scalar_type(s.cfg.optim.state_dtype);
+  if (s.fopts.offload == fsdp::Offload::None && optim::device_update_is_tesseras(state))
+    r.own_optimizer_kernel = util::name_of(optim::state_dtype_names(), s.cfg.optim.state_dtype);
+  if (r.fused_kernels || !r.own_optimizer_kernel.empty()) r.image_problem = gpu::kernels_unavailable(s.device.index());
+  if (s.cfg.model.varlen_attention && (s.cfg.data.packing || s.ms.config.sliding_window > 0)) {
+    r.varlen_for = s.cfg.data.packing ? "data.packing" : "the model's sliding_window";
+    r.varlen_problem = model::ops::varlen_kernel_unavailable(s.fopts.param_dtype, s.ms.config.head_dim());
+  }
+  if (const std::string why = kernel_refusal(r); !why.empty()) throw TESSERA_INPUT_ERROR(why);
+}
+
 // Device, run id, every check that can fail before anything is written, the data, the resume point.
 // Collective: a failure on any rank stops every rank with one line.
 void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b) {
@@ -395,6 +414,7 @@ void prepare_run(TrainSetup& s, const po::variables_map& vm, const Bootstrap& b)
       throw TESSERA_INPUT_ERROR("fsdp.mixed_precision " + std::string(util::short_name(s.cfg.fsdp.mixed_precision)) + ": no matmul in " +
                                 "this dtype on " + device::describe(s.device) + " with this LibTorch (" + why +
                                 "); use fsdp.mixed_precision bf16 (fp32's range: no loss scaling needed)");
+    refuse_unrunnable_kernels(s);
     TESSERA_CHECK_INPUT(s.cfg.data.seq_len <= s.ms.config.max_position_embeddings,
                         "data.seq_len " + std::to_string(s.cfg.data.seq_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(s.ms.config.max_position_embeddings));
@@ -590,7 +610,7 @@ int run_train(const std::vector<std::string>& args) {
   // one rank is an error of that rank (it aborts the world; no rank waits in a collective). Declared
   // before the trainer: destroyed after it and its model, on every path (see ~Trainer).
   const comm::ProcessGroups groups = device_groups(b, s.device, s.cfg.comm.device_backend);
-  const train::CausalLm lm = make_causal_lm(s.ms.config, s.cfg.lora);
+  const train::CausalLm lm = make_causal_lm(s.ms.config, s.cfg.lora, s.cfg.model.varlen_attention);
   train::Trainer trainer(lm, groups, s.fopts, s.cfg, s.data.train, run_state, b.groups);
   if (s.data.val) trainer.set_validation(s.data.val);
   if (s.cfg.sample.every > 0) {

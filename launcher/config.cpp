@@ -70,7 +70,9 @@ std::vector<ConfigKey> model_and_data_keys() {
       choice(&C::model, &ModelSection::load, "model.load", fsdp::load_mode_names(),
              "How weights are read: rank0 (rank 0 streams unit by unit and scatters shards), parallel (every rank reads only its byte ranges; shared file system), naive (every rank reads everything; benchmark baseline only)."),
       field(&C::model, &ModelSection::fused_kernels, "model.fused_kernels",
-            "On a GPU, RMSNorm, SwiGLU, RoPE and the head's cross entropy run as Tessera's own kernels, one each way (docs/PERFORMANCE.md); false: LibTorch's composites (to measure one against the other). A CPU always runs the composites."),
+            "On a GPU, RMSNorm, SwiGLU, RoPE and the head's cross entropy run as Tessera's own kernels, one each way (docs/PERFORMANCE.md); false: LibTorch's composites (to measure one against the other). A CPU always runs the composites. A GPU the build's kernels have no image for is refused at start."),
+      field(&C::model, &ModelSection::varlen_attention, "model.varlen_attention",
+            "On a GPU, packed rows (data.packing) and sliding windows (Mistral) run on FlashAttention's variable-length kernel: each document attends within itself, no [B, 1, T, T] mask. Where it cannot run (LibTorch before 2.6, fp32 compute, head_dim not a multiple of 8 or above 256) the run is refused at start; false: SDPA with the mask (slower, more memory; to measure one against the other). A CPU always runs the mask."),
       // data
       field(&C::data, &DataSection::path, "data.path",
             "Training data: a JSONL file (records `messages` (chat), `prompt`/`completion`, `text`, Alpaca or ShareGPT, auto-detected per record), a JSON array of such records, either gzip-compressed, plain text (*.txt, *.md, *.text or no extension), a token file from `tessera tokenize`, or a directory of them (docs/DATA.md). Anything else is refused."),

@@ -48,6 +48,7 @@ struct ModelSection {
   int64_t seed = 1234;
   fsdp::LoadMode load = fsdp::LoadMode::Rank0;
   bool fused_kernels = true;  // on a GPU, Tessera's own RMSNorm, SwiGLU, RoPE and cross-entropy kernels
+  bool varlen_attention = true;  // on a GPU, packed rows and sliding windows on FlashAttention's varlen kernel
 };
 struct DataSection {
   std::string path = "/usr/share/common-licenses", tokenizer;

@@ -69,6 +69,21 @@ c10::Device choose_device(const std::string& spec, const DeviceContext& ctx, com
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu));
 }
 
+std::string kernel_refusal(const KernelRequest& r) {
+  const std::string rebuild = "rebuild for this GPU (-DCMAKE_CUDA_ARCHITECTURES)";
+  if (!r.image_problem.empty() && r.fused_kernels)
+    return "model.fused_kernels: Tessera's kernels cannot run on " + r.device + ": " + r.image_problem + "; " + rebuild +
+           " or set model.fused_kernels=false (LibTorch's composites)";
+  if (!r.image_problem.empty() && !r.own_optimizer_kernel.empty())
+    return "optim.state_dtype " + r.own_optimizer_kernel + ": Tessera's AdamW kernel cannot run on " + r.device + ": " +
+           r.image_problem + "; " + rebuild + " or set optim.state_dtype=fp32 (LibTorch's fused AdamW)";
+  if (!r.varlen_problem.empty() && !r.varlen_for.empty())
+    return "model.varlen_attention: " + r.varlen_for + " on " + r.device +
+           " runs on FlashAttention's variable-length kernel, but " + r.varlen_problem +
+           "; set model.varlen_attention=false (SDPA with a [B, 1, T, T] mask: slower, more memory)";
+  return "";
+}
+
 DeviceContext device_context(const Bootstrap& b) {
   DeviceContext ctx;
   ctx.cuda_built = gpu::built();

@@ -35,6 +35,22 @@ struct DeviceContext {
 c10::Device choose_device(const std::string& spec, const DeviceContext& ctx,
                           comm::DeviceBackend backend = comm::DeviceBackend::Nccl);
 
+// What a GPU run asks of kernels that its device or its LibTorch may lack, each refused at start in
+// one line naming the key to set (never silently slower): Tessera's kernels where the build has no
+// image for the device (`image_problem`: gpu::kernels_unavailable's), for model.fused_kernels and
+// for the optimizer's kernel (optim.state_dtype whose update is Tessera's kernel); packed rows or a
+// sliding window where FlashAttention's variable-length kernel cannot run (`varlen_problem`:
+// model::varlen_kernel_unavailable's) unless model.varlen_attention is off.
+struct KernelRequest {
+  std::string device;                 // as device::describe
+  bool fused_kernels = false;         // model.fused_kernels
+  std::string own_optimizer_kernel;   // optim.state_dtype's name when AdamW runs Tessera's kernel there, else ""
+  std::string varlen_for;             // "data.packing" or "the model's sliding_window" (with model.varlen_attention), else ""
+  std::string image_problem, varlen_problem;
+};
+// Pure: the refusal, or "" when the run may go on.
+std::string kernel_refusal(const KernelRequest& r);
+
 // This process's context from the bootstrap and LibTorch.
 DeviceContext device_context(const Bootstrap& b);
 

@@ -34,7 +34,7 @@ fsdp::UnitDef split_unit(std::string name, const model::NamedTensors& params, bo
 }
 }  // namespace
 
-train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Options& lora) {
+train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Options& lora, bool varlen_attention) {
   const model::ModelSpec* spec = &cfg.spec();
   std::shared_ptr<model::CausalLmModule> m = spec->build(cfg, torch::kMeta);
   if (lora.enabled()) spec->add_lora(*m, lora);
@@ -48,6 +48,7 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Option
   // The current micro-batch's layout (packed documents): set before its forward, read by every
   // layer call of that micro-batch, including the activation-checkpointing recompute in backward.
   auto layout = std::make_shared<model::TokenLayout>();
+  layout->varlen = varlen_attention;
   lm.embed = [impl](const at::Tensor& tokens) { return impl->embed(tokens); };
   lm.layer = [impl, layout](int64_t i, const at::Tensor& h) { return impl->layer_forward(i, h, *layout); };
   lm.set_layout = [layout](const train::BatchLayout& c) {
@@ -59,8 +60,9 @@ train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Option
   };
   // The generation's KV cache, kept between set_cache calls of the same capacity.
   auto kept = std::make_shared<std::shared_ptr<model::KvCache>>();
-  lm.set_cache = [layout, kept, layers = m->num_layers()](int64_t capacity, int64_t start) {
+  lm.set_cache = [layout, kept, layers = m->num_layers(), varlen_attention](int64_t capacity, int64_t start) {
     *layout = model::TokenLayout{};
+    layout->varlen = varlen_attention;
     if (capacity <= 0) return kept->reset();
     if (!*kept || (*kept)->capacity != capacity) *kept = std::make_shared<model::KvCache>(layers, capacity);
     if (start < 0) return;  // kept, unused by the next forwards

@@ -24,7 +24,9 @@ namespace tessera::launcher {
 // With LoRA (lora.enabled(), validated against cfg), every targeted Linear gains its adapters
 // (ModelSpec::add_lora): each unit's adapters are its trainable parameters (UnitDef::params) and the
 // base its frozen ones (UnitDef::frozen, requires_grad false); the root unit is all frozen.
-train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Options& lora = {});
+// `varlen_attention` (model.varlen_attention): packed rows and sliding windows may run on the
+// variable-length flash kernel where it runs (model::TokenLayout::varlen); false: the mask.
+train::CausalLm make_causal_lm(const model::ModelConfig& cfg, const lora::Options& lora = {}, bool varlen_attention = true);
 
 // The model as the memory model sees it: the same units (shapes, order) make_causal_lm hands the
 // engine, which root parameters belong to the head, and the activation terms of

@@ -77,7 +77,7 @@ planner::Plan plan_run(const Config& cfg, const model::ModelConfig& mc, const Pl
   // products widened to fp32 on a CPU without AVX-512.
   return planner::estimate(memory_shape(mc, cfg.lora),
                           activation_terms(mc, cfg.train.micro_batch, cfg.data.seq_len, run.param_bytes,
-                                           model::run_kernels(req.gpu, cfg.data.packing, cfg.model.fused_kernels), cfg.lora.enabled()),
+                                           model::run_kernels(req.gpu, cfg.data.packing, cfg.model.fused_kernels, cfg.model.varlen_attention), cfg.lora.enabled()),
                           run);
 }
 

@@ -8,11 +8,11 @@
 
 namespace tessera::model {
 
-Kernels run_kernels(bool gpu, bool packed, bool fused_kernels) {
+Kernels run_kernels(bool gpu, bool packed, bool fused_kernels, bool varlen) {
   Kernels k;
   k.fused_attention = gpu || compat::kHasSdpa;
   k.gqa_attention = gpu && compat::kHasSdpaGqa && !packed;
-  k.varlen_attention = gpu && compat::kHasFlashVarlen;
+  k.varlen_attention = gpu && varlen && compat::kHasFlashVarlen;
   k.fused_norm = k.fused_swiglu = gpu && fused_kernels;  // installed when `tessera train` picks a GPU
   k.device_head = gpu;
   k.widened_gemm = !gpu && ops::cpu_widens_bf16();

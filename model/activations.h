@@ -56,8 +56,9 @@ ActivationBytes activation_bytes(const ModelConfig& cfg, int64_t B, int64_t T, i
                                  bool frozen_head = false);
 
 // The kernels of a run of this build on a GPU (LibTorch >= 2's fused attention, bf16 products as
-// they are, Tessera's own norm and SwiGLU kernels unless `fused_kernels` is off: model.fused_kernels)
-// or on this machine's CPU (fused attention when this build's LibTorch has it: >= 2).
-Kernels run_kernels(bool gpu, bool packed = false, bool fused_kernels = true);
+// they are, Tessera's own norm and SwiGLU kernels unless `fused_kernels` is off: model.fused_kernels;
+// the variable-length flash kernel unless `varlen` is off: model.varlen_attention) or on this
+// machine's CPU (fused attention when this build's LibTorch has it: >= 2).
+Kernels run_kernels(bool gpu, bool packed = false, bool fused_kernels = true, bool varlen = true);
 
 }  // namespace tessera::model

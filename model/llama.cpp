@@ -143,10 +143,19 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return masked_attention(q, k, v, hidden_keys(T, S, window, q.device()));
 }
 
+std::string varlen_kernel_unavailable(torch::Dtype dtype, int64_t head_dim) {
+  if (!compat::kHasFlashVarlen)
+    return "this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
+           ") has no variable-length flash attention (2.6 and later)";
+  if (dtype != torch::kBFloat16 && dtype != torch::kHalf)
+    return "flash attention computes in bf16 or fp16, not " + std::string(c10::toString(dtype));
+  if (head_dim % 8 != 0 || head_dim > 256)
+    return "flash attention takes head_dim a multiple of 8 up to 256, not " + std::to_string(head_dim);
+  return "";
+}
+
 bool varlen_kernel_runs(const torch::Tensor& q) {
-  const int64_t D = q.size(-1);
-  return compat::kHasFlashVarlen && q.is_cuda() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) &&
-         D % 8 == 0 && D <= 256;
+  return q.is_cuda() && varlen_kernel_unavailable(q.scalar_type(), q.size(-1)).empty();
 }
 
 torch::Tensor varlen_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -282,7 +291,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const TokenLayout& 
   // as they are); unmasked causal attention of a GQA model on SDPA's flash kernel (LibTorch >= 2.5 on
   // a GPU); everywhere else K and V are repeated to every query head.
   std::optional<torch::Tensor> flash;
-  if (!cache && (layout.cu_seqlens.defined() || sliding_window > 0) && ops::varlen_kernel_runs(q))
+  if (layout.varlen && !cache && (layout.cu_seqlens.defined() || sliding_window > 0) && ops::varlen_kernel_runs(q))
     flash = varlen(q, k, v, layout);
   else if (n_rep > 1 && sliding_window == 0 && !layout.document_ids.defined() && !cache)
     flash = compat::sdpa_gqa_on_flash(q, k, v);

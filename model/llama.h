@@ -77,6 +77,9 @@ torch::Tensor varlen_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // Whether the kernel runs for queries like q: LibTorch >= 2.6 on a CUDA device, bf16/fp16, head_dim
 // a multiple of 8 up to 256. Attention then takes packed rows and sliding windows there.
 bool varlen_kernel_runs(const torch::Tensor& q);
+// Why it would not run on a CUDA device for compute in `dtype` with this head_dim ("" when it runs):
+// what `tessera train` refuses at start where a GPU run would otherwise take the masked path.
+std::string varlen_kernel_unavailable(torch::Dtype dtype, int64_t head_dim);
 // residual + x W^T as one GEMM whose epilogue adds the residual (at::addmm, beta 1: cuBLAS reads the
 // residual into its fp32 accumulator and rounds once) when `epilogue`; else the product, then the sum.
 // The model asks for the epilogue on a device (the CPU keeps its product and sum, widened bf16

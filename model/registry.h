@@ -58,6 +58,9 @@ struct TokenLayout {
   // the longest document. Undefined: the kernel is not used (the mask of document_ids is).
   torch::Tensor cu_seqlens;
   int64_t max_seqlen = 0;
+  // Packed rows and sliding windows may take the variable-length kernel where it runs
+  // (model.varlen_attention); false: the masked path.
+  bool varlen = true;
   bool packed() const { return document_ids.defined(); }
 };
 

@@ -33,6 +33,8 @@ void set_comm_emulation(const comm::Emulation& e) {
 
 void install_kernels() {}  // nothing to install: the model runs LibTorch's composites
 
+std::string kernels_unavailable(int) { return "this tessera was built without CUDA (TESSERA_WITH_CUDA off)"; }
+
 bool nccl_available() { return false; }
 
 comm::CommPtr make_nccl_communicator(comm::CommPtr, const std::string& name, int device) {

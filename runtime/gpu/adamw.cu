@@ -130,4 +130,15 @@ int adamw_launch(const AdamWLaunch& a, int64_t chunks, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+int kernel_image_version(int* binary_version) {
+  cudaFuncAttributes attr{};
+  const cudaError_t rc = cudaFuncGetAttributes(&attr, plain_kernel<float>);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: a later launch elsewhere must not report it
+    return static_cast<int>(rc);
+  }
+  *binary_version = attr.binaryVersion;
+  return 0;
+}
+
 }  // namespace tessera::gpu

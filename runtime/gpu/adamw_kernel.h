@@ -64,4 +64,9 @@ inline int64_t adamw_chunks(AdamWLaunch& a) {
 // launch's cudaError_t as an int (0: launched).
 int adamw_launch(const AdamWLaunch& a, int64_t chunks, void* stream);
 
+// Whether the current device has an image of Tessera's kernels: every runtime/gpu/*.cu file is
+// compiled for the same architectures, so one kernel's attributes answer for all. Returns the
+// cudaError_t as an int (0: it has one) and the image's binary version (major * 10 + minor).
+int kernel_image_version(int* binary_version);
+
 }  // namespace tessera::gpu

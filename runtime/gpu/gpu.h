@@ -74,4 +74,10 @@ void set_comm_emulation(const comm::Emulation& e);
 // GPU path (the model then runs LibTorch's composites).
 void install_kernels();
 
+// Why Tessera's kernels (runtime/gpu/*.cu) cannot run on `device` ("" when they can): a device this
+// build has no image for (the architectures it was built for, CMAKE_CUDA_ARCHITECTURES, named).
+// The launcher refuses such a run at start, naming the key that needs them. Without the GPU path:
+// "built without CUDA".
+std::string kernels_unavailable(int device);
+
 }  // namespace tessera::gpu

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/gpu/adamw_kernel.h"
 #include "runtime/gpu/layer_kernels.h"
 #include "util/device_kernels.h"
 #include "util/error.h"
@@ -95,6 +96,24 @@ void cross_entropy_rows(const at::Tensor& z, const at::Tensor& labels, const at:
 }
 
 }  // namespace
+
+#ifndef TESSERA_CUDA_ARCHITECTURES
+#define TESSERA_CUDA_ARCHITECTURES "unknown"
+#endif
+
+std::string kernels_unavailable(int device) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  int version = 0;
+  const int rc = kernel_image_version(&version);
+  if (rc == 0) return "";
+  cudaDeviceProp prop{};
+  std::string sm = "?";
+  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) sm = std::to_string(prop.major) + std::to_string(prop.minor);
+  (void)cudaGetLastError();
+  return "cuda:" + std::to_string(device) + " (" + prop.name + ", sm_" + sm + ") has no image of them in this build (" +
+         cudaGetErrorString(static_cast<cudaError_t>(rc)) + "; built for CMAKE_CUDA_ARCHITECTURES " + TESSERA_CUDA_ARCHITECTURES +
+         ")";
+}
 
 void install_kernels() {
   util::DeviceKernels& k = util::device_kernels();

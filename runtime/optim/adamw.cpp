@@ -274,6 +274,8 @@ at::ScalarType state_scalar_type(StateDtype d) {
   throw TESSERA_INPUT_ERROR("unknown optim.state_dtype");
 }
 
+bool device_update_is_tesseras(at::ScalarType state_dtype) { return !(compat::kHasFusedAdamW && state_dtype == at::kFloat); }
+
 int64_t state_alignment(at::ScalarType state_dtype) { return state_dtype == at::kByte ? q8::kDefaultBlock : 1; }
 
 double state_bytes_per_param(at::ScalarType state_dtype) {

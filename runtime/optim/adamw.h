@@ -180,6 +180,10 @@ class AdamW {
   q8::CodebookTensors codes_m_, codes_v_;  // 8-bit, tensor-op path: the codebooks on the shards' device
 };
 
+// Whether AdamW's update of shards on a GPU with moments of `state_dtype` is Tessera's own kernel
+// (runtime/gpu/adamw.cu): bf16 and 8-bit moments, and fp32 ones where LibTorch has no _fused_adamw_.
+bool device_update_is_tesseras(at::ScalarType state_dtype);
+
 // fp32 | bf16 | int8 (the 8-bit state: at::kByte); Error(Input) otherwise.
 at::ScalarType parse_state_dtype(const std::string& s);
 // The FSDP alignment (elements) a state dtype needs so that its blocks are the same at every world

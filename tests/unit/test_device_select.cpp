@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "launcher/device_select.h"
+#include "model/activations.h"
+#include "model/llama.h"
 #include "runtime/device/device.h"
 #include "runtime/gpu/gpu.h"
 #include "util/error.h"
+#include "util/torch_compat.h"
 #include "tests/support/test_support.h"
 
 namespace test_device_select {  // the files of a gtest binary compile together (tests/CMakeLists.txt)
@@ -134,6 +137,61 @@ TEST(DeviceSelect, ThisBuildAndMachine) {
   if (!tessera::gpu::built()) {
     EXPECT_EQ(choose_device("auto", tessera::launcher::device_context({})), c10::Device(c10::kCPU));
   }
+}
+
+// A kernel the run needs that the device or the LibTorch cannot run is refused in one line naming
+// the key to set; nothing refused when the key that needs it is off (never silently slower, never
+// refused for what the run does not use).
+TEST(KernelRefusal, NamesTheKeyThatNeedsTheKernel) {
+  using tessera::launcher::kernel_refusal;
+  using tessera::launcher::KernelRequest;
+  const std::string no_image = "cuda:0 (Tesla T4, sm_75) has no image of them in this build";
+  KernelRequest r;
+  r.device = "cuda:0";
+  r.fused_kernels = true;
+  EXPECT_EQ(kernel_refusal(r), "");  // the device runs them
+  r.image_problem = no_image;
+  std::string m = kernel_refusal(r);
+  expect_has(m, "model.fused_kernels: Tessera's kernels cannot run on cuda:0: " + no_image);
+  expect_has(m, "set model.fused_kernels=false");
+  r.fused_kernels = false;
+  EXPECT_EQ(kernel_refusal(r), "");  // LibTorch's composites, and LibTorch's fused AdamW
+  r.own_optimizer_kernel = "bf16";
+  m = kernel_refusal(r);
+  expect_has(m, "optim.state_dtype bf16: Tessera's AdamW kernel cannot run on cuda:0");
+  expect_has(m, "set optim.state_dtype=fp32");
+  r = KernelRequest{};
+  r.device = "cuda:1";
+  r.varlen_problem = "flash attention computes in bf16 or fp16, not float";
+  EXPECT_EQ(kernel_refusal(r), "");  // no packed rows, no window (or model.varlen_attention=false)
+  r.varlen_for = "data.packing";
+  m = kernel_refusal(r);
+  expect_has(m, "model.varlen_attention: data.packing on cuda:1 runs on FlashAttention's variable-length kernel, but " +
+                    r.varlen_problem);
+  expect_has(m, "set model.varlen_attention=false");
+  EXPECT_EQ(m.find('\n'), std::string::npos);
+}
+
+// Why the variable-length kernel would not run, from this build's LibTorch and the run's dtype and
+// head_dim: the reason the refusal above quotes.
+TEST(KernelRefusal, VarlenReasonsFromLibTorchDtypeAndHeadDim) {
+  namespace ops = tessera::model::ops;
+  if (!tessera::compat::kHasFlashVarlen) {
+    expect_has(ops::varlen_kernel_unavailable(torch::kBFloat16, 64), "has no variable-length flash attention (2.6 and later)");
+    return;
+  }
+  EXPECT_EQ(ops::varlen_kernel_unavailable(torch::kBFloat16, 64), "");
+  EXPECT_EQ(ops::varlen_kernel_unavailable(torch::kHalf, 256), "");
+  expect_has(ops::varlen_kernel_unavailable(torch::kFloat32, 64), "bf16 or fp16");
+  expect_has(ops::varlen_kernel_unavailable(torch::kBFloat16, 60), "head_dim a multiple of 8 up to 256, not 60");
+  expect_has(ops::varlen_kernel_unavailable(torch::kBFloat16, 512), "not 512");
+}
+
+// model.varlen_attention reaches the activation formula: off, a GPU run plans the masked path.
+TEST(KernelRefusal, VarlenOffPlansTheMaskedPath) {
+  EXPECT_FALSE(tessera::model::run_kernels(/*gpu=*/true, /*packed=*/true, true, /*varlen=*/false).varlen_attention);
+  EXPECT_EQ(tessera::model::run_kernels(true, true, true, true).varlen_attention, tessera::compat::kHasFlashVarlen);
+  EXPECT_FALSE(tessera::model::run_kernels(/*gpu=*/false, true, true, true).varlen_attention);
 }
 
 }  // namespace test_device_select
