@@ -48,13 +48,10 @@ using RopeBackward = void (*)(const at::Tensor& gout, const at::Tensor& cos, con
 using CrossEntropyRows = void (*)(const at::Tensor& z, const at::Tensor& labels, const at::Tensor& weights, double scale,
                                   bool grad, const at::Tensor& loss_rows);
 
-struct DeviceKernels {
-  RmsNormForward rms_norm_forward = nullptr;
-  RmsNormBackward rms_norm_backward = nullptr;
-  SwigluForward swiglu_forward = nullptr;
-  SwigluBackward swiglu_backward = nullptr;
-  RopeForward rope_forward = nullptr;
-  RopeBackward rope_backward = nullptr;
+struct DeviceKernels {  // each kernel's forward and backward side by side
+  RmsNormForward rms_norm_forward = nullptr; RmsNormBackward rms_norm_backward = nullptr;
+  SwigluForward swiglu_forward = nullptr; SwigluBackward swiglu_backward = nullptr;
+  RopeForward rope_forward = nullptr; RopeBackward rope_backward = nullptr;
   CrossEntropyRows cross_entropy_rows = nullptr;
 };
 

@@ -493,13 +493,17 @@ struct Engine::Impl {
   }
 
   // The oldest reduce-scatter: its chunk into the gradient shard; then the replica all-reduce.
+  // The oldest operation of `queue`, taken out once it has completed (the wait is ReduceWait's).
+  static Reduction completed_front(std::deque<Reduction>& queue) {
+    Reduction r = std::move(queue.front());
+    queue.pop_front();
+    profile::Phase waiting(profile::Part::ReduceWait);
+    r.work->wait();
+    return r;
+  }
+
   void retire_reduction() {
-    Reduction r = std::move(reducing.front());
-    reducing.pop_front();
-    {
-      profile::Phase waiting(profile::Part::ReduceWait);
-      r.work->wait();
-    }
+    Reduction r = completed_front(reducing);
     r.flat = at::Tensor();
     Unit& u = units[r.unit];
     if (offloaded()) add_down(u, r.out);
@@ -537,12 +541,7 @@ struct Engine::Impl {
   }
 
   void retire_replication() {
-    Reduction r = std::move(replicating.front());
-    replicating.pop_front();
-    {
-      profile::Phase waiting(profile::Part::ReduceWait);
-      r.work->wait();
-    }
+    Reduction r = completed_front(replicating);
     at::Tensor& grad = units[r.unit].shard->grad;
     if (offloaded()) traffic.down += r.out.nbytes();  // the device's result back into the host shard
     if (!r.out.is_same(grad)) grad.copy_(r.out);

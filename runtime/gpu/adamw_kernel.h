@@ -1,5 +1,5 @@
 // The launch interface of Tessera's AdamW kernel (adamw.cu), plain C++ so that nvcc compiles the
-// kernel without LibTorch: optim_cuda.cpp passes raw device pointers. One launch updates up to
+// kernel without LibTorch: kernels_cuda.cpp passes raw device pointers. One launch updates up to
 // kAdamWMaxShards flat fp32 shards whose moments are fp32, bf16 or 8-bit block-quantized
 // (runtime/optim/quant8.h), with the clipping coefficient and the skip flag read on the device,
 // so nothing waits on the host before it. Per element it is adamw_element (adamw_math.h), the CPU

@@ -3,26 +3,21 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 namespace tessera::gpu {
 
+// Each element type's load into fp32 and store from it (round to nearest even), one line a type.
 template <typename T>
-__device__ inline float to_f32(T v);
-template <>
-__device__ inline float to_f32<float>(float v) { return v; }
-template <>
-__device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ inline float to_f32<__half>(__half v) { return __half2float(v); }
+struct Io;
+template <> struct Io<float> { __device__ static float load(float v) { return v; } __device__ static float store(float v) { return v; } };
+template <> struct Io<__nv_bfloat16> { __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); } __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); } };
+template <> struct Io<__half> { __device__ static float load(__half v) { return __half2float(v); } __device__ static __half store(float v) { return __float2half_rn(v); } };
 
 template <typename T>
-__device__ inline T from_f32(float v);
-template <>
-__device__ inline float from_f32<float>(float v) { return v; }
-template <>
-__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
+__device__ inline float to_f32(T v) { return Io<T>::load(v); }
+template <typename T>
+__device__ inline T from_f32(float v) { return Io<T>::store(v); }
 
 // v rounded to T and back: the composite's intermediate rounding.
 template <typename T>
@@ -47,6 +42,16 @@ __device__ float block_reduce(float v, F combine) {
   const float out = total;
   __syncthreads();  // total and warp_values may be written again by the next call
   return out;
+}
+
+// The launch for element type t: f(T{}) with T = float, __nv_bfloat16 or __half for t's F32, BF16
+// or F16 (any enum with those three members: KernelDtype, Nf4OutType); cudaErrorInvalidValue else.
+template <typename Enum, typename F>
+int for_element_type(Enum t, F&& f) {
+  if (t == Enum::F32) return f(float{});
+  if (t == Enum::BF16) return f(__nv_bfloat16{});
+  if (t == Enum::F16) return f(__half{});
+  return static_cast<int>(cudaErrorInvalidValue);
 }
 
 }  // namespace tessera::gpu

@@ -1,6 +1,8 @@
 // Tessera's own kernels for model/, installed into util::device_kernels() (gpu.h's install_kernels):
 // the fused RMSNorm (rms_norm.cu), SwiGLU (swiglu.cu), RoPE (rope.cu) and the head's row-wise cross
-// entropy (cross_entropy.cu) on the current stream of the input's device. The caller
+// entropy (cross_entropy.cu) on the current stream of the input's device; and the optimizer's
+// (gpu.h's adamw_update: adamw.cu, kAdamWMaxShards shards a launch), which runtime/optim/adamw.cpp
+// calls for shards on a GPU whose moments LibTorch's fused kernel does not take. The caller
 // (model/fused_ops.cpp, model/linear_cross_entropy.cpp) checked the inputs' layout and allocated the
 // outputs on their device. Empty unless TESSERA_WITH_CUDA.
 #include "runtime/gpu/gpu.h"
@@ -95,7 +97,54 @@ void cross_entropy_rows(const at::Tensor& z, const at::Tensor& labels, const at:
                "cross entropy");
 }
 
+AdamWShardArgs shard_args(const AdamWShard& s) {
+  AdamWShardArgs a{};
+  a.param = s.param.data_ptr<float>();
+  a.grad = s.grad.data_ptr<float>();
+  a.exp_avg = s.exp_avg.data_ptr();
+  a.exp_avg_sq = s.exp_avg_sq.data_ptr();
+  if (s.absmax_avg.defined()) a.absmax_avg = s.absmax_avg.data_ptr<float>(), a.absmax_avg_sq = s.absmax_avg_sq.data_ptr<float>();
+  if (s.decay.defined() && s.decay.numel() > 0) {
+    a.decay = s.decay.data_ptr<int64_t>();
+    a.decay_ranges = static_cast<int32_t>(s.decay.numel() / 2);
+  }
+  a.numel = s.param.numel();
+  return a;
+}
+
+void launch(AdamWLaunch& a, const at::Device& device) {
+  check_launch(adamw_launch(a, adamw_chunks(a), c10::cuda::getCurrentCUDAStream(device.index()).stream()), "adamw");
+  a.n = 0;
+}
+
 }  // namespace
+
+void adamw_update(const std::vector<AdamWShard>& shards, const AdamWCoefficients& c, const at::Tensor& grad_scale,
+                  const at::Tensor& found_inf, const Q8Codebooks* q8) {
+  if (shards.empty()) return;
+  const at::Device device = shards.front().param.device();
+  const c10::cuda::CUDAGuard guard(device);
+  AdamWLaunch a;
+  a.c = c;
+  a.grad_scale = grad_scale.defined() ? grad_scale.data_ptr<float>() : nullptr;
+  a.found_inf = found_inf.defined() ? found_inf.data_ptr<float>() : nullptr;
+  const at::Tensor& m = shards.front().exp_avg;
+  a.moments = m.scalar_type() == at::kByte ? MomentType::Q8 : kernel_dtype(m) == KernelDtype::BF16 ? MomentType::BF16 : MomentType::F32;
+  TESSERA_CHECK(m.scalar_type() != at::kHalf, "adamw kernel: fp16 moments");
+  if (q8) {
+    a.block = q8->block;
+    a.value_m = q8->value_m.data_ptr<float>(), a.mid_m = q8->mid_m.data_ptr<float>();
+    a.value_v = q8->value_v.data_ptr<float>(), a.mid_v = q8->mid_v.data_ptr<float>();
+    a.zero_m = q8->zero_m, a.zero_v = q8->zero_v;
+  }
+  TESSERA_CHECK((a.moments == MomentType::Q8) == (q8 != nullptr), "adamw kernel: 8-bit moments need their codebooks");
+  for (const AdamWShard& s : shards) {
+    if (s.param.numel() == 0) continue;
+    a.shards[a.n++] = shard_args(s);
+    if (a.n == kAdamWMaxShards) launch(a, device);
+  }
+  if (a.n > 0) launch(a, device);
+}
 
 #ifndef TESSERA_CUDA_ARCHITECTURES
 #define TESSERA_CUDA_ARCHITECTURES "unknown"

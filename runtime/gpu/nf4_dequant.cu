@@ -55,12 +55,7 @@ int launch(const uint8_t* bytes, int64_t segments, const Nf4KernelLayout& l, boo
 int nf4_dequant_launch(const uint8_t* bytes, int64_t segments, const Nf4KernelLayout& l, bool double_quant,
                        const Nf4Tables& tables, Nf4OutType type, void* out, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  switch (type) {
-    case Nf4OutType::F32: return launch<float>(bytes, segments, l, double_quant, tables, out, s);
-    case Nf4OutType::BF16: return launch<__nv_bfloat16>(bytes, segments, l, double_quant, tables, out, s);
-    case Nf4OutType::F16: return launch<__half>(bytes, segments, l, double_quant, tables, out, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return for_element_type(type, [&](auto e) { return launch<decltype(e)>(bytes, segments, l, double_quant, tables, out, s); });
 }
 
 }  // namespace tessera::gpu

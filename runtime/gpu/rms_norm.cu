@@ -92,23 +92,13 @@ int backward(const void* gy, const void* x, const void* w, const float* rstd, in
 int rms_norm_forward_launch(const void* x, const void* w, int64_t rows, int64_t n, float eps, KernelDtype t, void* y,
                             float* rstd, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (t) {
-    case KernelDtype::F32: return forward<float>(x, w, rows, n, eps, y, rstd, s);
-    case KernelDtype::BF16: return forward<__nv_bfloat16>(x, w, rows, n, eps, y, rstd, s);
-    case KernelDtype::F16: return forward<__half>(x, w, rows, n, eps, y, rstd, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return for_element_type(t, [&](auto e) { return forward<decltype(e)>(x, w, rows, n, eps, y, rstd, s); });
 }
 
 int rms_norm_backward_launch(const void* gy, const void* x, const void* w, const float* rstd, int64_t rows, int64_t n,
                              KernelDtype t, void* gx, float* gw_partial, int64_t chunks, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (t) {
-    case KernelDtype::F32: return backward<float>(gy, x, w, rstd, rows, n, gx, gw_partial, chunks, s);
-    case KernelDtype::BF16: return backward<__nv_bfloat16>(gy, x, w, rstd, rows, n, gx, gw_partial, chunks, s);
-    case KernelDtype::F16: return backward<__half>(gy, x, w, rstd, rows, n, gx, gw_partial, chunks, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return for_element_type(t, [&](auto e) { return backward<decltype(e)>(gy, x, w, rstd, rows, n, gx, gw_partial, chunks, s); });
 }
 
 }  // namespace tessera::gpu

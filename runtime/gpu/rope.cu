@@ -51,12 +51,7 @@ int launch(const void* x, const void* cos, const void* sin, const RopeLayout& l,
 int rope_launch(const void* x, const void* cos, const void* sin, const RopeLayout& l, bool backward, KernelDtype t, void* o,
                 void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (t) {
-    case KernelDtype::F32: return launch<float>(x, cos, sin, l, backward, o, s);
-    case KernelDtype::BF16: return launch<__nv_bfloat16>(x, cos, sin, l, backward, o, s);
-    case KernelDtype::F16: return launch<__half>(x, cos, sin, l, backward, o, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return for_element_type(t, [&](auto e) { return launch<decltype(e)>(x, cos, sin, l, backward, o, s); });
 }
 
 }  // namespace tessera::gpu

@@ -64,22 +64,12 @@ int backward(const void* gh, const void* gu, int64_t rows, int64_t inter, void* 
 
 int swiglu_forward_launch(const void* gu, int64_t rows, int64_t inter, KernelDtype t, void* h, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (t) {
-    case KernelDtype::F32: return forward<float>(gu, rows, inter, h, s);
-    case KernelDtype::BF16: return forward<__nv_bfloat16>(gu, rows, inter, h, s);
-    case KernelDtype::F16: return forward<__half>(gu, rows, inter, h, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return for_element_type(t, [&](auto e) { return forward<decltype(e)>(gu, rows, inter, h, s); });
 }
 
 int swiglu_backward_launch(const void* gh, const void* gu, int64_t rows, int64_t inter, KernelDtype t, void* ggu, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (t) {
-    case KernelDtype::F32: return backward<float>(gh, gu, rows, inter, ggu, s);
-    case KernelDtype::BF16: return backward<__nv_bfloat16>(gh, gu, rows, inter, ggu, s);
-    case KernelDtype::F16: return backward<__half>(gh, gu, rows, inter, ggu, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return for_element_type(t, [&](auto e) { return backward<decltype(e)>(gh, gu, rows, inter, ggu, s); });
 }
 
 }  // namespace tessera::gpu
