@@ -188,7 +188,8 @@ void print_op_counts(const json& ops) {
 }
 
 // The FSDP step's operator counts as configured (the CPU's fused AdamW loop and host-side norm) and
-// as a GPU runs it (train.device_step: tensor-op AdamW and norm, clipping on the device).
+// as a GPU runs it (train.device_step: the norm, clipping and skip as tensor ops on the device, handed
+// to the fused optimizer, for which the CPU loop stands).
 json fsdp_op_counts(const model::ModelConfig& cfg, const comm::ProcessGroups& groups, const fsdp::Options& fopts,
                     train::Settings topts, const std::shared_ptr<data::TokenDataset>& dataset) {
   json out;

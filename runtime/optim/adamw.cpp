@@ -479,6 +479,15 @@ bool AdamW::skips_itself(const std::vector<ParamShard>& shards, const at::Device
 }
 
 bool AdamW::folds_clipping(const std::vector<ParamShard>& shards, const at::Device& device) const {
+  if (device.is_cpu() && options_.cpu_stands_for_device && options_.fused_cpu) {
+    bool any = false;
+    for (const ParamShard& s : shards)
+      if (s.grad.defined()) {
+        if (!s.param.is_cpu()) return false;
+        any = true;
+      }
+    return any;
+  }
   if (!device.is_cuda() || !on_one_gpu(shards)) return false;
   for (const ParamShard& s : shards)
     if (s.grad.defined() && s.param.device() != device) return false;
@@ -495,6 +504,8 @@ void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_sc
     // The CPU loop reads the flag where it is (no operator, no synchronisation): nothing touched.
     if (found_inf.is_cpu() && *found_inf.contiguous().data_ptr<float>() != 0.0f) return;
   }
+  // The CPU loop reads a coefficient on the CPU where it is (cpu_stands_for_device), as a kernel would.
+  if (device_scale.defined() && device_scale.is_cpu()) grad_scale = *device_scale.contiguous().data_ptr<float>();
   ++step_count_;
   const auto& o = options_;
   const Coefficients c = coefficients(o, step_count_, lr, grad_scale);

@@ -77,6 +77,11 @@ struct AdamWOptions : Options {
   // Tessera's (the others); false: the tensor-op path
   bool fused_device = true;
   bool torch_fused = true;  // fp32 moments on a GPU: LibTorch's kernel where it has one (false: Tessera's; tests)
+  // train.device_step: CPU shards stand for a GPU's and take its fused kernels' contract -- step()
+  // takes the skip flag and the clipping coefficient as tensors, which the CPU loop reads where they
+  // are, as the kernel reads device memory -- so the step's norm, clipping and skip stay tensor
+  // operations with no host read before the update, as on a GPU (folds_clipping on the CPU).
+  bool cpu_stands_for_device = false;
 };
 
 // [0, numel) less `ranges` (sorted, disjoint, inside it): the gaps between them, in order.
@@ -121,7 +126,8 @@ class AdamW {
   // gradient runs the CPU loop (found_inf on the CPU) or the fused kernel (found_inf on their device).
   bool skips_itself(const std::vector<ParamShard>& shards, const at::Device& device) const;
   // Whether step() takes a device's clipping coefficient (device_scale) for these shards: every
-  // shard with a gradient is on `device`, a GPU, and runs a fused kernel.
+  // shard with a gradient is on `device`, a GPU, and runs a fused kernel (or, standing for one,
+  // the CPU: cpu_stands_for_device with the CPU loop).
   bool folds_clipping(const std::vector<ParamShard>& shards, const at::Device& device) const;
 
   // The moments of every shard (per_unit[i] belongs to shards[i]), allocated (zeros) where not

@@ -24,7 +24,8 @@ bool on_cpu(const ShardView& view) {
 Clipped clip(const ShardView& view, double max_norm, const AdamW& optimizer) {
   std::vector<at::Tensor> grads = view.grads();
   Clipped c;
-  if (optimizer.options().fused_cpu && on_cpu(view)) {  // the host's norm; AdamW's pass multiplies by the coefficient
+  const optim::AdamWOptions& o = optimizer.options();
+  if (o.fused_cpu && !o.cpu_stands_for_device && on_cpu(view)) {  // the host's norm; AdamW's pass multiplies by it
     const double norm = global_grad_norm(grads, view.group);
     c.norm = at::scalar_tensor(norm, at::kDouble).to(view.device);  // a copy up only under offload on a GPU
     c.grad_scale = static_cast<float>(clip_coefficient(norm, max_norm));

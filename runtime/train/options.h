@@ -39,8 +39,10 @@ struct LoopOptions {
   PreemptSignal preempt_signal = PreemptSignal::USR2;
   std::vector<int64_t> profile_steps;  // [first, last], 1-based inclusive; empty: no trace
   double peak_flops = 0;               // MFU's denominator per rank; 0: the hardware's peak
-  // Not a configuration key: the step as a GPU runs it (AdamW and the norm as tensor operations,
-  // clipping on the device) on any device. Benchmarks count that step's operators with it.
+  // Not a configuration key: the step as a GPU runs it (the norm, clipping's coefficient and the
+  // skip flag as tensor operations, handed to the optimizer's fused kernel -- on a CPU the one-pass
+  // loop stands for it: AdamWOptions::cpu_stands_for_device) on any device. Benchmarks count that
+  // step's operators with it.
   bool device_step = false;
   // Not a configuration key: dynamic loss scaling in any dtype. The trainer turns it on by itself
   // when fp16 is the compute or the reduction dtype; this asks for it in fp32 and bf16 too (where

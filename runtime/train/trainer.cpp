@@ -44,7 +44,7 @@ Trainer::Trainer(CausalLm lm, const comm::ProcessGroups& groups, fsdp::Options f
       settings.train.loss_scaling || fsdp_opts.param_dtype == at::kHalf || fsdp_opts.reduce_dtype == at::kHalf;
   validate(settings, loss_scaling);
   optim::AdamWOptions ao(settings.optim);
-  ao.fused_cpu = !settings.train.device_step;
+  ao.cpu_stands_for_device = settings.train.device_step;  // the fused kernel's contract, run by the CPU loop
   im.adamw = std::make_unique<optim::AdamW>(ao);
   im.guard = NumericsGuard(settings.train.max_skipped_steps);
   if (settings.optim.in_backward) {

@@ -267,8 +267,9 @@ TEST(FsdpSft, MaskedPackedDataMatchesSingleProcessReference) {
   for (bool ac : {false, true}) expect_run_matches(ref, cfg, t, ds, ac, "sft");
 }
 
-// The step as a GPU runs it (LoopOptions::device_step: AdamW and the gradient norm as tensor
-// operations, clipping on the device, the head's ignored rows skipped by weight) trains like the
+// The step as a GPU runs it (LoopOptions::device_step: the gradient norm, clipping's coefficient and
+// the skip flag as tensor operations handed to the fused optimizer -- on the CPU its loop stands for
+// the kernel --, the head's ignored rows skipped by weight) trains like the
 // single-process reference on masked, packed data, and stays within the GPU's launch and sync
 // budget of issue 34, counted by profile::ops as bench step does: no host synchronisation inside
 // forward and backward, at most 2 per step, at most 10 operators per FSDP unit for the optimizer
@@ -290,8 +291,10 @@ TEST(FsdpDeviceStep, TrainsLikeTheReferenceWithinTheGpuBudget) {
     std::string sites;
     for (const auto& [site, n] : counted.sync_sites) sites += site + " x" + std::to_string(n) + "; ";
     EXPECT_EQ(counted.syncs_forward_backward, 0) << what << ": " << sites;
-    EXPECT_LE(counted.syncs_total, 2) << what << ": " << sites;
-    EXPECT_GE(counted.syncs_total, 1) << what << ": the step's one read-back is counted";
+    // One read-back, of the loss and the norm, after the update is enqueued (the optimizer skips a
+    // non-finite step by itself): nothing waits on the host before the update.
+    EXPECT_EQ(counted.syncs_total, 1) << what << ": " << sites;
+    EXPECT_EQ(counted.sync_sites.count("step: loss and gradient norm"), 1u) << what << ": " << sites;
     EXPECT_GT(counted.optimizer, 0) << what;
     EXPECT_LE(counted.optimizer, 10 * units) << what << ": " << counted.optimizer << " operators for " << units << " units";
     EXPECT_GT(counted.layer_forward, 0) << what;

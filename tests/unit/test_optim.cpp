@@ -224,6 +224,33 @@ TEST(AdamW, FoundInfSkipsTheStepInsideTheOptimizer) {
   EXPECT_THROW(loop.step(a, 1e-2, 1.0f, at::Tensor(), at::ones({}, at::kFloat)), std::exception);
 }
 
+// train.device_step on a CPU: the CPU loop stands for a GPU's fused kernel and takes the clipping
+// coefficient and the skip flag as tensors, read where they are (no host sync before the update):
+// the same bits as the host's float, and a flag of 1 touches nothing.
+TEST(AdamW, CpuStandingForADeviceTakesItsCoefficientAndFlagAsTensors) {
+  torch::manual_seed(5);
+  for (StateDtype dt : {StateDtype::F32, StateDtype::BF16, StateDtype::Int8}) {
+    auto [a, b] = twin_shards(3000, {{100, 1000}});
+    a[0].grad = torch::randn({3000});
+    b[0].grad = a[0].grad.clone();
+    AdamWOptions o;
+    o.state_dtype = dt;
+    o.block = 256;
+    AdamW host(o);
+    o.cpu_stands_for_device = true;
+    AdamW device(o);
+    ASSERT_TRUE(device.folds_clipping(b, at::kCPU));
+    ASSERT_FALSE(host.folds_clipping(a, at::kCPU));
+    host.step(a, 1e-2, 0.37f);
+    device.step(b, 1e-2, 1.0f, at::zeros({}, at::kFloat), at::full({}, 0.37f, at::kFloat));
+    EXPECT_TRUE(torch::equal(a[0].param, b[0].param));
+    const at::Tensor param = b[0].param.clone();
+    device.step(b, 1e-2, 1.0f, at::ones({}, at::kFloat), at::full({}, 0.37f, at::kFloat));
+    EXPECT_TRUE(torch::equal(b[0].param, param));
+    EXPECT_EQ(device.step_count(), 1);
+  }
+}
+
 TEST(AdamW, FusedKernelListsCoverEveryElementOnce) {
   // The fused GPU kernel (at::_fused_adamw_) runs over the decayed ranges and ranges_outside them:
   // together they cover [0, n) once, in order, whatever sits at the ends.
