@@ -68,6 +68,7 @@
 #   conformance    communicator conformance at world size 1, the test cases that run on the NCCL
 #                  communicator only (--gtest_filter; NCCL_DEBUG=VERSION's line shows NCCL initialised)
 #   fsdp_train     DeviceKernels (own kernels vs their CPU references), FsdpDevice (FSDP on the GPU vs the CPU)
+#   optim_bench    `tessera bench optim --device cuda`: AdamW's step alone, each path and moment dtype
 #   nccl_timeout   NCCL watchdog: a collective that cannot start ends in a one-line Timeout error
 #                  within its timeout + slack (test_nccl_timeout)
 #   nccl_stall     with >= 2 GPUs: `tessera train` on 2 GPUs, rank 1 SIGSTOPped; every rank ends
@@ -110,12 +111,12 @@ fi
 # (conformance's limit: docs/PERFORMANCE.md#build-suite-and-start-up-measurements.)
 # Before the build: env, deps, configure; then the build, with eager beside it; then, by value:
 # (fsdp_train right after the throughput: the GPU-against-CPU check of the fused optimizer.)
-PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile fsdp_train shared_gpu compile fp16_bf16 conformance nccl_timeout nccl_stall hf_parity)
+PLAN_AFTER_BUILD=(probe init_model tessera_train kernel_profile fsdp_train optim_bench shared_gpu compile fp16_bf16 conformance nccl_timeout nccl_stall hf_parity)
 ORDER_ALL=(env deps configure build eager "${PLAN_AFTER_BUILD[@]}")
 declare -A NOMINAL=([env]=30 [deps]=40 [configure]=90 [eager]=150
-  [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [shared_gpu]=60 [compile]=150 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
+  [probe]=45 [init_model]=45 [tessera_train]=120 [kernel_profile]=75 [shared_gpu]=60 [compile]=150 [fp16_bf16]=60 [conformance]=90 [fsdp_train]=45 [optim_bench]=40 [nccl_timeout]=30 [nccl_stall]=60 [hf_parity]=40)
 declare -A LEAST=([env]=5 [deps]=5 [configure]=20 [build]=30 [eager]=45
-  [probe]=15 [init_model]=15 [tessera_train]=45 [kernel_profile]=35 [shared_gpu]=30 [compile]=60 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
+  [probe]=15 [init_model]=15 [tessera_train]=45 [kernel_profile]=35 [shared_gpu]=30 [compile]=60 [fp16_bf16]=25 [conformance]=20 [fsdp_train]=15 [optim_bench]=15 [nccl_timeout]=15 [nccl_stall]=30 [hf_parity]=20)
 # Which step a selection name brings (tessera_train brings its probe and the model it trains).
 declare -A SELECTED_BY=([probe]=tessera_train [init_model]=tessera_train)
 # What the rest of a chain needs at least: the probe and the model are only worth their time when
@@ -234,7 +235,7 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 MODE=gpu
 ((REHEARSAL)) && MODE=rehearsal
 
-SELECTABLE="env deps configure build eager tessera_train kernel_profile shared_gpu compile fp16_bf16 conformance fsdp_train nccl_timeout nccl_stall hf_parity"
+SELECTABLE="env deps configure build eager tessera_train kernel_profile shared_gpu compile fp16_bf16 conformance fsdp_train optim_bench nccl_timeout nccl_stall hf_parity"
 STEPS=${TESSERA_GPU_STEPS:-all}
 if [[ $STEPS != all ]]; then
   for s in ${STEPS//,/ }; do
@@ -250,7 +251,7 @@ wanted() {
 BUILD_TARGETS=()
 # The three gtest steps run tests of mpi_tests, the one binary of tests/mpi/test_*.cpp.
 { wanted conformance || wanted fsdp_train || wanted nccl_timeout; } && BUILD_TARGETS+=(mpi_tests)
-{ wanted nccl_stall || wanted shared_gpu || wanted tessera_train || wanted kernel_profile || wanted fp16_bf16 || wanted hf_parity || wanted build; } && BUILD_TARGETS+=(tessera)
+{ wanted nccl_stall || wanted optim_bench || wanted shared_gpu || wanted tessera_train || wanted kernel_profile || wanted fp16_bf16 || wanted hf_parity || wanted build; } && BUILD_TARGETS+=(tessera)
 wanted build && BUILD_TARGETS=(tessera mpi_tests)
 NEED_BUILD=$((${#BUILD_TARGETS[@]} > 0))
 SELECTED_AFTER_BUILD=()
@@ -260,7 +261,7 @@ for s in "${PLAN_AFTER_BUILD[@]}"; do wanted "$s" && SELECTED_AFTER_BUILD+=("$s"
 # cases that run on the NCCL communicator too (the others are MPI-only or skip NCCL), the CUDA FSDP
 # test, the NCCL watchdog test.
 CONFORMANCE_TESTS=CommConformance.AllGatherUnevenAllDtypesInAndOutOfPlace:CommConformance.ReduceScatterPadsUnevenSizes:CommConformance.AllReduceAllDtypesAndOps:CommConformance.BroadcastFromFirstAndLastRank:CommConformance.WidenedReduceScatterInSegments:CommConformance.LargeUnevenMessagesEveryOp:CommConformance.AsyncOperationsCompleteInIssueOrder:CommConformance.SynchronousHelpers:CommConformance.BadArgumentsAreInputErrors:CommConformance.HostDuplicateHasTheSameRanksOnTheHost
-FSDP_TESTS=DeviceKernels.FusedRmsNormEqualsItsReference:DeviceKernels.FusedSwigluEqualsItsReference:DeviceKernels.FusedRopeEqualsItsReference:DeviceKernels.FusedCrossEntropyEqualsItsReference:FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost:FsdpDevice.PackedRowsInBf16MatchTheCpu
+FSDP_TESTS=DeviceKernels.FusedRmsNormEqualsItsReference:DeviceKernels.FusedSwigluEqualsItsReference:DeviceKernels.FusedRopeEqualsItsReference:DeviceKernels.FusedCrossEntropyEqualsItsReference:DeviceKernels.AdamWEqualsTheCpuLoopBitForBit:DeviceKernels.TorchFusedAdamWTakesTheDeviceClippingCoefficient:FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost:FsdpDevice.PackedRowsInBf16MatchTheCpu
 NCCL_TIMEOUT_TESTS=NcclWatchdog.StalledCollectiveTimesOutWithOneLineError
 
 mkdir -p "$RESULTS_DIR" "$LOGS" "$WORK/run"
@@ -614,9 +615,23 @@ if can_run fsdp_train; then
   gtest_verdict fsdp_train DeviceKernels.FusedSwigluEqualsItsReference "the fused SwiGLU kernel equals its CPU reference"
   gtest_verdict fsdp_train DeviceKernels.FusedRopeEqualsItsReference "the fused RoPE kernel equals its CPU reference"
   gtest_verdict fsdp_train DeviceKernels.FusedCrossEntropyEqualsItsReference "the head's row-wise cross entropy kernel equals its CPU reference"
+  gtest_verdict fsdp_train DeviceKernels.AdamWEqualsTheCpuLoopBitForBit "Tessera's AdamW kernel (fp32, bf16, 8-bit moments) equals the CPU loop to the bit"
+  gtest_verdict fsdp_train DeviceKernels.TorchFusedAdamWTakesTheDeviceClippingCoefficient "LibTorch's fused AdamW takes the device's clipping coefficient"
   gtest_verdict fsdp_train FsdpDevice.CudaMatchesCpuAndCheckpointsThroughHost "FSDP on the GPU over NCCL matches the CPU run"
   gtest_verdict fsdp_train FsdpDevice.PackedRowsInBf16MatchTheCpu "packed rows in bf16 (varlen flash where LibTorch >= 2.6) match the CPU"
   grep -h '^packed bf16 losses' "$LOGS/fsdp_train.log" | say_lines
+fi
+
+# ---- optim_bench: the optimizer's step alone on the GPU, each path and moment dtype ----------------
+# `tessera bench optim --device cuda`: one flat shard of 128M elements (an eighth of the 1.1B model;
+# 2.1 GB per case with fp32 moments, about 12 GB for all), each path (LibTorch's fused kernel, Tessera's
+# kernel, the tensor-op path) and moment dtype in interleaved rounds: ns per element and ms per 1B
+# parameters (the goal: optimizer_s <= 12 ms for the 1.1B model). A rehearsal runs it on the CPU.
+if can_run optim_bench; then
+  OPTIM_DEVICE=cuda OPTIM_NUMEL=134217728
+  ((REHEARSAL)) && OPTIM_DEVICE=cpu OPTIM_NUMEL=1048576
+  step optim_bench "$BUILD/bin/tessera" bench optim --device $OPTIM_DEVICE --numel $OPTIM_NUMEL --rounds 5
+  grep -A12 '^AdamW step on' "$LOGS/optim_bench.log" | say_lines
 fi
 
 # ---- shared_gpu: several ranks on the one GPU (issue 56, item 5) ----------------------------------
