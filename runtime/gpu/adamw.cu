@@ -22,16 +22,7 @@ __device__ inline const AdamWShardArgs& shard_of(const AdamWLaunch& a, int64_t c
   return a.shards[s];
 }
 
-// Whether element i lies in one of the shard's decay ranges (binary search).
-__device__ inline bool decayed(const AdamWShardArgs& s, int64_t i) {
-  int lo = 0, hi = s.decay_ranges;  // the first range ending after i is in [lo, hi)
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (s.decay[2 * mid] + s.decay[2 * mid + 1] <= i) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < s.decay_ranges && s.decay[2 * lo] <= i;
-}
+__device__ inline bool decayed(const AdamWShardArgs& s, int64_t i) { return in_ranges(s.decay, s.decay_ranges, i); }
 
 __device__ inline bool skipped(const AdamWLaunch& a) { return a.found_inf != nullptr && *a.found_inf != 0.0f; }
 __device__ inline float scale_of(const AdamWLaunch& a) { return a.grad_scale ? *a.grad_scale : a.c.grad_scale; }
@@ -51,20 +42,6 @@ __global__ void __launch_bounds__(kThreads) plain_kernel(const __grid_constant__
     m[i] = from_f32<S>(mi);
     v[i] = from_f32<S>(vi);
   }
-}
-
-// The stored byte of x's code (quant8.h's Codebook::encode): k = the number of midpoints below x,
-// the code 0 only for x == 0, shifted so that byte 0 is the value 0.
-__device__ inline uint8_t encode(const float* mid, int zero, float x) {
-  int lo = 0, hi = 255;  // the first midpoint not below x
-  while (lo < hi) {
-    const int h = (lo + hi) / 2;
-    if (mid[h] < x) lo = h + 1;
-    else hi = h;
-  }
-  int k = lo;
-  if (k == zero && x != 0.0f) k = x > 0.0f ? zero + 1 : (zero > 0 ? zero - 1 : zero);
-  return static_cast<uint8_t>((k - zero) & 255);
 }
 
 __device__ inline float max_of(float x, float y) { return fmaxf(x, y); }
@@ -108,8 +85,8 @@ __global__ void __launch_bounds__(kThreads) q8_kernel(const __grid_constant__ Ad
   for (int k = 0; k < kMaxPerThread; ++k) {
     const int64_t i = b0 + int64_t(k) * kThreads + threadIdx.x;
     if (i >= b1) continue;
-    wm[i] = encode(mid_m, a.zero_m, adamw_ops::mul(m[k], inv_m));
-    wv[i] = encode(mid_v, a.zero_v, adamw_ops::mul(v[k], inv_v));
+    wm[i] = q8_encode(mid_m, a.zero_m, adamw_ops::mul(m[k], inv_m));
+    wv[i] = q8_encode(mid_v, a.zero_v, adamw_ops::mul(v[k], inv_v));
   }
 }
 

@@ -14,6 +14,7 @@
 // Plain C++ when nvcc does not compile it (no CUDA header, no macro of the GPU switch).
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 #ifdef __CUDACC__
 #define TESSERA_HOST_DEVICE __host__ __device__
@@ -71,6 +72,34 @@ TESSERA_HOST_DEVICE inline float adamw_element(float p, float g, float& m, float
   v = add(mul(v, c.beta2), mul(mul(c.one_minus_beta2, gi), gi));
   const float denom = add(div(root(v), c.sqrt_bias_correction2), c.eps);
   return add(p, mul(c.neg_step_size, div(m, denom)));
+}
+
+// Whether element i lies in one of n (begin, length) ranges, sorted and disjoint, stored as pairs
+// (the decay ranges): a binary search for the first range ending after i.
+TESSERA_HOST_DEVICE inline bool in_ranges(const int64_t* pairs, int n, int64_t i) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (pairs[2 * mid] + pairs[2 * mid + 1] <= i) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && pairs[2 * lo] <= i;
+}
+
+// The stored byte of the 8-bit code nearest to x (runtime/optim/quant8.h's Codebook::encode, which
+// the CPU loop uses, with its bucket table; here a binary search): k = the number of the 255
+// ascending midpoints below x, the code `zero` (the value 0) only for x == 0, shifted so that byte 0
+// is the value 0.
+TESSERA_HOST_DEVICE inline unsigned char q8_encode(const float* mid, int zero, float x) {
+  int lo = 0, hi = 255;  // the first midpoint not below x
+  while (lo < hi) {
+    const int h = (lo + hi) / 2;
+    if (mid[h] < x) lo = h + 1;
+    else hi = h;
+  }
+  int k = lo;
+  if (k == zero && x != 0.0f) k = x > 0.0f ? zero + 1 : (zero > 0 ? zero - 1 : zero);
+  return static_cast<unsigned char>((k - zero) & 255);
 }
 
 }  // namespace tessera::gpu

@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "runtime/gpu/adamw_math.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/quant8.h"
 #include "util/error.h"
@@ -122,6 +123,45 @@ TEST(Quant8, EncodeIsTheNearestCodeAndTensorOpsAgree) {
     EXPECT_LE(worst_top_decade, (is_signed ? 0.9 / 128 : 0.9 / 256) + 1e-7);
     for (int64_t b = 0; b < n / block; ++b)
       EXPECT_EQ(ap[b], x.narrow(0, b * block, block).abs().max().item<float>()) << "absmax of block " << b;
+  }
+}
+
+// The GPU kernel's encode (gpu::q8_encode, a binary search: runtime/gpu/adamw.cu) is the CPU's
+// Codebook::encode (a bucket table, then a step or two) for every value: both maps, a wide range
+// of magnitudes of both signs, every midpoint and its float neighbours, 0, -0, the ends, beyond
+// them, infinities and NaN.
+TEST(Quant8, TheKernelsEncodeIsTheCpus) {
+  torch::manual_seed(12);
+  for (bool is_signed : {true, false}) {
+    const q8::Codebook& cb = is_signed ? q8::signed_map() : q8::unsigned_map();
+    std::vector<float> xs;
+    const at::Tensor wide = wide_range(1 << 16, !is_signed);
+    const float* w = wide.data_ptr<float>();
+    const float wmax = wide.abs().max().item<float>();
+    for (int64_t i = 0; i < wide.numel(); ++i) xs.push_back(w[i] / wmax);
+    for (float m : cb.mid)
+      for (float x : {m, std::nextafter(m, -2.0f), std::nextafter(m, 2.0f), -m})
+        xs.push_back(x);
+    for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 1.5f, -1.5f, 1e-30f, -1e-30f, INFINITY, -INFINITY, NAN}) xs.push_back(x);
+    for (float x : xs)
+      ASSERT_EQ(tessera::gpu::q8_encode(cb.mid, cb.zero, x), cb.encode(x)) << (is_signed ? "signed " : "unsigned ") << x;
+  }
+}
+
+// The kernel's decay lookup (gpu::in_ranges) against the CPU loop's walk over the same ranges
+// (optim::ranges_outside marks the rest): every element of a shard, ranges at the ends and inside.
+TEST(Quant8, TheKernelsDecayLookupIsTheRanges) {
+  const int64_t n = 5000;
+  for (const std::vector<optim::Range>& ranges :
+       std::vector<std::vector<optim::Range>>{{}, {{0, n}}, {{0, 1}}, {{n - 1, 1}}, {{10, 2000}, {2048, 100}, {4000, 1000}}}) {
+    std::vector<int64_t> pairs;
+    for (const optim::Range& r : ranges) pairs.insert(pairs.end(), {r.first, r.second});
+    std::vector<char> want(n, 0);
+    for (const optim::Range& r : ranges) std::fill(want.begin() + r.first, want.begin() + r.first + r.second, 1);
+    for (const optim::Range& r : optim::ranges_outside(n, ranges))
+      for (int64_t i = r.first; i < r.first + r.second; ++i) ASSERT_EQ(want[i], 0);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(tessera::gpu::in_ranges(pairs.data(), static_cast<int>(ranges.size()), i), want[i] != 0) << i;
   }
 }
 
