@@ -74,14 +74,14 @@ passed "run.sh without carried packages: the machine's own" $? "($why)"
 # report's reserve), for one GPU and for two.
 plan_out=$(bash "$SRC/tests/gpu/run.sh" --plan 2>&1)
 passed "run.sh --plan" $? "$(tail -3 <<<"$plan_out")"
-[[ $(head -1 <<<"$plan_out") == "order: env deps configure build eager probe init_model tessera_train kernel_profile fsdp_train shared_gpu compile fp16_bf16 conformance nccl_timeout nccl_stall hf_parity report" ]]
-passed "the GPU order: build (eager beside it), probe + tessera_train, kernel_profile, fsdp_train, shared_gpu, compile (torch.compile), fp16_bf16, conformance, nccl_timeout, nccl_stall, hf_parity" $? "$(head -1 <<<"$plan_out")"
+[[ $(head -1 <<<"$plan_out") == "order: env deps configure build eager probe init_model tessera_train kernel_profile fsdp_train optim_bench shared_gpu compile fp16_bf16 conformance nccl_timeout nccl_stall hf_parity report" ]]
+passed "the GPU order: build (eager beside it), probe + tessera_train, kernel_profile, fsdp_train, optim_bench, shared_gpu, compile (torch.compile), fp16_bf16, conformance, nccl_timeout, nccl_stall, hf_parity" $? "$(head -1 <<<"$plan_out")"
 plan_ok=0
 for gpus in 1 2; do
   for left in 600 490 400 300 200 120 75 40 10; do
     out=$(bash "$SRC/tests/gpu/run.sh" --plan "$left" "$gpus" 2>&1) || { plan_ok=1; echo "  --plan $left $gpus: $(tail -1 <<<"$out")"; }
     names=$(sed -n 's/^  \([a-z0-9_]\+\) \+\(limit \|skipped:\).*/\1/p' <<<"$out" | tr '\n' ' ')
-    [[ $names == "probe init_model tessera_train kernel_profile fsdp_train shared_gpu compile fp16_bf16 conformance nccl_timeout nccl_stall hf_parity " ]] ||
+    [[ $names == "probe init_model tessera_train kernel_profile fsdp_train optim_bench shared_gpu compile fp16_bf16 conformance nccl_timeout nccl_stall hf_parity " ]] ||
       { plan_ok=1; echo "  --plan $left $gpus: steps $names"; }
     sum=$(sed -n 's/^  [a-z0-9_]* *limit *\([0-9]*\)s$/\1/p' <<<"$out" | awk '{s += $1} END {print s + 0}')
     ((${sum:-0} <= left - 10)) || { plan_ok=1; echo "  --plan $left $gpus: limits sum to $sum"; }
