@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "launcher/adapter_source.h"
 #include "launcher/bootstrap.h"
@@ -194,8 +195,12 @@ void print_result(const GenerateSetup& s, size_t i, const generate::Generation& 
   }
   if (s.prompts.size() > 1) std::cout << (i ? "\n" : "") << "--- " << s.prompts[i].where << "\n";
   std::cout << text << std::endl;
-  std::cerr << "tessera generate: " << s.prompts[i].where << ": " << g.tokens.size() << " tokens (" << g.finish
-            << "), " << rate << " tokens/s" << std::endl;
+  // One write (std::cerr is unbuffered: piece by piece, mpirun could interleave rank 0's stdout
+  // into the middle of the line).
+  std::ostringstream line;
+  line << "tessera generate: " << s.prompts[i].where << ": " << g.tokens.size() << " tokens (" << g.finish << "), " << rate
+       << " tokens/s\n";
+  std::cerr << line.str() << std::flush;
 }
 
 }  // namespace
