@@ -384,7 +384,10 @@ void refuse_unrunnable_kernels(const TrainSetup& s) {
   if (s.fopts.offload == fsdp::Offload::None && optim::device_update_is_tesseras(state))
     r.own_optimizer_kernel = util::name_of(optim::state_dtype_names(), s.cfg.optim.state_dtype);
   if (r.fused_kernels || !r.own_optimizer_kernel.empty()) r.image_problem = gpu::kernels_unavailable(s.device.index());
-  if (s.cfg.model.varlen_attention && (s.cfg.data.packing || s.ms.config.sliding_window > 0)) {
+  // fp32 compute takes the mask whatever the LibTorch (flash attention is 16-bit only): what fp32
+  // means on a GPU, not a kernel missing.
+  const bool half = s.fopts.param_dtype == at::kBFloat16 || s.fopts.param_dtype == at::kHalf;
+  if (half && s.cfg.model.varlen_attention && (s.cfg.data.packing || s.ms.config.sliding_window > 0)) {
     r.varlen_for = s.cfg.data.packing ? "data.packing" : "the model's sliding_window";
     r.varlen_problem = model::ops::varlen_kernel_unavailable(s.fopts.param_dtype, s.ms.config.head_dim());
   }

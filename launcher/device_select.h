@@ -39,8 +39,8 @@ c10::Device choose_device(const std::string& spec, const DeviceContext& ctx,
 // one line naming the key to set (never silently slower): Tessera's kernels where the build has no
 // image for the device (`image_problem`: gpu::kernels_unavailable's), for model.fused_kernels and
 // for the optimizer's kernel (optim.state_dtype whose update is Tessera's kernel); packed rows or a
-// sliding window where FlashAttention's variable-length kernel cannot run (`varlen_problem`:
-// model::varlen_kernel_unavailable's) unless model.varlen_attention is off.
+// sliding window in 16-bit compute where FlashAttention's variable-length kernel cannot run
+// (`varlen_problem`: model::varlen_kernel_unavailable's) unless model.varlen_attention is off.
 struct KernelRequest {
   std::string device;                 // as device::describe
   bool fused_kernels = false;         // model.fused_kernels

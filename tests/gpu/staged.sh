@@ -16,8 +16,7 @@ mpi_local_env
 rm -rf "$DIR" && mkdir -p "$DIR"
 COMMON=(--set model.preset=tiny --set train.steps=20 --set train.warmup_steps=2 --set train.lr=1e-3
         --set data.path="$CORPUS" --set data.tokenizer=bytes --set data.seq_len=128 --set train.micro_batch=4
-        --set log.every=1 --set fsdp.mixed_precision=fp32 --set checkpoint.every=20
-        --set model.varlen_attention=false)  # fp32 on a GPU: packed rows take the mask (flash is 16-bit only)
+        --set log.every=1 --set fsdp.mixed_precision=fp32 --set checkpoint.every=20)
 train() {  # NP DEVICE BACKEND NAME
   local t0=$SECONDS
   mpirun --oversubscribe --bind-to none -np "$1" -x LD_LIBRARY_PATH "$BIN" train "${COMMON[@]}" --set train.device="$2" \

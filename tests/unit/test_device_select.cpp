@@ -162,7 +162,7 @@ TEST(KernelRefusal, NamesTheKeyThatNeedsTheKernel) {
   expect_has(m, "set optim.state_dtype=fp32");
   r = KernelRequest{};
   r.device = "cuda:1";
-  r.varlen_problem = "flash attention computes in bf16 or fp16, not float";
+  r.varlen_problem = "this LibTorch (2.5) has no variable-length flash attention (2.6 and later)";
   EXPECT_EQ(kernel_refusal(r), "");  // no packed rows, no window (or model.varlen_attention=false)
   r.varlen_for = "data.packing";
   m = kernel_refusal(r);
