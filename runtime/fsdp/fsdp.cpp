@@ -492,7 +492,6 @@ struct Engine::Impl {
     while (static_cast<int>(reducing.size()) > kMaxReductionsInFlight) retire_reduction();
   }
 
-  // The oldest reduce-scatter: its chunk into the gradient shard; then the replica all-reduce.
   // The oldest operation of `queue`, taken out once it has completed (the wait is ReduceWait's).
   static Reduction completed_front(std::deque<Reduction>& queue) {
     Reduction r = std::move(queue.front());
@@ -502,6 +501,7 @@ struct Engine::Impl {
     return r;
   }
 
+  // The oldest reduce-scatter: its chunk into the gradient shard; then the replica all-reduce.
   void retire_reduction() {
     Reduction r = completed_front(reducing);
     r.flat = at::Tensor();

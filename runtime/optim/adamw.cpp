@@ -375,7 +375,7 @@ bool AdamW::on_one_gpu(const std::vector<ParamShard>& tensor_path) const {
 }
 
 bool AdamW::uses_fused_kernel(const std::vector<ParamShard>& tensor_path) const {
-  return compat::kHasFusedAdamW && options_.torch_fused && options_.state_type() == at::kFloat && on_one_gpu(tensor_path);
+  return options_.torch_fused && !device_update_is_tesseras(options_.state_type()) && on_one_gpu(tensor_path);
 }
 
 bool AdamW::uses_own_kernel(const std::vector<ParamShard>& tensor_path) const {
@@ -478,20 +478,10 @@ bool AdamW::skips_itself(const std::vector<ParamShard>& shards, const at::Device
   return cpu_loop ? device.is_cpu() : uses_fused_kernel(shards) || uses_own_kernel(shards);
 }
 
+// What skips itself on a device takes the device's coefficient too; the CPU loop on the host takes
+// the host's float instead, unless it stands for a device's kernel.
 bool AdamW::folds_clipping(const std::vector<ParamShard>& shards, const at::Device& device) const {
-  if (device.is_cpu() && options_.cpu_stands_for_device && options_.fused_cpu) {
-    bool any = false;
-    for (const ParamShard& s : shards)
-      if (s.grad.defined()) {
-        if (!s.param.is_cpu()) return false;
-        any = true;
-      }
-    return any;
-  }
-  if (!device.is_cuda() || !on_one_gpu(shards)) return false;
-  for (const ParamShard& s : shards)
-    if (s.grad.defined() && s.param.device() != device) return false;
-  return uses_fused_kernel(shards) || uses_own_kernel(shards);
+  return (device.is_cuda() || options_.cpu_stands_for_device) && skips_itself(shards, device);
 }
 
 void AdamW::step(const std::vector<ParamShard>& shards, double lr, float grad_scale, const at::Tensor& found_inf,

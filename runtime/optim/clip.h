@@ -33,8 +33,8 @@ double clip_grad_norm(std::vector<at::Tensor>& grads, double max_norm, comm::Com
 // the norm stays a 0-dim double tensor on the gradients' device (the same partial sums summed by
 // the same kernel, so the same value on every rank), and clipping multiplies by a device-side coefficient
 // (1 where no clipping applies or the norm is not finite). max_norm <= 0: norm only. Tensor
-// operations whatever the device: one norm per shard and a few per step (on CPU tensors too, which
-// is how the trainer's device_step runs the GPU's step on a CPU).
+// operations whatever the device: one norm per shard and a few per step (on CPU tensors too: the
+// tensor-op path's clipping).
 at::Tensor clip_grad_norm_on_device(std::vector<at::Tensor>& grads, double max_norm, comm::Communicator* shard_group);
 // Its two halves: the norm (0-dim double on the gradients' device), and from it the coefficient as
 // a 0-dim fp32 tensor on the same device (1 for a non-finite norm): clip_coefficient's value.

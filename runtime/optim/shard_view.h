@@ -6,9 +6,10 @@
 // clip() is where the step's device difference lives: with AdamW's fused CPU loop the norm is taken
 // on the host and clipping folds into AdamW's one pass (a coefficient, the gradients untouched);
 // on a GPU whose shards a fused kernel updates, the norm and the coefficient stay on the device and
-// the kernel multiplies by it as it reads each gradient (AdamW::folds_clipping); with tensor ops
-// (fused_device off, or train.device_step on a CPU) the norm stays on the device and clipping
-// scales the gradients there. Neither device way synchronises the host.
+// the kernel multiplies by it as it reads each gradient (AdamW::folds_clipping; train.device_step on
+// a CPU the same, its loop standing for the kernel); with tensor ops (fused_device or fused_cpu off)
+// the norm stays on the device and clipping scales the gradients there. Neither device way
+// synchronises the host.
 #pragma once
 #include <ATen/core/Tensor.h>
 
