@@ -633,6 +633,18 @@ std::optional<c10::Device> own_gpu() {
   return gpu;
 }
 
+// Tessera's own device kernels' tests, each on this rank's GPU (own_gpu, kernels installed);
+// skipped where there is none.
+class DeviceKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::optional<c10::Device> own = own_gpu();
+    if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
+    gpu = *own;
+  }
+  c10::Device gpu = c10::Device(c10::kCPU);
+};
+
 // A device kernel's result against its CPU reference: the largest difference within `tol` of the
 // reference's largest magnitude (at least 1).
 void expect_near_reference(const torch::Tensor& got, const torch::Tensor& want, double tol, const std::string& what) {
@@ -643,10 +655,7 @@ void expect_near_reference(const torch::Tensor& got, const torch::Tensor& want, 
 // Tessera's own device kernels against their CPU references (util/device_kernels.h): the fused
 // RMSNorm's output, rstd and both gradients, fp32 and bf16, the 1.1B model's hidden size and a
 // head_dim-wide norm. The reference's sums run in another order (the kernel's block tree).
-TEST(DeviceKernels, FusedRmsNormEqualsItsReference) {
-  const std::optional<c10::Device> own = own_gpu();
-  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
-  const c10::Device gpu = *own;
+TEST_F(DeviceKernels, FusedRmsNormEqualsItsReference) {
   ASSERT_TRUE(model::ops::fused_rms_norm_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
   torch::manual_seed(5);
   for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
@@ -673,10 +682,7 @@ TEST(DeviceKernels, FusedRmsNormEqualsItsReference) {
 
 // The fused SwiGLU kernel against its reference: output and gradient, fp32 and bf16, the 1.1B
 // model's intermediate size.
-TEST(DeviceKernels, FusedSwigluEqualsItsReference) {
-  const std::optional<c10::Device> own = own_gpu();
-  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
-  const c10::Device gpu = *own;
+TEST_F(DeviceKernels, FusedSwigluEqualsItsReference) {
   ASSERT_TRUE(model::ops::fused_swiglu_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
   torch::manual_seed(6);
   for (torch::Dtype dt : {torch::kFloat32, torch::kBFloat16}) {
@@ -698,10 +704,7 @@ TEST(DeviceKernels, FusedSwigluEqualsItsReference) {
 
 // The fused RoPE kernel against its reference: q as the attention sees it (a transposed view), the
 // tables of T rows and of packed positions; forward and backward, fp32 and bf16.
-TEST(DeviceKernels, FusedRopeEqualsItsReference) {
-  const std::optional<c10::Device> own = own_gpu();
-  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
-  const c10::Device gpu = *own;
+TEST_F(DeviceKernels, FusedRopeEqualsItsReference) {
   ASSERT_TRUE(model::ops::fused_rope_runs(torch::zeros({1}, torch::TensorOptions().device(gpu))));
   torch::manual_seed(7);
   const int64_t B = 4, T = 512, H = 32, D = 64;
@@ -728,10 +731,7 @@ TEST(DeviceKernels, FusedRopeEqualsItsReference) {
 
 // The head's row-wise cross entropy kernel against its reference: a chunk of the 1.1B model's
 // vocabulary, weighted rows (an ignored one weighs 0) and a loss scale.
-TEST(DeviceKernels, FusedCrossEntropyEqualsItsReference) {
-  const std::optional<c10::Device> own = own_gpu();
-  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
-  const c10::Device gpu = *own;
+TEST_F(DeviceKernels, FusedCrossEntropyEqualsItsReference) {
   ASSERT_NE(util::device_kernels().cross_entropy_rows, nullptr);
   torch::manual_seed(8);
   const int64_t rows = 300, V = 32000;
@@ -750,10 +750,7 @@ TEST(DeviceKernels, FusedCrossEntropyEqualsItsReference) {
 // shares (runtime/gpu/adamw_math.h): fp32 (LibTorch's kernel set aside), bf16 and 8-bit moments,
 // three shards with decay ranges (one not a whole number of blocks), a clipping coefficient given
 // on the device, then a step the device's flag skips. The same bits: parameters, moments, absmax.
-TEST(DeviceKernels, AdamWEqualsTheCpuLoopBitForBit) {
-  const std::optional<c10::Device> own = own_gpu();
-  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
-  const c10::Device gpu = *own;
+TEST_F(DeviceKernels, AdamWEqualsTheCpuLoopBitForBit) {
   EXPECT_EQ(gpu::kernels_unavailable(gpu.index()), "");  // the start check passes on the GPU the run has
   torch::manual_seed(9);
   const std::vector<int64_t> sizes = {5000, 300, 3 * 2048 + 7};
@@ -795,10 +792,7 @@ TEST(DeviceKernels, AdamWEqualsTheCpuLoopBitForBit) {
 
 // LibTorch's fused kernel (fp32 moments) with the clipping coefficient folded in on the device (its
 // grad_scale divides: 1 / coefficient), against the CPU loop: within float rounding.
-TEST(DeviceKernels, TorchFusedAdamWTakesTheDeviceClippingCoefficient) {
-  const std::optional<c10::Device> own = own_gpu();
-  if (!own) GTEST_SKIP() << "no CUDA build or not one GPU per local rank";
-  const c10::Device gpu = *own;
+TEST_F(DeviceKernels, TorchFusedAdamWTakesTheDeviceClippingCoefficient) {
   torch::manual_seed(10);
   optim::AdamWOptions o;
   o.weight_decay = 0.1;
